@@ -1,0 +1,54 @@
+/* Chat templates: render a conversation with the model's own Jinja template
+ * (GGUF key tokenizer.chat_template) the way HF transformers does with
+ * Python's jinja2 (ImmutableSandboxedEnvironment, trim_blocks=True,
+ * lstrip_blocks=True, loopcontrols, HF's tojson), or with a built-in ChatML
+ * template when the file has none.
+ *
+ * Globals seen by the template: messages (list of {role, content} dicts),
+ * add_generation_prompt, bos_token, eos_token, raise_exception(msg),
+ * strftime_now(fmt), namespace(...), range(...).  `tools` and `documents`
+ * are undefined.
+ *
+ * Work is bounded for hostile templates: output and every string value are
+ * capped at SP_CHAT_MAX_OUTPUT bytes, memory at SP_CHAT_MAX_MEMORY, work at
+ * SP_CHAT_MAX_STEPS evaluation steps, and nesting/recursion depth is limited,
+ * so a template can neither hang nor overflow the stack. */
+#ifndef SP_CHAT_CHAT_H
+#define SP_CHAT_CHAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spindle.h"
+
+#define SP_CHAT_MAX_OUTPUT (1u << 20)
+#define SP_CHAT_MAX_MEMORY (64u << 20)
+#define SP_CHAT_MAX_STEPS 5000000u
+
+struct sp_chat_msg {
+    const char *role;    /* NUL-terminated UTF-8 */
+    const char *content; /* NUL-terminated UTF-8; NULL renders as none */
+};
+
+/* Renders `tmpl` (NUL-terminated Jinja source) for msgs[0..n_msgs).
+ * bos_token/eos_token may be NULL (treated as "").  On success *out is a
+ * malloc'd NUL-terminated string the caller frees.
+ * Errors: SP_ERR_ARG (message names line:column and the problem) for a
+ * template that does not parse, fails at run time, calls raise_exception or
+ * exceeds a limit; SP_ERR_NOMEM when allocation fails. *out is NULL then. */
+sp_status sp_chat_render(const char *tmpl, const struct sp_chat_msg *msgs, size_t n_msgs,
+                         bool add_generation_prompt, const char *bos_token,
+                         const char *eos_token, char **out);
+
+/* As sp_chat_render, but strftime_now() formats the UTC time `now_unix`
+ * instead of the local current time (reproducible output for tests). */
+sp_status sp_chat_render_at(const char *tmpl, const struct sp_chat_msg *msgs, size_t n_msgs,
+                            bool add_generation_prompt, const char *bos_token,
+                            const char *eos_token, int64_t now_unix, char **out);
+
+/* The built-in ChatML template used when a model file has no template:
+ *   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... [<|im_start|>assistant\n] */
+const char *sp_chat_chatml_template(void);
+
+#endif

@@ -1,0 +1,158 @@
+#include "core/pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define SP_PAUSE() _mm_pause()
+#else
+#define SP_PAUSE() ((void)0)
+#endif
+
+/* Waiting: SP_POOL_SPIN pause-spins (the gap between two kernels of one
+ * forward pass is microseconds), then yields, so an oversubscribed machine
+ * still makes progress; a worker sleeps on the condition variable after
+ * SP_POOL_YIELD yields, so an idle engine costs no CPU. */
+#define SP_POOL_SPIN 4000
+#define SP_POOL_YIELD 2000
+
+struct sp_pool_worker {
+    struct sp_pool *pool;
+    int ith;
+    pthread_t thread;
+};
+
+struct sp_pool {
+    int n;
+    struct sp_pool_worker *workers; /* [n - 1] */
+    sp_pool_fn fn;
+    void *arg;
+    _Atomic unsigned gen;     /* bumped per run */
+    _Atomic int pending;      /* workers still running this generation */
+    _Atomic int sleepers;
+    _Atomic bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+};
+
+static void *sp_pool_main(void *vp)
+{
+    struct sp_pool_worker *w = vp;
+    struct sp_pool *p = w->pool;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+            if (atomic_load_explicit(&p->stop, memory_order_acquire))
+                return NULL;
+            if (++spins < SP_POOL_SPIN) {
+                SP_PAUSE();
+                continue;
+            }
+            if (spins < SP_POOL_SPIN + SP_POOL_YIELD) {
+                sched_yield();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->wake, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+            spins = 0;
+        }
+        seen = g;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
+            return NULL;
+        p->fn(p->arg, w->ith, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+}
+
+sp_status sp_pool_init(struct sp_pool **out, int n_threads)
+{
+    struct sp_pool *p;
+    *out = NULL;
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    if (n_threads > 512)
+        return sp_error_set(SP_ERR_ARG, "threads: %d is more than 512", n_threads);
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return sp_error_set(SP_ERR_NOMEM, "thread pool: no memory");
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    p->workers = calloc((size_t)n_threads, sizeof *p->workers);
+    if (!p->workers)
+        goto free_pool;
+    for (int i = 1; i < n_threads; i++) {
+        struct sp_pool_worker *w = &p->workers[i - 1];
+        w->pool = p;
+        w->ith = i;
+        if (pthread_create(&w->thread, NULL, sp_pool_main, w) != 0) {
+            p->n = i; /* join only those started */
+            sp_pool_free(p);
+            return sp_error_set(SP_ERR_NOMEM, "thread pool: cannot start thread %d", i);
+        }
+    }
+    *out = p;
+    return SP_OK;
+free_pool:
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    free(p);
+    return sp_error_set(SP_ERR_NOMEM, "thread pool: no memory");
+}
+
+void sp_pool_free(struct sp_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, true);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++)
+        pthread_join(p->workers[i - 1].thread, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    free(p->workers);
+    free(p);
+}
+
+int sp_pool_size(const struct sp_pool *p) { return p->n; }
+
+void sp_pool_run(struct sp_pool *p, sp_pool_fn fn, void *arg)
+{
+    if (p->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers count */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
+    fn(arg, 0, p->n);
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < SP_POOL_SPIN)
+            SP_PAUSE();
+        else
+            sched_yield();
+    }
+}

@@ -1,0 +1,37 @@
+/* Persistent compute thread pool.
+ *
+ * sp_pool_run(pool, fn, arg) runs fn(arg, ith, nth) on every thread (the
+ * caller is thread 0) and returns when all have finished.  Between runs the
+ * workers spin briefly on an atomic generation counter (a forward pass issues
+ * hundreds of runs back to back) and then sleep on a condition variable, so
+ * an idle engine costs no CPU.
+ *
+ * Only one thread (the engine's owner) may call sp_pool_run at a time.
+ */
+#ifndef SP_CORE_POOL_H
+#define SP_CORE_POOL_H
+
+#include "spindle.h"
+
+struct sp_pool;
+
+typedef void (*sp_pool_fn)(void *arg, int ith, int nth);
+
+/* n_threads <= 0: one per online core. */
+sp_status sp_pool_init(struct sp_pool **out, int n_threads);
+void sp_pool_free(struct sp_pool *p);
+int sp_pool_size(const struct sp_pool *p);
+void sp_pool_run(struct sp_pool *p, sp_pool_fn fn, void *arg);
+
+/* Splits [0, n) into nth near-equal chunks aligned to `align`; chunk ith. */
+static inline void sp_pool_split(long n, long align, int ith, int nth, long *lo, long *hi)
+{
+    long blocks = (n + align - 1) / align;
+    long per = blocks / nth, extra = blocks % nth;
+    long b0 = ith * per + (ith < extra ? ith : extra);
+    long b1 = b0 + per + (ith < extra ? 1 : 0);
+    *lo = b0 * align < n ? b0 * align : n;
+    *hi = b1 * align < n ? b1 * align : n;
+}
+
+#endif

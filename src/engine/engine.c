@@ -1,0 +1,581 @@
+/* The engine: admission, the step (one batched forward for every running
+ * request), sampling, streaming text and finishing.  See engine.h. */
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/pool.h"
+#include "engine/stop.h"
+#include "kv/kv.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "quant/quant.h"
+#include "tokenizer/tokenizer.h"
+#include "engine/internal.h"
+
+double sp_engine_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+const char *sp_finish_name(enum sp_finish f)
+{
+    switch (f) {
+    case SP_FINISH_NONE: return "none";
+    case SP_FINISH_STOP: return "stop";
+    case SP_FINISH_LENGTH: return "length";
+    case SP_FINISH_CANCELLED: return "cancelled";
+    case SP_FINISH_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+void sp_gen_params_default(struct sp_gen_params *gp)
+{
+    memset(gp, 0, sizeof *gp);
+    sp_sampler_params_default(&gp->sampling);
+    gp->max_tokens = -1;
+    gp->n = 1;
+    gp->length_penalty = 1.0f;
+    gp->logprobs = -1;
+}
+
+sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *p)
+{
+    struct sp_engine *e;
+    sp_status st;
+    *out = NULL;
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return sp_error_set(SP_ERR_NOMEM, "engine: no memory");
+    if ((st = sp_model_init(&e->model, p->model_path)) != SP_OK)
+        goto free_engine;
+    if ((st = sp_vocab_init(&e->vocab, &e->model->gguf)) != SP_OK) {
+        sp_error_wrap(st, "%s", p->model_path);
+        goto free_model;
+    }
+    if (sp_vocab_size(e->vocab) != e->model->hp.n_vocab) {
+        st = sp_error_set(SP_ERR_FORMAT, "%s: vocabulary has %u tokens but token_embd.weight has %u rows",
+                          p->model_path, sp_vocab_size(e->vocab), e->model->hp.n_vocab);
+        goto free_vocab;
+    }
+    const struct sp_hparams *hp = &e->model->hp;
+    e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (int)(hp->n_ctx_train < 8192 ? hp->n_ctx_train : 8192);
+    if ((uint32_t)e->n_ctx > hp->n_ctx_train && p->n_ctx > 0 && (uint32_t)p->n_ctx > hp->n_ctx_train) {
+        st = sp_error_set(SP_ERR_ARG, "--ctx %d is larger than the model's training context %u", p->n_ctx,
+                          hp->n_ctx_train);
+        goto free_vocab;
+    }
+    if (e->n_ctx < 2 || e->n_ctx > (1 << 20)) {
+        st = sp_error_set(SP_ERR_ARG, "context %d out of range 2..1048576", e->n_ctx);
+        goto free_vocab;
+    }
+    e->n_parallel = p->n_parallel > 0 ? p->n_parallel : 1;
+    e->n_batch = p->n_batch > 0 ? p->n_batch : 512;
+    e->n_out_max = e->n_parallel * 4 > SP_BEAM_MAX ? e->n_parallel * 4 : SP_BEAM_MAX;
+    if (e->n_out_max > e->n_batch)
+        e->n_out_max = e->n_batch;
+    if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
+        goto free_vocab;
+    uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
+    uint64_t block_bytes = (uint64_t)SP_KV_BLOCK_TOKENS * kv_dim * 2 * 2 * hp->n_layer;
+    uint64_t n_blocks;
+    if (p->kv_mem_mib)
+        n_blocks = ((uint64_t)p->kv_mem_mib << 20) / block_bytes;
+    else
+        n_blocks = ((uint64_t)e->n_ctx * e->n_parallel + SP_KV_BLOCK_TOKENS - 1) / SP_KV_BLOCK_TOKENS +
+                   (uint64_t)e->n_parallel; /* one spare per request for copy-on-write */
+    if (n_blocks < 1 || n_blocks > UINT32_MAX / 2) {
+        st = sp_error_set(SP_ERR_ARG, "KV cache of %llu blocks is out of range", (unsigned long long)n_blocks);
+        goto free_pool;
+    }
+    if ((st = sp_kv_init(&e->kv, hp->n_layer, kv_dim, SP_KV_BLOCK_TOKENS, (uint32_t)n_blocks)) != SP_OK)
+        goto free_pool;
+    if ((st = sp_forward_scratch_init(&e->fs, e->model, e->n_batch, e->n_ctx, sp_pool_size(e->pool))) != SP_OK)
+        goto free_kv;
+    size_t B = (size_t)e->n_batch;
+    e->b_tokens = malloc(B * sizeof *e->b_tokens);
+    e->b_pos = malloc(B * sizeof *e->b_pos);
+    e->b_out_idx = malloc(B * sizeof *e->b_out_idx);
+    e->b_seqs = malloc(B * sizeof *e->b_seqs);
+    e->b_out_choice = malloc((size_t)e->n_out_max * sizeof *e->b_out_choice);
+    e->logits = malloc((size_t)e->n_out_max * hp->n_vocab * sizeof(float));
+    e->text = malloc(SP_TEXT_CAP);
+    e->text2 = malloc(SP_TEXT_CAP + SP_STOP_MAX_LEN);
+    if (!e->b_tokens || !e->b_pos || !e->b_out_idx || !e->b_seqs || !e->b_out_choice || !e->logits || !e->text ||
+        !e->text2) {
+        st = sp_error_set(SP_ERR_NOMEM, "engine: no memory for step buffers");
+        sp_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return SP_OK;
+
+free_kv:
+    sp_kv_free(&e->kv);
+free_pool:
+    sp_pool_free(e->pool);
+free_vocab:
+    sp_vocab_free(e->vocab);
+free_model:
+    sp_model_free(e->model);
+free_engine:
+    free(e);
+    return st;
+}
+
+static void sp_request_destroy(struct sp_request *r);
+
+void sp_engine_free(struct sp_engine *e)
+{
+    if (!e)
+        return;
+    while (e->active) {
+        struct sp_request *r = e->active;
+        e->active = r->next;
+        sp_request_destroy(r);
+    }
+    free(e->b_tokens); free(e->b_pos); free(e->b_out_idx); free(e->b_seqs); free(e->b_out_choice);
+    free(e->logits); free(e->text); free(e->text2);
+    sp_forward_scratch_free(&e->fs);
+    sp_kv_free(&e->kv);
+    sp_pool_free(e->pool);
+    sp_vocab_free(e->vocab);
+    sp_model_free(e->model);
+    free(e);
+}
+
+const struct sp_vocab *sp_engine_vocab(const struct sp_engine *e) { return e->vocab; }
+const struct sp_model *sp_engine_model(const struct sp_engine *e) { return e->model; }
+int sp_engine_n_ctx(const struct sp_engine *e) { return e->n_ctx; }
+int sp_engine_n_threads(const struct sp_engine *e) { return sp_pool_size(e->pool); }
+
+void sp_engine_stats(const struct sp_engine *e, struct sp_engine_stats *o)
+{
+    memset(o, 0, sizeof *o);
+    o->kv_blocks_total = e->kv.n_blocks;
+    o->kv_blocks_used = e->kv.n_blocks - sp_kv_available(&e->kv);
+    o->kv_blocks_cached = e->kv.n_cached_idle;
+    o->kv_block_tokens = e->kv.block_tokens;
+    o->kv_bytes = (uint64_t)e->kv.layer_stride * e->kv.n_layer * 2 * 2;
+    o->prefix_hits = e->kv.hits;
+    o->prefix_tokens_reused = e->kv.tokens_reused;
+    o->n_running = e->n_running;
+}
+
+void sp_engine_timing(const struct sp_engine *e, struct sp_engine_timing *out) { *out = e->timing; }
+
+/* ---- requests ---- */
+
+static void sp_request_destroy(struct sp_request *r)
+{
+    struct sp_engine *e = r->e;
+    for (int i = 0; i < r->n_choices; i++) {
+        struct sp_choice *c = &r->choices[i];
+        sp_kv_seq_release(&e->kv, &c->seq);
+        sp_sampler_free(c->sampler);
+        free(c->tokens);
+    }
+    e->committed_blocks -= r->budget_blocks;
+    if (r->width)
+        sp_beam_request_free(r);
+    free(r->choices);
+    free(r);
+}
+
+sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t n_prompt,
+                            const struct sp_gen_params *gp, sp_event_fn fn, void *user, struct sp_request **out)
+{
+    struct sp_request *r;
+    sp_status st;
+    int n = gp->n > 0 ? gp->n : 1;
+    int width = gp->beams > 1 ? gp->beams : 0;
+    if (out)
+        *out = NULL;
+    if (n_prompt == 0)
+        return sp_error_set(SP_ERR_ARG, "the prompt is empty");
+    if (n > SP_MAX_CHOICES)
+        return sp_error_set(SP_ERR_ARG, "n = %d is more than %d", n, SP_MAX_CHOICES);
+    if (width > SP_BEAM_MAX)
+        return sp_error_set(SP_ERR_ARG, "beams = %d is more than %d", width, SP_BEAM_MAX);
+    if (width && n > width)
+        return sp_error_set(SP_ERR_ARG, "n = %d is more than the beam width %d", n, width);
+    int n_seqs = width ? 2 * width : n; /* beams: the live set and the next set */
+    if (gp->logprobs > SP_SAMPLER_MAX_LOGPROBS)
+        return sp_error_set(SP_ERR_ARG, "logprobs = %d is more than %d", gp->logprobs, SP_SAMPLER_MAX_LOGPROBS);
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= e->model->hp.n_vocab)
+            return sp_error_set(SP_ERR_ARG, "prompt token %zu: id %d out of range 0..%u", i, prompt[i],
+                                e->model->hp.n_vocab - 1);
+    if (n_prompt + 1 > (size_t)e->n_ctx)
+        return sp_error_set(SP_ERR_CONTEXT, "the prompt has %zu tokens; the context holds %d (prompt + 1 generated)",
+                            n_prompt, e->n_ctx);
+    uint64_t total = n_prompt + (gp->max_tokens > 0 ? (uint64_t)gp->max_tokens : (uint64_t)e->n_ctx);
+    if (total > (uint64_t)e->n_ctx)
+        total = (uint64_t)e->n_ctx;
+    uint32_t per_choice = sp_kv_blocks_for(&e->kv, total);
+    uint32_t budget = per_choice * (uint32_t)n_seqs + (n_seqs > 1 ? (uint32_t)n_seqs : 0);
+    uint32_t min_budget = sp_kv_blocks_for(&e->kv, n_prompt + 1) + (uint32_t)n_seqs;
+    if (min_budget > e->kv.n_blocks)
+        return sp_error_set(SP_ERR_CONTEXT, "the prompt (%zu tokens, %d choices) can never fit the KV cache of %u tokens",
+                            n_prompt, n, e->kv.n_blocks * e->kv.block_tokens);
+    if (budget > e->kv.n_blocks)
+        budget = e->kv.n_blocks;
+    if (e->n_running >= (uint32_t)e->n_parallel || e->committed_blocks + budget > e->kv.n_blocks)
+        return sp_error_set(SP_ERR_FULL, "busy: %u requests running, %u of %u KV blocks committed", e->n_running,
+                            e->committed_blocks, e->kv.n_blocks);
+
+    r = calloc(1, sizeof *r);
+    if (!r)
+        return sp_error_set(SP_ERR_NOMEM, "request: no memory");
+    r->e = e;
+    r->gp = *gp;
+    r->gp.stop = NULL;
+    r->gp.n_stop = 0;
+    r->gp.n = n;
+    r->fn = fn;
+    r->user = user;
+    r->n_prompt = (uint32_t)n_prompt;
+    r->t_submit = sp_engine_now();
+    r->choices = calloc((size_t)n_seqs, sizeof *r->choices);
+    if (!r->choices) {
+        free(r);
+        return sp_error_set(SP_ERR_NOMEM, "request: no memory");
+    }
+    r->n_choices = n_seqs;
+    r->n_open = width ? 1 : n;
+    r->width = width;
+    r->budget_blocks = 0;
+    struct sp_sampler_params sp = gp->sampling;
+    sp.n_logprobs = gp->logprobs > 0 ? gp->logprobs : 0;
+    for (int i = 0; i < n_seqs; i++) {
+        struct sp_choice *c = &r->choices[i];
+        c->req = r;
+        c->idx = i;
+        sp.seed = gp->sampling.seed + (uint64_t)i;
+        if (!width && (st = sp_sampler_init(&c->sampler, &sp, e->model->hp.n_vocab)) != SP_OK)
+            goto fail;
+        if ((st = sp_stop_init(&c->stop, gp->stop, gp->n_stop)) != SP_OK)
+            goto fail;
+        sp_detok_init(&c->detok, e->vocab, false);
+        c->tokens = malloc((size_t)e->n_ctx * sizeof *c->tokens);
+        if (!c->tokens) {
+            st = sp_error_set(SP_ERR_NOMEM, "request: no memory");
+            goto fail;
+        }
+        memcpy(c->tokens, prompt, n_prompt * sizeof *prompt);
+        c->n_tokens = (uint32_t)n_prompt;
+    }
+    if (width && (st = sp_beam_request_init(r, prompt, (uint32_t)n_prompt)) != SP_OK)
+        goto fail;
+    /* reuse cached prompt blocks (never the last prompt token: its logits are needed) */
+    r->n_cached = sp_kv_prefix_attach(&e->kv, &r->choices[0].seq, prompt, (uint32_t)n_prompt - 1);
+    r->n_prefilled = r->n_cached;
+    r->budget_blocks = budget;
+    e->committed_blocks += budget;
+    e->n_running++;
+    struct sp_request **tail = &e->active;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = r;
+    if (out)
+        *out = r;
+    return SP_OK;
+
+fail:
+    sp_request_destroy(r);
+    return st;
+}
+
+void sp_request_cancel(struct sp_request *r) { r->cancelled = true; }
+
+/* ---- events ---- */
+
+void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t len,
+                           const struct sp_token_logprobs *lp, enum sp_finish finish)
+{
+    struct sp_request *r = c->req;
+    struct sp_token_event ev = {
+        .choice = c->idx, .id = id, .text = text, .len = len, .lp = lp, .finish = finish,
+        .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_generated = c->n_generated,
+        .logprob_sum = c->logprob_sum,
+    };
+    if (r->fn)
+        r->fn(r->user, &ev);
+}
+
+static void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_finish why)
+{
+    size_t n = 0;
+    if (c->done)
+        return;
+    if (why != SP_FINISH_CANCELLED && why != SP_FINISH_ERROR) {
+        int k = sp_detok_flush(&c->detok, e->text, SP_TEXT_CAP);
+        struct sp_stop_result sr;
+        if (k > 0 && sp_stop_feed(&c->stop, e->text, (size_t)k, e->text2, &sr) == SP_OK)
+            n = sr.n_emit;
+        n += sp_stop_flush(&c->stop, e->text2 + n);
+    }
+    c->done = true;
+    c->req->n_open--;
+    sp_kv_seq_release(&e->kv, &c->seq);
+    sp_choice_emit(c, -1, e->text2, n, NULL, why);
+}
+
+/* Ends every open choice of r with `why` (cancel, internal error). */
+static void sp_request_end(struct sp_engine *e, struct sp_request *r, enum sp_finish why)
+{
+    if (!r->width) {
+        for (int i = 0; i < r->n_choices; i++)
+            sp_choice_finish(e, &r->choices[i], why);
+        return;
+    }
+    if (r->n_open == 0)
+        return;
+    for (int i = 0; i < r->n_choices; i++) {
+        sp_kv_seq_release(&e->kv, &r->choices[i].seq);
+        r->choices[i].done = true;
+    }
+    for (int k = 0; k < r->gp.n; k++) {
+        r->choices[k].idx = k;
+        r->choices[k].n_generated = 0;
+        sp_choice_emit(&r->choices[k], -1, "", 0, NULL, why);
+    }
+    r->n_open = 0;
+}
+
+/* Samples from `logits` for choice c, appends, streams, checks the ends. */
+static void sp_choice_advance(struct sp_engine *e, struct sp_choice *c, const float *logits)
+{
+    struct sp_request *r = c->req;
+    struct sp_token_logprobs *lp = r->gp.logprobs >= 0 ? &e->lp : NULL;
+    if (r->gp.explain)
+        sp_sampler_explain(c->sampler, logits, c->tokens, c->n_tokens, r->gp.explain, NULL, NULL);
+    sp_token t = sp_sampler_sample(c->sampler, logits, c->tokens, c->n_tokens, lp);
+    if (t < 0) {
+        sp_choice_finish(e, c, SP_FINISH_ERROR);
+        return;
+    }
+    if (r->t_first == 0.0)
+        r->t_first = sp_engine_now();
+    bool eog = !r->gp.ignore_eos && sp_vocab_is_eog(e->vocab, t);
+    if (eog) {
+        sp_choice_finish(e, c, SP_FINISH_STOP);
+        return;
+    }
+    c->tokens[c->n_tokens++] = t;
+    c->n_generated++;
+    if (lp)
+        c->logprob_sum += lp->logprob;
+    int k = sp_detok_push(&c->detok, t, e->text, SP_TEXT_CAP);
+    struct sp_stop_result sr = {0, false};
+    if (k < 0)
+        k = 0;
+    sp_stop_feed(&c->stop, e->text, (size_t)k, e->text2, &sr);
+    sp_choice_emit(c, t, e->text2, sr.n_emit, lp, SP_FINISH_NONE);
+    if (sr.stopped)
+        sp_choice_finish(e, c, SP_FINISH_STOP);
+    else if ((r->gp.max_tokens > 0 && c->n_generated >= (uint32_t)r->gp.max_tokens) || c->n_tokens >= (uint32_t)e->n_ctx)
+        sp_choice_finish(e, c, SP_FINISH_LENGTH);
+}
+
+/* Prefill done for r: fork the other choices from choice 0's sequence. */
+static sp_status sp_request_fork(struct sp_engine *e, struct sp_request *r)
+{
+    if (r->width)
+        return SP_OK; /* beams fork as they are chosen */
+    for (int i = 1; i < r->n_choices; i++) {
+        sp_status st = sp_kv_seq_fork(&e->kv, &r->choices[i].seq, &r->choices[0].seq);
+        if (st != SP_OK)
+            return st;
+    }
+    return SP_OK;
+}
+
+/* ---- the step ---- */
+
+static bool sp_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_kv_seq *seq)
+{
+    if (sp_kv_seq_reserve(&e->kv, seq, (uint32_t)pos + 1) != SP_OK)
+        return false;
+    if ((uint32_t)pos + 1 > seq->n_pos)
+        seq->n_pos = (uint32_t)pos + 1;
+    e->b_tokens[*n] = tok;
+    e->b_pos[*n] = pos;
+    e->b_seqs[*n] = seq;
+    (*n)++;
+    return true;
+}
+
+static void sp_engine_reap(struct sp_engine *e)
+{
+    struct sp_request **pp = &e->active;
+    while (*pp) {
+        struct sp_request *r = *pp;
+        if (r->cancelled)
+            sp_request_end(e, r, SP_FINISH_CANCELLED);
+        if (r->n_open == 0) {
+            double now = sp_engine_now();
+            e->timing.t_first_token_s = r->t_first ? r->t_first - r->t_submit : 0.0;
+            e->timing.t_prefill_s = r->t_prefilled ? r->t_prefilled - r->t_submit : 0.0;
+            e->timing.t_decode_s = r->t_prefilled ? now - r->t_prefilled : 0.0;
+            e->timing.n_prefill = r->n_prompt - r->n_cached;
+            e->timing.n_decode = 0;
+            for (int i = 0; i < r->n_choices; i++)
+                e->timing.n_decode += r->choices[i].n_generated;
+            *pp = r->next;
+            e->n_running--;
+            sp_request_destroy(r);
+            continue;
+        }
+        pp = &r->next;
+    }
+}
+
+int sp_engine_step(struct sp_engine *e)
+{
+    int n = 0, n_out = 0;
+    sp_engine_reap(e);
+    /* 1. one token for every decoding choice */
+    for (struct sp_request *r = e->active; r; r = r->next) {
+        if (r->state != SP_REQ_DECODE)
+            continue;
+        if (r->width && (n_out + r->n_live > e->n_out_max || n + r->n_live > e->n_batch))
+            continue; /* a beam step needs every live beam's logits at once */
+        for (int i = 0; i < r->n_choices; i++) {
+            struct sp_choice *c = &r->choices[i];
+            if (c->done || n_out >= e->n_out_max || n >= e->n_batch)
+                continue;
+            if (!sp_batch_add(e, &n, c->tokens[c->n_tokens - 1], (int32_t)c->n_tokens - 1, &c->seq)) {
+                sp_choice_finish(e, c, SP_FINISH_LENGTH); /* KV exhausted: cannot grow */
+                continue;
+            }
+            e->b_out_idx[n_out] = n - 1;
+            e->b_out_choice[n_out++] = c;
+        }
+    }
+    /* 2. prompt chunks with the remaining token budget */
+    for (struct sp_request *r = e->active; r && n < e->n_batch; r = r->next) {
+        if (r->state != SP_REQ_PREFILL || r->cancelled)
+            continue;
+        struct sp_choice *c0 = &r->choices[0];
+        uint32_t take = r->n_prompt - r->n_prefilled;
+        if (take > (uint32_t)(e->n_batch - n))
+            take = (uint32_t)(e->n_batch - n);
+        bool last = r->n_prefilled + take == r->n_prompt;
+        if (last && n_out >= e->n_out_max) {
+            if (take <= 1)
+                continue;
+            take--, last = false;
+        }
+        uint32_t i;
+        for (i = 0; i < take; i++)
+            if (!sp_batch_add(e, &n, c0->tokens[r->n_prefilled + i], (int32_t)(r->n_prefilled + i), &c0->seq))
+                break;
+        r->n_prefilled += i;
+        if (last && i == take) {
+            e->b_out_idx[n_out] = n - 1;
+            e->b_out_choice[n_out++] = c0;
+        }
+    }
+    if (n == 0) {
+        sp_engine_reap(e);
+        return (int)e->n_running;
+    }
+    struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out};
+    if (sp_forward(e->model, &e->kv, &e->fs, e->pool, &fb, e->logits) != SP_OK) {
+        for (struct sp_request *r = e->active; r; r = r->next)
+            sp_request_end(e, r, SP_FINISH_ERROR);
+        sp_engine_reap(e);
+        return -1;
+    }
+    /* register newly completed blocks with the prefix cache */
+    for (struct sp_request *r = e->active; r; r = r->next)
+        for (int i = 0; i < r->n_choices; i++)
+            if (!r->choices[i].done)
+                sp_kv_prefix_commit(&e->kv, &r->choices[i].seq, r->choices[i].tokens);
+    for (int o = 0; o < n_out; o++) {
+        struct sp_choice *c = e->b_out_choice[o];
+        struct sp_request *r = c->req;
+        const float *lg = e->logits + (size_t)o * e->model->hp.n_vocab;
+        if (r->state == SP_REQ_PREFILL) {
+            r->state = SP_REQ_DECODE;
+            r->t_prefilled = sp_engine_now();
+            if (sp_request_fork(e, r) != SP_OK) {
+                sp_request_end(e, r, SP_FINISH_ERROR);
+                continue;
+            }
+            if (r->width) {
+                r->rows[0] = lg;
+                sp_beam_advance(e, r);
+                continue;
+            }
+            for (int i = 0; i < r->n_choices; i++)
+                sp_choice_advance(e, &r->choices[i], lg);
+        } else if (r->width) {
+            r->rows[c->idx - r->live] = lg;
+            if (c->idx - r->live == r->n_live - 1)
+                sp_beam_advance(e, r); /* the last live beam's row: all are in */
+        } else if (!c->done) {
+            sp_choice_advance(e, c, lg);
+        }
+    }
+    sp_engine_reap(e);
+    return (int)e->n_running;
+}
+
+sp_status sp_engine_logits_each(struct sp_engine *e, const sp_token *prompt, size_t n_prompt, size_t first,
+                                sp_logits_fn fn, void *user)
+{
+    struct sp_kv_seq seq = {0};
+    sp_status st = SP_OK;
+    const uint32_t n_vocab = e->model->hp.n_vocab;
+    if (n_prompt == 0 || n_prompt > (size_t)e->n_ctx)
+        return sp_error_set(SP_ERR_CONTEXT, "the prompt has %zu tokens; the context holds %d", n_prompt, e->n_ctx);
+    if (first >= n_prompt)
+        first = n_prompt - 1;
+    for (size_t done = 0; done < n_prompt;) {
+        int n = 0, n_out = 0;
+        /* positions >= first want logits: keep those chunks within the output rows */
+        size_t cap = done + (size_t)e->n_batch > first ? (size_t)e->n_out_max : (size_t)e->n_batch;
+        size_t take = n_prompt - done < cap ? n_prompt - done : cap;
+        if (done < first && done + take > first)
+            take = first - done;
+        for (size_t i = 0; i < take; i++) {
+            if (!sp_batch_add(e, &n, prompt[done + i], (int32_t)(done + i), &seq)) {
+                st = sp_error_set(SP_ERR_FULL, "the KV cache cannot hold %zu tokens", n_prompt);
+                goto release;
+            }
+            if (done + i >= first)
+                e->b_out_idx[n_out++] = n - 1;
+        }
+        struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out};
+        if ((st = sp_forward(e->model, &e->kv, &e->fs, e->pool, &fb, e->logits)) != SP_OK)
+            goto release;
+        for (int o = 0; o < n_out; o++)
+            fn(user, done + (size_t)e->b_out_idx[o], e->logits + (size_t)o * n_vocab);
+        done += take;
+    }
+release:
+    sp_kv_seq_release(&e->kv, &seq);
+    return st;
+}
+
+static void sp_engine_copy_logits(void *user, size_t pos, const float *logits)
+{
+    struct { float *out; uint32_t n; } *c = user;
+    (void)pos;
+    memcpy(c->out, logits, (size_t)c->n * sizeof(float));
+}
+
+sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n_prompt, float *out)
+{
+    struct { float *out; uint32_t n; } c = {out, e->model->hp.n_vocab};
+    return sp_engine_logits_each(e, prompt, n_prompt, n_prompt - 1, sp_engine_copy_logits, &c);
+}

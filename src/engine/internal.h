@@ -1,0 +1,100 @@
+/* Engine internals shared by engine.c and beam.c (not a public API). */
+#ifndef SP_ENGINE_INTERNAL_H
+#define SP_ENGINE_INTERNAL_H
+
+#include "core/pool.h"
+#include "engine/engine.h"
+#include "engine/stop.h"
+#include "kv/kv.h"
+#include "model/forward.h"
+#include "sampler/beam.h"
+#include "tokenizer/tokenizer.h"
+
+#define SP_KV_BLOCK_TOKENS 16
+#define SP_MAX_CHOICES 16
+#define SP_TEXT_CAP 65536
+
+enum sp_req_state { SP_REQ_PREFILL, SP_REQ_DECODE };
+
+/* One continuation of a request: a sample (n > 1) or a beam. */
+struct sp_choice {
+    struct sp_request *req;
+    int idx;
+    struct sp_kv_seq seq;
+    struct sp_sampler *sampler;
+    struct sp_detok detok;
+    struct sp_stop stop;
+    sp_token *tokens;       /* [n_ctx] prompt then generated */
+    uint32_t n_tokens;
+    uint32_t n_generated;
+    double logprob_sum;
+    float *lps;             /* beams: [n_ctx] logprob of each generated token */
+    bool done;
+};
+
+/* A finished beam hypothesis. */
+struct sp_beam_hyp {
+    sp_token *tokens;       /* [n_ctx] generated tokens */
+    float *lps;
+    uint32_t n;
+    double logprob, score;  /* raw and length-normalised */
+    enum sp_finish finish;
+};
+
+struct sp_request {
+    struct sp_engine *e;
+    struct sp_request *next;  /* active list, in admission order */
+    struct sp_gen_params gp;
+    sp_event_fn fn;
+    void *user;
+    uint32_t n_prompt, n_cached, n_prefilled;
+    uint32_t budget_blocks;   /* blocks committed at admission */
+    enum sp_req_state state;
+    bool cancelled;
+    int n_choices, n_open;
+    struct sp_choice *choices;
+    double t_submit, t_first, t_prefilled;
+    /* beam search (gp.beams > 1): choices[0..width) and [width..2*width) are
+     * the live set and the next set, alternating; hyps the finished ones. */
+    int width, live;        /* beam width; offset of the live set (0 or width) */
+    int n_live, n_hyps;
+    struct sp_beam_hyp *hyps;
+    struct sp_beam_pick *picks, *pick_scratch;
+    double *scores;
+    const float **rows;     /* [width] logits row of each live beam this step */
+};
+
+struct sp_engine {
+    struct sp_model *model;
+    struct sp_vocab *vocab;
+    struct sp_pool *pool;
+    struct sp_kv kv;
+    struct sp_forward_scratch fs;
+    int n_ctx, n_batch, n_parallel, n_out_max;
+    uint32_t committed_blocks;
+    struct sp_request *active;
+    uint32_t n_running;
+    /* per-step buffers, sized at init */
+    sp_token *b_tokens;
+    int32_t *b_pos, *b_out_idx;
+    const struct sp_kv_seq **b_seqs;
+    struct sp_choice **b_out_choice;  /* [n_out_max] whose logits each output row is */
+    float *logits;                    /* [n_out_max][n_vocab] */
+    char *text, *text2;               /* [SP_TEXT_CAP] event text */
+    struct sp_token_logprobs lp;
+    struct sp_engine_timing timing;
+};
+
+
+double sp_engine_now(void);
+void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t len,
+                    const struct sp_token_logprobs *lp, enum sp_finish finish);
+
+/* Beam search (beam.c). */
+sp_status sp_beam_request_init(struct sp_request *r, const sp_token *prompt, uint32_t n_prompt);
+void sp_beam_request_free(struct sp_request *r);
+/* Extends the live beams from their logits rows (r->rows); finishes the
+ * request when done. */
+void sp_beam_advance(struct sp_engine *e, struct sp_request *r);
+
+#endif

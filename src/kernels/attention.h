@@ -1,0 +1,28 @@
+#ifndef SP_KERNELS_ATTENTION_H
+#define SP_KERNELS_ATTENTION_H
+
+#include "core/pool.h"
+#include "kv/kv.h"
+
+struct sp_attn_args {
+    const struct sp_kv *kv;
+    uint32_t layer;
+    int n_tok;
+    const float *q;                    /* [n_tok][n_head * head_dim], roped */
+    size_t q_stride;
+    const struct sp_kv_seq *const *seqs; /* [n_tok] the sequence of each token */
+    const int32_t *pos;                /* [n_tok] position of each token */
+    int n_head, n_head_kv, head_dim;
+    float scale;                       /* applied to q·k */
+    int window;                        /* > 0: keys with pos - j < window only */
+    float *out;                        /* [n_tok][n_head * head_dim] */
+    size_t out_stride;
+    float *scratch;                    /* [n_threads][scratch_per_thread] */
+    size_t scratch_per_thread;         /* >= max_pos + head_dim / 2 + 16 floats */
+    int max_pos;                       /* largest pos + 1 in the batch (bound) */
+};
+
+/* K/V of every token must already be written to the cache. */
+void sp_attention(struct sp_pool *pool, const struct sp_attn_args *a);
+
+#endif

@@ -1,0 +1,49 @@
+/* Compute kernels of the forward pass.  All take row-major f32 activations
+ * ([n_tokens][width]) and reduce each output value in one fixed order that
+ * does not depend on the number of tokens or threads (batch invariance). */
+#ifndef SP_KERNELS_H
+#define SP_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/pool.h"
+
+/* A 2-D weight view: rows of ne0 elements of `type`, borrowed from the
+ * mapping (or a repacked copy owned by the model). */
+struct sp_tensor {
+    uint32_t type;
+    int64_t ne0, ne1;   /* row length, row count */
+    size_t row_bytes;
+    const void *data;
+};
+
+/* Bytes of one quantized activation row of n elements for weight `w`. */
+size_t sp_act_row_bytes(const struct sp_tensor *w);
+
+/* Quantizes x [n_tok][w->ne0] (row stride x_stride floats) to w's
+ * vec_dot_type into q (row stride sp_act_row_bytes(w)).  Threaded. */
+void sp_act_quantize(struct sp_pool *pool, const struct sp_tensor *w, const float *x, size_t x_stride,
+                     int n_tok, void *q);
+
+/* out[t][r] = dot(w row r, q row t): q from sp_act_quantize, out row stride
+ * out_stride floats.  Rows are split across threads; each value is one
+ * vec_dot, so results are batch- and thread-invariant. */
+void sp_matmul(struct sp_pool *pool, const struct sp_tensor *w, const void *q, int n_tok, float *out,
+               size_t out_stride);
+
+/* y = x / rms(x) * w over rows of n (w may be NULL: no scale).  In place ok. */
+void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
+
+/* Rotary embedding of one head vector of `dim` values (first n_rot rotate).
+ * neox: pairs (i, i + n_rot/2); else adjacent pairs (2i, 2i+1). */
+void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neox);
+
+/* y = silu(g) * u and y = gelu_tanh(g) * u, n values. */
+void sp_swiglu(const float *g, const float *u, float *y, int64_t n);
+void sp_geglu(const float *g, const float *u, float *y, int64_t n);
+
+/* Dequantizes row `row` of w into y[w->ne0]. */
+void sp_tensor_row(const struct sp_tensor *w, int64_t row, float *y);
+
+#endif

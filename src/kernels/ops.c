@@ -1,0 +1,84 @@
+/* Element-wise and per-row kernels: RMSNorm, RoPE, gated activations. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
+{
+    double ss = 0.0; /* double, as llama.cpp, so long rows keep precision */
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    if (w)
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * scale * w[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * scale;
+}
+
+void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neox)
+{
+    /* theta_i = pos * base^(-2i/n_rot), as llama.cpp's rope (ext_factor 0) */
+    float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float theta = (float)pos * freq_scale;
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cosf(theta), s = sinf(theta);
+        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+        theta *= theta_scale;
+    }
+}
+
+void sp_swiglu(const float *g, const float *u, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static float sp_gelu_tanh(float x)
+{
+    const float k = 0.79788456080286535588f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* GELU is evaluated as llama.cpp does on the CPU: on the input rounded to
+ * f16, through a table of f16 results, so our activations match its
+ * numerics (the rounding is ~5e-4 relative: larger than any summation-order
+ * effect).  Outside (-10, 10) GELU is 0 or x. */
+static _Float16 sp_gelu_table[1 << 16];
+static pthread_once_t sp_gelu_once = PTHREAD_ONCE_INIT;
+
+static void sp_gelu_table_init(void)
+{
+    for (uint32_t i = 0; i < (1u << 16); i++) {
+        uint16_t h = (uint16_t)i;
+        _Float16 x;
+        memcpy(&x, &h, sizeof x);
+        sp_gelu_table[i] = (_Float16)sp_gelu_tanh((float)x);
+    }
+}
+
+void sp_geglu(const float *g, const float *u, float *y, int64_t n)
+{
+    pthread_once(&sp_gelu_once, sp_gelu_table_init);
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        if (x <= -10.0f) {
+            y[i] = 0.0f;
+        } else if (x >= 10.0f) {
+            y[i] = x * u[i];
+        } else {
+            _Float16 xh = (_Float16)x;
+            uint16_t h;
+            memcpy(&h, &xh, sizeof h);
+            y[i] = (float)sp_gelu_table[h] * u[i];
+        }
+    }
+}

@@ -1,0 +1,264 @@
+#include "kv/kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/error.h"
+
+sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t block_tokens,
+                     uint32_t n_blocks)
+{
+    uint64_t elems, bytes;
+    memset(kv, 0, sizeof *kv);
+    if (!n_layer || !kv_dim || !block_tokens || !n_blocks)
+        return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
+    if (!sp_mul_u64((uint64_t)n_blocks * block_tokens, kv_dim, &elems) ||
+        !sp_mul_u64(elems, (uint64_t)n_layer * 2, &bytes) || bytes > ((uint64_t)1 << 40))
+        return sp_error_set(SP_ERR_NOMEM, "kv cache: size overflows");
+    kv->n_layer = n_layer;
+    kv->kv_dim = kv_dim;
+    kv->block_tokens = block_tokens;
+    kv->n_blocks = n_blocks;
+    kv->layer_stride = (size_t)elems;
+    uint32_t cap = 16;
+    while (cap < 2 * n_blocks)
+        cap <<= 1;
+    kv->table_mask = cap - 1;
+    kv->k = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    kv->v = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    kv->refs = calloc(n_blocks, sizeof *kv->refs);
+    kv->free_ids = malloc(n_blocks * sizeof *kv->free_ids);
+    kv->hash = calloc(n_blocks, sizeof *kv->hash);
+    kv->tokens = malloc((size_t)n_blocks * block_tokens * sizeof *kv->tokens);
+    kv->lru = calloc(n_blocks, sizeof *kv->lru);
+    kv->table = malloc((size_t)cap * sizeof *kv->table);
+    if (!kv->k || !kv->v || !kv->refs || !kv->free_ids || !kv->hash || !kv->tokens || !kv->lru || !kv->table) {
+        sp_kv_free(kv);
+        return sp_error_set(SP_ERR_NOMEM, "kv cache: cannot allocate %llu bytes",
+                            (unsigned long long)(2 * bytes));
+    }
+    memset(kv->table, 0xff, (size_t)cap * sizeof *kv->table);
+    for (uint32_t i = 0; i < n_blocks; i++)
+        kv->free_ids[i] = n_blocks - 1 - i;
+    kv->n_free = n_blocks;
+    return SP_OK;
+}
+
+void sp_kv_free(struct sp_kv *kv)
+{
+    free(kv->k);
+    free(kv->v);
+    free(kv->refs);
+    free(kv->free_ids);
+    free(kv->hash);
+    free(kv->tokens);
+    free(kv->lru);
+    free(kv->table);
+    memset(kv, 0, sizeof *kv);
+}
+
+uint32_t sp_kv_available(const struct sp_kv *kv) { return kv->n_free + kv->n_cached_idle; }
+
+/* ---- prefix-cache hash table (linear probing with backward-shift delete) ---- */
+
+static uint32_t sp_kv_slot(const struct sp_kv *kv, uint64_t h) { return (uint32_t)(h ^ (h >> 29)) & kv->table_mask; }
+
+static uint32_t sp_kv_table_find(const struct sp_kv *kv, uint64_t h, const sp_token *toks)
+{
+    for (uint32_t i = sp_kv_slot(kv, h);; i = (i + 1) & kv->table_mask) {
+        uint32_t b = kv->table[i];
+        if (b == SP_KV_NONE)
+            return SP_KV_NONE;
+        if (kv->hash[b] == h &&
+            !memcmp(kv->tokens + (size_t)b * kv->block_tokens, toks, kv->block_tokens * sizeof *toks))
+            return b;
+    }
+}
+
+static void sp_kv_table_remove(struct sp_kv *kv, uint32_t block)
+{
+    uint32_t i = sp_kv_slot(kv, kv->hash[block]);
+    while (kv->table[i] != block)
+        i = (i + 1) & kv->table_mask;
+    kv->table[i] = SP_KV_NONE;
+    for (uint32_t j = (i + 1) & kv->table_mask; kv->table[j] != SP_KV_NONE; j = (j + 1) & kv->table_mask) {
+        uint32_t b = kv->table[j], home = sp_kv_slot(kv, kv->hash[b]);
+        /* move b back if its home is not in (i, j] cyclically */
+        if (((j - home) & kv->table_mask) >= ((j - i) & kv->table_mask)) {
+            kv->table[i] = b;
+            kv->table[j] = SP_KV_NONE;
+            i = j;
+        }
+    }
+    kv->hash[block] = 0;
+}
+
+/* Takes a block for writing: a free one, else evicts the least recently used
+ * idle cached block.  SP_KV_NONE when none. */
+static uint32_t sp_kv_take(struct sp_kv *kv)
+{
+    uint32_t b = SP_KV_NONE;
+    if (kv->n_free) {
+        b = kv->free_ids[--kv->n_free];
+    } else if (kv->n_cached_idle) {
+        uint64_t best = UINT64_MAX;
+        for (uint32_t i = 0; i < kv->n_blocks; i++)
+            if (kv->refs[i] == 0 && kv->hash[i] && kv->lru[i] < best)
+                best = kv->lru[i], b = i;
+        if (b != SP_KV_NONE) {
+            sp_kv_table_remove(kv, b);
+            kv->n_cached_idle--;
+        }
+    }
+    if (b != SP_KV_NONE)
+        kv->refs[b] = 1;
+    return b;
+}
+
+static void sp_kv_unref(struct sp_kv *kv, uint32_t b)
+{
+    if (--kv->refs[b] > 0)
+        return;
+    if (kv->hash[b])
+        kv->n_cached_idle++; /* stays findable until evicted */
+    else
+        kv->free_ids[kv->n_free++] = b;
+}
+
+static void sp_kv_ref(struct sp_kv *kv, uint32_t b)
+{
+    if (kv->refs[b]++ == 0 && kv->hash[b])
+        kv->n_cached_idle--;
+    kv->lru[b] = ++kv->clock;
+}
+
+static sp_status sp_kv_seq_grow(struct sp_kv_seq *seq, uint32_t need)
+{
+    if (need <= seq->cap)
+        return SP_OK;
+    uint32_t cap = seq->cap ? seq->cap : 8;
+    while (cap < need)
+        cap *= 2;
+    uint32_t *nb = realloc(seq->blocks, cap * sizeof *nb);
+    if (!nb)
+        return sp_error_set(SP_ERR_NOMEM, "kv cache: block table");
+    seq->blocks = nb;
+    seq->cap = cap;
+    return SP_OK;
+}
+
+static void sp_kv_copy_block(struct sp_kv *kv, uint32_t dst, uint32_t src)
+{
+    size_t n = (size_t)kv->block_tokens * kv->kv_dim;
+    for (uint32_t l = 0; l < kv->n_layer; l++) {
+        memcpy(kv->k + l * kv->layer_stride + (size_t)dst * n, kv->k + l * kv->layer_stride + (size_t)src * n, n * 2);
+        memcpy(kv->v + l * kv->layer_stride + (size_t)dst * n, kv->v + l * kv->layer_stride + (size_t)src * n, n * 2);
+    }
+}
+
+sp_status sp_kv_seq_reserve(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_pos)
+{
+    uint32_t need = sp_kv_blocks_for(kv, n_pos);
+    uint32_t first_write = seq->n_pos / kv->block_tokens; /* block of the first new position */
+    bool cow = n_pos > seq->n_pos && first_write < seq->n_blocks && kv->refs[seq->blocks[first_write]] > 1;
+    uint32_t extra = (need > seq->n_blocks ? need - seq->n_blocks : 0) + (cow ? 1 : 0);
+    if (extra > sp_kv_available(kv))
+        return sp_error_set(SP_ERR_FULL, "kv cache: need %u more blocks, %u available", extra,
+                            sp_kv_available(kv));
+    sp_status st = sp_kv_seq_grow(seq, need);
+    if (st != SP_OK)
+        return st;
+    if (cow) {
+        uint32_t src = seq->blocks[first_write], dst = sp_kv_take(kv);
+        sp_kv_copy_block(kv, dst, src);
+        sp_kv_unref(kv, src);
+        seq->blocks[first_write] = dst;
+    }
+    while (seq->n_blocks < need)
+        seq->blocks[seq->n_blocks++] = sp_kv_take(kv);
+    return SP_OK;
+}
+
+void sp_kv_seq_release(struct sp_kv *kv, struct sp_kv_seq *seq)
+{
+    for (uint32_t i = 0; i < seq->n_blocks; i++)
+        sp_kv_unref(kv, seq->blocks[i]);
+    free(seq->blocks);
+    memset(seq, 0, sizeof *seq);
+}
+
+sp_status sp_kv_seq_fork(struct sp_kv *kv, struct sp_kv_seq *dst, const struct sp_kv_seq *src)
+{
+    memset(dst, 0, sizeof *dst);
+    sp_status st = sp_kv_seq_grow(dst, src->n_blocks);
+    if (st != SP_OK)
+        return st;
+    for (uint32_t i = 0; i < src->n_blocks; i++) {
+        dst->blocks[i] = src->blocks[i];
+        sp_kv_ref(kv, src->blocks[i]);
+    }
+    dst->n_blocks = src->n_blocks;
+    dst->n_pos = src->n_pos;
+    dst->hash = src->hash;
+    dst->n_hashed = src->n_hashed;
+    return SP_OK;
+}
+
+/* Chained block hash: FNV-1a over the previous hash and the block's tokens;
+ * never 0 (0 marks "not cached"). */
+static uint64_t sp_kv_chain(uint64_t prev, const sp_token *toks, uint32_t n)
+{
+    uint64_t h = prev ^ 0xcbf29ce484222325ull;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t t = (uint32_t)toks[i];
+        for (int k = 0; k < 4; k++)
+            h = (h ^ ((t >> (8 * k)) & 0xff)) * 0x100000001b3ull;
+    }
+    return h ? h : 1;
+}
+
+uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens, uint32_t max_tokens)
+{
+    uint32_t bt = kv->block_tokens, n = 0;
+    uint64_t h = 0;
+    while ((n + 1) * bt <= max_tokens) {
+        uint64_t nh = sp_kv_chain(h, tokens + (size_t)n * bt, bt);
+        uint32_t b = sp_kv_table_find(kv, nh, tokens + (size_t)n * bt);
+        if (b == SP_KV_NONE || sp_kv_seq_grow(seq, n + 1) != SP_OK)
+            break;
+        sp_kv_ref(kv, b);
+        seq->blocks[n++] = b;
+        h = nh;
+    }
+    seq->n_blocks = n;
+    seq->n_hashed = n;
+    seq->hash = h;
+    seq->n_pos = n * bt;
+    if (n) {
+        kv->hits++;
+        kv->tokens_reused += (uint64_t)n * bt;
+    }
+    return seq->n_pos;
+}
+
+void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens)
+{
+    uint32_t bt = kv->block_tokens;
+    while ((seq->n_hashed + 1) * bt <= seq->n_pos) {
+        uint32_t i = seq->n_hashed, b = seq->blocks[i];
+        const sp_token *bt_toks = tokens + (size_t)i * bt;
+        uint64_t h = sp_kv_chain(seq->hash, bt_toks, bt);
+        seq->hash = h;
+        seq->n_hashed++;
+        if (kv->hash[b] || sp_kv_table_find(kv, h, bt_toks) != SP_KV_NONE)
+            continue; /* already cached (shared block, or an equal block exists) */
+        kv->hash[b] = h;
+        memcpy(kv->tokens + (size_t)b * bt, bt_toks, bt * sizeof *bt_toks);
+        kv->lru[b] = ++kv->clock;
+        uint32_t s = sp_kv_slot(kv, h);
+        while (kv->table[s] != SP_KV_NONE)
+            s = (s + 1) & kv->table_mask;
+        kv->table[s] = b;
+    }
+}

@@ -1,0 +1,95 @@
+/* KV cache: one pool of fixed-size blocks shared by every sequence.
+ *
+ * A block holds `block_tokens` consecutive positions of K and V for every
+ * layer, as f16: k[layer][block][slot][kv_dim].  A sequence owns a block table
+ * (logical block i -> pool block).  Blocks are reference-counted: forks (n > 1,
+ * beam search) share blocks and copy a shared block only when writing into it;
+ * the prefix cache keeps full prompt blocks keyed by a hash of their tokens and
+ * of every token before them, and evicts idle ones least-recently-used.
+ *
+ * Running out of blocks is a normal condition: functions return SP_ERR_FULL.
+ * Owned by the engine's thread; not thread-safe.
+ */
+#ifndef SP_KV_H
+#define SP_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spindle.h"
+
+#define SP_KV_NONE UINT32_MAX
+
+struct sp_kv_seq {
+    uint32_t *blocks;    /* [cap] pool block ids */
+    uint32_t n_blocks, cap;
+    uint32_t n_pos;      /* positions written */
+    uint64_t hash;       /* prefix-cache hash through the last full block registered */
+    uint32_t n_hashed;   /* blocks registered with the prefix cache */
+};
+
+struct sp_kv {
+    uint32_t n_layer, kv_dim, block_tokens, n_blocks;
+    size_t layer_stride;   /* elements between layers: n_blocks * block_tokens * kv_dim */
+    uint16_t *k, *v;       /* f16 [n_layer][n_blocks][block_tokens][kv_dim] */
+    uint32_t *refs;        /* [n_blocks] sequences using the block */
+    uint32_t *free_ids;    /* stack of unreferenced, uncached blocks */
+    uint32_t n_free;
+    /* prefix cache */
+    uint64_t *hash;        /* [n_blocks] hash of a cached block (0: not cached) */
+    sp_token *tokens;      /* [n_blocks][block_tokens] to verify a hit */
+    uint64_t *lru;         /* [n_blocks] last use stamp */
+    uint64_t clock;
+    uint32_t *table;       /* open addressing: hash -> block id (SP_KV_NONE = empty) */
+    uint32_t table_mask;
+    uint32_t n_cached_idle; /* cached blocks with refs == 0 */
+    uint64_t hits, tokens_reused;
+};
+
+sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t block_tokens,
+                     uint32_t n_blocks);
+void sp_kv_free(struct sp_kv *kv);
+
+/* Blocks not held by any sequence (free or idle in the prefix cache). */
+uint32_t sp_kv_available(const struct sp_kv *kv);
+static inline uint32_t sp_kv_blocks_for(const struct sp_kv *kv, uint64_t n_pos)
+{
+    return (uint32_t)((n_pos + kv->block_tokens - 1) / kv->block_tokens);
+}
+
+/* Makes positions [seq->n_pos, n_pos) writable: allocates blocks and copies a
+ * shared partial block before it is written.  SP_ERR_FULL if short of blocks
+ * (nothing is changed then).  Does not advance seq->n_pos. */
+sp_status sp_kv_seq_reserve(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_pos);
+/* Drops the sequence's references; its blocks become free (or stay cached). */
+void sp_kv_seq_release(struct sp_kv *kv, struct sp_kv_seq *seq);
+/* dst (empty) shares all of src's blocks. */
+sp_status sp_kv_seq_fork(struct sp_kv *kv, struct sp_kv_seq *dst, const struct sp_kv_seq *src);
+
+/* Prefix cache: attaches to an empty `seq` the cached blocks matching the
+ * longest prefix of tokens[0, max_tokens) in whole blocks; returns the
+ * positions covered (seq->n_pos is set to it). */
+uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens,
+                             uint32_t max_tokens);
+/* Registers every full block of `seq` whose tokens (tokens[0, seq->n_pos))
+ * are now written and not yet registered. */
+void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens);
+
+/* Address of position `pos` of `seq` in layer `layer` (kv_dim f16 values). */
+static inline uint16_t *sp_kv_k_at(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
+                                   uint32_t pos)
+{
+    uint32_t b = seq->blocks[pos / kv->block_tokens];
+    return kv->k + layer * kv->layer_stride +
+           ((size_t)b * kv->block_tokens + pos % kv->block_tokens) * kv->kv_dim;
+}
+static inline uint16_t *sp_kv_v_at(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
+                                   uint32_t pos)
+{
+    uint32_t b = seq->blocks[pos / kv->block_tokens];
+    return kv->v + layer * kv->layer_stride +
+           ((size_t)b * kv->block_tokens + pos % kv->block_tokens) * kv->kv_dim;
+}
+
+#endif

@@ -1,0 +1,203 @@
+#include "model/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "quant/quant.h"
+
+static size_t sp_fwd_max_act(const struct sp_model *m)
+{
+    size_t mx = sp_act_row_bytes(&m->output);
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        const struct sp_layer *L = &m->layers[il];
+        const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            size_t b = sp_act_row_bytes(ts[i]);
+            mx = b > mx ? b : mx;
+        }
+    }
+    return (mx + 63) / 64 * 64;
+}
+
+sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,
+                                  int n_ctx, int n_threads)
+{
+    const struct sp_hparams *hp = &m->hp;
+    size_t B = (size_t)n_batch, E = hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim;
+    size_t KV = (size_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+    size_t W = E > Q ? E : Q;
+    memset(s, 0, sizeof *s);
+    s->n_batch = n_batch;
+    s->n_ctx = n_ctx;
+    s->act_stride = sp_fwd_max_act(m);
+    s->attn_per_thread = (size_t)n_ctx + hp->head_dim + 64;
+    s->x = malloc(B * E * sizeof(float));
+    s->h = malloc(B * W * sizeof(float));
+    s->q = malloc(B * Q * sizeof(float));
+    s->k = malloc(B * KV * sizeof(float));
+    s->v = malloc(B * KV * sizeof(float));
+    s->att = malloc(B * Q * sizeof(float));
+    s->g = malloc(B * F * sizeof(float));
+    s->u = malloc(B * F * sizeof(float));
+    s->tmp = malloc(B * W * sizeof(float));
+    s->act = aligned_alloc(64, B * s->act_stride);
+    s->attn = malloc((size_t)n_threads * s->attn_per_thread * sizeof(float));
+    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->tmp || !s->act || !s->attn) {
+        sp_forward_scratch_free(s);
+        return sp_error_set(SP_ERR_NOMEM, "forward: no memory for a %d-token batch", n_batch);
+    }
+    return SP_OK;
+}
+
+void sp_forward_scratch_free(struct sp_forward_scratch *s)
+{
+    free(s->x); free(s->h); free(s->q); free(s->k); free(s->v); free(s->att);
+    free(s->g); free(s->u); free(s->tmp); free(s->act); free(s->attn);
+    memset(s, 0, sizeof *s);
+}
+
+size_t sp_forward_scratch_bytes(const struct sp_forward_scratch *s)
+{
+    (void)s;
+    return 0; /* counted by the engine from its parameters */
+}
+
+/* Quantizes x for w unless the buffer already holds x for w's activation type. */
+struct sp_act_cache {
+    const float *src;
+    uint32_t type;
+};
+
+static void sp_fwd_mm(struct sp_forward_scratch *s, struct sp_pool *pool, struct sp_act_cache *c,
+                      const struct sp_tensor *w, const float *x, size_t x_stride, int n, float *out,
+                      size_t out_stride)
+{
+    uint32_t at = sp_type_get(w->type)->vec_dot_type;
+    if (c->src != x || c->type != at) {
+        sp_act_quantize(pool, w, x, x_stride, n, s->act);
+        c->src = x;
+        c->type = at;
+    }
+    sp_matmul(pool, w, s->act, n, out, out_stride);
+}
+
+/* f32 -> f16 rows into the cache */
+static void sp_fwd_store_kv(struct sp_kv *kv, const struct sp_forward_batch *b, uint32_t layer, const float *k,
+                            const float *v)
+{
+    uint32_t D = kv->kv_dim;
+    for (int t = 0; t < b->n_tok; t++) {
+        uint16_t *kd = sp_kv_k_at(kv, b->seqs[t], layer, (uint32_t)b->pos[t]);
+        uint16_t *vd = sp_kv_v_at(kv, b->seqs[t], layer, (uint32_t)b->pos[t]);
+        _Float16 *kh = (_Float16 *)kd, *vh = (_Float16 *)vd;
+        for (uint32_t i = 0; i < D; i++) {
+            kh[i] = (_Float16)k[(size_t)t * D + i];
+            vh[i] = (_Float16)v[(size_t)t * D + i];
+        }
+    }
+}
+
+sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forward_scratch *s,
+                     struct sp_pool *pool, const struct sp_forward_batch *b, float *logits)
+{
+    const struct sp_hparams *hp = &m->hp;
+    const struct sp_arch *ar = m->arch;
+    const int T = b->n_tok, E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head;
+    const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D, F = (int)hp->n_ff;
+    struct sp_act_cache cache = {0};
+    int max_pos = 0;
+
+    if (T <= 0 || T > s->n_batch || b->n_out > T)
+        return sp_error_set(SP_ERR_INTERNAL, "forward: batch of %d tokens (%d outputs), limit %d", T, b->n_out,
+                            s->n_batch);
+    for (int t = 0; t < T; t++) {
+        if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= hp->n_vocab)
+            return sp_error_set(SP_ERR_ARG, "forward: token id %d out of range 0..%u", b->tokens[t], hp->n_vocab - 1);
+        if (b->pos[t] < 0 || b->pos[t] >= s->n_ctx)
+            return sp_error_set(SP_ERR_CONTEXT, "forward: position %d outside the context of %d", b->pos[t], s->n_ctx);
+        max_pos = b->pos[t] + 1 > max_pos ? b->pos[t] + 1 : max_pos;
+    }
+
+    /* x [T][E]: embeddings */
+    float escale = ar->embed_scale ? sqrtf((float)E) : 1.0f;
+    for (int t = 0; t < T; t++) {
+        float *x = s->x + (size_t)t * E;
+        sp_tensor_row(&m->tok_embd, b->tokens[t], x);
+        if (ar->embed_scale)
+            for (int i = 0; i < E; i++)
+                x[i] *= escale;
+    }
+
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const struct sp_layer *L = &m->layers[il];
+        /* attention block */
+        for (int t = 0; t < T; t++)
+            sp_rmsnorm(s->x + (size_t)t * E, L->attn_norm.data, s->h + (size_t)t * E, E, hp->eps);
+        cache.src = NULL;
+        sp_fwd_mm(s, pool, &cache, &L->wq, s->h, E, T, s->q, Q);
+        sp_fwd_mm(s, pool, &cache, &L->wk, s->h, E, T, s->k, KVW);
+        sp_fwd_mm(s, pool, &cache, &L->wv, s->h, E, T, s->v, KVW);
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < H; h++) {
+                float *qh = s->q + (size_t)t * Q + (size_t)h * D;
+                if (ar->qk_norm)
+                    sp_rmsnorm(qh, L->q_norm.data, qh, D, hp->eps);
+                sp_rope(qh, (int)hp->n_rot, b->pos[t], L->rope_base, hp->rope_freq_scale, ar->rope_neox);
+            }
+            for (int h = 0; h < HKV; h++) {
+                float *kh = s->k + (size_t)t * KVW + (size_t)h * D;
+                if (ar->qk_norm)
+                    sp_rmsnorm(kh, L->k_norm.data, kh, D, hp->eps);
+                sp_rope(kh, (int)hp->n_rot, b->pos[t], L->rope_base, hp->rope_freq_scale, ar->rope_neox);
+            }
+        }
+        sp_fwd_store_kv(kv, b, il, s->k, s->v);
+        struct sp_attn_args aa = {
+            .kv = kv, .layer = il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = b->seqs, .pos = b->pos,
+            .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = hp->attn_scale,
+            .window = L->swa ? (int)hp->n_swa : 0, .out = s->att, .out_stride = (size_t)Q,
+            .scratch = s->attn, .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos,
+        };
+        sp_attention(pool, &aa);
+        sp_fwd_mm(s, pool, &cache, &L->wo, s->att, Q, T, s->tmp, E);
+        for (int t = 0; t < T; t++) {
+            float *o = s->tmp + (size_t)t * E, *x = s->x + (size_t)t * E;
+            if (ar->post_norms)
+                sp_rmsnorm(o, L->post_attn_norm.data, o, E, hp->eps);
+            for (int i = 0; i < E; i++)
+                x[i] += o[i];
+        }
+        /* feed-forward block */
+        for (int t = 0; t < T; t++)
+            sp_rmsnorm(s->x + (size_t)t * E, L->ffn_norm.data, s->h + (size_t)t * E, E, hp->eps);
+        cache.src = NULL;
+        sp_fwd_mm(s, pool, &cache, &L->w_gate, s->h, E, T, s->g, F);
+        sp_fwd_mm(s, pool, &cache, &L->w_up, s->h, E, T, s->u, F);
+        for (int t = 0; t < T; t++) {
+            float *g = s->g + (size_t)t * F, *u = s->u + (size_t)t * F;
+            if (ar->ffn_act == SP_FFN_GELU)
+                sp_geglu(g, u, g, F);
+            else
+                sp_swiglu(g, u, g, F);
+        }
+        sp_fwd_mm(s, pool, &cache, &L->w_down, s->g, F, T, s->tmp, E);
+        for (int t = 0; t < T; t++) {
+            float *o = s->tmp + (size_t)t * E, *x = s->x + (size_t)t * E;
+            if (ar->post_norms)
+                sp_rmsnorm(o, L->post_ffn_norm.data, o, E, hp->eps);
+            for (int i = 0; i < E; i++)
+                x[i] += o[i];
+        }
+    }
+
+    /* output head over the tokens that want logits */
+    for (int i = 0; i < b->n_out; i++)
+        sp_rmsnorm(s->x + (size_t)b->out_idx[i] * E, m->out_norm.data, s->h + (size_t)i * E, E, hp->eps);
+    cache.src = NULL;
+    if (b->n_out > 0)
+        sp_fwd_mm(s, pool, &cache, &m->output, s->h, E, b->n_out, logits, hp->n_vocab);
+    return SP_OK;
+}

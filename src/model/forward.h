@@ -1,0 +1,44 @@
+/* The forward pass: one function for every architecture in the table.
+ *
+ * Input is a batch of tokens, each with its KV sequence and position; the
+ * same call serves a prompt's prefill, a decode step of many streams, or a
+ * mix.  Nothing here allocates: scratch is sized at init for the largest
+ * batch and context.
+ */
+#ifndef SP_MODEL_FORWARD_H
+#define SP_MODEL_FORWARD_H
+
+#include "core/pool.h"
+#include "kv/kv.h"
+#include "model/model.h"
+
+struct sp_forward_batch {
+    int n_tok;
+    const sp_token *tokens;              /* [n_tok] */
+    const int32_t *pos;                  /* [n_tok] */
+    const struct sp_kv_seq *const *seqs; /* [n_tok]; blocks reserved through pos */
+    const int32_t *out_idx;              /* [n_out] tokens whose logits are wanted */
+    int n_out;
+};
+
+struct sp_forward_scratch {
+    int n_batch, n_ctx;
+    float *x, *h, *q, *k, *v, *att, *g, *u, *tmp; /* [n_batch][width] */
+    void *act;                                   /* quantized activations */
+    size_t act_stride;
+    float *attn;                                 /* attention scratch per thread */
+    size_t attn_per_thread;
+};
+
+sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,
+                                  int n_ctx, int n_threads);
+void sp_forward_scratch_free(struct sp_forward_scratch *s);
+/* Bytes of scratch memory (for the memory report). */
+size_t sp_forward_scratch_bytes(const struct sp_forward_scratch *s);
+
+/* Runs the batch; writes logits [n_out][n_vocab].  Writes each token's K/V
+ * into its sequence's blocks at its position. */
+sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forward_scratch *s,
+                     struct sp_pool *pool, const struct sp_forward_batch *b, float *logits);
+
+#endif

@@ -1,0 +1,69 @@
+/* A loaded model: architecture, hyper-parameters and weight views.
+ *
+ * The file is mapped once; weights are borrowed views into the mapping.
+ * Loading validates everything the forward pass relies on: required keys,
+ * every tensor's presence, type and shape, and the consistency of the
+ * hyper-parameters with the tensors.  Errors name the key or tensor, what was
+ * expected and what was found.
+ */
+#ifndef SP_MODEL_H
+#define SP_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/mmap.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+
+enum sp_ffn_act { SP_FFN_SILU, SP_FFN_GELU };
+
+/* What distinguishes one family's forward pass; one entry per
+ * general.architecture (src/model/arch.c). */
+struct sp_arch {
+    const char *name;          /* general.architecture */
+    enum sp_ffn_act ffn_act;
+    bool rope_neox;            /* rotate halves (NEOX) instead of adjacent pairs */
+    bool qk_norm;              /* RMSNorm on each q/k head: attn_q_norm, attn_k_norm */
+    bool post_norms;           /* post_attention_norm, post_ffw_norm */
+    bool embed_scale;          /* embeddings × sqrt(n_embd) */
+    uint32_t swa_pattern;      /* > 0: every swa_pattern-th layer is global, the rest local */
+    float swa_rope_base;       /* rope base of local layers */
+    const char *chat_format;   /* built-in chat format when the file has no template */
+};
+
+const struct sp_arch *sp_arch_find(struct sp_gguf_str name);
+
+struct sp_hparams {
+    uint32_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
+    uint32_t n_head, n_head_kv, head_dim, n_rot;
+    uint32_t n_swa;            /* sliding window; 0 = none */
+    float rope_base, rope_freq_scale, eps, attn_scale;
+};
+
+struct sp_layer {
+    struct sp_tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, post_attn_norm;
+    struct sp_tensor ffn_norm, w_gate, w_up, w_down, post_ffn_norm;
+    bool swa;                  /* local (sliding-window) layer */
+    float rope_base;
+};
+
+struct sp_model {
+    const struct sp_arch *arch;
+    struct sp_hparams hp;
+    struct sp_mapping map;
+    struct sp_gguf gguf;
+    struct sp_tensor tok_embd, out_norm, output;
+    struct sp_layer *layers;   /* [n_layer] */
+    uint64_t weights_bytes;    /* bytes of weight data read per token */
+    uint64_t file_bytes;
+};
+
+sp_status sp_model_init(struct sp_model **out, const char *path);
+void sp_model_free(struct sp_model *m);
+
+/* Opens the file for its vocabulary only (no architecture checks): for
+ * `tokenize` on vocabulary-only files. */
+sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const char *path);
+
+#endif

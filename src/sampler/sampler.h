@@ -1,0 +1,145 @@
+/* The sampler: turns one row of logits into one token.
+ *
+ * One sampler per sequence.  It owns scratch buffers sized for n_vocab at
+ * init, so sampling a token allocates nothing.  It is not thread-safe: the
+ * scheduler thread owns it.
+ *
+ * The chain, in this fixed order (a stage that is "off" is skipped):
+ *   1. logit bias      logit[id] += bias; a bias of -INFINITY bans the token.
+ *   2. penalties       over the last repeat_last_n tokens of the history:
+ *                      repeat (llama.cpp: logit > 0 ? logit / r : logit * r),
+ *                      then presence and frequency (OpenAI:
+ *                      logit -= count * frequency + (count > 0) * presence).
+ *   -- logprobs are taken here: log-softmax of the biased, penalised logits at
+ *      temperature 1.  This is OpenAI's meaning of `logprobs`: the model's
+ *      distribution (after the request's bias/penalties) before any sampling
+ *      filter or temperature.
+ *   3. top-k           keep the k highest logits.
+ *   4. temperature     divide logits by T (never reorders: T > 0).
+ *   5. softmax         over the surviving candidates.
+ *   6. top-p           keep the smallest prefix (highest first) whose
+ *                      probability mass reaches p (at least one token).
+ *   7. min-p           keep tokens with p >= min_p * p_max.
+ *   8. typical-p       locally typical sampling (Meister et al.): rank by
+ *                      |-log p - H|, keep the smallest set reaching mass p.
+ *   9. renormalise     the survivors' probabilities sum to 1 (the draw scales its
+ *                      uniform by their total rather than dividing each).
+ *  10. pick            temperature <= 0: greedy argmax of the logits after
+ *                      stage 2 (filters and temperature are skipped; ties go
+ *                      to the lowest id).  Otherwise one seeded draw.
+ *
+ * Candidates are ordered by (logit descending, id ascending), a total order,
+ * so every result is deterministic: the same seed and inputs give the same
+ * tokens on every platform and thread count (up to libm's expf/logf, which
+ * could in principle differ in the last bit between C libraries).
+ *
+ * Cost per token: O(n_vocab) for loading, bias and the window of penalties;
+ * top-k is a partial selection plus a sort of k entries; without top-k, top-p
+ * sorts only the prefix it needs (grown geometrically).  Typical-p sorts the
+ * whole surviving set, so combine it with top-k on large vocabularies.
+ *
+ * Non-finite logits from the model: NaN is treated as -INFINITY (never
+ * chosen), +INFINITY as FLT_MAX.  History tokens outside [0, n_vocab) are
+ * ignored by the penalties. */
+#ifndef SP_SAMPLER_SAMPLER_H
+#define SP_SAMPLER_SAMPLER_H
+
+#include <stdio.h>
+
+#include "spindle.h"
+#include "sampler/rng.h"
+
+#define SP_SAMPLER_MAX_LOGPROBS 20
+
+struct sp_logit_bias {
+    sp_token id;
+    float bias;   /* finite or -INFINITY (ban); +INFINITY and NaN are rejected */
+};
+
+struct sp_sampler_params {
+    float temperature;      /* <= 0: greedy */
+    int32_t top_k;          /* <= 0: off */
+    float top_p;            /* >= 1: off; <= 0 keeps only the top token */
+    float min_p;            /* <= 0: off */
+    float typical_p;        /* >= 1: off */
+    float repeat_penalty;   /* 1: off; must be > 0 */
+    int32_t repeat_last_n;  /* penalty window: 0 = penalties off, -1 = whole history */
+    float presence_penalty; /* 0: off */
+    float frequency_penalty;/* 0: off */
+    uint64_t seed;
+    /* Copied at init; ids must lie in [0, n_vocab).  Repeated ids add up. */
+    const struct sp_logit_bias *logit_bias;
+    size_t n_logit_bias;
+    int32_t n_logprobs;     /* top alternatives to report, 0..20 */
+};
+
+/* Log-probabilities of one sampled token (see the chain above for their
+ * meaning).  top[] holds the n_top most likely tokens, most likely first
+ * (ties by lowest id); banned (-inf) tokens are never listed. */
+struct sp_token_logprobs {
+    float logprob;          /* of the sampled token */
+    int n_top;
+    struct {
+        sp_token id;
+        float logprob;
+    } top[SP_SAMPLER_MAX_LOGPROBS];
+};
+
+/* One surviving candidate, as returned by sp_sampler_candidates(). */
+struct sp_candidate {
+    sp_token id;
+    float logit;  /* after bias and penalties, before temperature */
+    float p;      /* probability after the whole chain (sums to 1) */
+    float aux;    /* scratch used by typical-p; meaningless to callers */
+};
+
+struct sp_sampler;
+
+/* llama.cpp's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
+ * repeat penalty off (1.0, window 64), no presence/frequency penalty,
+ * typical-p off, seed 0, no bias, no logprobs. */
+void sp_sampler_params_default(struct sp_sampler_params *p);
+
+/* Validates p (SP_ERR_ARG naming the field), copies it (logit_bias included:
+ * the caller's array may be freed afterwards) and allocates buffers for
+ * n_vocab candidates (SP_ERR_NOMEM).  *out is NULL on failure. */
+sp_status sp_sampler_init(struct sp_sampler **out, const struct sp_sampler_params *p,
+                          uint32_t n_vocab);
+void sp_sampler_free(struct sp_sampler *s);
+
+/* Restart the random sequence (e.g. for the i-th of n completions). */
+void sp_sampler_set_seed(struct sp_sampler *s, uint64_t seed);
+
+/* Sample one token.  logits: n_vocab floats, read only.  history: the tokens
+ * so far (prompt + generated), for the penalties; may be NULL when
+ * n_history == 0.  lp: optional; filled with n_logprobs alternatives.
+ * Returns the token, or -1 (with an SP_ERR_ARG message) when no token is
+ * possible: every logit is NaN/-inf or banned, or history is NULL with
+ * n_history > 0.  Allocates nothing. */
+sp_token sp_sampler_sample(struct sp_sampler *s, const float *logits, const sp_token *history,
+                           size_t n_history, struct sp_token_logprobs *lp);
+
+/* Run the chain up to and including renormalisation, without drawing.
+ * *out points into the sampler's scratch (valid until the next call on s),
+ * *n_out candidates sorted by probability (ties: lowest id first).  With
+ * temperature <= 0 it is the single greedy token with p = 1.  For tests and
+ * tools; does not touch the random state. */
+sp_status sp_sampler_candidates(struct sp_sampler *s, const float *logits, const sp_token *history,
+                                size_t n_history, const struct sp_candidate **out, size_t *n_out);
+
+/* Optional token-to-text callback for sp_sampler_explain (may return NULL). */
+typedef const char *(*sp_sampler_token_text_fn)(void *ctx, sp_token id);
+
+/* For `spindle run --explain`: print to `out` a table of the most likely
+ * tokens (the top 8 of the raw logits and of the biased/penalised logits)
+ * with their probability after each active stage ("-" once filtered out),
+ * the count of survivors per stage, and the token sp_sampler_sample() would
+ * pick next.  Does not advance the random state: a following
+ * sp_sampler_sample() with the same inputs returns the token shown.
+ * token_text may be NULL.  Not for the hot path (it scans the vocabulary once
+ * per shown token and stage). */
+sp_status sp_sampler_explain(struct sp_sampler *s, const float *logits, const sp_token *history,
+                             size_t n_history, FILE *out, sp_sampler_token_text_fn token_text,
+                             void *ctx);
+
+#endif

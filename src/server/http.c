@@ -1,0 +1,618 @@
+/* HTTP front end on libmicrohttpd: routes, auth, bodies, and the blocking
+ * wait between a connection and its job.
+ *
+ * Threading mode: MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION.
+ * Each connection has its own thread, so a handler may block until its job
+ * has text: it poll()s the job's eventfd together with the client socket,
+ * which also tells it at once when the client hangs up (POLLRDHUP), so a
+ * disconnect cancels the sequence even while no token is being produced.
+ * Suspend/resume would save threads, but would need a second wake-up path
+ * for disconnects; with --parallel in the tens, a thread per connection is
+ * simpler and cheap enough, and MHD_OPTION_CONNECTION_LIMIT bounds it.
+ *
+ * Limits: request headers must fit MHD_OPTION_CONNECTION_MEMORY_LIMIT (431
+ * or 413 from MHD otherwise), bodies are capped at cfg->max_body (413), and
+ * the connection timeout drops clients that stall while sending a request
+ * or while not reading a stream; it is switched off while this side waits
+ * for the engine, which the request's own deadline bounds instead.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+#define SP_HTTP_IDLE_TIMEOUT_S 60u
+#define SP_HTTP_MEMORY_LIMIT (256u * 1024u)
+#define SP_HTTP_MAX_CONNECTIONS 512u
+
+enum sp_route {
+    SP_ROUTE_NOT_FOUND = 0,
+    SP_ROUTE_BAD_METHOD,
+    SP_ROUTE_HEALTH,
+    SP_ROUTE_MODELS,
+    SP_ROUTE_METRICS,
+    SP_ROUTE_COMPLETIONS,
+    SP_ROUTE_CHAT,
+    SP_ROUTE_TOKENIZE,
+    SP_ROUTE_DETOKENIZE,
+};
+
+struct sp_http {
+    struct MHD_Daemon *daemon;
+    struct sp_server_config cfg;
+    struct sp_sched *sched;
+    struct sp_metrics *metrics;
+    char *model_id;
+    int port;
+
+    pthread_mutex_t mu; /* guards draining and n_active */
+    pthread_cond_t cv;
+    bool draining;
+    int n_active;       /* generation requests accepted and not yet completed */
+};
+
+/* Per-request state, MHD's *con_cls. */
+struct sp_conn {
+    struct sp_http *h;
+    struct MHD_Connection *con;
+    enum sp_route route;
+    char *body;
+    size_t n_body, cap_body;
+    bool too_big;
+    int status;          /* the HTTP status answered, for the metrics */
+    bool active;         /* counted in h->n_active */
+    struct sp_job *job;
+    struct sp_resp resp;
+    bool resp_init;
+    struct sp_job_buf buf;
+    char *out;           /* stream bytes not yet handed to MHD */
+    size_t out_len, out_cap, out_pos;
+    bool stream_done;
+};
+
+static enum sp_route sp_route_of(const char *url, const char *method)
+{
+    static const struct {
+        const char *path, *method;
+        enum sp_route route;
+    } routes[] = {
+        {"/health", "GET", SP_ROUTE_HEALTH},
+        {"/v1/health", "GET", SP_ROUTE_HEALTH},
+        {"/v1/models", "GET", SP_ROUTE_MODELS},
+        {"/metrics", "GET", SP_ROUTE_METRICS},
+        {"/v1/completions", "POST", SP_ROUTE_COMPLETIONS},
+        {"/v1/chat/completions", "POST", SP_ROUTE_CHAT},
+        {"/tokenize", "POST", SP_ROUTE_TOKENIZE},
+        {"/detokenize", "POST", SP_ROUTE_DETOKENIZE},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].path))
+            return strcmp(method, routes[i].method) ? SP_ROUTE_BAD_METHOD : routes[i].route;
+    return SP_ROUTE_NOT_FOUND;
+}
+
+/* Queues `body` (malloc'd, taken) with the given status. */
+static enum MHD_Result sp_respond(struct sp_conn *c, int status, const char *content_type,
+                                  char *body, const char *hdr, const char *hdr_value)
+{
+    if (!body) {
+        status = 500;
+        content_type = "application/json";
+        body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                      "\"param\":null,\"code\":null}}");
+        if (!body)
+            return MHD_NO;
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (hdr)
+        MHD_add_response_header(r, hdr, hdr_value);
+    c->status = status;
+    enum MHD_Result ret = MHD_queue_response(c->con, (unsigned int)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result sp_respond_error(struct sp_conn *c, const struct sp_api_error *err)
+{
+    const char *hdr = NULL, *val = NULL;
+    if (err->http_status == 429) {
+        hdr = "Retry-After";
+        val = "1";
+    } else if (err->http_status == 401) {
+        hdr = "WWW-Authenticate";
+        val = "Bearer";
+    }
+    return sp_respond(c, err->http_status, "application/json", sp_api_error_body(err), hdr, val);
+}
+
+static enum MHD_Result sp_fail(struct sp_conn *c, int status, const char *type, const char *code,
+                               const char *msg)
+{
+    struct sp_api_error err;
+    sp_api_fail(&err, status, type, code, NULL, "%s", msg);
+    return sp_respond_error(c, &err);
+}
+
+/* ---- waiting for the scheduler ---- */
+
+static int sp_conn_fd(struct sp_conn *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c->con, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* Blocks until the job signals (true) or the client hangs up (false).  A
+ * one-second poll timeout is only a safety net: state is re-read after any
+ * return. */
+static bool sp_conn_wait(struct sp_conn *c)
+{
+    struct pollfd p[2] = {
+        {.fd = c->job->efd, .events = POLLIN},
+        {.fd = sp_conn_fd(c), .events = POLLRDHUP},
+    };
+    nfds_t n = p[1].fd >= 0 ? 2 : 1;
+    MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    for (;;) {
+        int r = poll(p, n, 1000);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return true;
+        if (n == 2 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+            return false;
+        if (n == 2 && (p[1].revents & POLLIN))
+            n = 1; /* the client sent more (pipelining): stop watching for now */
+        if (p[0].revents & POLLIN) {
+            uint64_t v;
+            if (read(c->job->efd, &v, sizeof v) < 0 && errno != EAGAIN)
+                return true;
+            return true;
+        }
+    }
+}
+
+static enum sp_job_state sp_job_state_of(struct sp_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    enum sp_job_state st = j->state;
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
+/* ---- streaming ---- */
+
+static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct sp_conn *c = cls;
+    (void)pos;
+    for (;;) {
+        if (c->out_pos < c->out_len) {
+            size_t n = c->out_len - c->out_pos;
+            if (n > max)
+                n = max;
+            memcpy(buf, c->out + c->out_pos, n);
+            c->out_pos += n;
+            if (c->out_pos == c->out_len)
+                c->out_pos = c->out_len = 0;
+            /* From 0 to non-zero restarts MHD's inactivity timer. */
+            MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT,
+                                      SP_HTTP_IDLE_TIMEOUT_S);
+            return (ssize_t)n;
+        }
+        if (c->stream_done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        bool timed_out = false;
+        enum sp_job_state st = sp_job_take(c->job, &c->buf, &timed_out);
+        c->resp.timed_out = timed_out;
+        if (sp_resp_stream_events(&c->resp, &c->buf, &c->out, &c->out_len, &c->out_cap) != SP_OK)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (st == SP_JOB_DONE || st == SP_JOB_FAILED) {
+            if (sp_resp_stream_end(&c->resp, &c->out, &c->out_len, &c->out_cap) != SP_OK)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            c->stream_done = true;
+            continue;
+        }
+        if (c->out_len)
+            continue;
+        if (!sp_conn_wait(c)) {
+            sp_sched_cancel(c->h->sched, c->job);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+/* ---- generation ---- */
+
+static enum MHD_Result sp_fail_admission(struct sp_conn *c)
+{
+    struct sp_api_error err;
+    pthread_mutex_lock(&c->job->mu);
+    sp_status st = c->job->fail_status;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", c->job->fail_msg);
+    pthread_mutex_unlock(&c->job->mu);
+    if (st == SP_ERR_CONTEXT)
+        sp_api_fail(&err, 400, "invalid_request_error", "context_length_exceeded",
+                    c->route == SP_ROUTE_CHAT ? "messages" : "prompt", "%s", msg);
+    else if (st == SP_ERR_ARG)
+        sp_api_fail(&err, 400, "invalid_request_error", "invalid_value", NULL, "%s", msg);
+    else if (st == SP_ERR_FULL)
+        sp_api_fail(&err, 503, "server_error", "kv_cache_full", NULL,
+                    "The KV cache is full; retry later (%s)", msg);
+    else
+        sp_api_fail(&err, 500, "server_error", NULL, NULL, "%s", msg);
+    return sp_respond_error(c, &err);
+}
+
+static enum MHD_Result sp_handle_generate(struct sp_conn *c)
+{
+    struct sp_http *h = c->h;
+    struct sp_api_limits lim;
+    struct sp_api_request api;
+    struct sp_api_error err;
+    sp_api_limits_default(&lim);
+    lim.model_id = h->model_id;
+    lim.n_ctx = sp_sched_n_ctx(h->sched);
+    lim.max_n = h->cfg.max_n;
+    lim.max_timeout_s = h->cfg.timeout_s;
+    lim.model = sp_sched_model(h->sched);
+    enum sp_api_kind kind = c->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETIONS;
+    if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_vocab(h->sched), &lim,
+                             &err) != SP_OK)
+        return sp_respond_error(c, &err);
+    if (!api.seed_set && getrandom(&api.gp.sampling.seed, sizeof api.gp.sampling.seed,
+                                   GRND_NONBLOCK) < 0)
+        api.gp.sampling.seed = (uint64_t)sp_now();
+    double timeout = api.timeout_s > 0 ? api.timeout_s : h->cfg.timeout_s;
+    struct sp_job *j = sp_job_new(&api, timeout);
+    if (!j) {
+        sp_api_request_free(&api);
+        return sp_fail(c, 500, "server_error", NULL, "out of memory");
+    }
+    c->job = j;
+    if (sp_resp_init(&c->resp, &j->api, sp_sched_vocab(h->sched), h->model_id) != SP_OK)
+        return sp_fail(c, 500, "server_error", NULL, "out of memory");
+    c->resp_init = true;
+
+    pthread_mutex_lock(&h->mu);
+    bool draining = h->draining;
+    if (!draining) {
+        h->n_active++;
+        c->active = true;
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (draining)
+        return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
+    if (sp_sched_submit(h->sched, j) != SP_OK)
+        return sp_fail(c, 429, "requests", "rate_limit_exceeded",
+                       "Too many requests are waiting; retry later.");
+
+    /* Wait for admission, so that a refusal is still a plain 4xx. */
+    enum sp_job_state st;
+    while ((st = sp_job_state_of(j)) == SP_JOB_QUEUED) {
+        if (!sp_conn_wait(c)) {
+            sp_sched_cancel(h->sched, j);
+            return MHD_NO;
+        }
+    }
+    if (st == SP_JOB_FAILED)
+        return sp_fail_admission(c);
+
+    if (j->api.stream) {
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sp_stream_reader, c,
+                                              NULL);
+        if (!r)
+            return MHD_NO;
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        c->status = 200;
+        enum MHD_Result ret = MHD_queue_response(c->con, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    for (;;) {
+        bool timed_out = false;
+        st = sp_job_take(j, &c->buf, &timed_out);
+        c->resp.timed_out = timed_out;
+        if (sp_resp_collect(&c->resp, &c->buf) != SP_OK)
+            return sp_fail(c, 500, "server_error", NULL, "out of memory");
+        if (st == SP_JOB_DONE || st == SP_JOB_FAILED)
+            break;
+        if (!sp_conn_wait(c)) {
+            sp_sched_cancel(h->sched, j);
+            return MHD_NO;
+        }
+    }
+    MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S);
+    return sp_respond(c, 200, "application/json", sp_resp_body(&c->resp), NULL, NULL);
+}
+
+/* ---- other routes ---- */
+
+static enum MHD_Result sp_handle_models(struct sp_conn *c)
+{
+    json_t *m = json_object();
+    json_object_set_new(m, "id", json_string(c->h->model_id));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(0));
+    json_object_set_new(m, "owned_by", json_string("spindle"));
+    json_object_set_new(m, "context_length", json_integer(sp_sched_n_ctx(c->h->sched)));
+    json_t *data = json_array();
+    json_array_append_new(data, m);
+    json_t *o = json_object();
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", data);
+    return sp_respond(c, 200, "application/json", sp_json_dump_free(o), NULL, NULL);
+}
+
+static bool sp_auth_ok(struct sp_conn *c)
+{
+    const char *key = c->h->cfg.api_key;
+    if (!key || !key[0])
+        return true;
+    const char *v = MHD_lookup_connection_value(c->con, MHD_HEADER_KIND,
+                                                MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!v || strncmp(v, "Bearer ", 7))
+        return false;
+    v += 7;
+    size_t n = strlen(key), m = strlen(v);
+    /* Compare every byte so the time does not depend on where they differ. */
+    unsigned char diff = (unsigned char)(n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(key[i] ^ (i < m ? v[i] : 0));
+    return diff == 0;
+}
+
+static enum MHD_Result sp_dispatch(struct sp_conn *c)
+{
+    struct sp_http *h = c->h;
+    struct sp_api_error err;
+    if (c->route == SP_ROUTE_NOT_FOUND)
+        return sp_fail(c, 404, "invalid_request_error", "not_found", "Unknown route.");
+    if (c->route == SP_ROUTE_BAD_METHOD)
+        return sp_fail(c, 405, "invalid_request_error", "method_not_allowed",
+                       "Method not allowed on this route.");
+    if (c->route != SP_ROUTE_HEALTH && !sp_auth_ok(c))
+        return sp_fail(c, 401, "invalid_request_error", "invalid_api_key",
+                       "Incorrect or missing API key (send 'Authorization: Bearer KEY').");
+    if (c->too_big) {
+        sp_api_fail(&err, 413, "invalid_request_error", "request_too_large", NULL,
+                    "The request body is larger than %zu bytes.", h->cfg.max_body);
+        return sp_respond_error(c, &err);
+    }
+    pthread_mutex_lock(&h->mu);
+    bool draining = h->draining;
+    pthread_mutex_unlock(&h->mu);
+    bool ready = sp_sched_ready(h->sched);
+    switch (c->route) {
+    case SP_ROUTE_HEALTH:
+        if (draining)
+            return sp_respond(c, 503, "application/json",
+                              strdup("{\"status\":\"shutting down\"}"), NULL, NULL);
+        if (!ready)
+            return sp_respond(c, 503, "application/json", strdup("{\"status\":\"loading\"}"),
+                              NULL, NULL);
+        return sp_respond(c, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL, NULL);
+    case SP_ROUTE_METRICS:
+        return sp_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8",
+                          sp_metrics_render(h->metrics), NULL, NULL);
+    default:
+        break;
+    }
+    if (draining)
+        return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
+    if (!ready)
+        return sp_fail(c, 503, "server_error", "loading", "The model is still loading.");
+    switch (c->route) {
+    case SP_ROUTE_MODELS:
+        return sp_handle_models(c);
+    case SP_ROUTE_TOKENIZE: {
+        char *body = sp_api_tokenize(c->body, c->n_body, sp_sched_vocab(h->sched), &err);
+        return body ? sp_respond(c, 200, "application/json", body, NULL, NULL)
+                    : sp_respond_error(c, &err);
+    }
+    case SP_ROUTE_DETOKENIZE: {
+        char *body = sp_api_detokenize(c->body, c->n_body, sp_sched_vocab(h->sched), &err);
+        return body ? sp_respond(c, 200, "application/json", body, NULL, NULL)
+                    : sp_respond_error(c, &err);
+    }
+    default:
+        return sp_handle_generate(c);
+    }
+}
+
+static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const char *url,
+                                 const char *method, const char *version,
+                                 const char *upload_data, size_t *upload_data_size,
+                                 void **con_cls)
+{
+    struct sp_http *h = cls;
+    struct sp_conn *c = *con_cls;
+    (void)version;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return MHD_NO;
+        c->h = h;
+        c->con = con;
+        c->route = sp_route_of(url, method);
+        *con_cls = c;
+        const char *cl = MHD_lookup_connection_value(con, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > h->cfg.max_body) {
+            /* Refuse before reading it; MHD closes the connection after. */
+            c->too_big = true;
+            return sp_dispatch(c);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (c->too_big)
+            return MHD_YES;
+        if (n > h->cfg.max_body - c->n_body) {
+            c->too_big = true;
+            free(c->body);
+            c->body = NULL;
+            c->n_body = c->cap_body = 0;
+            return MHD_YES;
+        }
+        if (c->n_body + n + 1 > c->cap_body) {
+            size_t cap = c->cap_body ? c->cap_body : 4096;
+            while (cap < c->n_body + n + 1)
+                cap *= 2;
+            char *b = realloc(c->body, cap);
+            if (!b)
+                return MHD_NO;
+            c->body = b;
+            c->cap_body = cap;
+        }
+        memcpy(c->body + c->n_body, upload_data, n);
+        c->n_body += n;
+        c->body[c->n_body] = '\0';
+        return MHD_YES;
+    }
+    if (c->status)
+        return MHD_YES; /* already answered (413 before the body) */
+    return sp_dispatch(c);
+}
+
+static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct sp_http *h = cls;
+    struct sp_conn *c = *con_cls;
+    (void)con;
+    if (!c)
+        return;
+    *con_cls = NULL;
+    if (c->job) {
+        enum sp_job_state st = sp_job_state_of(c->job);
+        if (st != SP_JOB_DONE && st != SP_JOB_FAILED)
+            sp_sched_cancel(h->sched, c->job);
+    }
+    if (c->status)
+        sp_metrics_count_status(h->metrics,
+                                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->status != 200
+                                    ? c->status
+                                    : 499 /* client went away mid-response */);
+    if (c->resp_init)
+        sp_resp_free(&c->resp);
+    sp_job_unref(c->job);
+    sp_job_buf_free(&c->buf);
+    free(c->out);
+    free(c->body);
+    if (c->active) {
+        pthread_mutex_lock(&h->mu);
+        h->n_active--;
+        pthread_cond_broadcast(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+    }
+    free(c);
+}
+
+sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg,
+                        struct sp_sched *sched, struct sp_metrics *m, const char *model_id)
+{
+    struct sp_http *h = calloc(1, sizeof *h);
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    *out = NULL;
+    if (!h)
+        return sp_error_set(SP_ERR_NOMEM, "http: out of memory");
+    h->cfg = *cfg;
+    h->sched = sched;
+    h->metrics = m;
+    h->model_id = strdup(model_id);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    if (!h->model_id) {
+        sp_http_stop(h);
+        return sp_error_set(SP_ERR_NOMEM, "http: out of memory");
+    }
+    const char *host = cfg->host ? cfg->host : "127.0.0.1";
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                         MHD_USE_POLL;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)cfg->port);
+    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)cfg->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        sp_http_stop(h);
+        return sp_error_set(SP_ERR_ARG, "--host '%s' is not a numeric IPv4 or IPv6 address",
+                            host);
+    }
+    h->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, sp_access, h, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SP_HTTP_MEMORY_LIMIT,
+        MHD_OPTION_CONNECTION_LIMIT, SP_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+        SP_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, sp_completed, h, MHD_OPTION_END);
+    if (!h->daemon) {
+        int e = errno;
+        sp_http_stop(h);
+        return sp_error_set(SP_ERR_IO, "cannot listen on %s:%d: %s", host, cfg->port,
+                            e ? strerror(e) : "libmicrohttpd failed to start");
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : cfg->port;
+    *out = h;
+    return SP_OK;
+}
+
+int sp_http_port(const struct sp_http *h)
+{
+    return h->port;
+}
+
+void sp_http_drain(struct sp_http *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->draining = true;
+    pthread_mutex_unlock(&h->mu);
+}
+
+void sp_http_wait_idle(struct sp_http *h)
+{
+    pthread_mutex_lock(&h->mu);
+    while (h->n_active > 0)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+}
+
+void sp_http_stop(struct sp_http *h)
+{
+    if (!h)
+        return;
+    if (h->daemon)
+        MHD_stop_daemon(h->daemon);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h->model_id);
+    free(h);
+}

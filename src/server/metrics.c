@@ -1,0 +1,198 @@
+/* Prometheus metrics (text exposition format 0.0.4).  All updates take one
+ * short mutex: the scheduler's callback calls the observe functions once per
+ * token, which is cheap next to a forward pass. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+/* Time to first token: queueing + prefill, so up to a minute. */
+static const double sp_ttft_bounds[SP_METRICS_BUCKETS] = {
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 30, 60};
+/* Per-token latency: one decode step of the whole batch. */
+static const double sp_itl_bounds[SP_METRICS_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5};
+
+void sp_metrics_init(struct sp_metrics *m)
+{
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    m->ttft.bounds = sp_ttft_bounds;
+    m->itl.bounds = sp_itl_bounds;
+}
+
+void sp_metrics_free(struct sp_metrics *m)
+{
+    pthread_mutex_destroy(&m->mu);
+}
+
+void sp_metrics_count_status(struct sp_metrics *m, int http_status)
+{
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < SP_METRICS_MAX_STATUS; i++) {
+        if (m->status_code[i] == http_status || m->status_code[i] == 0) {
+            m->status_code[i] = http_status;
+            m->status_count[i]++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void sp_metrics_count_tokens(struct sp_metrics *m, uint64_t prompt, uint64_t cached,
+                             uint64_t generated)
+{
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += prompt;
+    m->cached_tokens += cached;
+    m->generated_tokens += generated;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void sp_histogram_observe(struct sp_histogram *h, double v)
+{
+    int b = 0;
+    while (b < SP_METRICS_BUCKETS && v > h->bounds[b])
+        b++;
+    h->counts[b]++;
+    h->sum += v;
+    h->n++;
+}
+
+void sp_metrics_observe_ttft(struct sp_metrics *m, double seconds)
+{
+    pthread_mutex_lock(&m->mu);
+    sp_histogram_observe(&m->ttft, seconds);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void sp_metrics_observe_itl(struct sp_metrics *m, double seconds)
+{
+    pthread_mutex_lock(&m->mu);
+    sp_histogram_observe(&m->itl, seconds);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void sp_metrics_set_load(struct sp_metrics *m, const struct sp_engine_stats *st,
+                         uint64_t running, uint64_t queued)
+{
+    pthread_mutex_lock(&m->mu);
+    if (st)
+        m->engine = *st;
+    m->running = running;
+    m->queued = queued;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* A growable text buffer; on allocation failure it stops growing and the
+ * render returns NULL. */
+struct sp_text {
+    char *s;
+    size_t len, cap;
+    bool failed;
+};
+
+static void sp_text_printf(struct sp_text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void sp_text_printf(struct sp_text *t, const char *fmt, ...)
+{
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = true;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap * 2 + (size_t)n + 256;
+        char *s = realloc(t->s, cap);
+        if (!s) {
+            t->failed = true;
+            return;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+}
+
+static void sp_render_histogram(struct sp_text *t, const char *name, const char *help,
+                                const struct sp_histogram *h)
+{
+    sp_text_printf(t, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int b = 0; b < SP_METRICS_BUCKETS; b++) {
+        cum += h->counts[b];
+        sp_text_printf(t, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[b],
+                       (unsigned long long)cum);
+    }
+    cum += h->counts[SP_METRICS_BUCKETS];
+    sp_text_printf(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    sp_text_printf(t, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name,
+                   (unsigned long long)h->n);
+}
+
+static void sp_render_scalar(struct sp_text *t, const char *name, const char *type,
+                             const char *help, unsigned long long v)
+{
+    sp_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
+}
+
+char *sp_metrics_render(struct sp_metrics *m)
+{
+    struct sp_text t = {.s = malloc(4096), .cap = 4096};
+    if (!t.s)
+        return NULL;
+    t.s[0] = '\0';
+    pthread_mutex_lock(&m->mu);
+    sp_text_printf(&t, "# HELP spindle_requests_total HTTP requests answered, by status.\n"
+                       "# TYPE spindle_requests_total counter\n");
+    for (int i = 0; i < SP_METRICS_MAX_STATUS && m->status_code[i]; i++)
+        sp_text_printf(&t, "spindle_requests_total{status=\"%d\"} %llu\n", m->status_code[i],
+                       (unsigned long long)m->status_count[i]);
+    sp_render_scalar(&t, "spindle_prompt_tokens_total", "counter",
+                     "Prompt tokens of finished requests.", m->prompt_tokens);
+    sp_render_scalar(&t, "spindle_prompt_tokens_cached_total", "counter",
+                     "Prompt tokens served from the prefix cache.", m->cached_tokens);
+    sp_render_scalar(&t, "spindle_generated_tokens_total", "counter", "Tokens generated.",
+                     m->generated_tokens);
+    sp_render_histogram(&t, "spindle_time_to_first_token_seconds",
+                        "From request submission to its first generated token.", &m->ttft);
+    sp_render_histogram(&t, "spindle_time_per_output_token_seconds",
+                        "Gap between consecutive tokens of one request.", &m->itl);
+    sp_render_scalar(&t, "spindle_requests_running", "gauge", "Requests admitted to the engine.",
+                     m->running);
+    sp_render_scalar(&t, "spindle_requests_queued", "gauge", "Requests waiting for admission.",
+                     m->queued);
+    const struct sp_engine_stats *e = &m->engine;
+    uint32_t free_blocks = e->kv_blocks_total >= e->kv_blocks_used
+                               ? e->kv_blocks_total - e->kv_blocks_used
+                               : 0;
+    sp_render_scalar(&t, "spindle_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
+                     e->kv_blocks_total);
+    sp_render_scalar(&t, "spindle_kv_blocks_used", "gauge",
+                     "KV cache blocks held by running requests.", e->kv_blocks_used);
+    sp_render_scalar(&t, "spindle_kv_blocks_free", "gauge",
+                     "KV cache blocks not held by running requests (idle cached ones "
+                     "included).", free_blocks);
+    sp_render_scalar(&t, "spindle_kv_blocks_cached", "gauge",
+                     "Idle KV cache blocks kept for prefix reuse.", e->kv_blocks_cached);
+    sp_render_scalar(&t, "spindle_prefix_cache_hits_total", "counter",
+                     "Requests that reused cached prefix blocks.", e->prefix_hits);
+    sp_render_scalar(&t, "spindle_prefix_cache_tokens_reused_total", "counter",
+                     "Prompt tokens reused from the prefix cache.", e->prefix_tokens_reused);
+    pthread_mutex_unlock(&m->mu);
+    if (t.failed) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s;
+}

@@ -1,0 +1,443 @@
+/* The scheduler thread: the only thread that touches the engine.
+ *
+ * Loop: admit queued jobs in FIFO order while the engine accepts them
+ * (SP_ERR_FULL leaves the head queued until a step frees blocks), forward
+ * cancellations and expired deadlines with sp_request_cancel(), run one
+ * sp_engine_step(), publish stats.  It sleeps on a condition variable only
+ * when nothing is queued or running.  Token events are copied into the
+ * job's buffer under the job's mutex, and the HTTP thread is woken through
+ * the job's eventfd. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "server/server.h"
+
+struct sp_sched {
+    struct sp_engine_params ep;
+    struct sp_metrics *metrics;
+    int max_queue;
+    int n_parallel;
+    pthread_t thread;
+    bool thread_started;
+
+    pthread_mutex_t mu;       /* guards the queue, quit, and the load state */
+    pthread_cond_t cv;
+    struct sp_job *q_head, *q_tail;
+    size_t n_queued;
+    atomic_size_t n_jobs;     /* submitted and not yet released by the scheduler */
+    bool quit;
+    atomic_bool ready;
+    atomic_bool failed;
+    char fail_msg[512];
+
+    /* set before `ready` is published; immutable afterwards */
+    struct sp_engine *engine;
+    const struct sp_vocab *vocab;
+    const struct sp_model *model;
+    int n_ctx;
+
+    /* scheduler thread only */
+    struct sp_job *run_head;
+    size_t n_running;
+};
+
+double sp_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- jobs ---- */
+
+struct sp_job *sp_job_new(struct sp_api_request *api, double timeout_s)
+{
+    struct sp_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (j->efd < 0) {
+        free(j);
+        return NULL;
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    j->api = *api;
+    memset(api, 0, sizeof *api);
+    j->t_submit = sp_now();
+    j->deadline = timeout_s > 0 ? j->t_submit + timeout_s : 0;
+    atomic_init(&j->cancel, false);
+    atomic_init(&j->refs, 1);
+    return j;
+}
+
+void sp_job_buf_free(struct sp_job_buf *b)
+{
+    free(b->ev);
+    free(b->text);
+    memset(b, 0, sizeof *b);
+}
+
+void sp_job_unref(struct sp_job *j)
+{
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1)
+        return;
+    close(j->efd);
+    pthread_mutex_destroy(&j->mu);
+    sp_job_buf_free(&j->buf);
+    sp_api_request_free(&j->api);
+    free(j);
+}
+
+static void sp_job_signal(struct sp_job *j)
+{
+    uint64_t one = 1;
+    /* EAGAIN only when the counter would overflow: already signalled. */
+    if (write(j->efd, &one, sizeof one) < 0 && errno != EAGAIN)
+        perror("spindle serve: eventfd");
+}
+
+enum sp_job_state sp_job_take(struct sp_job *j, struct sp_job_buf *mine, bool *timed_out)
+{
+    mine->n_ev = 0;
+    mine->n_text = 0;
+    pthread_mutex_lock(&j->mu);
+    *timed_out = j->timed_out;
+    struct sp_job_buf t = j->buf;
+    j->buf = *mine;
+    *mine = t;
+    enum sp_job_state st = j->state;
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
+/* Ends a job that never reached the engine (or failed admission). */
+static void sp_job_finish_unrun(struct sp_job *j, enum sp_job_state state, sp_status st,
+                                const char *msg, bool timed_out)
+{
+    pthread_mutex_lock(&j->mu);
+    j->state = state;
+    j->fail_status = st;
+    snprintf(j->fail_msg, sizeof j->fail_msg, "%s", msg ? msg : "");
+    j->timed_out = timed_out;
+    pthread_mutex_unlock(&j->mu);
+    sp_job_signal(j);
+}
+
+static bool sp_buf_reserve(struct sp_job_buf *b, size_t text_len)
+{
+    if (b->n_ev == b->cap_ev) {
+        size_t cap = b->cap_ev ? b->cap_ev * 2 : 16;
+        struct sp_job_event *ev = realloc(b->ev, cap * sizeof *ev);
+        if (!ev)
+            return false;
+        b->ev = ev;
+        b->cap_ev = cap;
+    }
+    if (b->n_text + text_len + 1 > b->cap_text) {
+        size_t cap = b->cap_text ? b->cap_text : 256;
+        while (cap < b->n_text + text_len + 1)
+            cap *= 2;
+        char *t = realloc(b->text, cap);
+        if (!t)
+            return false;
+        b->text = t;
+        b->cap_text = cap;
+    }
+    return true;
+}
+
+static void sp_run_remove(struct sp_sched *s, struct sp_job *j)
+{
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        s->run_head = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    j->next = j->prev = NULL;
+    s->n_running--;
+}
+
+/* The engine's callback (scheduler thread, inside sp_engine_step). */
+static void sp_on_event(void *user, const struct sp_token_event *ev)
+{
+    struct sp_job *j = user;
+    struct sp_sched *s = NULL;
+    double now = sp_now();
+    int n_choices = j->api.gp.n > 0 ? j->api.gp.n : 1;
+    bool done = false;
+
+    pthread_mutex_lock(&j->mu);
+    struct sp_job_buf *b = &j->buf;
+    if (sp_buf_reserve(b, ev->len)) {
+        struct sp_job_event *e = &b->ev[b->n_ev++];
+        e->choice = ev->choice;
+        e->id = ev->id;
+        e->text_off = (uint32_t)b->n_text;
+        e->text_len = (uint32_t)ev->len;
+        e->finish = ev->finish;
+        e->n_prompt = ev->n_prompt;
+        e->n_cached = ev->n_cached;
+        e->n_generated = ev->n_generated;
+        e->has_lp = ev->lp != NULL;
+        if (ev->lp)
+            e->lp = *ev->lp;
+        if (ev->len)
+            memcpy(b->text + b->n_text, ev->text, ev->len);
+        b->n_text += ev->len;
+        b->text[b->n_text] = '\0';
+    } else {
+        j->lost_events = true;
+    }
+    if (ev->finish != SP_FINISH_NONE && ++j->n_final >= n_choices) {
+        j->state = SP_JOB_DONE;
+        done = true;
+    }
+    pthread_mutex_unlock(&j->mu);
+
+    sp_job_signal(j);
+    s = j->sched;
+    if (ev->id >= 0) {
+        if (!j->first_token_seen) {
+            j->first_token_seen = true;
+            sp_metrics_observe_ttft(s->metrics, now - j->t_submit);
+        } else {
+            sp_metrics_observe_itl(s->metrics, now - j->t_last_token);
+        }
+        j->t_last_token = now;
+        sp_metrics_count_tokens(s->metrics, 0, 0, 1);
+    }
+    if (done) {
+        sp_metrics_count_tokens(s->metrics, ev->n_prompt, ev->n_cached, 0);
+        sp_run_remove(s, j);
+        j->er = NULL;
+        atomic_fetch_sub(&s->n_jobs, 1);
+        sp_job_unref(j); /* the scheduler's reference */
+    }
+}
+
+/* ---- the loop ---- */
+
+static void sp_queue_remove(struct sp_sched *s, struct sp_job *j, struct sp_job *prev)
+{
+    if (prev)
+        prev->next = j->next;
+    else
+        s->q_head = j->next;
+    if (s->q_tail == j)
+        s->q_tail = prev;
+    j->next = NULL;
+    s->n_queued--;
+}
+
+/* Admits queued jobs (s->mu held).  Cancelled or expired queued jobs end
+ * here without running. */
+static void sp_admit(struct sp_sched *s, double now)
+{
+    struct sp_job *prev = NULL, *j = s->q_head;
+    while (j) {
+        struct sp_job *next = j->next;
+        bool expired = j->deadline > 0 && now >= j->deadline;
+        if (atomic_load(&j->cancel) || expired) {
+            sp_queue_remove(s, j, prev);
+            sp_job_finish_unrun(j, SP_JOB_DONE, SP_OK, NULL, expired);
+            atomic_fetch_sub(&s->n_jobs, 1);
+            sp_job_unref(j);
+            j = next;
+            continue;
+        }
+        if (s->n_running >= (size_t)s->n_parallel)
+            break;
+        struct sp_request *er = NULL;
+        j->sched = s;
+        sp_status st = sp_request_submit(s->engine, j->api.prompt, j->api.n_prompt, &j->api.gp,
+                                         sp_on_event, j, &er);
+        if (st == SP_ERR_FULL && s->n_running > 0)
+            break; /* blocks come back as running requests finish */
+        sp_queue_remove(s, j, prev);
+        if (st != SP_OK) {
+            /* FULL with nothing running means the pool is held elsewhere:
+             * treat it as a refusal rather than wait forever. */
+            sp_job_finish_unrun(j, SP_JOB_FAILED, st, sp_error_message(), false);
+            atomic_fetch_sub(&s->n_jobs, 1);
+            sp_job_unref(j);
+        } else {
+            j->er = er;
+            pthread_mutex_lock(&j->mu);
+            if (j->state == SP_JOB_QUEUED)
+                j->state = SP_JOB_RUNNING;
+            pthread_mutex_unlock(&j->mu);
+            sp_job_signal(j);
+            j->prev = NULL;
+            j->next = s->run_head;
+            if (s->run_head)
+                s->run_head->prev = j;
+            s->run_head = j;
+            s->n_running++;
+        }
+        j = next;
+    }
+}
+
+static void *sp_sched_main(void *arg)
+{
+    struct sp_sched *s = arg;
+    struct sp_engine *e = NULL;
+    sp_status st = sp_engine_init(&e, &s->ep);
+    pthread_mutex_lock(&s->mu);
+    if (st != SP_OK) {
+        snprintf(s->fail_msg, sizeof s->fail_msg, "%s", sp_error_message());
+        atomic_store(&s->failed, true);
+        pthread_mutex_unlock(&s->mu);
+        return NULL;
+    }
+    s->engine = e;
+    s->vocab = sp_engine_vocab(e);
+    s->model = sp_engine_model(e);
+    s->n_ctx = sp_engine_n_ctx(e);
+    atomic_store(&s->ready, true);
+    struct sp_engine_stats stats;
+    sp_engine_stats(e, &stats);
+    sp_metrics_set_load(s->metrics, &stats, 0, 0);
+
+    for (;;) {
+        /* s->mu is held here */
+        while (!s->quit && !s->q_head && !s->run_head)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->quit && !s->q_head && !s->run_head)
+            break;
+        double now = sp_now();
+        sp_admit(s, now);
+        size_t n_queued = s->n_queued;
+        pthread_mutex_unlock(&s->mu);
+
+        for (struct sp_job *j = s->run_head; j; j = j->next) {
+            if (j->cancel_sent)
+                continue;
+            bool expired = j->deadline > 0 && now >= j->deadline;
+            if (atomic_load(&j->cancel) || expired) {
+                if (expired) {
+                    pthread_mutex_lock(&j->mu);
+                    j->timed_out = true;
+                    pthread_mutex_unlock(&j->mu);
+                }
+                sp_request_cancel(j->er);
+                j->cancel_sent = true;
+            }
+        }
+        if (s->run_head && sp_engine_step(e) < 0)
+            fprintf(stderr, "spindle serve: engine step failed: %s\n", sp_error_message());
+        sp_engine_stats(e, &stats);
+        sp_metrics_set_load(s->metrics, &stats, s->n_running, n_queued);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+sp_status sp_sched_start(struct sp_sched **out, const struct sp_engine_params *ep, int max_queue,
+                         int n_parallel, struct sp_metrics *m)
+{
+    struct sp_sched *s = calloc(1, sizeof *s);
+    *out = NULL;
+    if (!s)
+        return sp_error_set(SP_ERR_NOMEM, "scheduler: out of memory");
+    s->ep = *ep;
+    s->metrics = m;
+    s->max_queue = max_queue;
+    s->n_parallel = n_parallel > 0 ? n_parallel : 1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    atomic_init(&s->ready, false);
+    atomic_init(&s->failed, false);
+    atomic_init(&s->n_jobs, 0);
+    int rc = pthread_create(&s->thread, NULL, sp_sched_main, s);
+    if (rc != 0) {
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return sp_error_set(SP_ERR_NOMEM, "scheduler: cannot start a thread: %s", strerror(rc));
+    }
+    s->thread_started = true;
+    *out = s;
+    return SP_OK;
+}
+
+bool sp_sched_ready(const struct sp_sched *s)
+{
+    return atomic_load(&((struct sp_sched *)s)->ready);
+}
+
+const char *sp_sched_failed(const struct sp_sched *s)
+{
+    return atomic_load(&((struct sp_sched *)s)->failed) ? s->fail_msg : NULL;
+}
+
+const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s)
+{
+    return sp_sched_ready(s) ? s->vocab : NULL;
+}
+
+const struct sp_model *sp_sched_model(const struct sp_sched *s)
+{
+    return sp_sched_ready(s) ? s->model : NULL;
+}
+
+int sp_sched_n_ctx(const struct sp_sched *s)
+{
+    return sp_sched_ready(s) ? s->n_ctx : 0;
+}
+
+sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j)
+{
+    pthread_mutex_lock(&s->mu);
+    /* Waiting = jobs beyond the running slots, so --queue 0 still admits
+     * while a slot is free. */
+    if (atomic_load(&s->n_jobs) >= (size_t)s->n_parallel + (size_t)s->max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        return SP_ERR_FULL;
+    }
+    atomic_fetch_add(&s->n_jobs, 1);
+    atomic_fetch_add(&j->refs, 1);
+    j->next = NULL;
+    if (s->q_tail)
+        s->q_tail->next = j;
+    else
+        s->q_head = j;
+    s->q_tail = j;
+    s->n_queued++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return SP_OK;
+}
+
+void sp_sched_cancel(struct sp_sched *s, struct sp_job *j)
+{
+    atomic_store(&j->cancel, true);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sp_sched_stop(struct sp_sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->quit = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->thread_started)
+        pthread_join(s->thread, NULL);
+    sp_engine_free(s->engine);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

@@ -1,0 +1,806 @@
+/* OpenAI request parsing and validation, and small JSON helpers (see schema.h). */
+#include "server/schema.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "core/error.h"
+#include "server/chat_glue.h"
+#include "tokenizer/tokenizer.h"
+
+#define SP_API_INVALID "invalid_request_error"
+
+void sp_api_limits_default(struct sp_api_limits *lim)
+{
+    memset(lim, 0, sizeof *lim);
+    lim->n_ctx = 2048;
+    lim->max_n = 8;
+    lim->max_stop = 4;
+    lim->max_stop_len = 1024;
+    lim->max_logit_bias = 1024;
+}
+
+sp_status sp_api_fail(struct sp_api_error *err, int http_status, const char *type,
+                      const char *code, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    err->http_status = http_status;
+    err->type = type;
+    err->code = code;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return http_status >= 500 ? SP_ERR_NOMEM : SP_ERR_ARG;
+}
+
+json_t *sp_json_text(const char *s, size_t len)
+{
+    /* Fast path: already valid UTF-8 (jansson checks). */
+    json_t *j = json_stringn(s ? s : "", s ? len : 0);
+    if (j || !s)
+        return j;
+    /* Replace each invalid byte with U+FFFD; the result is at most 3x long. */
+    char *buf = malloc(len * 3 + 1);
+    if (!buf)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
+                                              (utf8proc_ssize_t)(len - i), &cp);
+        if (n <= 0) {
+            memcpy(buf + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += 1;
+        } else {
+            memcpy(buf + o, s + i, (size_t)n);
+            o += (size_t)n;
+            i += (size_t)n;
+        }
+    }
+    j = json_stringn(buf, o);
+    free(buf);
+    return j;
+}
+
+char *sp_json_dump_free(json_t *obj)
+{
+    if (!obj)
+        return NULL;
+    char *s = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    return s;
+}
+
+char *sp_api_error_body(const struct sp_api_error *err)
+{
+    json_t *e = json_object();
+    if (!e)
+        return NULL;
+    json_object_set_new(e, "message", sp_json_text(err->message, strlen(err->message)));
+    json_object_set_new(e, "type", json_string(err->type ? err->type : SP_API_INVALID));
+    json_object_set_new(e, "param", err->param[0] ? json_string(err->param) : json_null());
+    json_object_set_new(e, "code", err->code ? json_string(err->code) : json_null());
+    json_t *root = json_object();
+    if (!root) {
+        json_decref(e);
+        return NULL;
+    }
+    json_object_set_new(root, "error", e);
+    return sp_json_dump_free(root);
+}
+
+json_t *sp_api_usage_json(const struct sp_api_usage *u)
+{
+    json_t *d = json_object();
+    json_object_set_new(d, "cached_tokens", json_integer(u->cached_tokens));
+    json_t *o = json_object();
+    json_object_set_new(o, "prompt_tokens", json_integer(u->prompt_tokens));
+    json_object_set_new(o, "completion_tokens", json_integer(u->completion_tokens));
+    json_object_set_new(o, "total_tokens",
+                        json_integer((json_int_t)u->prompt_tokens + u->completion_tokens));
+    json_object_set_new(o, "prompt_tokens_details", d);
+    return o;
+}
+
+/* ---- field readers: absent and null mean "not given" (return 0), 1 when
+ * read, -1 after setting *err for a wrong type or range. ---- */
+
+static json_t *sp_field(const json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return (v && !json_is_null(v)) ? v : NULL;
+}
+
+static int sp_read_number(const json_t *obj, const char *key, double lo, double hi, double *out,
+                          struct sp_api_error *err)
+{
+    json_t *v = sp_field(obj, key);
+    if (!v)
+        return 0;
+    if (!json_is_number(v)) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", key,
+                    "Invalid type for '%s': expected a number.", key);
+        return -1;
+    }
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", key,
+                    "Invalid value for '%s': %g is not in [%g, %g].", key, d, lo, hi);
+        return -1;
+    }
+    *out = d;
+    return 1;
+}
+
+static int sp_read_int(const json_t *obj, const char *key, json_int_t lo, json_int_t hi,
+                       json_int_t *out, struct sp_api_error *err)
+{
+    json_t *v = sp_field(obj, key);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v)) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", key,
+                    "Invalid type for '%s': expected an integer.", key);
+        return -1;
+    }
+    json_int_t i = json_integer_value(v);
+    if (i < lo || i > hi) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", key,
+                    "Invalid value for '%s': %lld is not in [%lld, %lld].", key, (long long)i,
+                    (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = i;
+    return 1;
+}
+
+static int sp_read_bool(const json_t *obj, const char *key, bool *out, struct sp_api_error *err)
+{
+    json_t *v = sp_field(obj, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v)) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", key,
+                    "Invalid type for '%s': expected a boolean.", key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 1;
+}
+
+static char *sp_strndup_json(const json_t *s)
+{
+    size_t n = json_string_length(s);
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, json_string_value(s), n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+/* ---- pieces of a request ---- */
+
+static sp_status sp_parse_stop(struct sp_api_request *r, const json_t *root,
+                               const struct sp_api_limits *lim, struct sp_api_error *err)
+{
+    json_t *v = sp_field(root, "stop");
+    if (!v)
+        return SP_OK;
+    size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+    if (!json_is_string(v) && !json_is_array(v))
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "stop",
+                           "Invalid type for 'stop': expected a string or an array of strings.");
+    if (n > (size_t)lim->max_stop)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "stop",
+                           "Too many stop sequences: %zu (at most %d).", n, lim->max_stop);
+    r->stop = calloc(n ? n : 1, sizeof *r->stop);
+    if (!r->stop)
+        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+        if (!json_is_string(s))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "stop",
+                               "Invalid type for 'stop[%zu]': expected a string.", i);
+        if (json_string_length(s) > lim->max_stop_len)
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "stop",
+                               "Stop sequence %zu is %zu bytes long (at most %zu).", i,
+                               json_string_length(s), lim->max_stop_len);
+        if (json_string_length(s) == 0 || memchr(json_string_value(s), 0, json_string_length(s)))
+            continue; /* an empty stop string can never end anything useful */
+        if (!(r->stop[r->n_stop] = sp_strndup_json(s)))
+            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        r->n_stop++;
+    }
+    r->gp.stop = (const char *const *)r->stop;
+    r->gp.n_stop = r->n_stop;
+    return SP_OK;
+}
+
+static sp_status sp_parse_logit_bias(struct sp_api_request *r, const json_t *root,
+                                     const struct sp_vocab *vocab,
+                                     const struct sp_api_limits *lim, struct sp_api_error *err)
+{
+    json_t *v = sp_field(root, "logit_bias");
+    if (!v)
+        return SP_OK;
+    if (!json_is_object(v))
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "logit_bias",
+                           "Invalid type for 'logit_bias': expected an object.");
+    size_t n = json_object_size(v);
+    if (n > (size_t)lim->max_logit_bias)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "logit_bias",
+                           "Too many logit_bias entries: %zu (at most %d).", n,
+                           lim->max_logit_bias);
+    r->bias = calloc(n ? n : 1, sizeof *r->bias);
+    if (!r->bias)
+        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    uint32_t n_vocab = vocab ? sp_vocab_size(vocab) : UINT32_MAX;
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val) {
+        char *end = NULL;
+        errno = 0;
+        long long id = strtoll(key, &end, 10);
+        if (!key[0] || *end || errno || id < 0 || (unsigned long long)id >= n_vocab ||
+            id > INT32_MAX)
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "logit_bias",
+                               "Invalid key in 'logit_bias': '%.40s' is not a token id of this "
+                               "model.", key);
+        if (!json_is_number(val))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "logit_bias",
+                               "Invalid type for 'logit_bias[%.40s]': expected a number.", key);
+        double b = json_number_value(val);
+        if (!(b >= -100.0 && b <= 100.0))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "logit_bias",
+                               "Invalid value for 'logit_bias[%.40s]': %g is not in [-100, 100].",
+                               key, b);
+        r->bias[r->n_bias].id = (sp_token)id;
+        r->bias[r->n_bias].bias = b <= -100.0 ? -INFINITY : (float)b;
+        r->n_bias++;
+    }
+    r->gp.sampling.logit_bias = r->bias;
+    r->gp.sampling.n_logit_bias = r->n_bias;
+    return SP_OK;
+}
+
+/* Tokenizes r->prompt_text into r->prompt (at most n_ctx tokens). */
+static sp_status sp_tokenize_prompt(struct sp_api_request *r, const struct sp_vocab *vocab,
+                                    const struct sp_api_limits *lim,
+                                    struct sp_api_error *err)
+{
+    size_t cap = (size_t)lim->n_ctx + 1, n = 0;
+    r->prompt = malloc(cap * sizeof *r->prompt);
+    if (!r->prompt)
+        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    sp_status st = sp_tokenize(vocab, r->prompt_text, strlen(r->prompt_text), true, true,
+                               r->prompt, cap, &n);
+    if (st == SP_ERR_ARG && n > cap)
+        return sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded",
+                           r->kind == SP_API_CHAT ? "messages" : "prompt",
+                           "This model's maximum context length is %d tokens. However, your "
+                           "prompt has %zu tokens.", lim->n_ctx, n);
+    if (st != SP_OK)
+        return sp_api_fail(err, 400, SP_API_INVALID, NULL,
+                           r->kind == SP_API_CHAT ? "messages" : "prompt",
+                           "The prompt could not be tokenized: %s", sp_error_message());
+    r->n_prompt = n;
+    return SP_OK;
+}
+
+static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
+                                 const struct sp_vocab *vocab, const struct sp_api_limits *lim,
+                                 struct sp_api_error *err)
+{
+    json_t *p = sp_field(root, "prompt");
+    if (!p)
+        return sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "prompt",
+                           "Missing required parameter: 'prompt'.");
+    /* A one-element batch is the same as its element. */
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        if (!(r->prompt_text = sp_strndup_json(p)))
+            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (strlen(r->prompt_text) != json_string_length(p))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                               "Invalid value for 'prompt': it contains a NUL character.");
+        if (vocab) {
+            sp_status st = sp_tokenize_prompt(r, vocab, lim, err);
+            if (st != SP_OK)
+                return st;
+        }
+    } else if (json_is_array(p)) {
+        size_t n = json_array_size(p);
+        for (size_t i = 0; i < n; i++)
+            if (!json_is_integer(json_array_get(p, i)))
+                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "prompt",
+                                   "Invalid type for 'prompt': expected a string, an array of "
+                                   "token ids, or a one-element array of those (batches of "
+                                   "several prompts are not supported).");
+        if (n + 1 > (size_t)lim->n_ctx)
+            return sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded", "prompt",
+                               "This model's maximum context length is %d tokens. However, your "
+                               "prompt has %zu tokens.", lim->n_ctx, n);
+        r->prompt = malloc((n ? n : 1) * sizeof *r->prompt);
+        if (!r->prompt)
+            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        uint32_t n_vocab = vocab ? sp_vocab_size(vocab) : (uint32_t)INT32_MAX;
+        for (size_t i = 0; i < n; i++) {
+            json_int_t t = json_integer_value(json_array_get(p, i));
+            if (t < 0 || t >= (json_int_t)n_vocab)
+                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                                   "Invalid token id in 'prompt': %lld.", (long long)t);
+            r->prompt[i] = (sp_token)t;
+        }
+        r->n_prompt = n;
+    } else {
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "prompt",
+                           "Invalid type for 'prompt': expected a string or an array of token "
+                           "ids.");
+    }
+    return SP_OK;
+}
+
+/* Checks the messages array and renders it with the model's template. */
+static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
+                                   const struct sp_vocab *vocab,
+                                   const struct sp_api_limits *lim, struct sp_api_error *err)
+{
+    json_t *m = sp_field(root, "messages");
+    if (!m)
+        return sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "messages",
+                           "Missing required parameter: 'messages'.");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "messages",
+                           "Invalid value for 'messages': expected a non-empty array.");
+    size_t n = json_array_size(m);
+    struct sp_chat_glue_msg *msgs = calloc(n, sizeof *msgs);
+    sp_status st = SP_OK;
+    if (!msgs)
+        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+    for (size_t i = 0; i < n; i++) {
+        json_t *msg = json_array_get(m, i);
+        char param[48];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(msg)) {
+            st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", param,
+                             "Invalid type for '%s': expected an object.", param);
+            goto free_msgs;
+        }
+        json_t *role = json_object_get(msg, "role");
+        bool known = false;
+        for (size_t k = 0; json_is_string(role) && k < sizeof roles / sizeof roles[0]; k++)
+            known |= !strcmp(json_string_value(role), roles[k]);
+        if (!known) {
+            snprintf(param, sizeof param, "messages[%zu].role", i);
+            st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", param,
+                             "Invalid value for '%s': expected one of system, developer, user, "
+                             "assistant, tool.", param);
+            goto free_msgs;
+        }
+        msgs[i].role = json_string_value(role);
+        json_t *content = json_object_get(msg, "content");
+        snprintf(param, sizeof param, "messages[%zu].content", i);
+        if (json_is_string(content)) {
+            msgs[i].content = json_string_value(content);
+            msgs[i].content_len = json_string_length(content);
+            continue;
+        }
+        if ((!content || json_is_null(content)) && !strcmp(msgs[i].role, "assistant"))
+            continue; /* an assistant turn with only tool calls */
+        if (!json_is_array(content)) {
+            st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", param,
+                             "Invalid type for '%s': expected a string or an array of text "
+                             "parts.", param);
+            goto free_msgs;
+        }
+        /* Text parts are concatenated; other kinds (images, audio) are refused. */
+        size_t total = 0;
+        for (size_t k = 0; k < json_array_size(content); k++) {
+            json_t *part = json_array_get(content, k);
+            json_t *text = json_object_get(part, "text");
+            if (!json_is_object(part) || !json_is_string(json_object_get(part, "type")) ||
+                strcmp(json_string_value(json_object_get(part, "type")), "text") ||
+                !json_is_string(text)) {
+                st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", param,
+                                 "Invalid content part in '%s': only {\"type\": \"text\", "
+                                 "\"text\": ...} parts are supported.", param);
+                goto free_msgs;
+            }
+            total += json_string_length(text);
+        }
+        char *joined = malloc(total + 1);
+        if (!joined) {
+            st = sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+            goto free_msgs;
+        }
+        size_t o = 0;
+        for (size_t k = 0; k < json_array_size(content); k++) {
+            json_t *text = json_object_get(json_array_get(content, k), "text");
+            memcpy(joined + o, json_string_value(text), json_string_length(text));
+            o += json_string_length(text);
+        }
+        joined[o] = '\0';
+        msgs[i].content = joined;
+        msgs[i].content_len = o;
+        msgs[i].owned = true;
+    }
+    if (vocab)
+        st = sp_chat_glue_tokens(vocab, lim->model, msgs, n, &r->prompt, &r->n_prompt, err);
+free_msgs:
+    for (size_t i = 0; i < n; i++)
+        if (msgs[i].owned)
+            free((char *)msgs[i].content);
+    free(msgs);
+    return st;
+}
+
+static sp_status sp_parse_sampling(struct sp_api_request *r, const json_t *root,
+                                   const struct sp_api_limits *lim, struct sp_api_error *err)
+{
+    struct sp_sampler_params *sp = &r->gp.sampling;
+    double d;
+    json_int_t i;
+    int got;
+    /* OpenAI's defaults, not llama.cpp's: temperature 1, no top-k/top-p/min-p. */
+    sp->temperature = 1.0f;
+    sp->top_k = 0;
+    sp->top_p = 1.0f;
+    sp->min_p = 0.0f;
+    if ((got = sp_read_number(root, "temperature", 0.0, 2.0, &d, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->temperature = (float)d;
+    if ((got = sp_read_number(root, "top_p", 0.0, 1.0, &d, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->top_p = (float)d;
+    if ((got = sp_read_int(root, "top_k", 0, INT32_MAX, &i, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->top_k = (int32_t)i;
+    if ((got = sp_read_number(root, "min_p", 0.0, 1.0, &d, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->min_p = (float)d;
+    if ((got = sp_read_number(root, "presence_penalty", -2.0, 2.0, &d, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->presence_penalty = (float)d;
+    if ((got = sp_read_number(root, "frequency_penalty", -2.0, 2.0, &d, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->frequency_penalty = (float)d;
+    if (sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f)
+        sp->repeat_last_n = -1; /* OpenAI's penalties count the whole completion */
+    if ((got = sp_read_int(root, "seed", INT64_MIN, INT64_MAX, &i, err)) < 0)
+        return SP_ERR_ARG;
+    if (got) {
+        sp->seed = (uint64_t)i;
+        r->seed_set = true;
+    }
+    (void)lim;
+    return SP_OK;
+}
+
+static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
+                                   struct sp_api_error *err)
+{
+    json_int_t i;
+    int got;
+    r->logprobs = -1;
+    if (r->kind == SP_API_COMPLETIONS) {
+        if ((got = sp_read_int(root, "logprobs", 0, SP_SAMPLER_MAX_LOGPROBS, &i, err)) < 0)
+            return SP_ERR_ARG;
+        if (got)
+            r->logprobs = (int)i;
+    } else {
+        bool on = false;
+        if (sp_read_bool(root, "logprobs", &on, err) < 0)
+            return SP_ERR_ARG;
+        if ((got = sp_read_int(root, "top_logprobs", 0, SP_SAMPLER_MAX_LOGPROBS, &i, err)) < 0)
+            return SP_ERR_ARG;
+        if (got && !on)
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "top_logprobs",
+                               "'top_logprobs' requires 'logprobs' to be true.");
+        r->chat_logprobs = on;
+        if (on)
+            r->logprobs = got ? (int)i : 0;
+    }
+    r->gp.logprobs = r->logprobs;
+    r->gp.sampling.n_logprobs = r->logprobs > 0 ? r->logprobs : 0;
+    return SP_OK;
+}
+
+sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind,
+                               const char *body, size_t len, const struct sp_vocab *vocab,
+                               const struct sp_api_limits *lim, struct sp_api_error *err)
+{
+    struct sp_api_request *r = out;
+    json_error_t jerr;
+    sp_status st = SP_ERR_ARG;
+    json_int_t i;
+    double d;
+    int got;
+    bool b;
+
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    sp_gen_params_default(&r->gp);
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
+                    "We could not parse the JSON body of your request: %s (line %d, column %d).",
+                    jerr.text, jerr.line, jerr.column);
+        goto fail;
+    }
+    if (!json_is_object(root)) {
+        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
+                    "The request body must be a JSON object.");
+        goto free_root;
+    }
+
+    json_t *model = sp_field(root, "model");
+    if (model && !json_is_string(model)) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "model",
+                    "Invalid type for 'model': expected a string.");
+        goto free_root;
+    }
+    if (model && lim->model_id && strcmp(json_string_value(model), lim->model_id)) {
+        sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
+                    "The model '%.100s' does not exist (this server serves '%.100s').",
+                    json_string_value(model), lim->model_id);
+        goto free_root;
+    }
+    if (model && !(r->model = sp_strndup_json(model))) {
+        st = sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        goto free_root;
+    }
+    json_t *user = sp_field(root, "user");
+    if (user && !json_is_string(user)) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "user",
+                    "Invalid type for 'user': expected a string.");
+        goto free_root;
+    }
+
+    if (sp_read_bool(root, "stream", &r->stream, err) < 0)
+        goto free_root;
+    json_t *so = sp_field(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) {
+            sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "stream_options",
+                        "Invalid type for 'stream_options': expected an object.");
+            goto free_root;
+        }
+        if (!r->stream) {
+            sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "stream_options",
+                        "The 'stream_options' parameter is only allowed when 'stream' is "
+                        "enabled.");
+            goto free_root;
+        }
+        if (sp_read_bool(so, "include_usage", &r->include_usage, err) < 0) {
+            snprintf(err->param, sizeof err->param, "stream_options.include_usage");
+            goto free_root;
+        }
+    }
+
+    /* max_tokens: completions default to 16 as OpenAI's do; chat runs to
+     * the end of the context. */
+    r->gp.max_tokens = kind == SP_API_COMPLETIONS ? 16 : 0;
+    if ((got = sp_read_int(root, "max_tokens", 1, lim->n_ctx, &i, err)) < 0)
+        goto free_root;
+    if (got)
+        r->gp.max_tokens = (int32_t)i;
+    if ((got = sp_read_int(root, "max_completion_tokens", 1, lim->n_ctx, &i, err)) < 0)
+        goto free_root;
+    if (got)
+        r->gp.max_tokens = (int32_t)i;
+    if ((got = sp_read_int(root, "n", 1, lim->max_n, &i, err)) < 0)
+        goto free_root;
+    r->gp.n = got ? (int)i : 1;
+    b = false;
+    if (sp_read_bool(root, "ignore_eos", &b, err) < 0)
+        goto free_root;
+    r->gp.ignore_eos = b;
+    if ((got = sp_read_number(root, "timeout", 1e-3, 1e9, &d, err)) < 0)
+        goto free_root;
+    if (got)
+        r->timeout_s = (lim->max_timeout_s > 0 && d > lim->max_timeout_s) ? lim->max_timeout_s : d;
+
+    /* Options we do not implement are refused rather than silently ignored. */
+    b = false;
+    if (sp_read_bool(root, "echo", &b, err) < 0)
+        goto free_root;
+    if (b) {
+        sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "echo",
+                    "'echo' is not supported by this server.");
+        goto free_root;
+    }
+    if ((got = sp_read_int(root, "best_of", 1, 1, &i, err)) < 0) {
+        snprintf(err->message, sizeof err->message, "'best_of' other than 1 is not supported.");
+        goto free_root;
+    }
+    if (sp_field(root, "suffix")) {
+        sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "suffix",
+                    "'suffix' is not supported by this server.");
+        goto free_root;
+    }
+
+    if ((st = sp_parse_sampling(r, root, lim, err)) != SP_OK)
+        goto free_root;
+    if ((st = sp_parse_logprobs(r, root, err)) != SP_OK)
+        goto free_root;
+    if ((st = sp_parse_stop(r, root, lim, err)) != SP_OK)
+        goto free_root;
+    if ((st = sp_parse_logit_bias(r, root, vocab, lim, err)) != SP_OK)
+        goto free_root;
+    if (kind == SP_API_COMPLETIONS)
+        st = sp_parse_prompt(r, root, vocab, lim, err);
+    else
+        st = sp_parse_messages(r, root, vocab, lim, err);
+    if (st != SP_OK)
+        goto free_root;
+    if (r->prompt && r->n_prompt == 0) {
+        st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value",
+                         kind == SP_API_CHAT ? "messages" : "prompt",
+                         "The prompt is empty (it has no tokens).");
+        goto free_root;
+    }
+    if (r->prompt && r->n_prompt + 1 > (size_t)lim->n_ctx) {
+        st = sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded",
+                         kind == SP_API_CHAT ? "messages" : "prompt",
+                         "This model's maximum context length is %d tokens. However, your "
+                         "prompt has %zu tokens (one more is needed to generate).",
+                         lim->n_ctx, r->n_prompt);
+        goto free_root;
+    }
+    json_decref(root);
+    return SP_OK;
+
+free_root:
+    json_decref(root);
+fail:
+    sp_api_request_free(r);
+    return st == SP_OK ? SP_ERR_ARG : st;
+}
+
+void sp_api_request_free(struct sp_api_request *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r->bias);
+    free(r->prompt_text);
+    free(r->prompt);
+    free(r->model);
+    memset(r, 0, sizeof *r);
+}
+
+char *sp_api_tokenize(const char *body, size_t len, const struct sp_vocab *vocab,
+                      struct sp_api_error *err)
+{
+    json_error_t jerr;
+    char *res = NULL;
+    sp_token *toks = NULL;
+    bool add_special = true, parse_special = true;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
+                    "The body must be a JSON object: %s", root ? "got another value" : jerr.text);
+        goto free_root;
+    }
+    json_t *c = json_object_get(root, "content");
+    if (!json_is_string(c)) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "content",
+                    "Invalid type for 'content': expected a string.");
+        goto free_root;
+    }
+    if (sp_read_bool(root, "add_special", &add_special, err) < 0 ||
+        sp_read_bool(root, "parse_special", &parse_special, err) < 0)
+        goto free_root;
+    size_t n = 0, cap = json_string_length(c) + 4;
+    toks = malloc(cap * sizeof *toks);
+    if (!toks) {
+        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        goto free_root;
+    }
+    sp_status st = sp_tokenize(vocab, json_string_value(c), json_string_length(c), add_special,
+                               parse_special, toks, cap, &n);
+    if (st == SP_ERR_ARG && n > cap) {
+        sp_token *bigger = realloc(toks, n * sizeof *toks);
+        if (!bigger) {
+            sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+            goto free_root;
+        }
+        toks = bigger;
+        cap = n;
+        st = sp_tokenize(vocab, json_string_value(c), json_string_length(c), add_special,
+                         parse_special, toks, cap, &n);
+    }
+    if (st != SP_OK) {
+        sp_api_fail(err, 400, SP_API_INVALID, NULL, "content", "Tokenization failed: %s",
+                    sp_error_message());
+        goto free_root;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_integer(toks[i]));
+    json_t *o = json_object();
+    json_object_set_new(o, "tokens", arr);
+    if (!(res = sp_json_dump_free(o)))
+        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+free_root:
+    free(toks);
+    json_decref(root);
+    return res;
+}
+
+char *sp_api_detokenize(const char *body, size_t len, const struct sp_vocab *vocab,
+                        struct sp_api_error *err)
+{
+    json_error_t jerr;
+    char *res = NULL, *text = NULL;
+    sp_token *toks = NULL;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
+                    "The body must be a JSON object: %s", root ? "got another value" : jerr.text);
+        goto free_root;
+    }
+    json_t *a = json_object_get(root, "tokens");
+    if (!json_is_array(a)) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "tokens",
+                    "Invalid type for 'tokens': expected an array of token ids.");
+        goto free_root;
+    }
+    size_t n = json_array_size(a);
+    toks = malloc((n ? n : 1) * sizeof *toks);
+    if (!toks) {
+        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        goto free_root;
+    }
+    uint32_t n_vocab = sp_vocab_size(vocab);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(a, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+            json_integer_value(t) >= (json_int_t)n_vocab) {
+            sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "tokens",
+                        "Invalid value for 'tokens[%zu]': expected a token id in [0, %u).", i,
+                        n_vocab);
+            goto free_root;
+        }
+        toks[i] = (sp_token)json_integer_value(t);
+    }
+    int64_t need = sp_detokenize(vocab, toks, n, false, NULL, 0);
+    if (need < 0) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "tokens",
+                    "Detokenization failed: %s", sp_error_message());
+        goto free_root;
+    }
+    text = malloc((size_t)need + 1);
+    if (!text || sp_detokenize(vocab, toks, n, false, text, (size_t)need + 1) != need) {
+        sp_api_fail(err, 500, "server_error", NULL, NULL, "detokenization failed");
+        goto free_root;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "content", sp_json_text(text, (size_t)need));
+    if (!(res = sp_json_dump_free(o)))
+        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+free_root:
+    free(text);
+    free(toks);
+    json_decref(root);
+    return res;
+}

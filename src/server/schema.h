@@ -1,0 +1,109 @@
+/* OpenAI request/response JSON for the server, with no server attached.
+ *
+ * sp_api_request_parse() turns one HTTP body into generation parameters and
+ * prompt tokens, or into the exact OpenAI error body to send back.  It is a
+ * pure function of (body bytes, vocab, limits): the fuzzer calls it with
+ * vocab = NULL, which skips chat rendering and tokenization.  Every client
+ * mistake maps to a 4xx here; nothing in this file can produce a 5xx from
+ * client input except allocation failure.
+ *
+ * The response builders return jansson objects (owned by the caller) or
+ * newly allocated strings (free()).  Texts given to them need not be valid
+ * UTF-8: invalid sequences become U+FFFD so the JSON is always valid.
+ */
+#ifndef SP_SERVER_SCHEMA_H
+#define SP_SERVER_SCHEMA_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "spindle.h"
+
+enum sp_api_kind {
+    SP_API_COMPLETIONS,
+    SP_API_CHAT,
+};
+
+/* Server caps applied while parsing. */
+struct sp_api_limits {
+    const char *model_id; /* the model served; requests naming another get 404 */
+    int n_ctx;            /* prompt + 1 must fit; max_tokens <= n_ctx */
+    int max_n;            /* largest `n` */
+    int max_stop;         /* most stop strings */
+    size_t max_stop_len;  /* longest stop string in bytes */
+    int max_logit_bias;   /* most logit_bias entries */
+    double max_timeout_s; /* per-request `timeout` is clamped to this; 0: no cap */
+    const struct sp_model *model; /* for the built-in chat format; may be NULL */
+};
+void sp_api_limits_default(struct sp_api_limits *lim);
+
+/* An error to send: the HTTP status and the four fields of OpenAI's body. */
+struct sp_api_error {
+    int http_status;
+    const char *type;  /* static: "invalid_request_error", ... */
+    const char *code;  /* static or NULL (JSON null) */
+    char param[64];    /* "" -> JSON null */
+    char message[384];
+};
+/* Fills *err and returns SP_ERR_ARG (for `return sp_api_fail(...)`). */
+sp_status sp_api_fail(struct sp_api_error *err, int http_status, const char *type,
+                      const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* {"error": {"message", "type", "param", "code"}} as a malloc'd string. */
+char *sp_api_error_body(const struct sp_api_error *err);
+
+/* A parsed generation request.  Owns every pointer in it; gp.stop and
+ * gp.sampling.logit_bias point into stop/bias below. */
+struct sp_api_request {
+    enum sp_api_kind kind;
+    char *model;              /* as sent, or NULL */
+    bool stream;
+    bool include_usage;       /* stream_options.include_usage */
+    bool chat_logprobs;       /* chat: `logprobs: true` */
+    int logprobs;             /* < 0: none; else the number of alternatives */
+    struct sp_gen_params gp;
+    char **stop;
+    size_t n_stop;
+    struct sp_logit_bias *bias;
+    size_t n_bias;
+    char *prompt_text;        /* the (rendered) prompt text; NULL if given as ids */
+    sp_token *prompt;         /* NULL when vocab was NULL and the prompt was text */
+    size_t n_prompt;
+    double timeout_s;         /* 0: none requested */
+    bool seed_set;            /* `seed` was given; else the server picks one */
+};
+
+/* Parses a /v1/completions or /v1/chat/completions body.  On SP_OK *out
+ * holds the request (free with sp_api_request_free); otherwise *out is
+ * empty and *err says what to answer (always 4xx for client mistakes, 500
+ * only for SP_ERR_NOMEM).  vocab may be NULL (no rendering, no tokenizing,
+ * no vocab-size checks). */
+sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind,
+                               const char *body, size_t len, const struct sp_vocab *vocab,
+                               const struct sp_api_limits *lim, struct sp_api_error *err);
+void sp_api_request_free(struct sp_api_request *r);
+
+/* POST /tokenize: {"content": str, "add_special": bool?, "parse_special": bool?}
+ * -> {"tokens": [...]}.  POST /detokenize: {"tokens": [int...]} -> {"content": str}.
+ * Return the response body (malloc'd) or NULL with *err set. */
+char *sp_api_tokenize(const char *body, size_t len, const struct sp_vocab *vocab,
+                      struct sp_api_error *err);
+char *sp_api_detokenize(const char *body, size_t len, const struct sp_vocab *vocab,
+                        struct sp_api_error *err);
+
+/* A JSON string from arbitrary bytes (invalid UTF-8 -> U+FFFD). */
+json_t *sp_json_text(const char *s, size_t len);
+
+/* Usage counters of one request (summed over choices). */
+struct sp_api_usage {
+    uint32_t prompt_tokens, cached_tokens, completion_tokens;
+};
+json_t *sp_api_usage_json(const struct sp_api_usage *u);
+
+/* Serialises `obj` compactly and frees it.  NULL on allocation failure. */
+char *sp_json_dump_free(json_t *obj);
+
+#endif

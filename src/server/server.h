@@ -1,0 +1,205 @@
+/* `spindle serve`: an OpenAI-compatible HTTP server over one engine.
+ *
+ * Threads:
+ *   - libmicrohttpd's listener plus one thread per connection (http.c).  A
+ *     connection thread parses, validates and tokenizes, enqueues a job, and
+ *     then blocks in poll() on the job's eventfd and the client socket, so it
+ *     wakes for new text or for a client that went away, and never spins.
+ *   - the scheduler (scheduler.c), the only thread that touches the engine:
+ *     it loads the model, admits queued jobs, calls sp_engine_step() and
+ *     copies each token event into the job's buffer.
+ *   - the main thread waits for SIGINT/SIGTERM and drains (sp_server_main).
+ */
+#ifndef SP_SERVER_SERVER_H
+#define SP_SERVER_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "server/schema.h"
+
+struct sp_server_config {
+    const char *model_path;
+    const char *host;       /* numeric IPv4/IPv6 address to bind; default 127.0.0.1 */
+    int port;               /* 0: pick a free port (printed on stderr) */
+    int n_parallel;         /* requests running at once */
+    int n_ctx;              /* per-request context; 0: the model's (engine caps it) */
+    size_t kv_mem_mib;      /* 0: n_ctx x n_parallel positions */
+    int n_threads;          /* compute threads; <= 0: one per core */
+    const char *api_key;    /* NULL: no auth */
+    double timeout_s;       /* default and cap of a request's total time; 0: none */
+    int max_queue;          /* waiting requests beyond this get 429 */
+    size_t max_body;        /* request body cap in bytes */
+    int max_n;              /* cap on `n` */
+};
+void sp_server_config_default(struct sp_server_config *c);
+
+/* Runs the server until SIGINT/SIGTERM, then stops accepting (503), lets the
+ * requests in flight finish and returns 0.  Returns 1 (message on stderr)
+ * when the port cannot be bound or the model fails to load. */
+int sp_server_main(const struct sp_server_config *cfg);
+
+/* ---- metrics.c: Prometheus counters, gauges and histograms ---- */
+
+#define SP_METRICS_MAX_STATUS 24
+#define SP_METRICS_BUCKETS 16
+
+struct sp_histogram {
+    const double *bounds; /* SP_METRICS_BUCKETS upper bounds, ascending */
+    uint64_t counts[SP_METRICS_BUCKETS + 1];
+    double sum;
+    uint64_t n;
+};
+
+struct sp_metrics {
+    pthread_mutex_t mu;
+    int status_code[SP_METRICS_MAX_STATUS];
+    uint64_t status_count[SP_METRICS_MAX_STATUS];
+    uint64_t prompt_tokens, cached_tokens, generated_tokens;
+    struct sp_histogram ttft, itl;
+    uint64_t running, queued;
+    struct sp_engine_stats engine;
+};
+void sp_metrics_init(struct sp_metrics *m);
+void sp_metrics_free(struct sp_metrics *m);
+void sp_metrics_count_status(struct sp_metrics *m, int http_status);
+void sp_metrics_count_tokens(struct sp_metrics *m, uint64_t prompt, uint64_t cached,
+                             uint64_t generated);
+void sp_metrics_observe_ttft(struct sp_metrics *m, double seconds);
+void sp_metrics_observe_itl(struct sp_metrics *m, double seconds);
+void sp_metrics_set_load(struct sp_metrics *m, const struct sp_engine_stats *st,
+                         uint64_t running, uint64_t queued);
+/* The text exposition format; malloc'd. */
+char *sp_metrics_render(struct sp_metrics *m);
+
+/* ---- scheduler.c: jobs and the loop that owns the engine ---- */
+
+/* One token event, copied out of the engine's callback. */
+struct sp_job_event {
+    int choice;
+    sp_token id;              /* -1 on a final event */
+    uint32_t text_off, text_len; /* into the buffer's text */
+    enum sp_finish finish;
+    uint32_t n_prompt, n_cached, n_generated;
+    bool has_lp;
+    struct sp_token_logprobs lp;
+};
+
+/* Events not yet taken by the HTTP thread.  The HTTP thread swaps its own
+ * (emptied) buffer with the job's, so neither side copies or frees. */
+struct sp_job_buf {
+    struct sp_job_event *ev;
+    size_t n_ev, cap_ev;
+    char *text;
+    size_t n_text, cap_text;
+};
+void sp_job_buf_free(struct sp_job_buf *b);
+
+enum sp_job_state {
+    SP_JOB_QUEUED = 0,
+    SP_JOB_RUNNING,
+    SP_JOB_DONE,   /* every choice has its final event (or the job never ran) */
+    SP_JOB_FAILED, /* refused at admission: fail_status / fail_msg */
+};
+
+struct sp_job {
+    struct sp_api_request api; /* owned; immutable once submitted */
+    double t_submit;           /* monotonic seconds */
+    double deadline;           /* monotonic; 0: none */
+    int efd;                   /* eventfd: the scheduler signals new state */
+
+    pthread_mutex_t mu;        /* guards the fields down to n_final */
+    enum sp_job_state state;
+    sp_status fail_status;
+    char fail_msg[256];
+    struct sp_job_buf buf;
+    bool timed_out;
+    bool lost_events;          /* allocation failed while copying an event */
+    int n_final;
+
+    atomic_bool cancel;        /* set by the HTTP thread */
+    atomic_int refs;
+
+    /* scheduler thread only */
+    struct sp_sched *sched;
+    struct sp_request *er;
+    struct sp_job *next, *prev;
+    bool cancel_sent;
+    bool first_token_seen;
+    double t_last_token;
+};
+
+/* A new job owning `api` (moved in; *api is zeroed).  NULL on allocation
+ * failure. One reference, the caller's. */
+struct sp_job *sp_job_new(struct sp_api_request *api, double timeout_s);
+void sp_job_unref(struct sp_job *j);
+/* Swaps the job's pending events into *mine (emptied first) and returns
+ * the job's state at that moment (*timed_out: the deadline fired). */
+enum sp_job_state sp_job_take(struct sp_job *j, struct sp_job_buf *mine, bool *timed_out);
+double sp_now(void);
+
+struct sp_sched;
+/* Starts the scheduler thread, which loads the model (sp_sched_ready()
+ * turns true, or sp_sched_failed() with the message). */
+sp_status sp_sched_start(struct sp_sched **out, const struct sp_engine_params *ep, int max_queue,
+                         int n_parallel, struct sp_metrics *m);
+bool sp_sched_ready(const struct sp_sched *s);
+/* Non-NULL (the load error) once loading has failed. */
+const char *sp_sched_failed(const struct sp_sched *s);
+/* Valid once ready: immutable and safe to read from any thread. */
+const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s);
+const struct sp_model *sp_sched_model(const struct sp_sched *s);
+int sp_sched_n_ctx(const struct sp_sched *s);
+/* Enqueues j (taking a reference).  SP_ERR_FULL when max_queue jobs are
+ * already waiting. */
+sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j);
+/* Asks the scheduler to end j (client gone); safe in any state. */
+void sp_sched_cancel(struct sp_sched *s, struct sp_job *j);
+/* Ends the loop once nothing is queued or running, joins it, frees the engine. */
+void sp_sched_stop(struct sp_sched *s);
+
+/* ---- http.c ---- */
+
+struct sp_http;
+sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg,
+                        struct sp_sched *sched, struct sp_metrics *m, const char *model_id);
+int sp_http_port(const struct sp_http *h);
+/* New requests get 503 from now on. */
+void sp_http_drain(struct sp_http *h);
+/* Blocks until no generation request is in flight. */
+void sp_http_wait_idle(struct sp_http *h);
+void sp_http_stop(struct sp_http *h);
+
+/* ---- sse.c: response bodies and stream chunks ---- */
+
+struct sp_choice_acc;
+/* Per-response state: ids, model name, per-choice accumulators. */
+struct sp_resp {
+    const struct sp_api_request *api;
+    const struct sp_vocab *vocab;
+    char id[48];
+    const char *model;
+    long long created;
+    int n_choices;
+    struct sp_choice_acc *acc;
+    struct sp_api_usage usage;
+    bool timed_out;
+};
+sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
+                       const struct sp_vocab *vocab, const char *model);
+void sp_resp_free(struct sp_resp *r);
+/* Streaming: appends "data: {...}\n\n" lines for the events in b to *out. */
+sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, char **out,
+                                size_t *len, size_t *cap);
+/* Streaming: the end of the stream (final chunks for choices the engine never
+ * finished, the usage chunk when asked, "data: [DONE]"). */
+sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t *cap);
+/* Non-streaming: accumulate, then build the whole body (malloc'd). */
+sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b);
+char *sp_resp_body(struct sp_resp *r);
+
+#endif

@@ -1,0 +1,365 @@
+/* Response bodies: whole completions and Server-Sent Event chunks, in the
+ * shapes of OpenAI's /v1/completions and /v1/chat/completions.
+ *
+ * Streams: one `data: {...}\n\n` chunk per token event that carries text, a
+ * finish reason or logprobs; then, only when stream_options.include_usage
+ * was set, a chunk with empty choices and the usage; then `data: [DONE]`.
+ * A request cut short by its deadline ends with finish_reason "length" and a
+ * top-level "note" object saying so (not "error", which clients would raise
+ * on, discarding the text they already have). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+struct sp_choice_acc {
+    char *text;
+    size_t len, cap;
+    json_t *lp;             /* non-streaming logprobs being built, or NULL */
+    enum sp_finish finish;
+    bool finished;
+    bool role_sent;
+    uint32_t n_generated;
+};
+
+static const char *sp_finish_reason(enum sp_finish f)
+{
+    return f == SP_FINISH_STOP ? "stop" : "length";
+}
+
+sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
+                       const struct sp_vocab *vocab, const char *model)
+{
+    memset(r, 0, sizeof *r);
+    r->api = api;
+    r->vocab = vocab;
+    r->model = model;
+    r->created = (long long)time(NULL);
+    r->n_choices = api->gp.n > 0 ? api->gp.n : 1;
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
+        rnd = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)r << 16);
+    snprintf(r->id, sizeof r->id, "%s-%016llx", api->kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)rnd);
+    r->usage.prompt_tokens = (uint32_t)api->n_prompt;
+    r->acc = calloc((size_t)r->n_choices, sizeof *r->acc);
+    return r->acc ? SP_OK : SP_ERR_NOMEM;
+}
+
+void sp_resp_free(struct sp_resp *r)
+{
+    for (int i = 0; r->acc && i < r->n_choices; i++) {
+        free(r->acc[i].text);
+        json_decref(r->acc[i].lp);
+    }
+    free(r->acc);
+    memset(r, 0, sizeof *r);
+}
+
+/* The text of one token for logprobs (JSON string, bytes array). */
+static json_t *sp_token_json(const struct sp_vocab *v, sp_token id, json_t **bytes)
+{
+    char small[128] = {0};
+    char *buf = small;
+    int n = v ? sp_token_to_piece(v, id, false, buf, sizeof small) : -1;
+    if (n >= (int)sizeof small) {
+        buf = malloc((size_t)n + 1);
+        if (!buf)
+            return NULL;
+        n = sp_token_to_piece(v, id, false, buf, (size_t)n + 1);
+    }
+    if (n < 0)
+        n = 0;
+    json_t *s = sp_json_text(buf, (size_t)n);
+    if (bytes) {
+        *bytes = json_array();
+        for (int i = 0; i < n; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
+    }
+    if (buf != small)
+        free(buf);
+    return s;
+}
+
+/* Completions logprobs for one token, appended to the four arrays of lp
+ * (created on first use). */
+static void sp_lp_completion_add(struct sp_resp *r, json_t *lp, const struct sp_job_event *e,
+                                 size_t text_offset)
+{
+    json_t *top = json_object();
+    for (int k = 0; k < e->lp.n_top; k++) {
+        json_t *t = sp_token_json(r->vocab, e->lp.top[k].id, NULL);
+        if (t)
+            json_object_set_new(top, json_string_value(t), json_real(e->lp.top[k].logprob));
+        json_decref(t);
+    }
+    json_array_append_new(json_object_get(lp, "tokens"), sp_token_json(r->vocab, e->id, NULL));
+    json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(e->lp.logprob));
+    json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+    json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)text_offset));
+}
+
+static json_t *sp_lp_completion_new(void)
+{
+    json_t *lp = json_object();
+    json_object_set_new(lp, "tokens", json_array());
+    json_object_set_new(lp, "token_logprobs", json_array());
+    json_object_set_new(lp, "top_logprobs", json_array());
+    json_object_set_new(lp, "text_offset", json_array());
+    return lp;
+}
+
+/* Chat logprobs: one entry of choices[].logprobs.content. */
+static json_t *sp_lp_chat_entry(struct sp_resp *r, const struct sp_job_event *e)
+{
+    json_t *bytes = NULL;
+    json_t *o = json_object();
+    json_object_set_new(o, "token", sp_token_json(r->vocab, e->id, &bytes));
+    json_object_set_new(o, "logprob", json_real(e->lp.logprob));
+    json_object_set_new(o, "bytes", bytes ? bytes : json_null());
+    json_t *top = json_array();
+    for (int k = 0; k < e->lp.n_top; k++) {
+        json_t *tb = NULL;
+        json_t *t = json_object();
+        json_object_set_new(t, "token", sp_token_json(r->vocab, e->lp.top[k].id, &tb));
+        json_object_set_new(t, "logprob", json_real(e->lp.top[k].logprob));
+        json_object_set_new(t, "bytes", tb ? tb : json_null());
+        json_array_append_new(top, t);
+    }
+    json_object_set_new(o, "top_logprobs", top);
+    return o;
+}
+
+static json_t *sp_note(const struct sp_resp *r)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "The request reached its time limit of %g s; the output is truncated.",
+             r->api->timeout_s);
+    json_t *n = json_object();
+    json_object_set_new(n, "type", json_string("timeout"));
+    json_object_set_new(n, "message", json_string(msg));
+    return n;
+}
+
+static json_t *sp_chunk_base(struct sp_resp *r)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(r->id));
+    json_object_set_new(o, "object", json_string(r->api->kind == SP_API_CHAT
+                                                     ? "chat.completion.chunk"
+                                                     : "text_completion"));
+    json_object_set_new(o, "created", json_integer(r->created));
+    json_object_set_new(o, "model", sp_json_text(r->model, strlen(r->model)));
+    json_object_set_new(o, "system_fingerprint", json_string("spindle"));
+    if (r->api->include_usage)
+        json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+static sp_status sp_append(char **out, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 1024;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *p = realloc(*out, c);
+        if (!p)
+            return SP_ERR_NOMEM;
+        *out = p;
+        *cap = c;
+    }
+    memcpy(*out + *len, s, n);
+    *len += n;
+    (*out)[*len] = '\0';
+    return SP_OK;
+}
+
+static sp_status sp_append_chunk(json_t *chunk, char **out, size_t *len, size_t *cap)
+{
+    char *s = sp_json_dump_free(chunk);
+    if (!s)
+        return SP_ERR_NOMEM;
+    sp_status st = sp_append(out, len, cap, "data: ", 6);
+    if (st == SP_OK)
+        st = sp_append(out, len, cap, s, strlen(s));
+    if (st == SP_OK)
+        st = sp_append(out, len, cap, "\n\n", 2);
+    free(s);
+    return st;
+}
+
+static void sp_track_usage(struct sp_resp *r, const struct sp_job_event *e)
+{
+    struct sp_choice_acc *a = &r->acc[e->choice];
+    r->usage.prompt_tokens = e->n_prompt;
+    r->usage.cached_tokens = e->n_cached;
+    r->usage.completion_tokens -= a->n_generated;
+    a->n_generated = e->n_generated;
+    r->usage.completion_tokens += a->n_generated;
+    if (e->finish != SP_FINISH_NONE) {
+        a->finished = true;
+        a->finish = e->finish;
+    }
+}
+
+/* One streamed chunk for one choice: text, optional logprobs entry,
+ * optional finish reason. */
+static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *text, size_t n,
+                                  json_t *lp, const char *finish, char **out, size_t *len,
+                                  size_t *cap)
+{
+    struct sp_choice_acc *a = &r->acc[choice];
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(choice));
+    if (r->api->kind == SP_API_CHAT) {
+        json_t *delta = json_object();
+        if (!a->role_sent) {
+            json_object_set_new(delta, "role", json_string("assistant"));
+            a->role_sent = true;
+        }
+        if (n || !finish)
+            json_object_set_new(delta, "content", sp_json_text(text, n));
+        json_object_set_new(c, "delta", delta);
+    } else {
+        json_object_set_new(c, "text", sp_json_text(text, n));
+    }
+    json_object_set_new(c, "logprobs", lp ? lp : json_null());
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *chunk = sp_chunk_base(r);
+    json_t *choices = json_array();
+    json_array_append_new(choices, c);
+    json_object_set_new(chunk, "choices", choices);
+    if (finish && r->timed_out)
+        json_object_set_new(chunk, "note", sp_note(r));
+    return sp_append_chunk(chunk, out, len, cap);
+}
+
+sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, char **out,
+                                size_t *len, size_t *cap)
+{
+    for (size_t i = 0; i < b->n_ev; i++) {
+        const struct sp_job_event *e = &b->ev[i];
+        if (e->choice < 0 || e->choice >= r->n_choices)
+            continue;
+        struct sp_choice_acc *a = &r->acc[e->choice];
+        if (a->finished)
+            continue;
+        sp_track_usage(r, e);
+        json_t *lp = NULL;
+        if (e->has_lp && e->id >= 0 && r->api->logprobs >= 0) {
+            if (r->api->kind == SP_API_CHAT) {
+                json_t *content = json_array();
+                json_array_append_new(content, sp_lp_chat_entry(r, e));
+                lp = json_object();
+                json_object_set_new(lp, "content", content);
+            } else {
+                lp = sp_lp_completion_new();
+                sp_lp_completion_add(r, lp, e, a->len);
+            }
+        }
+        a->len += e->text_len; /* the text offset of the next token */
+        const char *finish = e->finish != SP_FINISH_NONE ? sp_finish_reason(e->finish) : NULL;
+        if (!e->text_len && !lp && !finish)
+            continue;
+        sp_status st = sp_stream_choice(r, e->choice, b->text + e->text_off, e->text_len, lp,
+                                        finish, out, len, cap);
+        if (st != SP_OK)
+            return st;
+    }
+    return SP_OK;
+}
+
+sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t *cap)
+{
+    sp_status st = SP_OK;
+    /* Choices the engine never finished (the job timed out in the queue). */
+    for (int c = 0; c < r->n_choices && st == SP_OK; c++) {
+        if (r->acc[c].finished)
+            continue;
+        r->acc[c].finished = true;
+        r->acc[c].finish = SP_FINISH_LENGTH;
+        st = sp_stream_choice(r, c, "", 0, NULL, "length", out, len, cap);
+    }
+    if (st == SP_OK && r->api->include_usage) {
+        json_t *chunk = sp_chunk_base(r);
+        json_object_set_new(chunk, "choices", json_array());
+        json_object_set_new(chunk, "usage", sp_api_usage_json(&r->usage));
+        st = sp_append_chunk(chunk, out, len, cap);
+    }
+    if (st == SP_OK)
+        st = sp_append(out, len, cap, "data: [DONE]\n\n", 14);
+    return st;
+}
+
+sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
+{
+    for (size_t i = 0; i < b->n_ev; i++) {
+        const struct sp_job_event *e = &b->ev[i];
+        if (e->choice < 0 || e->choice >= r->n_choices)
+            continue;
+        struct sp_choice_acc *a = &r->acc[e->choice];
+        if (a->finished)
+            continue;
+        sp_track_usage(r, e);
+        if (e->has_lp && e->id >= 0 && r->api->logprobs >= 0) {
+            if (r->api->kind == SP_API_CHAT) {
+                if (!a->lp)
+                    a->lp = json_array();
+                json_array_append_new(a->lp, sp_lp_chat_entry(r, e));
+            } else {
+                if (!a->lp)
+                    a->lp = sp_lp_completion_new();
+                sp_lp_completion_add(r, a->lp, e, a->len);
+            }
+        }
+        if (sp_append(&a->text, &a->len, &a->cap, b->text + e->text_off, e->text_len) != SP_OK)
+            return SP_ERR_NOMEM;
+    }
+    return SP_OK;
+}
+
+char *sp_resp_body(struct sp_resp *r)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(r->id));
+    json_object_set_new(o, "object", json_string(r->api->kind == SP_API_CHAT ? "chat.completion"
+                                                                             : "text_completion"));
+    json_object_set_new(o, "created", json_integer(r->created));
+    json_object_set_new(o, "model", sp_json_text(r->model, strlen(r->model)));
+    json_object_set_new(o, "system_fingerprint", json_string("spindle"));
+    json_t *choices = json_array();
+    for (int c = 0; c < r->n_choices; c++) {
+        struct sp_choice_acc *a = &r->acc[c];
+        json_t *ch = json_object();
+        json_object_set_new(ch, "index", json_integer(c));
+        json_t *text = sp_json_text(a->text, a->len);
+        if (r->api->kind == SP_API_CHAT) {
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            json_object_set_new(msg, "content", text);
+            json_object_set_new(ch, "message", msg);
+            json_t *lp = json_null();
+            if (r->api->chat_logprobs) {
+                lp = json_object();
+                json_object_set_new(lp, "content", a->lp ? json_incref(a->lp) : json_array());
+            }
+            json_object_set_new(ch, "logprobs", lp);
+        } else {
+            json_object_set_new(ch, "text", text);
+            json_object_set(ch, "logprobs", a->lp ? a->lp : json_null());
+        }
+        json_object_set_new(ch, "finish_reason",
+                            json_string(a->finished ? sp_finish_reason(a->finish) : "length"));
+        json_array_append_new(choices, ch);
+    }
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", sp_api_usage_json(&r->usage));
+    if (r->timed_out)
+        json_object_set_new(o, "note", sp_note(r));
+    return sp_json_dump_free(o);
+}

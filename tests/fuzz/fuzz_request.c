@@ -1,0 +1,45 @@
+/* libFuzzer target: HTTP body bytes -> sp_api_request_parse() for both
+ * endpoints, with no vocabulary (no rendering or tokenization), then the
+ * error body when parsing fails.  Any crash, leak or sanitizer report is a
+ * bug: client input must only ever produce a 4xx.
+ *
+ * Build (clang): compile src/ with -fsanitize=fuzzer-no-link,address,undefined
+ * and link this file with -fsanitize=fuzzer; run
+ *   ./fuzz_request tests/fuzz/corpus/request
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/schema.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct sp_api_limits lim;
+    sp_api_limits_default(&lim);
+    lim.model_id = "smollm2";
+    lim.max_timeout_s = 30;
+    for (int k = 0; k < 2; k++) {
+        struct sp_api_request r;
+        struct sp_api_error err;
+        memset(&err, 0, sizeof err);
+        enum sp_api_kind kind = k ? SP_API_CHAT : SP_API_COMPLETIONS;
+        sp_status st = sp_api_request_parse(&r, kind, (const char *)data, size, NULL, &lim, &err);
+        if (st == SP_OK) {
+            /* Invariants the server relies on. */
+            if (r.gp.n < 1 || r.gp.n > lim.max_n || r.n_stop > (size_t)lim.max_stop ||
+                r.gp.max_tokens > lim.n_ctx || (r.timeout_s < 0) ||
+                (r.timeout_s > lim.max_timeout_s) || r.logprobs > 20)
+                abort();
+            sp_api_request_free(&r);
+        } else {
+            if (err.http_status < 400 || err.http_status > 599 ||
+                (st == SP_ERR_ARG && err.http_status >= 500))
+                abort();
+            free(sp_api_error_body(&err));
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,123 @@
+"""Malformed variants of the tiny model: (name, mutate(model), expected text
+in the one-line error).  Each mutation changes one thing."""
+import struct
+
+from ggufgen import Model, T_ARR, T_F32, T_I32, T_STR, T_U32, T_U8, T_BOOL, GGML_Q8_0, GGML_F32
+
+
+def raw_kv(m, key_bytes, vtype, value_bytes):
+    """Appends a key/value written byte for byte (for malformed entries)."""
+    m.kv.append((key_bytes, vtype, value_bytes))
+
+
+def variant_list():
+    out = []
+
+    def add(name, expect, mutate=None, post=None):
+        out.append((name, expect, mutate, post))
+
+    # header
+    add("bad_magic", "bad magic", post=lambda b: b"GGUX" + b[4:])
+    add("version_0", "version 0", post=lambda b: b[:4] + struct.pack("<I", 0) + b[8:])
+    add("version_1", "version 1", post=lambda b: b[:4] + struct.pack("<I", 1) + b[8:])
+    add("version_future", "version 99", post=lambda b: b[:4] + struct.pack("<I", 99) + b[8:])
+    add("huge_tensor_count", "tensor count", post=lambda b: b[:8] + struct.pack("<Q", 1 << 60) + b[16:])
+    add("huge_kv_count", "key count", post=lambda b: b[:16] + struct.pack("<Q", (1 << 64) - 1) + b[24:])
+    add("truncated_header", "past the end", post=lambda b: b[:12])
+    add("empty_file", "bad magic", post=lambda b: b"")
+    # key/values
+    add("key_len_past_end", "past the end", lambda m: raw_kv(m, struct.pack("<Q", 1 << 40) + b"x", T_U32, b""))
+    add("key_len_wraps", "past the end", lambda m: raw_kv(m, struct.pack("<Q", (1 << 64) - 2) + b"x", T_U32, b""))
+    add("string_len_past_end", "string length past the end",
+        lambda m: raw_kv(m, struct.pack("<Q", 3) + b"abc", T_STR, struct.pack("<Q", 1 << 40)))
+    add("array_len_past_end", "past the end",
+        lambda m: raw_kv(m, struct.pack("<Q", 3) + b"arr", T_ARR, struct.pack("<IQ", T_U32, 1 << 40)))
+    add("array_len_wraps", "past the end",
+        lambda m: raw_kv(m, struct.pack("<Q", 3) + b"arr", T_ARR, struct.pack("<IQ", T_U32, (1 << 62) + 1)))
+    add("string_array_huge", "strings past the end",
+        lambda m: raw_kv(m, struct.pack("<Q", 3) + b"arr", T_ARR, struct.pack("<IQ", T_STR, 1 << 50)))
+    add("empty_key", "empty key", lambda m: raw_kv(m, struct.pack("<Q", 0), T_U32, struct.pack("<I", 1)))
+    add("duplicate_key", "duplicate key", lambda m: m.kv.append(("llama.block_count", T_U32, 2)))
+    add("unknown_value_type", "unknown value type 13",
+        lambda m: raw_kv(m, struct.pack("<Q", 3) + b"odd", 13, struct.pack("<I", 1)))
+    add("unknown_array_type", "unknown array element type 77",
+        lambda m: raw_kv(m, struct.pack("<Q", 3) + b"arr", T_ARR, struct.pack("<IQ", 77, 0)))
+    add("nested_array", "nested arrays",
+        lambda m: raw_kv(m, struct.pack("<Q", 3) + b"arr", T_ARR, struct.pack("<IQ", T_ARR, 1)))
+    add("bool_not_0_1", "not 0 or 1", lambda m: raw_kv(m, struct.pack("<Q", 4) + b"flag", T_BOOL, b"\x07"))
+    # alignment
+    add("alignment_0", "general.alignment", lambda m: m.set_kv("general.alignment", T_U32, 0))
+    add("alignment_3", "not a power of two", lambda m: m.set_kv("general.alignment", T_U32, 3))
+    add("alignment_48", "not a power of two", lambda m: m.set_kv("general.alignment", T_U32, 48))
+    add("alignment_wrong_type", "general.alignment", lambda m: m.set_kv("general.alignment", T_STR, "32"))
+    # tensor infos
+    add("tensor_name_empty", "empty name", lambda m: m.tensors[1].update(name=""))
+    add("tensor_name_too_long", "name length", lambda m: m.tensors[1].update(name="x" * 200))
+    add("tensor_name_duplicate", "duplicate tensor name", lambda m: m.tensors[2].update(name=m.tensors[1]["name"]))
+    add("tensor_rank_5", "rank 5", lambda m: m.tensors[1].update(dims=[64, 1, 1, 1, 1]))
+    add("tensor_rank_0", "rank 0", lambda m: m.tensors[1].update(dims=[]))
+    add("tensor_dim_zero", "dimension 0 is 0", lambda m: m.tensors[1].update(dims=[0]))
+    add("tensor_dims_overflow", "overflows", lambda m: m.tensors[2].update(dims=[1 << 40, 1 << 40]))
+    add("tensor_row_not_block_multiple", "not a multiple of the Q8_0 block size",
+        lambda m: m.tensors[2].update(dims=[48, 64]))
+    add("tensor_unknown_type", "unknown or unsupported type id 99", lambda m: m.tensors[1].update(type=99))
+    add("tensor_offset_past_end", "past the end of the data section", lambda m: m.tensors[-1].update(offset=1 << 40))
+    add("tensor_offset_misaligned", "not a multiple of the alignment", lambda m: m.tensors[1].update(offset=8))
+    add("tensor_offset_overlap", "overlaps", lambda m: m.tensors[2].update(offset=0))
+    add("tensor_offsets_out_of_order", "overlaps",
+        lambda m: (m.tensors[3].update(offset=0), m.tensors[0].update(offset=1 << 20)))
+    # truncation inside each section
+    add("truncated_in_kv", "past the end", post=lambda b: b[:SECTIONS["kv_start"] + 150])
+    add("truncated_in_tensor_infos", "past the end", post=lambda b: b[:SECTIONS["infos_start"] + 100])
+    add("truncated_in_data", "past the end of the data section", post=lambda b: b[:-100])
+    # hyper-parameters against tensors
+    add("heads_do_not_divide_width", "does not divide embedding_length",
+        lambda m: m.set_kv("llama.attention.head_count", T_U32, 6))
+    add("kv_heads_do_not_divide_heads", "head_count_kv",
+        lambda m: m.set_kv("llama.attention.head_count_kv", T_U32, 3))
+    add("block_count_too_large", "tensor 'blk.2.attn_norm.weight': missing",
+        lambda m: m.set_kv("llama.block_count", T_U32, 3))
+    add("vocab_larger_than_embeddings", "token_embd.weight",
+        lambda m: (m.kv.__setitem__(12, ("tokenizer.ggml.tokens", T_ARR, (T_STR, m.kv[12][2][1] + ["extra"]))),
+                   m.kv.__setitem__(13, ("tokenizer.ggml.token_type", T_ARR, (T_I32, m.kv[13][2][1] + [1])))))
+    add("token_type_length_differs", "tokenizer.ggml.token_type",
+        lambda m: m.kv.__setitem__(13, ("tokenizer.ggml.token_type", T_ARR, (T_I32, m.kv[13][2][1][:-1]))))
+    add("token_type_wrong_element_type", "tokenizer.ggml.token_type",
+        lambda m: m.kv.__setitem__(13, ("tokenizer.ggml.token_type", T_ARR, (T_F32, [1.0] * 259))))
+    add("missing_embedding_length", "missing key 'llama.embedding_length'",
+        lambda m: m.del_kv("llama.embedding_length"))
+    add("embedding_length_wrong_type", "llama.embedding_length", lambda m: m.set_kv("llama.embedding_length", T_STR, "64"))
+    add("unsupported_architecture", "not supported", lambda m: m.set_kv("general.architecture", T_STR, "gptj"))
+    add("tensor_wrong_shape", "tensor 'blk.0.attn_q.weight': shape",
+        lambda m: m.tensor("blk.0.attn_q.weight").update(dims=[32, 128]))
+    add("tensor_missing", "tensor 'blk.1.ffn_down.weight': missing",
+        lambda m: m.tensors.remove(m.tensor("blk.1.ffn_down.weight")))
+    return out
+
+
+_clean = Model()
+_clean.build()
+SECTIONS = _clean.sections
+
+
+def build_variant(mutate, post):
+    m = Model()
+    if mutate:
+        mutate(m)
+    b = m.build()
+    return post(b) if post else b
+
+
+def valid_edge_cases():
+    """Files that must load: (name, mutate)."""
+    def extra_tensor(m):
+        m.tensors.append({"name": "extra.unused.weight", "dims": [32], "type": GGML_F32,
+                          "data": b"\0" * 128, "offset": None})
+    return [
+        ("zero_length_array", lambda m: m.set_kv("general.tags", T_ARR, (T_STR, []))),
+        ("empty_string", lambda m: m.set_kv("general.name", T_STR, "")),
+        ("unknown_extra_keys", lambda m: (m.set_kv("vendor.custom.flag", T_U8, 7),
+                                          m.set_kv("vendor.custom.list", T_ARR, (T_I32, [1, 2, 3])))),
+        ("extra_unused_tensor", extra_tensor),
+        ("gguf_v2", lambda m: setattr(m, "version", 2)),
+    ]

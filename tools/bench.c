@@ -1,0 +1,183 @@
+/* spindle bench: prefill of a p-token prompt in one batch, then n decode
+ * steps, repeated; like llama-bench.  With -B, B sequences decode together
+ * (the server's step) and the aggregate rate is reported. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "args.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "quant/quant.h"
+#include "tools.h"
+
+static double sp_bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sp_bench_stats(const double *x, int n, double *mean, double *sd)
+{
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++)
+        s += x[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++)
+        q += (x[i] - *mean) * (x[i] - *mean);
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
+}
+
+struct sp_bench_count {
+    double t_first, t_last;
+    uint32_t n;
+};
+
+static void sp_bench_event(void *user, const struct sp_token_event *ev)
+{
+    struct sp_bench_count *c = user;
+    if (ev->finish != SP_FINISH_NONE)
+        return;
+    double now = sp_bench_now();
+    if (c->n == 0)
+        c->t_first = now;
+    c->t_last = now;
+    c->n++;
+}
+
+int sp_tool_bench(int argc, char **argv)
+{
+    struct sp_engine_params ep = {0};
+    struct sp_args a = {argc, argv, 1, false};
+    int n_prompt = 512, n_gen = 128, reps = 3, batch = 1;
+    bool json = false;
+    struct sp_engine *e = NULL;
+    sp_token *prompt = NULL;
+    double *pp = NULL, *tg = NULL;
+    struct sp_bench_count *cnt = NULL;
+    int rc = 2;
+    for (; a.i < argc && !a.failed; a.i++) {
+        if (sp_args_is(&a, "-h", "--help")) {
+            puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [--json]");
+            return 0;
+        } else if (sp_args_is(&a, "-m", "--model")) ep.model_path = sp_args_value(&a);
+        else if (sp_args_is(&a, "-p", NULL)) sp_args_int(&a, 1, 1 << 20, &n_prompt);
+        else if (sp_args_is(&a, "-n", NULL)) sp_args_int(&a, 1, 1 << 20, &n_gen);
+        else if (sp_args_is(&a, "-r", NULL)) sp_args_int(&a, 1, 1000, &reps);
+        else if (sp_args_is(&a, "-B", "--batch")) sp_args_int(&a, 1, 256, &batch);
+        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
+        else if (sp_args_is(&a, "--json", NULL)) json = true;
+        else
+            return sp_tool_fail("bench: unknown option '%s'", argv[a.i]);
+    }
+    if (a.failed)
+        return 2;
+    if (!ep.model_path)
+        return sp_tool_fail("bench: -m MODEL is required");
+    ep.n_ctx = n_prompt + n_gen + 1;
+    ep.n_parallel = batch;
+    ep.n_batch = n_prompt > 512 ? n_prompt : 512;
+    if (sp_engine_init(&e, &ep) != SP_OK)
+        return sp_tool_fail("%s", sp_error_message());
+    const struct sp_model *m = sp_engine_model(e);
+    prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    pp = calloc((size_t)reps, sizeof *pp);
+    tg = calloc((size_t)reps, sizeof *tg);
+    cnt = calloc((size_t)batch, sizeof *cnt);
+    if (!prompt || !pp || !tg || !cnt) {
+        sp_tool_fail("out of memory");
+        goto done;
+    }
+    uint64_t x = 12345;
+    for (int i = 0; i < n_prompt; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (sp_token)(1000 + (x >> 33) % (m->hp.n_vocab - 2000));
+    }
+    struct sp_gen_params gp;
+    sp_gen_params_default(&gp);
+    gp.sampling.temperature = 0;
+    gp.ignore_eos = true;
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+        /* prefill: one request, one token */
+        gp.max_tokens = 1;
+        memset(cnt, 0, sizeof *cnt);
+        double t0 = sp_bench_now();
+        if (sp_request_submit(e, prompt, (size_t)n_prompt, &gp, sp_bench_event, cnt, NULL) != SP_OK) {
+            sp_tool_fail("%s", sp_error_message());
+            goto done;
+        }
+        while (sp_engine_step(e) > 0)
+            ;
+        double t_pp = cnt[0].t_first - t0;
+        /* decode: B requests with a short distinct prompt each, n tokens */
+        gp.max_tokens = n_gen + 1;
+        memset(cnt, 0, (size_t)batch * sizeof *cnt);
+        for (int b = 0; b < batch; b++) {
+            sp_token p2[2] = {prompt[b % n_prompt], prompt[(b + 1) % n_prompt]};
+            if (sp_request_submit(e, p2, 2, &gp, sp_bench_event, &cnt[b], NULL) != SP_OK) {
+                sp_tool_fail("%s", sp_error_message());
+                goto done;
+            }
+        }
+        while (sp_engine_step(e) > 0)
+            ;
+        double t_start = cnt[0].t_first, t_end = cnt[0].t_last;
+        uint64_t toks = 0;
+        for (int b = 0; b < batch; b++) {
+            t_start = cnt[b].t_first < t_start ? cnt[b].t_first : t_start;
+            t_end = cnt[b].t_last > t_end ? cnt[b].t_last : t_end;
+            toks += cnt[b].n - 1; /* the first token comes from the prefill */
+        }
+        if (r >= 0) {
+            pp[r] = n_prompt / t_pp;
+            tg[r] = toks / (t_end - t_start);
+        }
+    }
+    double pm, ps, tm, ts;
+    sp_bench_stats(pp, reps, &pm, &ps);
+    sp_bench_stats(tg, reps, &tm, &ts);
+    uint64_t kv_dim = (uint64_t)m->hp.n_head_kv * m->hp.head_dim;
+    /* mean KV bytes read per decode token over the run: positions ~ n/2 on average */
+    double kv_read = (double)kv_dim * 2 * 2 * m->hp.n_layer * (2 + n_gen / 2.0);
+    double bytes_per_tok = (double)m->weights_bytes / batch + kv_read;
+    double gbs = bytes_per_tok * tm / 1e9;
+    if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "model", json_string(ep.model_path));
+        json_object_set_new(o, "threads", json_integer(sp_engine_n_threads(e)));
+        json_object_set_new(o, "isa", json_string(sp_quant_isa()));
+        json_object_set_new(o, "n_prompt", json_integer(n_prompt));
+        json_object_set_new(o, "n_gen", json_integer(n_gen));
+        json_object_set_new(o, "batch", json_integer(batch));
+        json_object_set_new(o, "reps", json_integer(reps));
+        json_object_set_new(o, "prefill_tokens_per_s", json_real(pm));
+        json_object_set_new(o, "prefill_tokens_per_s_sd", json_real(ps));
+        json_object_set_new(o, "decode_tokens_per_s", json_real(tm));
+        json_object_set_new(o, "decode_tokens_per_s_sd", json_real(ts));
+        json_object_set_new(o, "weights_bytes", json_integer((json_int_t)m->weights_bytes));
+        json_object_set_new(o, "decode_bytes_per_token", json_real(bytes_per_tok));
+        json_object_set_new(o, "decode_bandwidth_gb_s", json_real(gbs));
+        json_dumpf(o, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        json_decref(o);
+    } else {
+        printf("model: %s | threads: %d | kernels: %s | weights: %.1f MiB\n", ep.model_path, sp_engine_n_threads(e),
+               sp_quant_isa(), m->weights_bytes / 1048576.0);
+        printf("prefill pp%-5d %10.1f ± %.1f tokens/s\n", n_prompt, pm, ps);
+        printf("decode  tg%-5d %10.1f ± %.1f tokens/s%s (%.1f GB/s of weights+KV)\n", n_gen, tm, ts,
+               batch > 1 ? " aggregate" : "", gbs);
+    }
+    rc = 0;
+done:
+    free(prompt);
+    free(pp);
+    free(tg);
+    free(cnt);
+    sp_engine_free(e);
+    return rc;
+}

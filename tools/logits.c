@@ -1,0 +1,163 @@
+/* spindle logits: the next-token logits after a prompt, as JSON:
+ * {"tokens": [prompt ids], "top": [[id, logit], ...]} (descending).
+ * With --from P, also "steps": the top logits after every position >= P
+ * (teacher forcing: feed a reference continuation with --ids). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/prompt.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "tools.h"
+
+static const float *sp_logits_base;
+
+struct sp_logits_ctx {
+    int top;
+    uint32_t n_vocab;
+    int32_t *idx;
+    json_t *steps, *last;
+};
+
+static json_t *sp_logits_top(struct sp_logits_ctx *c, const float *logits);
+
+static void sp_logits_step(void *user, size_t pos, const float *logits)
+{
+    struct sp_logits_ctx *c = user;
+    json_t *top = sp_logits_top(c, logits);
+    json_array_append_new(c->steps, json_pack("{s:I,s:o}", "pos", (json_int_t)pos, "top", json_incref(top)));
+    json_decref(c->last);
+    c->last = top;
+}
+
+static int sp_logits_cmp(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    float fx = sp_logits_base[x], fy = sp_logits_base[y];
+    if (fx != fy)
+        return fx > fy ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static json_t *sp_logits_top(struct sp_logits_ctx *c, const float *logits)
+{
+    for (uint32_t i = 0; i < c->n_vocab; i++)
+        c->idx[i] = (int32_t)i;
+    sp_logits_base = logits;
+    qsort(c->idx, c->n_vocab, sizeof *c->idx, sp_logits_cmp);
+    json_t *jtop = json_array();
+    for (int i = 0; i < c->top; i++)
+        json_array_append_new(jtop, json_pack("[if]", c->idx[i], (double)logits[c->idx[i]]));
+    return jtop;
+}
+
+/* Parses "1 2 3" into malloc'd ids. */
+static sp_status sp_logits_ids(const char *s, sp_token **out, size_t *n)
+{
+    size_t cap = strlen(s) / 2 + 1, k = 0;
+    sp_token *t = malloc(cap * sizeof *t);
+    char *end;
+    if (!t)
+        return sp_error_set(SP_ERR_NOMEM, "out of memory");
+    while (*s) {
+        while (*s == ' ' || *s == ',')
+            s++;
+        if (!*s)
+            break;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > INT32_MAX || k == cap) {
+            free(t);
+            return sp_error_set(SP_ERR_ARG, "--ids: '%.20s' is not a token id", s);
+        }
+        t[k++] = (sp_token)v;
+        s = end;
+    }
+    *out = t;
+    *n = k;
+    return SP_OK;
+}
+
+int sp_tool_logits(int argc, char **argv)
+{
+    struct sp_engine_params ep = {0};
+    struct sp_args a = {argc, argv, 1, false};
+    const char *prompt = NULL, *ids = NULL;
+    int top = 10, from = -1;
+    bool special = false;
+    struct sp_engine *e = NULL;
+    sp_token *toks = NULL;
+    int32_t *idx = NULL;
+    size_t n_toks = 0;
+    int rc = 2;
+    for (; a.i < argc && !a.failed; a.i++) {
+        if (sp_args_is(&a, "-h", "--help")) {
+            puts("usage: spindle logits -m MODEL (-p PROMPT | --ids \"ID ...\") [--top K (0 = all)] [--from POS]\n"
+                 "                      [--special] [--ctx N] [-t N]");
+            return 0;
+        } else if (sp_args_is(&a, "-m", "--model")) ep.model_path = sp_args_value(&a);
+        else if (sp_args_is(&a, "-p", "--prompt")) prompt = sp_args_value(&a);
+        else if (sp_args_is(&a, "--ids", NULL)) ids = sp_args_value(&a);
+        else if (sp_args_is(&a, "--from", NULL)) sp_args_int(&a, 0, 1 << 24, &from);
+        else if (sp_args_is(&a, "--top", NULL)) sp_args_int(&a, 0, 1 << 24, &top);
+        else if (sp_args_is(&a, "--special", NULL)) special = true;
+        else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
+        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
+        else
+            return sp_tool_fail("logits: unknown option '%s'", argv[a.i]);
+    }
+    if (a.failed)
+        return 2;
+    if (!ep.model_path || (!prompt && !ids))
+        return sp_tool_fail("logits: -m MODEL and -p PROMPT (or --ids) are required");
+    if (sp_engine_init(&e, &ep) != SP_OK)
+        return sp_tool_fail("%s", sp_error_message());
+    const struct sp_vocab *v = sp_engine_vocab(e);
+    uint32_t n_vocab = sp_engine_model(e)->hp.n_vocab;
+    sp_status st = ids ? sp_logits_ids(ids, &toks, &n_toks) : sp_prompt_tokens(v, prompt, strlen(prompt), special, &toks, &n_toks);
+    if (st != SP_OK) {
+        sp_tool_fail("%s", sp_error_message());
+        goto done;
+    }
+    if (n_toks == 0) {
+        sp_tool_fail("logits: no tokens");
+        goto done;
+    }
+    idx = malloc(n_vocab * sizeof *idx);
+    if (!idx) {
+        sp_tool_fail("out of memory");
+        goto done;
+    }
+    if (top <= 0 || (uint32_t)top > n_vocab)
+        top = (int)n_vocab;
+    struct sp_logits_ctx c = {top, n_vocab, idx, json_array(), NULL};
+    size_t first = from >= 0 && (size_t)from < n_toks ? (size_t)from : n_toks - 1;
+    if (sp_engine_logits_each(e, toks, n_toks, first, sp_logits_step, &c) != SP_OK) {
+        json_decref(c.steps);
+        json_decref(c.last);
+        sp_tool_fail("%s", sp_error_message());
+        goto done;
+    }
+    json_t *root = json_object(), *jt = json_array();
+    for (size_t i = 0; i < n_toks; i++)
+        json_array_append_new(jt, json_integer(toks[i]));
+    json_object_set_new(root, "tokens", jt);
+    json_object_set_new(root, "top", c.last);
+    if (from >= 0)
+        json_object_set_new(root, "steps", c.steps);
+    else
+        json_decref(c.steps);
+    json_dumpf(root, stdout, JSON_COMPACT);
+    fputc('\n', stdout);
+    json_decref(root);
+    rc = 0;
+done:
+    free(idx);
+    free(toks);
+    sp_engine_free(e);
+    return rc;
+}

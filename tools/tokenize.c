@@ -1,0 +1,199 @@
+/* spindle tokenize -m MODEL [--no-bos] [--special] [--file F | TEXT]
+ *   prints the token ids on one line, separated by spaces.  --file - reads
+ *   the exact bytes of stdin.  Without --no-bos, BOS/EOS are added as the
+ *   model's add_bos_token / add_eos_token say; --special parses special-token
+ *   texts such as <|im_start|>.
+ * spindle detokenize -m MODEL ID...
+ *   prints the text of the ids (special tokens rendered). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mmap.h"
+#include "tokenizer/tokenizer.h"
+#include "tools.h"
+
+struct vocab_file {
+    struct sp_mapping m;
+    struct sp_gguf g;
+    struct sp_vocab *v;
+};
+
+static int vocab_open(struct vocab_file *f, const char *path)
+{
+    memset(f, 0, sizeof *f);
+    if (sp_mapping_init(&f->m, path) != SP_OK)
+        return sp_tool_fail("%s", sp_error_message());
+    if (sp_gguf_init(&f->g, f->m.data, f->m.size) != SP_OK) {
+        sp_mapping_free(&f->m);
+        return sp_tool_fail("%s: %s", path, sp_error_message());
+    }
+    if (sp_vocab_init(&f->v, &f->g) != SP_OK) {
+        sp_gguf_free(&f->g);
+        sp_mapping_free(&f->m);
+        return sp_tool_fail("%s: %s", path, sp_error_message());
+    }
+    return 0;
+}
+
+static void vocab_close(struct vocab_file *f)
+{
+    sp_vocab_free(f->v);
+    sp_gguf_free(&f->g);
+    sp_mapping_free(&f->m);
+}
+
+static char *read_stream(FILE *in, size_t *n)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + len, 1, cap - len, in);
+        len += r;
+        if (len < cap) {
+            if (ferror(in)) {
+                free(buf);
+                return NULL;
+            }
+            break;
+        }
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            return NULL;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    *n = len;
+    return buf;
+}
+
+int sp_tool_tokenize(int argc, char **argv)
+{
+    const char *model = NULL, *file = NULL, *text = NULL;
+    bool add_bos = true, special = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc)
+            model = argv[++i];
+        else if (!strcmp(argv[i], "--file") && i + 1 < argc)
+            file = argv[++i];
+        else if (!strcmp(argv[i], "--no-bos"))
+            add_bos = false;
+        else if (!strcmp(argv[i], "--special"))
+            special = true;
+        else if (argv[i][0] == '-' && argv[i][1])
+            return sp_tool_fail("tokenize: unknown option '%s'", argv[i]);
+        else if (!text)
+            text = argv[i];
+        else
+            return sp_tool_fail("tokenize: more than one TEXT argument");
+    }
+    if (!model)
+        return sp_tool_fail("usage: spindle tokenize -m MODEL [--no-bos] [--special] [--file F | TEXT]");
+    if ((file != NULL) == (text != NULL))
+        return sp_tool_fail("tokenize: give exactly one of --file F or TEXT");
+    char *buf = NULL;
+    size_t len = 0;
+    if (file) {
+        FILE *in = strcmp(file, "-") ? fopen(file, "rb") : stdin;
+        if (!in)
+            return sp_tool_fail("tokenize: cannot open '%s'", file);
+        buf = read_stream(in, &len);
+        if (in != stdin)
+            fclose(in);
+        if (!buf)
+            return sp_tool_fail("tokenize: cannot read '%s'", file);
+    }
+    struct vocab_file f;
+    int rc = vocab_open(&f, model);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    const char *src = file ? buf : text;
+    if (!file)
+        len = strlen(text);
+    size_t cap = len + 16, n = 0;
+    sp_token *ids = malloc(cap * sizeof *ids);
+    sp_status st = ids ? sp_tokenize(f.v, src, len, add_bos, special, ids, cap, &n) : SP_ERR_NOMEM;
+    if (st == SP_ERR_ARG && n > cap) { /* cannot happen: at most one id per byte plus specials */
+        free(ids);
+        cap = n;
+        ids = malloc(cap * sizeof *ids);
+        st = ids ? sp_tokenize(f.v, src, len, add_bos, special, ids, cap, &n) : SP_ERR_NOMEM;
+    }
+    if (st != SP_OK) {
+        rc = sp_tool_fail("tokenize: %s", st == SP_ERR_NOMEM && !ids ? "out of memory" : sp_error_message());
+    } else {
+        for (size_t i = 0; i < n; i++)
+            printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+    }
+    free(ids);
+    free(buf);
+    vocab_close(&f);
+    return rc;
+}
+
+int sp_tool_detokenize(int argc, char **argv)
+{
+    const char *model = NULL;
+    int first_id = argc;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) {
+            model = argv[++i];
+        } else {
+            first_id = i;
+            break;
+        }
+    }
+    if (!model)
+        return sp_tool_fail("usage: spindle detokenize -m MODEL ID...");
+    size_t n = (size_t)(argc - first_id);
+    sp_token *ids = malloc((n ? n : 1) * sizeof *ids);
+    if (!ids)
+        return sp_tool_fail("detokenize: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char *end;
+        long x = strtol(argv[first_id + (int)i], &end, 10);
+        if (*end || end == argv[first_id + (int)i] || x < 0 || x > INT32_MAX) {
+            free(ids);
+            return sp_tool_fail("detokenize: bad token id '%s'", argv[first_id + (int)i]);
+        }
+        ids[i] = (sp_token)x;
+    }
+    struct vocab_file f;
+    int rc = vocab_open(&f, model);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((uint32_t)ids[i] >= sp_vocab_size(f.v)) {
+            rc = sp_tool_fail("detokenize: token id %d out of range (vocabulary has %u)", ids[i],
+                              sp_vocab_size(f.v));
+            goto done;
+        }
+    }
+    size_t cap = 256 + n * 16;
+    char *out = malloc(cap);
+    int64_t k = out ? sp_detokenize(f.v, ids, n, true, out, cap) : -1;
+    if (k > (int64_t)cap) {
+        free(out);
+        cap = (size_t)k;
+        out = malloc(cap);
+        k = out ? sp_detokenize(f.v, ids, n, true, out, cap) : -1;
+    }
+    if (k < 0) {
+        rc = sp_tool_fail("detokenize: out of memory");
+    } else {
+        fwrite(out, 1, (size_t)k, stdout);
+        printf("\n");
+    }
+    free(out);
+done:
+    free(ids);
+    vocab_close(&f);
+    return rc;
+}
