@@ -9,6 +9,13 @@
 
 CC      ?= cc
 BUILD   ?= build
+# Install what the build needs before pkg-config is asked (idempotent, ~0.1 s).
+ifneq ($(MAKECMDGOALS),clean)
+SETUP_STATUS := $(shell scripts/setup --quiet >&2 && echo ok)
+ifneq ($(SETUP_STATUS),ok)
+$(error scripts/setup failed)
+endif
+endif
 PKGS    := libmicrohttpd jansson libpcre2-8 libutf8proc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -39,11 +46,9 @@ TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all run test test-unit test-py asan test-asan fuzz fuzz-build bench clean setup deps tests
-all: deps $(BUILD)/spindle
+all: $(BUILD)/spindle
 
-# scripts/setup is idempotent and fast when everything is present.
-deps:
-	@scripts/setup --quiet
+deps: ;
 
 $(BUILD)/libspindle.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -88,7 +93,7 @@ build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c
 	$(MAKE) CC=clang BUILD=build-fuzz CFLAGS="$(FUZZ_CFLAGS)" build-fuzz/libspindle.a
 	clang $(CFLAGS_BASE) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< build-fuzz/libspindle.a $(LDLIBS)
 
-fuzz-build: deps $(FUZZ_BIN)
+fuzz-build: $(FUZZ_BIN)
 
 # Runs every target for FUZZ_SECONDS; findings land in build-fuzz/findings/.
 fuzz: fuzz-build

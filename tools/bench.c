@@ -10,6 +10,7 @@
 
 #include "args.h"
 #include "core/error.h"
+#include "core/pool.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -50,12 +51,60 @@ static void sp_bench_event(void *user, const struct sp_token_event *ev)
     c->n++;
 }
 
+/* ---- memory read bandwidth: the ceiling for decode ---- */
+
+struct sp_bw_job {
+    const uint64_t *buf;
+    size_t n;
+    uint64_t sink[64 * 8];
+};
+
+static void sp_bw_run(void *arg, int ith, int nth)
+{
+    struct sp_bw_job *j = arg;
+    long lo, hi;
+    sp_pool_split((long)j->n, 64, ith, nth, &lo, &hi);
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (long i = lo; i + 4 <= hi; i += 4) {
+        a0 += j->buf[i];
+        a1 += j->buf[i + 1];
+        a2 += j->buf[i + 2];
+        a3 += j->buf[i + 3];
+    }
+    j->sink[(ith % 64) * 8] = a0 + a1 + a2 + a3;
+}
+
+/* Reads a 1 GiB buffer with the compute pool; returns the best GB/s of 5. */
+static double sp_bench_bandwidth(int n_threads)
+{
+    size_t bytes = (size_t)1 << 30, n = bytes / sizeof(uint64_t);
+    uint64_t *buf = aligned_alloc(64, bytes);
+    struct sp_pool *pool = NULL;
+    double best = 0.0;
+    if (!buf || sp_pool_init(&pool, n_threads) != SP_OK) {
+        free(buf);
+        return 0.0;
+    }
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i;
+    struct sp_bw_job j = {buf, n, {0}};
+    for (int r = 0; r < 5; r++) {
+        double t0 = sp_bench_now();
+        sp_pool_run(pool, sp_bw_run, &j);
+        double gbs = bytes / (sp_bench_now() - t0) / 1e9;
+        best = gbs > best ? gbs : best;
+    }
+    sp_pool_free(pool);
+    free(buf);
+    return best;
+}
+
 int sp_tool_bench(int argc, char **argv)
 {
     struct sp_engine_params ep = {0};
     struct sp_args a = {argc, argv, 1, false};
     int n_prompt = 512, n_gen = 128, reps = 3, batch = 1;
-    bool json = false;
+    bool json = false, bandwidth = false;
     struct sp_engine *e = NULL;
     sp_token *prompt = NULL;
     double *pp = NULL, *tg = NULL;
@@ -63,7 +112,8 @@ int sp_tool_bench(int argc, char **argv)
     int rc = 2;
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
-            puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [--json]");
+            puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [--json]\n"
+                 "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) ep.model_path = sp_args_value(&a);
         else if (sp_args_is(&a, "-p", NULL)) sp_args_int(&a, 1, 1 << 20, &n_prompt);
@@ -72,11 +122,20 @@ int sp_tool_bench(int argc, char **argv)
         else if (sp_args_is(&a, "-B", "--batch")) sp_args_int(&a, 1, 256, &batch);
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
         else if (sp_args_is(&a, "--json", NULL)) json = true;
+        else if (sp_args_is(&a, "--bandwidth", NULL)) bandwidth = true;
         else
             return sp_tool_fail("bench: unknown option '%s'", argv[a.i]);
     }
     if (a.failed)
         return 2;
+    if (bandwidth) {
+        double gbs = sp_bench_bandwidth(ep.n_threads);
+        if (json)
+            printf("{\"read_bandwidth_gb_s\":%.3f,\"threads\":%d}\n", gbs, ep.n_threads);
+        else
+            printf("memory read bandwidth: %.1f GB/s\n", gbs);
+        return gbs > 0 ? 0 : sp_tool_fail("bench: cannot allocate 1 GiB");
+    }
     if (!ep.model_path)
         return sp_tool_fail("bench: -m MODEL is required");
     ep.n_ctx = n_prompt + n_gen + 1;

@@ -253,6 +253,8 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     r->width = width;
     r->budget_blocks = 0;
     struct sp_sampler_params sp = gp->sampling;
+    if (gp->beams == 1)
+        sp.temperature = 0.0f; /* a beam of width 1 is greedy search */
     sp.n_logprobs = gp->logprobs > 0 ? gp->logprobs : 0;
     for (int i = 0; i < n_seqs; i++) {
         struct sp_choice *c = &r->choices[i];

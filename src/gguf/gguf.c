@@ -328,7 +328,9 @@ static sp_status sp_gguf_place_tensors(struct sp_gguf *g)
             return sp_error_set(SP_ERR_FORMAT, "tensor '%s': offset %llu is not a multiple of the alignment %llu",
                                 show, (unsigned long long)t->offset, (unsigned long long)g->alignment);
         if (t->offset < end_prev)
-            return sp_error_set(SP_ERR_FORMAT, "tensor '%s': offset %llu overlaps the previous tensor (ends at %llu)",
+            return sp_error_set(SP_ERR_FORMAT,
+                                "tensor '%s': offset %llu is before the end of the previous tensor (%llu): "
+                                "tensor data must be in order, without overlap",
                                 show, (unsigned long long)t->offset, (unsigned long long)end_prev);
         if (!sp_add_u64(t->offset, t->nbytes, &end) || end > data_size)
             return sp_error_set(SP_ERR_FORMAT,

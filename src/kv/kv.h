@@ -92,4 +92,16 @@ static inline uint16_t *sp_kv_v_at(const struct sp_kv *kv, const struct sp_kv_se
            ((size_t)b * kv->block_tokens + pos % kv->block_tokens) * kv->kv_dim;
 }
 
+/* The run of positions [pos, pos + n) of `seq` in `layer` that is contiguous
+ * in memory (row stride kv_dim), with n the largest such count <= max_n:
+ * *k and *v point at position pos.  Attention walks the cache run by run. */
+static inline uint32_t sp_kv_run(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
+                                 uint32_t pos, uint32_t max_n, const uint16_t **k, const uint16_t **v)
+{
+    uint32_t left = kv->block_tokens - pos % kv->block_tokens;
+    *k = sp_kv_k_at(kv, seq, layer, pos);
+    *v = sp_kv_v_at(kv, seq, layer, pos);
+    return left < max_n ? left : max_n;
+}
+
 #endif

@@ -142,6 +142,7 @@ class Model:
             pos = (pos + self.alignment - 1) // self.alignment * self.alignment
             offs.append(pos if t["offset"] is None else t["offset"])
             pos += len(t["data"])
+        self.offsets = offs
         tib = b""
         for t, off in zip(self.tensors, offs):
             name = t["name"].encode() if isinstance(t["name"], str) else t["name"]

@@ -10,6 +10,15 @@ def raw_kv(m, key_bytes, vtype, value_bytes):
     m.kv.append((key_bytes, vtype, value_bytes))
 
 
+def swap_offsets(m):
+    """Tensors 1 and 2 (same size) trade places in the data: no overlap, out of order."""
+    m.build()
+    a = m.offsets[1]
+    b = m.offsets[2]
+    m.tensors[1].update(offset=b)
+    m.tensors[2].update(offset=a)
+
+
 def variant_list():
     out = []
 
@@ -59,15 +68,14 @@ def variant_list():
     add("tensor_dim_zero", "dimension 0 is 0", lambda m: m.tensors[1].update(dims=[0]))
     add("tensor_dims_overflow", "overflows", lambda m: m.tensors[2].update(dims=[1 << 40, 1 << 40]))
     add("tensor_row_not_block_multiple", "not a multiple of the Q8_0 block size",
-        lambda m: m.tensors[2].update(dims=[48, 64]))
+        lambda m: m.tensor("blk.0.attn_q.weight").update(dims=[48, 64]))
     add("tensor_unknown_type", "unknown or unsupported type id 99", lambda m: m.tensors[1].update(type=99))
     add("tensor_offset_past_end", "past the end of the data section", lambda m: m.tensors[-1].update(offset=1 << 40))
     add("tensor_offset_misaligned", "not a multiple of the alignment", lambda m: m.tensors[1].update(offset=8))
-    add("tensor_offset_overlap", "overlaps", lambda m: m.tensors[2].update(offset=0))
-    add("tensor_offsets_out_of_order", "overlaps",
-        lambda m: (m.tensors[3].update(offset=0), m.tensors[0].update(offset=1 << 20)))
+    add("tensor_offset_overlap", "before the end of the previous tensor", lambda m: m.tensors[2].update(offset=0))
+    add("tensor_offsets_out_of_order", "before the end of the previous tensor", swap_offsets)
     # truncation inside each section
-    add("truncated_in_kv", "past the end", post=lambda b: b[:SECTIONS["kv_start"] + 150])
+    add("truncated_in_kv", "past the end", post=lambda b: b[:SECTIONS["kv_start"] + 2000])
     add("truncated_in_tensor_infos", "past the end", post=lambda b: b[:SECTIONS["infos_start"] + 100])
     add("truncated_in_data", "past the end of the data section", post=lambda b: b[:-100])
     # hyper-parameters against tensors
