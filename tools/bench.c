@@ -1,6 +1,10 @@
 /* spindle bench: prefill of a p-token prompt in one batch, then n decode
  * steps, repeated; like llama-bench.  With -B, B sequences decode together
- * (the server's step) and the aggregate rate is reported. */
+ * (the server's step) and the aggregate rate is reported.  With -d DEPTH the
+ * decode streams start after a DEPTH-token prompt (not timed), so decode is
+ * measured with DEPTH..DEPTH+n positions of KV to attend over.  Every
+ * repetition uses fresh prompt tokens, so the prefix cache never turns a
+ * prefill into a cache hit. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -103,7 +107,7 @@ int sp_tool_bench(int argc, char **argv)
 {
     struct sp_engine_params ep = {0};
     struct sp_args a = {argc, argv, 1, false};
-    int n_prompt = 512, n_gen = 128, reps = 3, batch = 1;
+    int n_prompt = 512, n_gen = 128, reps = 3, batch = 1, depth = 2;
     bool json = false, bandwidth = false;
     struct sp_engine *e = NULL;
     sp_token *prompt = NULL;
@@ -112,7 +116,7 @@ int sp_tool_bench(int argc, char **argv)
     int rc = 2;
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
-            puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [--json]\n"
+            puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [-d DEPTH] [--json]\n"
                  "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) ep.model_path = sp_args_value(&a);
@@ -120,6 +124,7 @@ int sp_tool_bench(int argc, char **argv)
         else if (sp_args_is(&a, "-n", NULL)) sp_args_int(&a, 1, 1 << 20, &n_gen);
         else if (sp_args_is(&a, "-r", NULL)) sp_args_int(&a, 1, 1000, &reps);
         else if (sp_args_is(&a, "-B", "--batch")) sp_args_int(&a, 1, 256, &batch);
+        else if (sp_args_is(&a, "-d", "--depth")) sp_args_int(&a, 2, 1 << 20, &depth);
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
         else if (sp_args_is(&a, "--json", NULL)) json = true;
         else if (sp_args_is(&a, "--bandwidth", NULL)) bandwidth = true;
@@ -138,13 +143,15 @@ int sp_tool_bench(int argc, char **argv)
     }
     if (!ep.model_path)
         return sp_tool_fail("bench: -m MODEL is required");
-    ep.n_ctx = n_prompt + n_gen + 1;
+    int longest = n_prompt > depth ? n_prompt : depth;
+    ep.n_ctx = longest + n_gen + 1;
     ep.n_parallel = batch;
-    ep.n_batch = n_prompt > 512 ? n_prompt : 512;
+    ep.n_batch = longest > 512 ? longest : 512;
     if (sp_engine_init(&e, &ep) != SP_OK)
         return sp_tool_fail("%s", sp_error_message());
     const struct sp_model *m = sp_engine_model(e);
-    prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    size_t n_toks = (size_t)longest + batch; /* a window per request */
+    prompt = malloc(n_toks * sizeof *prompt);
     pp = calloc((size_t)reps, sizeof *pp);
     tg = calloc((size_t)reps, sizeof *tg);
     cnt = calloc((size_t)batch, sizeof *cnt);
@@ -153,15 +160,15 @@ int sp_tool_bench(int argc, char **argv)
         goto done;
     }
     uint64_t x = 12345;
-    for (int i = 0; i < n_prompt; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        prompt[i] = (sp_token)(1000 + (x >> 33) % (m->hp.n_vocab - 2000));
-    }
     struct sp_gen_params gp;
     sp_gen_params_default(&gp);
     gp.sampling.temperature = 0;
     gp.ignore_eos = true;
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+        for (size_t i = 0; i < n_toks; i++) { /* fresh tokens: no prefix-cache hits */
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            prompt[i] = (sp_token)(1000 + (x >> 33) % (m->hp.n_vocab - 2000));
+        }
         /* prefill: one request, one token */
         gp.max_tokens = 1;
         memset(cnt, 0, sizeof *cnt);
@@ -177,8 +184,7 @@ int sp_tool_bench(int argc, char **argv)
         gp.max_tokens = n_gen + 1;
         memset(cnt, 0, (size_t)batch * sizeof *cnt);
         for (int b = 0; b < batch; b++) {
-            sp_token p2[2] = {prompt[b % n_prompt], prompt[(b + 1) % n_prompt]};
-            if (sp_request_submit(e, p2, 2, &gp, sp_bench_event, &cnt[b], NULL) != SP_OK) {
+            if (sp_request_submit(e, prompt + b, (size_t)depth, &gp, sp_bench_event, &cnt[b], NULL) != SP_OK) {
                 sp_tool_fail("%s", sp_error_message());
                 goto done;
             }
@@ -202,7 +208,7 @@ int sp_tool_bench(int argc, char **argv)
     sp_bench_stats(tg, reps, &tm, &ts);
     uint64_t kv_dim = (uint64_t)m->hp.n_head_kv * m->hp.head_dim;
     /* mean KV bytes read per decode token over the run: positions ~ n/2 on average */
-    double kv_read = (double)kv_dim * 2 * 2 * m->hp.n_layer * (2 + n_gen / 2.0);
+    double kv_read = (double)kv_dim * 2 * 2 * m->hp.n_layer * (depth + n_gen / 2.0);
     double bytes_per_tok = (double)m->weights_bytes / batch + kv_read;
     double gbs = bytes_per_tok * tm / 1e9;
     if (json) {
@@ -213,6 +219,8 @@ int sp_tool_bench(int argc, char **argv)
         json_object_set_new(o, "n_prompt", json_integer(n_prompt));
         json_object_set_new(o, "n_gen", json_integer(n_gen));
         json_object_set_new(o, "batch", json_integer(batch));
+        json_object_set_new(o, "depth", json_integer(depth));
+        json_object_set_new(o, "kv_bytes_per_token", json_real(kv_read));
         json_object_set_new(o, "reps", json_integer(reps));
         json_object_set_new(o, "prefill_tokens_per_s", json_real(pm));
         json_object_set_new(o, "prefill_tokens_per_s_sd", json_real(ps));

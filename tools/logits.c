@@ -107,6 +107,7 @@ int sp_tool_logits(int argc, char **argv)
         else if (sp_args_is(&a, "--special", NULL)) special = true;
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
+        else if (sp_args_is(&a, "--swa-full", NULL)) ep.swa_full = true;
         else
             return sp_tool_fail("logits: unknown option '%s'", argv[a.i]);
     }

@@ -251,6 +251,7 @@ int sp_tool_run(int argc, char **argv)
         else if (sp_args_is(&a, "--logprobs", NULL)) sp_args_int(&a, 0, SP_SAMPLER_MAX_LOGPROBS, &gp.logprobs);
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
+        else if (sp_args_is(&a, "--swa-full", NULL)) ep.swa_full = true;
         else if (sp_args_is(&a, "--chat", NULL)) chat = true;
         else if (sp_args_is(&a, "--special", NULL)) special = true;
         else if (sp_args_is(&a, "--json", NULL)) json = true;

@@ -32,15 +32,38 @@ struct sp_pool_worker {
 struct sp_pool {
     int n;
     struct sp_pool_worker *workers; /* [n - 1] */
-    sp_pool_fn fn;
-    void *arg;
+    /* the current run: written by the caller before gen is bumped (release),
+     * read by workers after they see the new gen (acquire) */
+    _Atomic(sp_pool_fn) fn;
+    void *_Atomic arg;
+    _Atomic int n_chunks;
     _Atomic unsigned gen;     /* bumped per run */
-    _Atomic int pending;      /* workers still running this generation */
+    _Atomic uint64_t ticket;  /* gen << 32 | next chunk to claim */
+    _Atomic int done;         /* chunks finished in this run */
     _Atomic int sleepers;
     _Atomic bool stop;
     pthread_mutex_t mu;
     pthread_cond_t wake;
 };
+
+/* Claims and runs chunks of run `g` until none is left or the run is over.
+ * A claim succeeds only while the ticket still carries g, so a late worker
+ * can never take part in a newer run with an older run's fn/arg: those were
+ * read after g was published and before the claim, and the caller rewrites
+ * them only once every chunk of g is done. */
+static void sp_pool_work(struct sp_pool *p, unsigned g, sp_pool_fn fn, void *arg, int n)
+{
+    for (;;) {
+        uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+        if ((unsigned)(t >> 32) != g || (int)(uint32_t)t >= n)
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel,
+                                                   memory_order_relaxed))
+            continue;
+        fn(arg, (int)(uint32_t)t, n);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel);
+    }
+}
 
 static void *sp_pool_main(void *vp)
 {
@@ -72,8 +95,9 @@ static void *sp_pool_main(void *vp)
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        p->fn(p->arg, w->ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        sp_pool_work(p, g, atomic_load_explicit(&p->fn, memory_order_relaxed),
+                     atomic_load_explicit(&p->arg, memory_order_relaxed),
+                     atomic_load_explicit(&p->n_chunks, memory_order_relaxed));
     }
 }
 
@@ -139,17 +163,21 @@ void sp_pool_run(struct sp_pool *p, sp_pool_fn fn, void *arg)
         fn(arg, 0, 1);
         return;
     }
-    p->fn = fn;
-    p->arg = arg;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers count */
+    int n = sp_pool_chunks_for(p->n);
+    unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->n_chunks, n, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->ticket, (uint64_t)g << 32, memory_order_release);
+    atomic_store(&p->gen, g); /* seq_cst: pairs with the sleepers count */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
     }
-    fn(arg, 0, p->n);
-    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+    sp_pool_work(p, g, fn, arg, n);
+    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n; spins++) {
         if (spins < SP_POOL_SPIN)
             SP_PAUSE();
         else

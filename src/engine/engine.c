@@ -84,7 +84,18 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *
     if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
         goto free_vocab;
     uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
-    uint64_t block_bytes = (uint64_t)SP_KV_BLOCK_TOKENS * kv_dim * 2 * 2 * hp->n_layer;
+    /* sliding-window layers keep a ring of window + batch positions per
+     * sequence; the paged blocks hold the global layers only */
+    bool local[4096] = {false};
+    uint32_t n_local = 0, ring_len = 0;
+    if (hp->n_swa && !p->swa_full && hp->n_swa + (uint32_t)e->n_batch < (uint32_t)e->n_ctx) {
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            n_local += local[l] = e->model->layers[l].swa;
+        ring_len = hp->n_swa + (uint32_t)e->n_batch;
+    }
+    uint32_t n_paged = hp->n_layer - n_local ? hp->n_layer - n_local : 1;
+    uint32_t n_rings = (uint32_t)e->n_parallel * 2 * SP_MAX_CHOICES;
+    uint64_t block_bytes = (uint64_t)SP_KV_BLOCK_TOKENS * kv_dim * 2 * 2 * n_paged;
     uint64_t n_blocks;
     if (p->kv_mem_mib)
         n_blocks = ((uint64_t)p->kv_mem_mib << 20) / block_bytes;
@@ -95,7 +106,8 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *
         st = sp_error_set(SP_ERR_ARG, "KV cache of %llu blocks is out of range", (unsigned long long)n_blocks);
         goto free_pool;
     }
-    if ((st = sp_kv_init(&e->kv, hp->n_layer, kv_dim, SP_KV_BLOCK_TOKENS, (uint32_t)n_blocks)) != SP_OK)
+    if ((st = sp_kv_init(&e->kv, hp->n_layer, kv_dim, SP_KV_BLOCK_TOKENS, (uint32_t)n_blocks, local, ring_len,
+                         n_rings)) != SP_OK)
         goto free_pool;
     if ((st = sp_forward_scratch_init(&e->fs, e->model, e->n_batch, e->n_ctx, sp_pool_size(e->pool))) != SP_OK)
         goto free_kv;
@@ -163,7 +175,7 @@ void sp_engine_stats(const struct sp_engine *e, struct sp_engine_stats *o)
     o->kv_blocks_used = e->kv.n_blocks - sp_kv_available(&e->kv);
     o->kv_blocks_cached = e->kv.n_cached_idle;
     o->kv_block_tokens = e->kv.block_tokens;
-    o->kv_bytes = (uint64_t)e->kv.layer_stride * e->kv.n_layer * 2 * 2;
+    o->kv_bytes = sp_kv_bytes(&e->kv, (uint32_t)e->n_parallel);
     o->prefix_hits = e->kv.hits;
     o->prefix_tokens_reused = e->kv.tokens_reused;
     o->n_running = e->n_running;

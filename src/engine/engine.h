@@ -34,6 +34,7 @@ struct sp_engine_params {
     int n_parallel;      /* requests running at once; 0: 1 */
     size_t kv_mem_mib;   /* KV pool size; 0: n_ctx × n_parallel positions */
     int n_batch;         /* most tokens in one forward; 0: 512 */
+    bool swa_full;       /* keep every position of sliding-window layers (no rings) */
 };
 
 /* Loads the model and allocates everything a step needs.  Errors name the

@@ -17,10 +17,13 @@ struct sp_attn_args {
     int window;                        /* > 0: keys with pos - j < window only */
     float *out;                        /* [n_tok][n_head * head_dim] */
     size_t out_stride;
-    float *scratch;                    /* [n_threads][scratch_per_thread] */
-    size_t scratch_per_thread;         /* >= max_pos + head_dim / 2 + 16 floats */
+    float *scratch;                    /* [pool chunks][scratch_per_thread] */
+    size_t scratch_per_thread;         /* >= sp_attention_scratch_floats(n_ctx, head_dim) */
     int max_pos;                       /* largest pos + 1 in the batch (bound) */
 };
+
+/* Floats of per-thread scratch for contexts up to n_ctx positions. */
+size_t sp_attention_scratch_floats(int n_ctx, int head_dim);
 
 /* K/V of every token must already be written to the cache. */
 void sp_attention(struct sp_pool *pool, const struct sp_attn_args *a);

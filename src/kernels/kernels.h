@@ -32,12 +32,24 @@ void sp_act_quantize(struct sp_pool *pool, const struct sp_tensor *w, const floa
 void sp_matmul(struct sp_pool *pool, const struct sp_tensor *w, const void *q, int n_tok, float *out,
                size_t out_stride);
 
+/* Up to SP_MATMUL_MAX matrices that read the same activations (same ne0 and
+ * vec_dot_type: Q/K/V, gate/up) in one pool run: out[m] = w[m] x q, each
+ * value computed exactly as sp_matmul would (one fewer barrier each). */
+#define SP_MATMUL_MAX 3
+void sp_matmul_multi(struct sp_pool *pool, int n_mat, const struct sp_tensor *const *w, const void *q, int n_tok,
+                     float *const *out, const size_t *out_stride);
+
 /* y = x / rms(x) * w over rows of n (w may be NULL: no scale).  In place ok. */
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
 
 /* Rotary embedding of one head vector of `dim` values (first n_rot rotate).
  * neox: pairs (i, i + n_rot/2); else adjacent pairs (2i, 2i+1). */
 void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neox);
+/* The same rotation split in two: the table cs[n_rot] (cos, sin pairs) of a
+ * position, computed once per token and base, then applied to every head;
+ * bit-identical to sp_rope. */
+void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale);
+void sp_rope_apply(float *x, const float *cs, int n_rot, int neox);
 
 /* y = silu(g) * u and y = gelu_tanh(g) * u, n values. */
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n);

@@ -8,6 +8,7 @@
 #define SP_MM_ROW_ALIGN 16
 #define SP_MM_TILE_R 4
 #define SP_MM_TILE_C 4
+#define SP_MM_MAX SP_MATMUL_MAX
 
 size_t sp_act_row_bytes(const struct sp_tensor *w)
 {
@@ -48,45 +49,69 @@ void sp_act_quantize(struct sp_pool *pool, const struct sp_tensor *w, const floa
 }
 
 struct sp_mm_job {
-    const struct sp_tensor *w;
-    const struct sp_type_traits *tt;
+    int n_mat;
+    const struct sp_tensor *w[SP_MM_MAX];
+    const struct sp_type_traits *tt[SP_MM_MAX];
+    float *out[SP_MM_MAX];
+    size_t out_stride[SP_MM_MAX];
     const uint8_t *q;
     size_t q_stride;
     int n_tok;
-    float *out;
-    size_t out_stride;
 };
 
-static void sp_mm_job_run(void *arg, int ith, int nth)
+/* Rows [lo, hi) of one matrix against every token. */
+static void sp_mm_rows(const struct sp_mm_job *j, int m, long lo, long hi)
 {
-    const struct sp_mm_job *j = arg;
-    const struct sp_tensor *w = j->w;
+    const struct sp_tensor *w = j->w[m];
+    const struct sp_type_traits *tt = j->tt[m];
     const uint8_t *wd = w->data;
-    long lo, hi;
-    sp_pool_split(w->ne1, SP_MM_ROW_ALIGN, ith, nth, &lo, &hi);
-    if (j->tt->gemm) {
+    float *out = j->out[m];
+    size_t os = j->out_stride[m];
+    if (tt->gemm) {
         for (long r = lo; r < hi; r += SP_MM_TILE_R) {
             int nr = hi - r < SP_MM_TILE_R ? (int)(hi - r) : SP_MM_TILE_R;
             for (int c = 0; c < j->n_tok; c += SP_MM_TILE_C) {
                 int nc = j->n_tok - c < SP_MM_TILE_C ? j->n_tok - c : SP_MM_TILE_C;
-                j->tt->gemm(w->ne0, j->out + (size_t)c * j->out_stride + r, j->out_stride,
-                            wd + (size_t)r * w->row_bytes, w->row_bytes, nr,
-                            j->q + (size_t)c * j->q_stride, j->q_stride, nc);
+                tt->gemm(w->ne0, out + (size_t)c * os + r, os, wd + (size_t)r * w->row_bytes, w->row_bytes, nr,
+                         j->q + (size_t)c * j->q_stride, j->q_stride, nc);
             }
         }
         return;
     }
     for (int c = 0; c < j->n_tok; c++)
         for (long r = lo; r < hi; r++)
-            j->tt->vec_dot(w->ne0, j->out + (size_t)c * j->out_stride + r, wd + (size_t)r * w->row_bytes,
-                           j->q + (size_t)c * j->q_stride);
+            tt->vec_dot(w->ne0, out + (size_t)c * os + r, wd + (size_t)r * w->row_bytes,
+                        j->q + (size_t)c * j->q_stride);
+}
+
+/* Chunk ith of nth covers the same fraction of every matrix's rows. */
+static void sp_mm_job_run(void *arg, int ith, int nth)
+{
+    const struct sp_mm_job *j = arg;
+    for (int m = 0; m < j->n_mat; m++) {
+        long lo, hi;
+        sp_pool_split(j->w[m]->ne1, SP_MM_ROW_ALIGN, ith, nth, &lo, &hi);
+        sp_mm_rows(j, m, lo, hi);
+    }
+}
+
+void sp_matmul_multi(struct sp_pool *pool, int n_mat, const struct sp_tensor *const *w, const void *q, int n_tok,
+                     float *const *out, const size_t *out_stride)
+{
+    struct sp_mm_job j = {.n_mat = n_mat, .q = q, .q_stride = sp_act_row_bytes(w[0]), .n_tok = n_tok};
+    for (int m = 0; m < n_mat; m++) {
+        j.w[m] = w[m];
+        j.tt[m] = sp_type_get(w[m]->type);
+        j.out[m] = out[m];
+        j.out_stride[m] = out_stride[m];
+    }
+    sp_pool_run(pool, sp_mm_job_run, &j);
 }
 
 void sp_matmul(struct sp_pool *pool, const struct sp_tensor *w, const void *q, int n_tok, float *out,
                size_t out_stride)
 {
-    struct sp_mm_job j = {w, sp_type_get(w->type), q, sp_act_row_bytes(w), n_tok, out, out_stride};
-    sp_pool_run(pool, sp_mm_job_run, &j);
+    sp_matmul_multi(pool, 1, &w, q, n_tok, &out, &out_stride);
 }
 
 void sp_tensor_row(const struct sp_tensor *w, int64_t row, float *y)

@@ -36,6 +36,29 @@ void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neo
     }
 }
 
+void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale)
+{
+    float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float theta = (float)pos * freq_scale;
+    for (int i = 0; i < n_rot / 2; i++) {
+        cs[2 * i] = cosf(theta);
+        cs[2 * i + 1] = sinf(theta);
+        theta *= theta_scale;
+    }
+}
+
+void sp_rope_apply(float *x, const float *cs, int n_rot, int neox)
+{
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cs[2 * i], s = cs[2 * i + 1];
+        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)

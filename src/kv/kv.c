@@ -7,15 +7,42 @@
 #include "core/error.h"
 
 sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t block_tokens,
-                     uint32_t n_blocks)
+                     uint32_t n_blocks, const bool *local, uint32_t ring_len, uint32_t n_rings)
 {
     uint64_t elems, bytes;
     memset(kv, 0, sizeof *kv);
     if (!n_layer || !kv_dim || !block_tokens || !n_blocks)
         return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
+    kv->layer_index = calloc(n_layer, sizeof *kv->layer_index);
+    kv->layer_local = calloc(n_layer, sizeof *kv->layer_local);
+    if (!kv->layer_index || !kv->layer_local) {
+        sp_kv_free(kv);
+        return sp_error_set(SP_ERR_NOMEM, "kv cache: no memory");
+    }
+    for (uint32_t l = 0; l < n_layer; l++) {
+        kv->layer_local[l] = local && local[l] && ring_len > 0;
+        kv->layer_index[l] = kv->layer_local[l] ? kv->n_local++ : kv->n_global++;
+    }
+    if (kv->n_local) {
+        kv->ring_len = ring_len;
+        kv->n_rings = n_rings ? n_rings : 1;
+        kv->ring_k = calloc(kv->n_rings, sizeof *kv->ring_k);
+        kv->ring_v = calloc(kv->n_rings, sizeof *kv->ring_v);
+        kv->ring_free = malloc(kv->n_rings * sizeof *kv->ring_free);
+        if (!kv->ring_k || !kv->ring_v || !kv->ring_free) {
+            sp_kv_free(kv);
+            return sp_error_set(SP_ERR_NOMEM, "kv cache: no memory");
+        }
+        for (uint32_t i = 0; i < kv->n_rings; i++)
+            kv->ring_free[i] = kv->n_rings - 1 - i;
+        kv->n_ring_free = kv->n_rings;
+    }
+    uint32_t n_paged = kv->n_global ? kv->n_global : 1;
     if (!sp_mul_u64((uint64_t)n_blocks * block_tokens, kv_dim, &elems) ||
-        !sp_mul_u64(elems, (uint64_t)n_layer * 2, &bytes) || bytes > ((uint64_t)1 << 40))
+        !sp_mul_u64(elems, (uint64_t)n_paged * 2, &bytes) || bytes > ((uint64_t)1 << 40)) {
+        sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: size overflows");
+    }
     kv->n_layer = n_layer;
     kv->kv_dim = kv_dim;
     kv->block_tokens = block_tokens;
@@ -45,8 +72,24 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     return SP_OK;
 }
 
+uint64_t sp_kv_bytes(const struct sp_kv *kv, uint32_t rings)
+{
+    uint64_t paged = (uint64_t)kv->layer_stride * (kv->n_global ? kv->n_global : 1) * 2 * 2;
+    uint64_t ring = (uint64_t)kv->n_local * kv->ring_len * kv->kv_dim * 2 * 2;
+    return paged + ring * rings;
+}
+
 void sp_kv_free(struct sp_kv *kv)
 {
+    for (uint32_t i = 0; kv->ring_k && i < kv->n_rings; i++) {
+        free(kv->ring_k[i]);
+        free(kv->ring_v[i]);
+    }
+    free(kv->ring_k);
+    free(kv->ring_v);
+    free(kv->ring_free);
+    free(kv->layer_index);
+    free(kv->layer_local);
     free(kv->k);
     free(kv->v);
     free(kv->refs);
@@ -151,14 +194,41 @@ static sp_status sp_kv_seq_grow(struct sp_kv_seq *seq, uint32_t need)
 static void sp_kv_copy_block(struct sp_kv *kv, uint32_t dst, uint32_t src)
 {
     size_t n = (size_t)kv->block_tokens * kv->kv_dim;
-    for (uint32_t l = 0; l < kv->n_layer; l++) {
+    for (uint32_t l = 0; l < kv->n_global; l++) {
         memcpy(kv->k + l * kv->layer_stride + (size_t)dst * n, kv->k + l * kv->layer_stride + (size_t)src * n, n * 2);
         memcpy(kv->v + l * kv->layer_stride + (size_t)dst * n, kv->v + l * kv->layer_stride + (size_t)src * n, n * 2);
     }
 }
 
+/* Gives seq a ring slot (allocating its memory on first use of the slot). */
+static sp_status sp_kv_ring_take(struct sp_kv *kv, struct sp_kv_seq *seq)
+{
+    if (!kv->n_local || seq->ring)
+        return SP_OK;
+    if (!kv->n_ring_free)
+        return sp_error_set(SP_ERR_FULL, "kv cache: all %u sliding-window slots are in use", kv->n_rings);
+    uint32_t r = kv->ring_free[kv->n_ring_free - 1];
+    if (!kv->ring_k[r]) {
+        size_t bytes = (size_t)kv->n_local * kv->ring_len * kv->kv_dim * 2;
+        kv->ring_k[r] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        kv->ring_v[r] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!kv->ring_k[r] || !kv->ring_v[r]) {
+            free(kv->ring_k[r]);
+            free(kv->ring_v[r]);
+            kv->ring_k[r] = kv->ring_v[r] = NULL;
+            return sp_error_set(SP_ERR_NOMEM, "kv cache: no memory for a sliding-window ring");
+        }
+    }
+    kv->n_ring_free--;
+    seq->ring = r + 1;
+    return SP_OK;
+}
+
 sp_status sp_kv_seq_reserve(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_pos)
 {
+    sp_status rst = sp_kv_ring_take(kv, seq);
+    if (rst != SP_OK)
+        return rst;
     uint32_t need = sp_kv_blocks_for(kv, n_pos);
     uint32_t first_write = seq->n_pos / kv->block_tokens; /* block of the first new position */
     bool cow = n_pos > seq->n_pos && first_write < seq->n_blocks && kv->refs[seq->blocks[first_write]] > 1;
@@ -184,6 +254,8 @@ void sp_kv_seq_release(struct sp_kv *kv, struct sp_kv_seq *seq)
 {
     for (uint32_t i = 0; i < seq->n_blocks; i++)
         sp_kv_unref(kv, seq->blocks[i]);
+    if (seq->ring)
+        kv->ring_free[kv->n_ring_free++] = seq->ring - 1;
     free(seq->blocks);
     memset(seq, 0, sizeof *seq);
 }
@@ -194,6 +266,13 @@ sp_status sp_kv_seq_fork(struct sp_kv *kv, struct sp_kv_seq *dst, const struct s
     sp_status st = sp_kv_seq_grow(dst, src->n_blocks);
     if (st != SP_OK)
         return st;
+    if (src->ring) { /* rings are private: copy the window */
+        if ((st = sp_kv_ring_take(kv, dst)) != SP_OK)
+            return st;
+        size_t bytes = (size_t)kv->n_local * kv->ring_len * kv->kv_dim * 2;
+        memcpy(kv->ring_k[dst->ring - 1], kv->ring_k[src->ring - 1], bytes);
+        memcpy(kv->ring_v[dst->ring - 1], kv->ring_v[src->ring - 1], bytes);
+    }
     for (uint32_t i = 0; i < src->n_blocks; i++) {
         dst->blocks[i] = src->blocks[i];
         sp_kv_ref(kv, src->blocks[i]);
@@ -221,6 +300,8 @@ static uint64_t sp_kv_chain(uint64_t prev, const sp_token *toks, uint32_t n)
 uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens, uint32_t max_tokens)
 {
     uint32_t bt = kv->block_tokens, n = 0;
+    if (kv->n_local)
+        return 0; /* rings cannot be rebuilt from cached blocks */
     uint64_t h = 0;
     while ((n + 1) * bt <= max_tokens) {
         uint64_t nh = sp_kv_chain(h, tokens + (size_t)n * bt, bt);
@@ -245,6 +326,8 @@ uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_t
 void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens)
 {
     uint32_t bt = kv->block_tokens;
+    if (kv->n_local)
+        return;
     while ((seq->n_hashed + 1) * bt <= seq->n_pos) {
         uint32_t i = seq->n_hashed, b = seq->blocks[i];
         const sp_token *bt_toks = tokens + (size_t)i * bt;

@@ -7,6 +7,12 @@
  * the prefix cache keeps full prompt blocks keyed by a hash of their tokens and
  * of every token before them, and evicts idle ones least-recently-used.
  *
+ * Sliding-window (local) layers keep only what their window needs: instead of
+ * blocks, each sequence owns a ring of `ring_len` positions (window + the
+ * largest batch) for every local layer, so their memory does not grow with the
+ * context.  A ring cannot be rebuilt from a cached prefix, so models with
+ * local layers do not use the prefix cache (as llama.cpp without swa_full).
+ *
  * Running out of blocks is a normal condition: functions return SP_ERR_FULL.
  * Owned by the engine's thread; not thread-safe.
  */
@@ -27,12 +33,21 @@ struct sp_kv_seq {
     uint32_t n_pos;      /* positions written */
     uint64_t hash;       /* prefix-cache hash through the last full block registered */
     uint32_t n_hashed;   /* blocks registered with the prefix cache */
+    uint32_t ring;       /* ring slot + 1 for local layers (0: none yet) */
 };
 
 struct sp_kv {
     uint32_t n_layer, kv_dim, block_tokens, n_blocks;
-    size_t layer_stride;   /* elements between layers: n_blocks * block_tokens * kv_dim */
-    uint16_t *k, *v;       /* f16 [n_layer][n_blocks][block_tokens][kv_dim] */
+    uint32_t n_global, n_local;  /* paged layers, ring layers */
+    uint32_t *layer_index;       /* [n_layer] index among its kind */
+    bool *layer_local;           /* [n_layer] */
+    size_t layer_stride;   /* elements between paged layers: n_blocks * block_tokens * kv_dim */
+    uint16_t *k, *v;       /* f16 [n_global][n_blocks][block_tokens][kv_dim] */
+    /* local layers: ring slots, allocated on first use, reused after */
+    uint32_t ring_len, n_rings;
+    uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][ring_len][kv_dim] */
+    uint32_t *ring_free;         /* stack of free slots */
+    uint32_t n_ring_free;
     uint32_t *refs;        /* [n_blocks] sequences using the block */
     uint32_t *free_ids;    /* stack of unreferenced, uncached blocks */
     uint32_t n_free;
@@ -47,8 +62,13 @@ struct sp_kv {
     uint64_t hits, tokens_reused;
 };
 
+/* local: [n_layer] flags of sliding-window layers (NULL: none); ring_len:
+ * positions a local layer keeps per sequence (window + largest batch);
+ * n_rings: most sequences alive at once that need rings. */
 sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t block_tokens,
-                     uint32_t n_blocks);
+                     uint32_t n_blocks, const bool *local, uint32_t ring_len, uint32_t n_rings);
+/* Bytes of K/V memory: paged blocks plus `rings` ring slots. */
+uint64_t sp_kv_bytes(const struct sp_kv *kv, uint32_t rings);
 void sp_kv_free(struct sp_kv *kv);
 
 /* Blocks not held by any sequence (free or idle in the prefix cache). */
@@ -76,20 +96,30 @@ uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_t
  * are now written and not yet registered. */
 void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens);
 
-/* Address of position `pos` of `seq` in layer `layer` (kv_dim f16 values). */
+/* Offset (in f16 values) of `pos` of `seq` in `layer`, in kv->k/v (paged)
+ * or in the sequence's ring arrays (local). */
+static inline size_t sp_kv_offset(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, uint32_t pos)
+{
+    uint32_t li = kv->layer_index[layer];
+    if (kv->layer_local[layer])
+        return ((size_t)li * kv->ring_len + pos % kv->ring_len) * kv->kv_dim;
+    uint32_t b = seq->blocks[pos / kv->block_tokens];
+    return li * kv->layer_stride + ((size_t)b * kv->block_tokens + pos % kv->block_tokens) * kv->kv_dim;
+}
+
+/* Address of position `pos` of `seq` in layer `layer` (kv_dim f16 values).
+ * The position must be reserved (and, for a local layer, inside its ring). */
 static inline uint16_t *sp_kv_k_at(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
                                    uint32_t pos)
 {
-    uint32_t b = seq->blocks[pos / kv->block_tokens];
-    return kv->k + layer * kv->layer_stride +
-           ((size_t)b * kv->block_tokens + pos % kv->block_tokens) * kv->kv_dim;
+    uint16_t *base = kv->layer_local[layer] ? kv->ring_k[seq->ring - 1] : kv->k;
+    return base + sp_kv_offset(kv, seq, layer, pos);
 }
 static inline uint16_t *sp_kv_v_at(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
                                    uint32_t pos)
 {
-    uint32_t b = seq->blocks[pos / kv->block_tokens];
-    return kv->v + layer * kv->layer_stride +
-           ((size_t)b * kv->block_tokens + pos % kv->block_tokens) * kv->kv_dim;
+    uint16_t *base = kv->layer_local[layer] ? kv->ring_v[seq->ring - 1] : kv->v;
+    return base + sp_kv_offset(kv, seq, layer, pos);
 }
 
 /* The run of positions [pos, pos + n) of `seq` in `layer` that is contiguous
@@ -98,7 +128,8 @@ static inline uint16_t *sp_kv_v_at(const struct sp_kv *kv, const struct sp_kv_se
 static inline uint32_t sp_kv_run(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
                                  uint32_t pos, uint32_t max_n, const uint16_t **k, const uint16_t **v)
 {
-    uint32_t left = kv->block_tokens - pos % kv->block_tokens;
+    uint32_t left = kv->layer_local[layer] ? kv->ring_len - pos % kv->ring_len
+                                           : kv->block_tokens - pos % kv->block_tokens;
     *k = sp_kv_k_at(kv, seq, layer, pos);
     *v = sp_kv_v_at(kv, seq, layer, pos);
     return left < max_n ? left : max_n;

@@ -33,7 +33,7 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->n_batch = n_batch;
     s->n_ctx = n_ctx;
     s->act_stride = sp_fwd_max_act(m);
-    s->attn_per_thread = (size_t)n_ctx + hp->head_dim + 64;
+    s->attn_per_thread = sp_attention_scratch_floats(n_ctx, (int)hp->head_dim);
     s->x = malloc(B * E * sizeof(float));
     s->h = malloc(B * W * sizeof(float));
     s->q = malloc(B * Q * sizeof(float));
@@ -44,8 +44,9 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->u = malloc(B * F * sizeof(float));
     s->tmp = malloc(B * W * sizeof(float));
     s->act = aligned_alloc(64, B * s->act_stride);
-    s->attn = malloc((size_t)n_threads * s->attn_per_thread * sizeof(float));
-    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->tmp || !s->act || !s->attn) {
+    s->rope = malloc(B * hp->n_rot * sizeof(float));
+    s->attn = malloc((size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
+    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->tmp || !s->act || !s->attn || !s->rope) {
         sp_forward_scratch_free(s);
         return sp_error_set(SP_ERR_NOMEM, "forward: no memory for a %d-token batch", n_batch);
     }
@@ -55,7 +56,7 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
 void sp_forward_scratch_free(struct sp_forward_scratch *s)
 {
     free(s->x); free(s->h); free(s->q); free(s->k); free(s->v); free(s->att);
-    free(s->g); free(s->u); free(s->tmp); free(s->act); free(s->attn);
+    free(s->g); free(s->u); free(s->tmp); free(s->act); free(s->attn); free(s->rope);
     memset(s, 0, sizeof *s);
 }
 
@@ -84,6 +85,29 @@ static void sp_fwd_mm(struct sp_forward_scratch *s, struct sp_pool *pool, struct
     sp_matmul(pool, w, s->act, n, out, out_stride);
 }
 
+/* Matrices reading the same x: one pool run when their activation types
+ * agree (the usual case), else one run each. */
+static void sp_fwd_mm_multi(struct sp_forward_scratch *s, struct sp_pool *pool, struct sp_act_cache *c, int n_mat,
+                            const struct sp_tensor *const *w, const float *x, size_t x_stride, int n,
+                            float *const *out, const size_t *out_stride)
+{
+    uint32_t at = sp_type_get(w[0]->type)->vec_dot_type;
+    bool same = true;
+    for (int i = 1; i < n_mat; i++)
+        same = same && sp_type_get(w[i]->type)->vec_dot_type == at && w[i]->ne0 == w[0]->ne0;
+    if (!same) {
+        for (int i = 0; i < n_mat; i++)
+            sp_fwd_mm(s, pool, c, w[i], x, x_stride, n, out[i], out_stride[i]);
+        return;
+    }
+    if (c->src != x || c->type != at) {
+        sp_act_quantize(pool, w[0], x, x_stride, n, s->act);
+        c->src = x;
+        c->type = at;
+    }
+    sp_matmul_multi(pool, n_mat, w, s->act, n, out, out_stride);
+}
+
 /* f32 -> f16 rows into the cache */
 static void sp_fwd_store_kv(struct sp_kv *kv, const struct sp_forward_batch *b, uint32_t layer, const float *k,
                             const float *v)
@@ -109,6 +133,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
     const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D, F = (int)hp->n_ff;
     struct sp_act_cache cache = {0};
     int max_pos = 0;
+    s->rope_base = 0.0f; /* the table is per batch */
 
     if (T <= 0 || T > s->n_batch || b->n_out > T)
         return sp_error_set(SP_ERR_INTERNAL, "forward: batch of %d tokens (%d outputs), limit %d", T, b->n_out,
@@ -137,21 +162,31 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         for (int t = 0; t < T; t++)
             sp_rmsnorm(s->x + (size_t)t * E, L->attn_norm.data, s->h + (size_t)t * E, E, hp->eps);
         cache.src = NULL;
-        sp_fwd_mm(s, pool, &cache, &L->wq, s->h, E, T, s->q, Q);
-        sp_fwd_mm(s, pool, &cache, &L->wk, s->h, E, T, s->k, KVW);
-        sp_fwd_mm(s, pool, &cache, &L->wv, s->h, E, T, s->v, KVW);
+        {
+            const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
+            float *o3[3] = {s->q, s->k, s->v};
+            const size_t st3[3] = {(size_t)Q, (size_t)KVW, (size_t)KVW};
+            sp_fwd_mm_multi(s, pool, &cache, 3, w3, s->h, E, T, o3, st3);
+        }
+        const int NR = (int)hp->n_rot;
+        if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
+            for (int t = 0; t < T; t++)
+                sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale);
+            s->rope_base = L->rope_base;
+        }
         for (int t = 0; t < T; t++) {
+            const float *cs = s->rope + (size_t)t * NR;
             for (int h = 0; h < H; h++) {
                 float *qh = s->q + (size_t)t * Q + (size_t)h * D;
                 if (ar->qk_norm)
                     sp_rmsnorm(qh, L->q_norm.data, qh, D, hp->eps);
-                sp_rope(qh, (int)hp->n_rot, b->pos[t], L->rope_base, hp->rope_freq_scale, ar->rope_neox);
+                sp_rope_apply(qh, cs, NR, ar->rope_neox);
             }
             for (int h = 0; h < HKV; h++) {
                 float *kh = s->k + (size_t)t * KVW + (size_t)h * D;
                 if (ar->qk_norm)
                     sp_rmsnorm(kh, L->k_norm.data, kh, D, hp->eps);
-                sp_rope(kh, (int)hp->n_rot, b->pos[t], L->rope_base, hp->rope_freq_scale, ar->rope_neox);
+                sp_rope_apply(kh, cs, NR, ar->rope_neox);
             }
         }
         sp_fwd_store_kv(kv, b, il, s->k, s->v);
@@ -174,8 +209,12 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         for (int t = 0; t < T; t++)
             sp_rmsnorm(s->x + (size_t)t * E, L->ffn_norm.data, s->h + (size_t)t * E, E, hp->eps);
         cache.src = NULL;
-        sp_fwd_mm(s, pool, &cache, &L->w_gate, s->h, E, T, s->g, F);
-        sp_fwd_mm(s, pool, &cache, &L->w_up, s->h, E, T, s->u, F);
+        {
+            const struct sp_tensor *w2[2] = {&L->w_gate, &L->w_up};
+            float *o2[2] = {s->g, s->u};
+            const size_t st2[2] = {(size_t)F, (size_t)F};
+            sp_fwd_mm_multi(s, pool, &cache, 2, w2, s->h, E, T, o2, st2);
+        }
         for (int t = 0; t < T; t++) {
             float *g = s->g + (size_t)t * F, *u = s->u + (size_t)t * F;
             if (ar->ffn_act == SP_FFN_GELU)

@@ -26,8 +26,10 @@ struct sp_forward_scratch {
     float *x, *h, *q, *k, *v, *att, *g, *u, *tmp; /* [n_batch][width] */
     void *act;                                   /* quantized activations */
     size_t act_stride;
-    float *attn;                                 /* attention scratch per thread */
+    float *attn;                                 /* attention scratch per pool chunk */
     size_t attn_per_thread;
+    float *rope;                                 /* [n_batch][n_rot] cos/sin of each token */
+    float rope_base;                             /* base the table holds (0: none) */
 };
 
 sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,

@@ -69,7 +69,7 @@ struct sp_api_request {
     size_t n_stop;
     struct sp_logit_bias *bias;
     size_t n_bias;
-    char *prompt_text;        /* the (rendered) prompt text; NULL if given as ids */
+    char *prompt_text;        /* completions: the prompt text; NULL for ids and chat */
     sp_token *prompt;         /* NULL when vocab was NULL and the prompt was text */
     size_t n_prompt;
     double timeout_s;         /* 0: none requested */

@@ -176,3 +176,19 @@ def test_greedy_teacher_forced(model, fixture, index, request, run_spindle):
         assert gap <= NEAR_TIE, ("step %d: spindle's top-1 is %d, llama.cpp's %d led it by %.3f"
                                  % (k, ours, golden[k], gap))
     print("%s/%s: %d/%d teacher-forced greedy steps identical" % (model, p["name"], exact, len(golden)))
+
+
+def test_sliding_window_ring_matches_full_cache(run_spindle, gemma3_path):
+    """Gemma's local layers keep only window + batch positions in a ring; over
+    a prompt long enough to wrap the ring several times, every position's
+    logits must equal those with the full cache (--swa-full)."""
+    ids = " ".join(str(2 + (i * 7919) % 20000 + 100) for i in range(2200))
+    # positions 1990.. : the rings (512 + 512 positions) have wrapped twice
+    a = run_spindle("logits", "-m", gemma3_path, "--ids", ids, "--from", 1990, "--top", 3, "--ctx", 4096)
+    b = run_spindle("logits", "-m", gemma3_path, "--ids", ids, "--from", 1990, "--top", 3, "--ctx", 4096,
+                    "--swa-full")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    sa, sb = a.json()["steps"], b.json()["steps"]
+    assert len(sa) == 210
+    for x, y in zip(sa, sb):
+        assert x == y, (x, y)

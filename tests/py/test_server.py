@@ -14,7 +14,7 @@ from server_util import Server, assert_openai_error, sse_events
 
 @pytest.fixture(scope="module")
 def server(spindle_bin, smollm2_path):
-    s = Server(spindle_bin, smollm2_path, "--parallel", "8", "--ctx", "1024", "--queue", "64")
+    s = Server(spindle_bin, smollm2_path, "--parallel", "16", "--ctx", "1024", "--queue", "64")
     yield s
     rc = s.stop()
     assert rc == 0, s.log_text()[-2000:]

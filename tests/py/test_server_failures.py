@@ -212,3 +212,28 @@ def test_graceful_shutdown_finishes_streams(server):
     assert len(results) == 2
     for text, finish, done in results.values():
         assert done and finish == "length" and len(text) > 0
+
+
+@pytest.mark.parametrize("server", [("--kv-mem", "1", "--parallel", "4")], indirect=True)
+def test_small_kv_pool_refuses_or_queues(server):
+    # A prompt that can never fit the pool is a 400 before any streaming.
+    r = server.post("/v1/completions", {"prompt": "hello " * 200, "max_tokens": 4,
+                                        "stream": True})
+    err = assert_openai_error(r, 400, "prompt")
+    assert err["code"] == "context_length_exceeded"
+    # Requests that fit one at a time wait for blocks instead of failing.
+    total = server.metrics()["spindle_kv_blocks_total"]
+    assert total <= 4
+
+    def one(i):
+        r = server.post("/v1/completions", {"prompt": "Tell me about number %d." % i,
+                                            "max_tokens": 8, "temperature": 0,
+                                            "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["completion_tokens"]
+
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(max_workers=6) as ex:
+        counts = list(ex.map(one, range(6)))
+    assert counts == [8] * 6, counts
+    wait_for(lambda: server.metrics()["spindle_kv_blocks_used"] == 0, what="blocks back")
