@@ -69,9 +69,19 @@ int sp_tool_info(int argc, char **argv)
     printf("weights read per token: %.1f MiB\n", m->weights_bytes / 1048576.0);
     uint64_t kv_dim = (uint64_t)hp->n_head_kv * hp->head_dim;
     uint64_t per_pos = kv_dim * 2 * 2; /* K and V, f16 */
-    uint64_t kv_bytes = per_pos * hp->n_layer * (uint64_t)n_ctx;
-    printf("KV cache:        %.1f MiB for %d tokens of context (f16, %llu bytes per token per layer)\n",
-           kv_bytes / 1048576.0, n_ctx, (unsigned long long)per_pos);
+    /* sliding-window layers keep window + batch (512) positions, as the engine does */
+    uint32_t n_local = 0;
+    uint64_t ring = hp->n_swa ? (uint64_t)hp->n_swa + 512 : 0;
+    if (ring && ring < (uint64_t)n_ctx)
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            n_local += m->layers[l].swa;
+    uint64_t kv_bytes = per_pos * ((hp->n_layer - n_local) * (uint64_t)n_ctx + n_local * ring);
+    printf("KV cache:        %.1f MiB for %d tokens of context (f16, %llu bytes per token per layer)", kv_bytes / 1048576.0,
+           n_ctx, (unsigned long long)per_pos);
+    if (n_local)
+        printf("; %u sliding-window layers keep %llu positions (full cache would be %.1f MiB)", n_local,
+               (unsigned long long)ring, per_pos * hp->n_layer * (uint64_t)n_ctx / 1048576.0);
+    printf("\n");
     printf("kernels:         %s\n", sp_quant_isa());
     rc = 0;
 done:

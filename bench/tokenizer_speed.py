@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tokenizer throughput: spindle vs llama.cpp (llama-cpp-python) on the same text.
 
-usage: bench/tokenize.py [--spindle build/spindle] [--mb 4] [SMOLLM2.gguf [GEMMA3.gguf]]
+usage: bench/tokenizer_speed.py [--spindle build/spindle] [--mb 4] [SMOLLM2.gguf [GEMMA3.gguf]]
 
 Builds a few MB of mixed text by repeating tests/goldens/tokenizer-corpus.txt
 (code, JSON, many scripts, emoji), encodes it once with `spindle tokenize
