@@ -1,0 +1,213 @@
+/* Kernels of the forward pass against plain double-precision references:
+ * RMSNorm, RoPE, gated activations, quantized matmul (and its batch and
+ * thread invariance), and attention over the paged KV cache. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/pool.h"
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "kv/kv.h"
+#include "quant/quant.h"
+
+static float frand(unsigned *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return ((*s >> 8) / 16777216.0f) * 2.0f - 1.0f;
+}
+
+static void test_rmsnorm(void)
+{
+    unsigned s = 1;
+    float x[576], w[576], y[576];
+    for (int i = 0; i < 576; i++)
+        x[i] = 3 * frand(&s), w[i] = 1 + frand(&s);
+    sp_rmsnorm(x, w, y, 576, 1e-5f);
+    double ss = 0;
+    for (int i = 0; i < 576; i++)
+        ss += (double)x[i] * x[i];
+    double scale = 1.0 / sqrt(ss / 576 + 1e-5);
+    double worst = 0;
+    for (int i = 0; i < 576; i++)
+        worst = fmax(worst, fabs(y[i] - x[i] * scale * w[i]) / (fabs(x[i] * scale * w[i]) + 1e-6));
+    CHECK(worst < 1e-5, "rmsnorm relative error %g (budget 1e-5: a few float roundings)", worst);
+}
+
+static void test_rope(void)
+{
+    for (int neox = 0; neox < 2; neox++) {
+        float x[64], y[64];
+        unsigned s = 7;
+        for (int i = 0; i < 64; i++)
+            x[i] = frand(&s);
+        memcpy(y, x, sizeof x);
+        int pos = 37;
+        sp_rope(y, 64, pos, 10000.0f, 1.0f, neox);
+        double worst = 0;
+        for (int i = 0; i < 32; i++) {
+            double th = pos * pow(10000.0, -2.0 * i / 64);
+            int a = neox ? i : 2 * i, b = neox ? i + 32 : 2 * i + 1;
+            double ya = x[a] * cos(th) - x[b] * sin(th), yb = x[a] * sin(th) + x[b] * cos(th);
+            worst = fmax(worst, fmax(fabs(ya - y[a]), fabs(yb - y[b])));
+        }
+        /* float theta accumulates ~1e-6 relative per pair over 32 pairs */
+        CHECK(worst < 2e-4, "rope (neox %d) max error %g", neox, worst);
+        memcpy(y, x, sizeof x);
+        sp_rope(y, 64, 0, 10000.0f, 1.0f, neox);
+        CHECK(!memcmp(x, y, sizeof x), "rope at position 0 is the identity");
+    }
+}
+
+static void test_glu(void)
+{
+    float g[8] = {-12, -3, -0.5f, 0, 0.25f, 1, 4, 12}, u[8] = {1, 2, -1, 3, 0.5f, -2, 1, 0.5f}, y[8];
+    sp_swiglu(g, u, y, 8);
+    for (int i = 0; i < 8; i++) {
+        double ref = g[i] / (1 + exp(-g[i])) * u[i];
+        CHECK(fabs(y[i] - ref) < 1e-5 * (1 + fabs(ref)), "swiglu %g: %g vs %g", g[i], y[i], ref);
+    }
+    sp_geglu(g, u, y, 8);
+    for (int i = 0; i < 8; i++) {
+        double x = g[i];
+        double ref = 0.5 * x * (1 + tanh(0.7978845608 * x * (1 + 0.044715 * x * x))) * u[i];
+        /* llama.cpp's f16 table: input and output rounded to f16 (2^-11 relative) */
+        CHECK(fabs(y[i] - ref) < 2e-3 * (1 + fabs(ref)), "geglu %g: %g vs %g", g[i], y[i], ref);
+    }
+}
+
+/* quantized weights [rows][n] of `type` from random floats */
+static void *make_weights(uint32_t type, int rows, int n, float *deq)
+{
+    const struct sp_type_traits *tt = sp_type_get(type);
+    size_t rb;
+    sp_type_row_size(type, n, &rb);
+    uint8_t *w = malloc(rb * rows);
+    float *row = malloc(sizeof(float) * n);
+    unsigned s = 99 + type;
+    for (int r = 0; r < rows; r++) {
+        for (int i = 0; i < n; i++)
+            row[i] = frand(&s);
+        sp_type_get_ref(type)->from_float(row, w + rb * r, n);
+        tt->to_float(w + rb * r, deq + (size_t)r * n, n);
+    }
+    free(row);
+    return w;
+}
+
+static void test_matmul(struct sp_pool *p1, struct sp_pool *p2)
+{
+    const uint32_t types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q5_0, SP_TYPE_F32};
+    const int rows = 40, n = 512, T = 7;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        float *deq = malloc(sizeof(float) * rows * n), x[7 * 512];
+        void *wd = make_weights(types[ti], rows, n, deq);
+        struct sp_tensor w = {types[ti], n, rows, 0, wd};
+        sp_type_row_size(types[ti], n, &w.row_bytes);
+        unsigned s = 5;
+        for (int i = 0; i < T * n; i++)
+            x[i] = frand(&s);
+        uint8_t *q = malloc(sp_act_row_bytes(&w) * T);
+        float out7[7 * 40], out1[40], out7b[7 * 40];
+        sp_act_quantize(p2, &w, x, n, T, q);
+        sp_matmul(p2, &w, q, T, out7, rows);
+        sp_matmul(p1, &w, q, T, out7b, rows);
+        CHECK(!memcmp(out7, out7b, sizeof out7), "%s: 1 and 2 threads differ", sp_type_get(types[ti])->name);
+        double worst = 0;
+        for (int t = 0; t < T; t++) {
+            sp_act_quantize(p1, &w, x + t * n, n, 1, q);
+            sp_matmul(p1, &w, q, 1, out1, rows);
+            CHECK(!memcmp(out1, out7 + t * rows, sizeof out1), "%s: token %d alone differs from the batch",
+                  sp_type_get(types[ti])->name, t);
+            for (int r = 0; r < rows; r++) {
+                double ref = 0, mag = 0;
+                for (int i = 0; i < n; i++)
+                    ref += (double)deq[r * n + i] * x[t * n + i], mag += fabs(deq[r * n + i] * x[t * n + i]);
+                worst = fmax(worst, fabs(out7[t * rows + r] - ref) / mag);
+            }
+        }
+        /* 8-bit activations: ~0.4% of each block's range per value, averaging down */
+        CHECK(worst < 0.01, "%s: matmul error %g of sum |terms|", sp_type_get(types[ti])->name, worst);
+        free(q);
+        free(wd);
+        free(deq);
+    }
+}
+
+static void test_attention(struct sp_pool *pool)
+{
+    const int H = 4, HKV = 2, D = 64, P = 40;
+    struct sp_kv kv;
+    struct sp_kv_seq seq = {0};
+    CHECK(sp_kv_init(&kv, 1, HKV * D, 16, 8, NULL, 0, 0) == SP_OK, "kv init");
+    CHECK(sp_kv_seq_reserve(&kv, &seq, P) == SP_OK, "reserve");
+    seq.n_pos = P;
+    float *K = malloc(sizeof(float) * P * HKV * D), *V = malloc(sizeof(float) * P * HKV * D);
+    unsigned s = 3;
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < HKV * D; i++) {
+            K[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
+            V[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
+            sp_kv_k_at(&kv, &seq, 0, p)[i] = sp_f32_to_f16(K[p * HKV * D + i]);
+            sp_kv_v_at(&kv, &seq, 0, p)[i] = sp_f32_to_f16(V[p * HKV * D + i]);
+        }
+    float q[2 * 4 * 64], out[2 * 4 * 64];
+    size_t per = sp_attention_scratch_floats(P, D);
+    float *scratch = malloc(sizeof(float) * per * (size_t)sp_pool_chunks_for(sp_pool_size(pool)));
+    for (int i = 0; i < 2 * H * D; i++)
+        q[i] = 2 * frand(&s);
+    const struct sp_kv_seq *seqs[2] = {&seq, &seq};
+    int32_t pos[2] = {P - 1, 20};
+    for (int window = 0; window <= 8; window += 8) {
+        struct sp_attn_args a = {.kv = &kv, .layer = 0, .n_tok = 2, .q = q, .q_stride = H * D, .seqs = seqs,
+                                 .pos = pos, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
+                                 .window = window, .out = out, .out_stride = H * D, .scratch = scratch,
+                                 .scratch_per_thread = per, .max_pos = P};
+        sp_attention(pool, &a);
+        double worst = 0;
+        for (int t = 0; t < 2; t++)
+            for (int h = 0; h < H; h++) {
+                int hk = h / (H / HKV), j0 = window && pos[t] - window + 1 > 0 ? pos[t] - window + 1 : 0;
+                double sc[64], mx = -1e30, sum = 0;
+                for (int j = j0; j <= pos[t]; j++) {
+                    double d = 0;
+                    for (int i = 0; i < D; i++)
+                        d += (double)sp_f16_to_f32(sp_f32_to_f16(q[t * H * D + h * D + i])) * K[j * HKV * D + hk * D + i];
+                    sc[j - j0] = d * 0.125;
+                    mx = fmax(mx, sc[j - j0]);
+                }
+                for (int j = j0; j <= pos[t]; j++)
+                    sum += sc[j - j0] = exp(sc[j - j0] - mx);
+                for (int i = 0; i < D; i++) {
+                    double o = 0;
+                    for (int j = j0; j <= pos[t]; j++)
+                        o += sc[j - j0] / sum * V[j * HKV * D + hk * D + i];
+                    worst = fmax(worst, fabs(o - out[t * H * D + h * D + i]));
+                }
+            }
+        /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
+        CHECK(worst < 2e-3, "attention (window %d) max error %g", window, worst);
+    }
+    free(K);
+    free(V);
+    free(scratch);
+    sp_kv_seq_release(&kv, &seq);
+    sp_kv_free(&kv);
+}
+
+int main(void)
+{
+    struct sp_pool *p1, *p2;
+    sp_quant_init();
+    if (sp_pool_init(&p1, 1) != SP_OK || sp_pool_init(&p2, 2) != SP_OK)
+        return 1;
+    test_rmsnorm();
+    test_rope();
+    test_glu();
+    test_matmul(p1, p2);
+    test_attention(p2);
+    sp_pool_free(p1);
+    sp_pool_free(p2);
+    return sp_check_report("kernels");
+}
