@@ -363,14 +363,17 @@ int sp_tool_run(int argc, char **argv)
     else if (!json && n_choices == 1)
         fputs(s->choices[0].text ? s->choices[0].text : "", stdout);
     struct rusage ru;
+    struct sp_engine_stats es;
     getrusage(RUSAGE_SELF, &ru);
+    sp_engine_stats(e, &es);
     fprintf(stderr,
             "prompt tokens: %u (cached %u) | generated tokens: %u | time to first token: %.1f ms | "
-            "prefill: %.1f tokens/s | decode: %.1f tokens/s | peak memory: %.1f MiB | stop reason: %s\n",
+            "prefill: %.1f tokens/s | decode: %.1f tokens/s | peak memory: %.1f MiB | KV cache: %.1f MiB for %d tokens | "
+            "stop reason: %s\n",
             s->n_prompt, s->n_cached, s->n_generated, tm.t_first_token_s * 1e3,
             tm.t_prefill_s > 0 ? tm.n_prefill / tm.t_prefill_s : 0.0,
             tm.t_decode_s > 0 && tm.n_decode > 1 ? (tm.n_decode - 1) / tm.t_decode_s : 0.0, ru.ru_maxrss / 1024.0,
-            sp_finish_name(s->choices[0].finish));
+            es.kv_bytes / 1048576.0, sp_engine_n_ctx(e), sp_finish_name(s->choices[0].finish));
     rc = 0;
 done:
     if (s) {
