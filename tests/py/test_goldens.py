@@ -42,7 +42,8 @@ TOP_K = 40            # how many logits to ask spindle for; must cover the golde
 LOGIT_TOL = 1.5       # max |logit difference| on the golden's top-10 ids
 LOGPROB_TOL = 0.75    # max |log-prob difference| on matched greedy tokens
 CONFIDENT_GAP = 1.0   # golden top-1 lead above which spindle's top-1 must agree
-NEAR_TIE = 0.5        # log-prob gap that counts as a near-tie at a greedy divergence
+NEAR_TIE = 0.6        # log-prob gap that counts as a near-tie: llama.cpp moved log-probs by up to
+                      # 0.58 between its own batched and token-by-token runs (above)
 GREEDY_N = 64
 
 
