@@ -381,7 +381,8 @@ static bool str_contains(const char *hay, const char *needle)
 static void copy_view(char *dst, size_t cap, struct sp_gguf_str s)
 {
     size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
-    memcpy(dst, s.ptr, n);
+    if (n) /* an absent key is {NULL, 0}: memcpy from NULL is undefined even for 0 bytes */
+        memcpy(dst, s.ptr, n);
     dst[n] = 0;
 }
 
