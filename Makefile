@@ -114,9 +114,7 @@ FUZZ_CC      ?= clang-16
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN     := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_SECONDS ?= 60
-# -Wno-error: clang-only warnings in the library are reported, not fatal here
-# (the gcc build keeps -Werror).
-FUZZ_CFLAGS  := -O1 -g $(ARCH) -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -Wno-error
+FUZZ_CFLAGS  := -O1 -g $(ARCH) -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 # The library is built by a sub-make (its own BUILD dir and flags); the
 # targets relink every time, which takes a second.

@@ -576,7 +576,7 @@ static int indent_filter(struct jctx *c, const struct jnode *at, struct jval s,
     /* s + "\n" split into lines (Python splitlines over \n, \r\n, \r, \v, \f,
      * \x1c-\x1e, U+0085, U+2028, U+2029), rejoined with "\n" + indent. */
     const char *p = s.u.s.p;
-    size_t n = s.u.s.n, i = 0, line = 0;
+    size_t n = s.u.s.n, i = 0;
     bool first_line = true;
     for (;;) {
         size_t st = i, brk = 0;
@@ -601,7 +601,6 @@ static int indent_filter(struct jctx *c, const struct jnode *at, struct jval s,
         if (jbuf_put(c, &b, p + st, len))
             return -1;
         first_line = false;
-        line++;
         if (i >= n)
             break; /* the appended "\n" ends the last line */
         i += brk; /* a trailing break leaves one more (empty) line */
