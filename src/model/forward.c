@@ -108,20 +108,106 @@ static void sp_fwd_mm_multi(struct sp_forward_scratch *s, struct sp_pool *pool, 
     sp_matmul_multi(pool, n_mat, w, s->act, n, out, out_stride);
 }
 
-/* f32 -> f16 rows into the cache */
-static void sp_fwd_store_kv(struct sp_kv *kv, const struct sp_forward_batch *b, uint32_t layer, const float *k,
-                            const float *v)
+/* ---- per-token stages, spread over the pool ----
+ * Each token's row is computed by one call in one fixed order, so splitting
+ * the tokens across threads changes no result (batch invariance). */
+
+enum sp_fwd_stage {
+    SP_FWD_ATTN_IN,   /* rmsnorm(x) -> h with attn_norm */
+    SP_FWD_QK,        /* q/k norm and RoPE, then K/V into the cache */
+    SP_FWD_ATTN_OUT,  /* (post-norm) tmp, x += tmp, rmsnorm(x) -> h with ffn_norm */
+    SP_FWD_GLU,       /* g = act(g) * u */
+    SP_FWD_FFN_OUT,   /* (post-norm) tmp, x += tmp */
+};
+
+struct sp_fwd_job {
+    enum sp_fwd_stage stage;
+    const struct sp_model *m;
+    const struct sp_layer *L;
+    struct sp_forward_scratch *s;
+    struct sp_kv *kv;
+    const struct sp_forward_batch *b;
+    uint32_t il;
+};
+
+static void sp_fwd_token(const struct sp_fwd_job *j, int t)
 {
-    uint32_t D = kv->kv_dim;
-    for (int t = 0; t < b->n_tok; t++) {
-        uint16_t *kd = sp_kv_k_at(kv, b->seqs[t], layer, (uint32_t)b->pos[t]);
-        uint16_t *vd = sp_kv_v_at(kv, b->seqs[t], layer, (uint32_t)b->pos[t]);
-        _Float16 *kh = (_Float16 *)kd, *vh = (_Float16 *)vd;
-        for (uint32_t i = 0; i < D; i++) {
-            kh[i] = (_Float16)k[(size_t)t * D + i];
-            vh[i] = (_Float16)v[(size_t)t * D + i];
+    const struct sp_hparams *hp = &j->m->hp;
+    const struct sp_arch *ar = j->m->arch;
+    const struct sp_layer *L = j->L;
+    struct sp_forward_scratch *s = j->s;
+    const int E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head, HKV = (int)hp->n_head_kv;
+    const int Q = H * D, KVW = HKV * D, F = (int)hp->n_ff, NR = (int)hp->n_rot;
+    float *x = s->x + (size_t)t * E;
+    switch (j->stage) {
+    case SP_FWD_ATTN_IN:
+        sp_rmsnorm(x, L->attn_norm.data, s->h + (size_t)t * E, E, hp->eps);
+        break;
+    case SP_FWD_QK: {
+        const float *cs = s->rope + (size_t)t * NR;
+        for (int h = 0; h < H; h++) {
+            float *qh = s->q + (size_t)t * Q + (size_t)h * D;
+            if (ar->qk_norm)
+                sp_rmsnorm(qh, L->q_norm.data, qh, D, hp->eps);
+            sp_rope_apply(qh, cs, NR, ar->rope_neox);
         }
+        for (int h = 0; h < HKV; h++) {
+            float *kh = s->k + (size_t)t * KVW + (size_t)h * D;
+            if (ar->qk_norm)
+                sp_rmsnorm(kh, L->k_norm.data, kh, D, hp->eps);
+            sp_rope_apply(kh, cs, NR, ar->rope_neox);
+        }
+        _Float16 *kd = (_Float16 *)sp_kv_k_at(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t]);
+        _Float16 *vd = (_Float16 *)sp_kv_v_at(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t]);
+        for (int i = 0; i < KVW; i++) {
+            kd[i] = (_Float16)s->k[(size_t)t * KVW + i];
+            vd[i] = (_Float16)s->v[(size_t)t * KVW + i];
+        }
+        break;
     }
+    case SP_FWD_ATTN_OUT:
+    case SP_FWD_FFN_OUT: {
+        float *o = s->tmp + (size_t)t * E;
+        const struct sp_tensor *pn = j->stage == SP_FWD_ATTN_OUT ? &L->post_attn_norm : &L->post_ffn_norm;
+        if (ar->post_norms)
+            sp_rmsnorm(o, pn->data, o, E, hp->eps);
+        for (int i = 0; i < E; i++)
+            x[i] += o[i];
+        if (j->stage == SP_FWD_ATTN_OUT)
+            sp_rmsnorm(x, L->ffn_norm.data, s->h + (size_t)t * E, E, hp->eps);
+        break;
+    }
+    case SP_FWD_GLU: {
+        float *g = s->g + (size_t)t * F, *u = s->u + (size_t)t * F;
+        if (ar->ffn_act == SP_FFN_GELU)
+            sp_geglu(g, u, g, F);
+        else
+            sp_swiglu(g, u, g, F);
+        break;
+    }
+    }
+}
+
+static void sp_fwd_job_run(void *arg, int ith, int nth)
+{
+    const struct sp_fwd_job *j = arg;
+    long lo, hi;
+    sp_pool_split(j->b->n_tok, 1, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++)
+        sp_fwd_token(j, (int)t);
+}
+
+/* Runs one stage for every token of the batch: on this thread for a few
+ * tokens (a pool run costs more than the work), over the pool otherwise. */
+static void sp_fwd_stage(struct sp_fwd_job *j, struct sp_pool *pool, enum sp_fwd_stage stage)
+{
+    j->stage = stage;
+    if (j->b->n_tok < 4) {
+        for (int t = 0; t < j->b->n_tok; t++)
+            sp_fwd_token(j, t);
+        return;
+    }
+    sp_pool_run(pool, sp_fwd_job_run, j);
 }
 
 sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forward_scratch *s,
@@ -156,11 +242,14 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
                 x[i] *= escale;
     }
 
+    struct sp_fwd_job job = {.m = m, .s = s, .kv = kv, .b = b};
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
+        job.L = L;
+        job.il = il;
         /* attention block */
-        for (int t = 0; t < T; t++)
-            sp_rmsnorm(s->x + (size_t)t * E, L->attn_norm.data, s->h + (size_t)t * E, E, hp->eps);
+        if (il == 0)
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN); /* later layers: fused into the FFN output stage */
         cache.src = NULL;
         {
             const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
@@ -174,22 +263,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
                 sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale);
             s->rope_base = L->rope_base;
         }
-        for (int t = 0; t < T; t++) {
-            const float *cs = s->rope + (size_t)t * NR;
-            for (int h = 0; h < H; h++) {
-                float *qh = s->q + (size_t)t * Q + (size_t)h * D;
-                if (ar->qk_norm)
-                    sp_rmsnorm(qh, L->q_norm.data, qh, D, hp->eps);
-                sp_rope_apply(qh, cs, NR, ar->rope_neox);
-            }
-            for (int h = 0; h < HKV; h++) {
-                float *kh = s->k + (size_t)t * KVW + (size_t)h * D;
-                if (ar->qk_norm)
-                    sp_rmsnorm(kh, L->k_norm.data, kh, D, hp->eps);
-                sp_rope_apply(kh, cs, NR, ar->rope_neox);
-            }
-        }
-        sp_fwd_store_kv(kv, b, il, s->k, s->v);
+        sp_fwd_stage(&job, pool, SP_FWD_QK);
         struct sp_attn_args aa = {
             .kv = kv, .layer = il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = b->seqs, .pos = b->pos,
             .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = hp->attn_scale,
@@ -198,16 +272,8 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         };
         sp_attention(pool, &aa);
         sp_fwd_mm(s, pool, &cache, &L->wo, s->att, Q, T, s->tmp, E);
-        for (int t = 0; t < T; t++) {
-            float *o = s->tmp + (size_t)t * E, *x = s->x + (size_t)t * E;
-            if (ar->post_norms)
-                sp_rmsnorm(o, L->post_attn_norm.data, o, E, hp->eps);
-            for (int i = 0; i < E; i++)
-                x[i] += o[i];
-        }
+        sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT);
         /* feed-forward block */
-        for (int t = 0; t < T; t++)
-            sp_rmsnorm(s->x + (size_t)t * E, L->ffn_norm.data, s->h + (size_t)t * E, E, hp->eps);
         cache.src = NULL;
         {
             const struct sp_tensor *w2[2] = {&L->w_gate, &L->w_up};
@@ -215,20 +281,12 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
             const size_t st2[2] = {(size_t)F, (size_t)F};
             sp_fwd_mm_multi(s, pool, &cache, 2, w2, s->h, E, T, o2, st2);
         }
-        for (int t = 0; t < T; t++) {
-            float *g = s->g + (size_t)t * F, *u = s->u + (size_t)t * F;
-            if (ar->ffn_act == SP_FFN_GELU)
-                sp_geglu(g, u, g, F);
-            else
-                sp_swiglu(g, u, g, F);
-        }
+        sp_fwd_stage(&job, pool, SP_FWD_GLU);
         sp_fwd_mm(s, pool, &cache, &L->w_down, s->g, F, T, s->tmp, E);
-        for (int t = 0; t < T; t++) {
-            float *o = s->tmp + (size_t)t * E, *x = s->x + (size_t)t * E;
-            if (ar->post_norms)
-                sp_rmsnorm(o, L->post_ffn_norm.data, o, E, hp->eps);
-            for (int i = 0; i < E; i++)
-                x[i] += o[i];
+        sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT);
+        if (il + 1 < hp->n_layer) {
+            job.L = &m->layers[il + 1]; /* next layer's input norm, while the row is hot */
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN);
         }
     }
 
