@@ -60,12 +60,6 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
-size_t sp_forward_scratch_bytes(const struct sp_forward_scratch *s)
-{
-    (void)s;
-    return 0; /* counted by the engine from its parameters */
-}
-
 /* Quantizes x for w unless the buffer already holds x for w's activation type. */
 struct sp_act_cache {
     const float *src;

@@ -35,8 +35,6 @@ struct sp_forward_scratch {
 sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,
                                   int n_ctx, int n_threads);
 void sp_forward_scratch_free(struct sp_forward_scratch *s);
-/* Bytes of scratch memory (for the memory report). */
-size_t sp_forward_scratch_bytes(const struct sp_forward_scratch *s);
 
 /* Runs the batch; writes logits [n_out][n_vocab].  Writes each token's K/V
  * into its sequence's blocks at its position. */

@@ -12,6 +12,18 @@ import httpx
 START_TIMEOUT = float(os.environ.get("SP_SERVER_START_TIMEOUT", "180"))
 
 
+def wait_for(pred, timeout=30, what="condition", interval=0.05):
+    """Polls pred() until it returns something truthy (returned), or fails
+    after `timeout` seconds naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for " + what)
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

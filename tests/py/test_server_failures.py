@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from server_util import Server, assert_openai_error, sse_events
+from server_util import Server, assert_openai_error, sse_events, wait_for
 
 
 def long_body(server, stream=True, max_tokens=2000, **kw):
@@ -17,16 +17,6 @@ def long_body(server, stream=True, max_tokens=2000, **kw):
             "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": stream}
     body.update(kw)
     return body
-
-
-def wait_for(pred, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
 
 
 @pytest.fixture

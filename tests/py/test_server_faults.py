@@ -15,19 +15,15 @@ import time
 import httpx
 import pytest
 
+import server_util
 from server_util import Server
 
 CTX = 2048
 
 
 def wait_for(pred, timeout=300, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
+    # generous default: these tests also run against the sanitizer builds
+    return server_util.wait_for(pred, timeout=timeout, what=what, interval=0.02)
 
 
 @pytest.fixture(scope="module")
