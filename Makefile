@@ -33,8 +33,10 @@ ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) -MMD -MP
 LDLIBS  := $(PKG_LIBS) -lm -pthread
 
 # Per-ISA translation units get their own flags and are only called after a
-# run-time CPU check (src/core/cpu.c).
-AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2
+# run-time CPU check (src/core/cpu.c); no FMA contraction there, so a tile's
+# arithmetic is exactly what the source says whatever the inlining context
+# (batch invariance).
+AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))

@@ -7,7 +7,6 @@
 /* Rows per thread chunk: a multiple of the tile height. */
 #define SP_MM_ROW_ALIGN 16
 #define SP_MM_TILE_R 4
-#define SP_MM_TILE_C 4
 #define SP_MM_MAX SP_MATMUL_MAX
 
 size_t sp_act_row_bytes(const struct sp_tensor *w)
@@ -68,13 +67,12 @@ static void sp_mm_rows(const struct sp_mm_job *j, int m, long lo, long hi)
     float *out = j->out[m];
     size_t os = j->out_stride[m];
     if (tt->gemm) {
+        /* a few rows against every token: the rows stay in L1 while the
+         * kernel walks the tokens */
         for (long r = lo; r < hi; r += SP_MM_TILE_R) {
             int nr = hi - r < SP_MM_TILE_R ? (int)(hi - r) : SP_MM_TILE_R;
-            for (int c = 0; c < j->n_tok; c += SP_MM_TILE_C) {
-                int nc = j->n_tok - c < SP_MM_TILE_C ? j->n_tok - c : SP_MM_TILE_C;
-                tt->gemm(w->ne0, out + (size_t)c * os + r, os, wd + (size_t)r * w->row_bytes, w->row_bytes, nr,
-                         j->q + (size_t)c * j->q_stride, j->q_stride, nc);
-            }
+            tt->gemm(w->ne0, out + r, os, wd + (size_t)r * w->row_bytes, w->row_bytes, nr, j->q, j->q_stride,
+                     j->n_tok);
         }
         return;
     }

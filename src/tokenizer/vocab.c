@@ -284,92 +284,90 @@ uint32_t sp_vocab_trie_child(const struct sp_vocab *v, uint32_t node, uint8_t by
     }
 }
 
+/* Appends `len` bytes to the piece being built; with out == NULL it only
+ * counts (the sizing pass of build_pieces). */
+static void piece_put(char *out, uint64_t *n, const void *bytes, size_t len)
+{
+    if (out)
+        memcpy(out + *n, bytes, len);
+    *n += len;
+}
+
 /* The piece of token `t` with special=true (llama.cpp's token_to_piece
- * cache).  Writes into `out` (capacity >= 4 * len + 64 is enough) and
- * returns the length. */
-static size_t make_piece(const struct sp_vocab *v, uint32_t t, char *out)
+ * cache).  Writes into `out` when it is not NULL and returns the length.
+ * A BPE code point outside the byte map becomes "[UNK_BYTE_0x<hex><text>]"
+ * as in llama.cpp, so a piece can grow with the square of the text length:
+ * callers size `out` from a counting call first. */
+static uint64_t make_piece(const struct sp_vocab *v, uint32_t t, char *out)
 {
     const struct sp_tok_entry *e = &v->tok[t];
+    uint64_t n = 0;
     if (e->attr & (SP_TOK_ATTR_UNKNOWN | SP_TOK_ATTR_CONTROL | SP_TOK_ATTR_USER_DEFINED)) {
-        memcpy(out, e->text, e->len);
-        return e->len;
-    }
-    if (v->kind == SP_VOCAB_BPE) {
+        piece_put(out, &n, e->text, e->len);
+    } else if (v->kind == SP_VOCAB_BPE) {
         if (!(e->attr & SP_TOK_ATTR_NORMAL))
             return 0;
-        size_t n = 0;
         for (size_t off = 0; off < e->len;) {
-            size_t o0 = off;
             uint32_t cp = sp_utf8_decode_lenient((const uint8_t *)e->text, e->len, &off);
             int b = sp_cp_to_byte(cp);
             if (b >= 0) {
-                out[n++] = (char)b;
-            } else {
-                /* llama.cpp's marker for a code point outside the byte map */
-                char u[4];
-                int k = sp_utf8_encode(cp > 0x10FFFF ? 0xFFFD : cp, u);
-                n += (size_t)sprintf(out + n, "[UNK_BYTE_0x");
-                for (int j = 0; j < k; j++)
-                    n += (size_t)sprintf(out + n, "%02x", (uint8_t)u[j]);
-                memcpy(out + n, e->text, e->len);
-                n += e->len;
-                out[n++] = ']';
-                (void)o0;
+                char c = (char)b;
+                piece_put(out, &n, &c, 1);
+                continue;
             }
+            char u[4], hex[3];
+            int k = sp_utf8_encode(cp > 0x10FFFF ? 0xFFFD : cp, u);
+            piece_put(out, &n, "[UNK_BYTE_0x", 12);
+            for (int j = 0; j < k; j++) {
+                snprintf(hex, sizeof hex, "%02x", (uint8_t)u[j]);
+                piece_put(out, &n, hex, 2);
+            }
+            piece_put(out, &n, e->text, e->len);
+            piece_put(out, &n, "]", 1);
         }
-        return n;
-    }
-    if (e->attr & SP_TOK_ATTR_NORMAL) {
-        size_t n = 0;
+    } else if (e->attr & SP_TOK_ATTR_NORMAL) {
         for (size_t i = 0; i < e->len;) {
             if (i + 3 <= e->len && memcmp(e->text + i, "\xe2\x96\x81", 3) == 0) {
-                out[n++] = ' ';
+                piece_put(out, &n, " ", 1);
                 i += 3;
             } else {
-                out[n++] = e->text[i++];
+                piece_put(out, &n, e->text + i++, 1);
             }
         }
-        return n;
-    }
-    if (e->attr & SP_TOK_ATTR_BYTE) {
+    } else if (e->attr & SP_TOK_ATTR_BYTE) {
+        char c = 0;
         if (e->len >= 5) {
             char hex[3] = {e->text[3], e->text[4], 0};
-            out[0] = (char)strtol(hex, NULL, 16);
-        } else {
-            out[0] = 0;
+            c = (char)strtol(hex, NULL, 16);
         }
-        return 1;
+        piece_put(out, &n, &c, 1);
     }
-    return 0;
+    return n;
 }
 
+/* Pieces of all tokens, back to back.  A hostile vocabulary can ask for
+ * quadratic pieces (see make_piece); past SP_VOCAB_PIECES_MAX it is refused. */
+#define SP_VOCAB_PIECES_MAX (256ull << 20)
 static sp_status build_pieces(struct sp_vocab *v)
 {
     uint64_t total = 0;
-    uint32_t maxlen = 0;
     for (uint32_t i = 0; i < v->n_tokens; i++) {
-        total += v->tok[i].len;
-        if (v->tok[i].len > maxlen)
-            maxlen = v->tok[i].len;
+        total += make_piece(v, i, NULL); /* one piece < 2^63 (text < 2^31 bytes), total <= 256 MiB: no overflow */
+        if (total > SP_VOCAB_PIECES_MAX)
+            return sp_error_set(SP_ERR_FORMAT,
+                                "tokenizer.ggml.tokens: decoded pieces need more than %llu MiB (token %u)",
+                                SP_VOCAB_PIECES_MAX >> 20, i);
     }
-    /* a BPE piece can grow past its text only by UNK_BYTE markers */
-    uint64_t cap = v->kind == SP_VOCAB_BPE ? total * 8 + 64 : total + v->n_tokens + 64;
-    char *scratch = malloc((size_t)maxlen * 8 + 64);
-    v->piece_buf = malloc(cap);
+    v->piece_buf = malloc(total ? (size_t)total : 1);
     v->piece_off = malloc(((size_t)v->n_tokens + 1) * sizeof *v->piece_off);
-    if (!scratch || !v->piece_buf || !v->piece_off) {
-        free(scratch);
+    if (!v->piece_buf || !v->piece_off)
         return sp_error_set(SP_ERR_NOMEM, "vocab: out of memory");
-    }
     uint64_t pos = 0;
     for (uint32_t i = 0; i < v->n_tokens; i++) {
-        size_t n = make_piece(v, i, scratch);
         v->piece_off[i] = pos;
-        memcpy(v->piece_buf + pos, scratch, n);
-        pos += n;
+        pos += make_piece(v, i, v->piece_buf + pos);
     }
     v->piece_off[v->n_tokens] = pos;
-    free(scratch);
     return SP_OK;
 }
 
