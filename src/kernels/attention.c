@@ -179,6 +179,113 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
                (size_t)D * sizeof *qf);
 }
 
+#if SP_ATTN_WIDE == 16
+/* Prefill: head h of nq <= 16 queries t0.. of one sequence at consecutive
+ * positions, one query per lane.  Per (query, key) the arithmetic is
+ * sp_attn_group's: the q·k chain over d ascending, the same scaling,
+ * softmax (libm expf, sums over positions ascending) and V sum, so a
+ * token's output is the same whichever path serves it.  Keys and values
+ * are widened to f32 16 rows at a time, once for all the block's queries.
+ * Needs D % 16 == 0 and D <= SP_ATTN_BLOCK_DMAX. */
+#define SP_ATTN_BLOCK_DMAX 256
+static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, float *scratch)
+{
+    const int D = a->head_dim, hk = h / (a->n_head / a->n_head_kv);
+    const struct sp_kv_seq *seq = a->seqs[t0];
+    const uint32_t kvd = a->kv->kv_dim;
+    const int p0 = a->pos[t0], plast = p0 + nq - 1;
+    int j0[16];
+    for (int i = 0; i < 16; i++) {
+        int p = p0 + (i < nq ? i : nq - 1);
+        j0[i] = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+    }
+    const int jlo = j0[0];
+    float *sct = scratch;                              /* [key - jlo][16] scores, then probabilities */
+    float *qt = sct + (size_t)16 * a->max_pos;         /* [D][16] queries, f16-rounded */
+    float *kf = qt + (size_t)16 * D;                   /* [16][D] keys or values widened */
+    float *o = kf + (size_t)16 * D;                    /* [16][D] outputs */
+    for (int d = 0; d < D; d++)
+        for (int i = 0; i < 16; i++)
+            qt[(size_t)d * 16 + i] =
+                i < nq ? (float)(_Float16)a->q[(size_t)(t0 + i) * a->q_stride + (size_t)h * D + d] : 0.0f;
+    const __m512 scale = _mm512_set1_ps(a->scale);
+    for (int j = jlo; j <= plast;) {
+        const uint16_t *k, *v;
+        uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
+        for (uint32_t r = 0; r < run; r += 16) {
+            int m = run - r < 16 ? (int)(run - r) : 16;
+            for (int x = 0; x < m; x++)
+                for (int d = 0; d < D; d += 16)
+                    _mm512_storeu_ps(kf + (size_t)x * D + d, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                         (const __m256i *)(k + (size_t)(r + x) * kvd + (size_t)hk * D + d))));
+            for (int x = 0; x < m; x += 4) { /* four independent chains hide the FMA latency */
+                int mm = m - x < 4 ? m - x : 4;
+                const float *k0 = kf + (size_t)x * D;
+                __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+                for (int d = 0; d < D; d++) {
+                    __m512 qd = _mm512_loadu_ps(qt + (size_t)d * 16);
+                    s0 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d]), s0);
+                    s1 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[D + d]), s1);
+                    s2 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[2 * D + d]), s2);
+                    s3 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[3 * D + d]), s3);
+                }
+                __m512 sv[4] = {s0, s1, s2, s3};
+                for (int y = 0; y < mm; y++)
+                    _mm512_storeu_ps(sct + (size_t)(j - jlo + (int)r + x + y) * 16, _mm512_mul_ps(sv[y], scale));
+            }
+        }
+        j += (int)run;
+    }
+    for (int i = 0; i < nq; i++) {
+        const int a0 = j0[i] - jlo, a1 = p0 + i - jlo; /* this query's keys */
+        float mx = -INFINITY, sum = 0.0f;
+        for (int x = a0; x <= a1; x++)
+            mx = sct[(size_t)x * 16 + i] > mx ? sct[(size_t)x * 16 + i] : mx;
+        for (int x = a0; x <= a1; x++) {
+            float e = expf(sct[(size_t)x * 16 + i] - mx);
+            sct[(size_t)x * 16 + i] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int x = a0; x <= a1; x++)
+            sct[(size_t)x * 16 + i] = (float)(_Float16)(sct[(size_t)x * 16 + i] * inv);
+    }
+    memset(o, 0, (size_t)16 * D * sizeof *o);
+    for (int j = jlo; j <= plast;) {
+        const uint16_t *k, *v;
+        uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
+        for (uint32_t r = 0; r < run; r += 16) {
+            int m = run - r < 16 ? (int)(run - r) : 16;
+            for (int x = 0; x < m; x++)
+                for (int d = 0; d < D; d += 16)
+                    _mm512_storeu_ps(kf + (size_t)x * D + d, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                         (const __m256i *)(v + (size_t)(r + x) * kvd + (size_t)hk * D + d))));
+            const int jb = j + (int)r - jlo; /* first key of these rows, relative to jlo */
+            for (int i = 0; i < nq; i++) {
+                int xa = j0[i] - jlo - jb, xb = p0 + i - jlo - jb; /* rows this query uses */
+                xa = xa < 0 ? 0 : xa;
+                xb = xb >= m ? m - 1 : xb;
+                if (xa > xb)
+                    continue;
+                __m512 acc[SP_ATTN_BLOCK_DMAX / 16];
+                for (int c = 0; c < D / 16; c++)
+                    acc[c] = _mm512_loadu_ps(o + (size_t)i * D + c * 16);
+                for (int x = xa; x <= xb; x++) {
+                    __m512 pv = _mm512_set1_ps(sct[(size_t)(jb + x) * 16 + i]);
+                    for (int c = 0; c < D / 16; c++)
+                        acc[c] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(kf + (size_t)x * D + c * 16), acc[c]);
+                }
+                for (int c = 0; c < D / 16; c++)
+                    _mm512_storeu_ps(o + (size_t)i * D + c * 16, acc[c]);
+            }
+        }
+        j += (int)run;
+    }
+    for (int i = 0; i < nq; i++)
+        memcpy(a->out + (size_t)(t0 + i) * a->out_stride + (size_t)h * D, o + (size_t)i * D, (size_t)D * sizeof *o);
+}
+#endif
+
 static void sp_attn_run(void *arg, int ith, int nth)
 {
     const struct sp_attn_args *a = arg;
@@ -212,10 +319,94 @@ static void sp_attn_run(void *arg, int ith, int nth)
 
 size_t sp_attention_scratch_floats(int n_ctx, int head_dim)
 {
-    return (size_t)SP_ATTN_GMAX * ((size_t)n_ctx + head_dim) + 64;
+    /* scores [16][n_ctx]; queries, widened keys/values and outputs [16][D] each */
+    return (size_t)SP_ATTN_GMAX * ((size_t)n_ctx + 3 * (size_t)head_dim) + 64;
 }
+
+size_t sp_attention_plan_ints(int n_batch, int n_head)
+{
+    return (size_t)3 * n_batch * n_head + 2;
+}
+
+#if SP_ATTN_WIDE == 16
+/* Runs of at least this many consecutive positions of one sequence take the
+ * block path (a prompt being prefilled); other tokens go one by one. */
+#define SP_ATTN_BLOCK_MIN 4
+
+/* The work list of a batch with prompt runs: plan[2u], plan[2u+1] =
+ * (first token, query count) for a block unit of head h = the unit's head,
+ * or (token, -1 - first head) for a single token's group of heads. */
+struct sp_attn_plan {
+    const struct sp_attn_args *a;
+    int32_t *units; /* pairs */
+    int32_t *heads; /* head of each block unit, else -1 */
+    int n;
+};
+
+static void sp_attn_plan_run(void *arg, int ith, int nth)
+{
+    const struct sp_attn_plan *pl = arg;
+    const struct sp_attn_args *a = pl->a;
+    float *scratch = a->scratch + (size_t)ith * a->scratch_per_thread;
+    const int group = a->n_head / a->n_head_kv;
+    /* strided: a prompt's later blocks cost more, so no chunk takes all of them */
+    for (int u = ith; u < pl->n; u += nth) {
+        int t = pl->units[2 * u], c = pl->units[2 * u + 1];
+        if (c > 0) {
+            sp_attn_block(a, t, c, pl->heads[u], scratch);
+            continue;
+        }
+        int h0 = -1 - c;
+        for (int h = h0; h < h0 + group; h += SP_ATTN_GMAX)
+            sp_attn_group(a, t, h, h0 + group - h < SP_ATTN_GMAX ? h0 + group - h : SP_ATTN_GMAX, scratch,
+                          scratch + (size_t)SP_ATTN_GMAX * a->max_pos);
+    }
+}
+
+/* Builds the work list in a->plan; false when the batch has no prompt run. */
+static bool sp_attn_plan_build(const struct sp_attn_args *a, struct sp_attn_plan *pl)
+{
+    if (!a->plan || a->head_dim % 16 != 0 || a->head_dim > SP_ATTN_BLOCK_DMAX)
+        return false;
+    int n_blocks = 0, n = 0;
+    /* units and heads share the plan: pairs first, then one int per unit */
+    size_t cap = (size_t)a->n_tok * a->n_head;
+    pl->a = a;
+    pl->units = a->plan;
+    pl->heads = a->plan + 2 * cap;
+    for (int t = 0; t < a->n_tok;) {
+        int len = 1;
+        while (len < 16 && t + len < a->n_tok && a->seqs[t + len] == a->seqs[t] &&
+               a->pos[t + len] == a->pos[t] + len)
+            len++;
+        if (len >= SP_ATTN_BLOCK_MIN) {
+            for (int h = 0; h < a->n_head; h++, n++) {
+                pl->units[2 * n] = t, pl->units[2 * n + 1] = len;
+                pl->heads[n] = h;
+            }
+            n_blocks++;
+            t += len;
+            continue;
+        }
+        for (int g = 0; g < a->n_head_kv; g++, n++) {
+            pl->units[2 * n] = t, pl->units[2 * n + 1] = -1 - g * (a->n_head / a->n_head_kv);
+            pl->heads[n] = -1;
+        }
+        t++;
+    }
+    pl->n = n;
+    return n_blocks > 0;
+}
+#endif
 
 void sp_attention(struct sp_pool *pool, const struct sp_attn_args *a)
 {
+#if SP_ATTN_WIDE == 16
+    struct sp_attn_plan pl;
+    if (sp_attn_plan_build(a, &pl)) {
+        sp_pool_run(pool, sp_attn_plan_run, &pl);
+        return;
+    }
+#endif
     sp_pool_run(pool, sp_attn_run, (void *)a);
 }

@@ -20,10 +20,15 @@ struct sp_attn_args {
     float *scratch;                    /* [pool chunks][scratch_per_thread] */
     size_t scratch_per_thread;         /* >= sp_attention_scratch_floats(n_ctx, head_dim) */
     int max_pos;                       /* largest pos + 1 in the batch (bound) */
+    int32_t *plan;                     /* >= sp_attention_plan_ints(n_tok, n_head) ints of work-list
+                                          scratch; NULL: every token takes the one-by-one path */
 };
 
 /* Floats of per-thread scratch for contexts up to n_ctx positions. */
 size_t sp_attention_scratch_floats(int n_ctx, int head_dim);
+
+/* Ints of work-list scratch for batches up to n_batch tokens. */
+size_t sp_attention_plan_ints(int n_batch, int n_head);
 
 /* K/V of every token must already be written to the cache. */
 void sp_attention(struct sp_pool *pool, const struct sp_attn_args *a);

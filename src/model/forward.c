@@ -45,8 +45,10 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->tmp = malloc(B * W * sizeof(float));
     s->act = aligned_alloc(64, B * s->act_stride);
     s->rope = malloc(B * hp->n_rot * sizeof(float));
+    s->attn_plan = malloc(sp_attention_plan_ints(n_batch, (int)hp->n_head) * sizeof(int32_t));
     s->attn = malloc((size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
-    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->tmp || !s->act || !s->attn || !s->rope) {
+    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->tmp || !s->act || !s->attn || !s->rope ||
+        !s->attn_plan) {
         sp_forward_scratch_free(s);
         return sp_error_set(SP_ERR_NOMEM, "forward: no memory for a %d-token batch", n_batch);
     }
@@ -57,6 +59,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
 {
     free(s->x); free(s->h); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->g); free(s->u); free(s->tmp); free(s->act); free(s->attn); free(s->rope);
+    free(s->attn_plan);
     memset(s, 0, sizeof *s);
 }
 
@@ -263,6 +266,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
             .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = hp->attn_scale,
             .window = L->swa ? (int)hp->n_swa : 0, .out = s->att, .out_stride = (size_t)Q,
             .scratch = s->attn, .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos,
+            .plan = s->attn_plan,
         };
         sp_attention(pool, &aa);
         sp_fwd_mm(s, pool, &cache, &L->wo, s->att, Q, T, s->tmp, E);

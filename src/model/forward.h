@@ -28,6 +28,7 @@ struct sp_forward_scratch {
     size_t act_stride;
     float *attn;                                 /* attention scratch per pool chunk */
     size_t attn_per_thread;
+    int32_t *attn_plan;                          /* attention work list */
     float *rope;                                 /* [n_batch][n_rot] cos/sin of each token */
     float rope_base;                             /* base the table holds (0: none) */
 };

@@ -189,6 +189,35 @@ static void test_attention(struct sp_pool *pool)
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
         CHECK(worst < 2e-3, "attention (window %d) max error %g", window, worst);
     }
+    /* a prompt run (positions 16..39 in one batch: blocks of 16 and 8 queries)
+     * gives each token bit for bit what it gets alone */
+    enum { NT = 24 };
+    float *qb = malloc(sizeof(float) * NT * H * D), *ob = malloc(sizeof(float) * NT * H * D), o1[4 * 64];
+    const struct sp_kv_seq *seqb[NT];
+    int32_t posb[NT], *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NT, H));
+    for (int i = 0; i < NT * H * D; i++)
+        qb[i] = 2 * frand(&s);
+    for (int t = 0; t < NT; t++)
+        seqb[t] = &seq, posb[t] = 16 + t;
+    for (int window = 0; window <= 8; window += 8) {
+        struct sp_attn_args a = {.kv = &kv, .layer = 0, .n_tok = NT, .q = qb, .q_stride = H * D, .seqs = seqb,
+                                 .pos = posb, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
+                                 .window = window, .out = ob, .out_stride = H * D, .scratch = scratch,
+                                 .scratch_per_thread = per, .max_pos = P, .plan = plan};
+        sp_attention(pool, &a);
+        int diff = 0;
+        for (int t = 0; t < NT; t++) {
+            struct sp_attn_args a1 = a;
+            a1.n_tok = 1, a1.q = qb + (size_t)t * H * D, a1.seqs = &seqb[t], a1.pos = &posb[t], a1.out = o1;
+            sp_attention(pool, &a1);
+            diff += memcmp(o1, ob + (size_t)t * H * D, sizeof o1) != 0;
+        }
+        CHECK(diff == 0, "attention (window %d): %d of %d prompt tokens differ from the token alone", window,
+              diff, NT);
+    }
+    free(qb);
+    free(ob);
+    free(plan);
     free(K);
     free(V);
     free(scratch);
