@@ -38,6 +38,10 @@ LDLIBS  := $(PKG_LIBS) -lm -pthread
 # (batch invariance).
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
+FLAGS_avx2      := $(AVX2_FLAGS)
+FLAGS_avx512    := $(AVX512_FLAGS)
+# the scalar and the 16-lane softmax must round alike
+FLAGS_attention := -ffp-contract=off
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
@@ -61,7 +65,7 @@ $(BUILD)/spindle: $(TOOL_OBJ) $(BUILD)/libspindle.a
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) $(if $(findstring avx512,$<),$(AVX512_FLAGS),$(if $(findstring avx2,$<),$(AVX2_FLAGS))) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(FLAGS_$(notdir $*)) -c $< -o $@
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libspindle.a tests/unit/check.h
 	@mkdir -p $(@D)

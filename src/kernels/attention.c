@@ -22,6 +22,72 @@
 
 #include "kernels/attention.h"
 
+/* e^x for softmax arguments (x = score - max <= 0), the same value in the
+ * scalar and the 16-lane form: n = round(x log2 e), r = x - n ln 2 (in two
+ * parts), a degree-7 Taylor polynomial in r (|r| <= 0.35: truncation
+ * < 5e-9 relative, so ~1 ulp overall), times 2^n built in the exponent
+ * bits.  x < -87 (and NaN) give 0: the largest term of a softmax is e^0 =
+ * 1, so such a probability rounds to 0 in f16 anyway.  Every step is one
+ * IEEE operation written out (fmaf / fmadd), and this file is compiled
+ * without FMA contraction, so both forms round identically (batch
+ * invariance: a token's scores go through one form or the other). */
+#define SP_EXP_LOG2E 1.44269504f
+#define SP_EXP_LN2_HI 0.693359375f
+#define SP_EXP_LN2_LO -2.12194440e-4f
+#define SP_EXP_MIN -87.0f
+static const float sp_exp_c[8] = {1.0f, 1.0f, 1.0f / 2, 1.0f / 6, 1.0f / 24, 1.0f / 120, 1.0f / 720, 1.0f / 5040};
+
+static inline float sp_exp1(float x)
+{
+    if (!(x >= SP_EXP_MIN))
+        return 0.0f;
+    float n = nearbyintf(x * SP_EXP_LOG2E);
+    float r = fmaf(n, -SP_EXP_LN2_HI, x);
+    r = fmaf(n, -SP_EXP_LN2_LO, r);
+    float p = sp_exp_c[7];
+    for (int k = 6; k >= 0; k--)
+        p = fmaf(p, r, sp_exp_c[k]);
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return p * two_n;
+}
+
+#if defined(__AVX512F__) && !defined(SP_ATTN_SCALAR)
+static inline __m512 sp_exp16(__m512 x)
+{
+    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SP_EXP_MIN), _CMP_GE_OQ);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(SP_EXP_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-SP_EXP_LN2_HI), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-SP_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(sp_exp_c[7]);
+    for (int k = 6; k >= 0; k--)
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sp_exp_c[k]));
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(ok, p, _mm512_castsi512_ps(bits));
+}
+#endif
+
+/* Softmax of n scores in place: p = f16(e^(s - mx) / sum), the sum over
+ * ascending positions. */
+static void sp_attn_softmax(float *sc, int n, float mx)
+{
+    int i = 0;
+#if defined(__AVX512F__) && !defined(SP_ATTN_SCALAR)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(sc + i, sp_exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + i), _mm512_set1_ps(mx))));
+#endif
+    for (; i < n; i++)
+        sc[i] = sp_exp1(sc[i] - mx);
+    float sum = 0.0f;
+    for (i = 0; i < n; i++)
+        sum += sc[i];
+    float inv = 1.0f / sum;
+    for (i = 0; i < n; i++)
+        sc[i] = (float)(_Float16)(sc[i] * inv);
+}
+
 /* Largest group handled at once (heads per KV head); larger groups split. */
 #define SP_ATTN_GMAX 16
 
@@ -152,17 +218,8 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         }
         j += (int)run;
     }
-    for (int h = 0; h < nh; h++) {
-        float *sc = scores + (size_t)h * n, sum = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float e = expf(sc[i] - mx[h]);
-            sc[i] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < n; i++)
-            sc[i] = (float)(_Float16)(sc[i] * inv);
-    }
+    for (int h = 0; h < nh; h++)
+        sp_attn_softmax(scores + (size_t)h * n, n, mx[h]);
     memset(qf, 0, (size_t)nh * D * sizeof *qf); /* reused as the output accumulator */
     for (int j = j0; j <= pos;) {
         const uint16_t *k, *v;
@@ -183,7 +240,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
 /* Prefill: head h of nq <= 16 queries t0.. of one sequence at consecutive
  * positions, one query per lane.  Per (query, key) the arithmetic is
  * sp_attn_group's: the q·k chain over d ascending, the same scaling,
- * softmax (libm expf, sums over positions ascending) and V sum, so a
+ * softmax (sp_exp, sums over positions ascending) and V sum, so a
  * token's output is the same whichever path serves it.  Keys and values
  * are widened to f32 16 rows at a time, once for all the block's queries.
  * Needs D % 16 == 0 and D <= SP_ATTN_BLOCK_DMAX. */
@@ -236,19 +293,34 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
         }
         j += (int)run;
     }
-    for (int i = 0; i < nq; i++) {
-        const int a0 = j0[i] - jlo, a1 = p0 + i - jlo; /* this query's keys */
-        float mx = -INFINITY, sum = 0.0f;
-        for (int x = a0; x <= a1; x++)
-            mx = sct[(size_t)x * 16 + i] > mx ? sct[(size_t)x * 16 + i] : mx;
-        for (int x = a0; x <= a1; x++) {
-            float e = expf(sct[(size_t)x * 16 + i] - mx);
-            sct[(size_t)x * 16 + i] = e;
-            sum += e;
+    /* softmax of each query (lane) over its own keys, in lane-parallel form */
+    {
+        __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_set1_epi32(-1); /* lanes >= nq: no keys */
+        for (int i = 0; i < nq; i++) {
+            a0 = _mm512_mask_set1_epi32(a0, (__mmask16)(1u << i), j0[i] - jlo);
+            a1 = _mm512_mask_set1_epi32(a1, (__mmask16)(1u << i), p0 + i - jlo);
         }
-        float inv = 1.0f / sum;
-        for (int x = a0; x <= a1; x++)
-            sct[(size_t)x * 16 + i] = (float)(_Float16)(sct[(size_t)x * 16 + i] * inv);
+        const int n = plast - jlo + 1;
+        __m512 mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
+        for (int x = 0; x < n; x++) {
+            __m512i xv = _mm512_set1_epi32(x);
+            __mmask16 in = _mm512_cmp_epi32_mask(a0, xv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(xv, a1, _MM_CMPINT_LE);
+            __m512 sv = _mm512_loadu_ps(sct + (size_t)x * 16);
+            mx = _mm512_mask_mov_ps(mx, _mm512_mask_cmp_ps_mask(in, sv, mx, _CMP_GT_OQ), sv);
+        }
+        for (int x = 0; x < n; x++) {
+            __m512i xv = _mm512_set1_epi32(x);
+            __mmask16 in = _mm512_cmp_epi32_mask(a0, xv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(xv, a1, _MM_CMPINT_LE);
+            __m512 e = _mm512_maskz_mov_ps(in, sp_exp16(_mm512_sub_ps(_mm512_loadu_ps(sct + (size_t)x * 16), mx)));
+            _mm512_storeu_ps(sct + (size_t)x * 16, e);
+            sum = _mm512_mask_add_ps(sum, in, sum, e);
+        }
+        __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sum);
+        for (int x = 0; x < n; x++) {
+            __m512 pr = _mm512_mul_ps(_mm512_loadu_ps(sct + (size_t)x * 16), inv);
+            pr = _mm512_cvtph_ps(_mm512_cvtps_ph(pr, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            _mm512_storeu_ps(sct + (size_t)x * 16, pr);
+        }
     }
     memset(o, 0, (size_t)16 * D * sizeof *o);
     for (int j = jlo; j <= plast;) {
