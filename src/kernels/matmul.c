@@ -6,7 +6,6 @@
 
 /* Rows per thread chunk: a multiple of the tile height. */
 #define SP_MM_ROW_ALIGN 16
-#define SP_MM_TILE_R 4
 #define SP_MM_MAX SP_MATMUL_MAX
 
 size_t sp_act_row_bytes(const struct sp_tensor *w)
@@ -67,13 +66,9 @@ static void sp_mm_rows(const struct sp_mm_job *j, int m, long lo, long hi)
     float *out = j->out[m];
     size_t os = j->out_stride[m];
     if (tt->gemm) {
-        /* a few rows against every token: the rows stay in L1 while the
-         * kernel walks the tokens */
-        for (long r = lo; r < hi; r += SP_MM_TILE_R) {
-            int nr = hi - r < SP_MM_TILE_R ? (int)(hi - r) : SP_MM_TILE_R;
-            tt->gemm(w->ne0, out + r, os, wd + (size_t)r * w->row_bytes, w->row_bytes, nr, j->q, j->q_stride,
-                     j->n_tok);
-        }
+        /* the chunk's rows against every token: the kernel picks the order */
+        tt->gemm(w->ne0, out + lo, os, wd + (size_t)lo * w->row_bytes, w->row_bytes, (int)(hi - lo), j->q,
+                 j->q_stride, j->n_tok);
         return;
     }
     for (int c = 0; c < j->n_tok; c++)

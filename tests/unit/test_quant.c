@@ -338,6 +338,13 @@ static void test_isa(const char *isa)
         for (int r = 0; r < NR; r++)
             for (int c = 0; c < NC; c++) diff += fbits(s_gemm[c * 8 + r]) != fbits(s_dot[r][c]);
         CHECK(diff == 0, "%s %s gemm: %d outputs differ from vec_dot", isa, ref->name, diff);
+        /* few columns (the batched-decode order) */
+        memset(s_gemm, 0, sizeof s_gemm);
+        fast->gemm(n, s_gemm, 8, wq[0], sizeof wq[0], NR, aq[0], sizeof aq[0], 7);
+        diff = 0;
+        for (int r = 0; r < NR; r++)
+            for (int c = 0; c < 7; c++) diff += fbits(s_gemm[c * 8 + r]) != fbits(s_dot[r][c]);
+        CHECK(diff == 0, "%s %s 5x7 gemm: %d outputs differ from vec_dot", isa, ref->name, diff);
         /* smaller tiles (1x1, 2x3) must match too */
         float one;
         fast->gemm(n, &one, 1, wq[3], sizeof wq[0], 1, aq[5], sizeof aq[0], 1);
