@@ -273,7 +273,7 @@ static void test_isa(const char *isa)
         CHECK(strcmp(isa, "scalar") != 0, "scalar must always be available");
         return;
     }
-    enum { NR = 5, NC = 19 }; /* NC: past the x86 gemm's 16-column threshold for 4-row tiles */
+    enum { NR = 5, NC = 19 }; /* NC: past the x86 gemm's 8-column threshold for 4-row tiles */
     static float x[NR][N], act[NC][N], wf[N], af[N];
     static uint8_t wq[NR][N * 4], aq[NC][N * 4], aq2[N * 4];
     static float s_gemm[NC * 8];
