@@ -1,14 +1,17 @@
 /* Causal (optionally sliding-window) grouped-query attention over the paged
  * KV cache.
  *
- * Work unit: a (token, KV head) group of query heads, or one (token, query
- * head) pair when there are fewer groups than pool chunks; a chunk handles
- * the consecutive heads of its range that share a KV head together, so each K/V row is streamed once per group
- * instead of once per head (the cache is walked run by run with sp_kv_run,
- * the only way this file reads it).  Every head's arithmetic is the same
- * whatever its group: scores over positions ascending (each q·k a fixed-order
- * vector dot), softmax, then V summed over positions ascending — so a token's
- * output does not depend on its batch, chunking or the thread count.
+ * Work units: a run of up to 16 consecutive positions of one sequence (a
+ * prompt) is a block, one unit per query head, its queries one per vector
+ * lane (sp_attn_block); any other token is a (token, KV head) group of
+ * query heads, or a single (token, query head) when there are fewer groups
+ * than threads, and a unit handles the heads of a group together so each
+ * K/V row is streamed once per group (sp_attn_group).  The cache is walked
+ * run by run with sp_kv_run, the only way this file reads it.  Every
+ * head's arithmetic is the same on every path: scores over positions
+ * ascending (each q·k one sequential FMA chain over d), softmax with
+ * sp_exp, then V summed over positions ascending — so a token's output
+ * does not depend on its batch, chunking or the thread count.
  *
  * Numerics follow llama.cpp's non-flash CPU path: the query is rounded to
  * f16 before the dot with the f16 keys; softmax probabilities are rounded to
