@@ -270,6 +270,15 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
  * are widened to f32 16 rows at a time, once for all the block's queries.
  * Needs D % 16 == 0 and D <= SP_ATTN_BLOCK_DMAX. */
 #define SP_ATTN_BLOCK_DMAX 256
+
+/* dst[x][0..D) = f32 of the f16 row src + x * stride, for x < m (D % 16 == 0) */
+static inline void sp_attn_widen(float *dst, const uint16_t *src, int m, uint32_t stride, int D)
+{
+    for (int x = 0; x < m; x++)
+        for (int d = 0; d < D; d += 16)
+            _mm512_storeu_ps(dst + (size_t)x * D + d,
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + (size_t)x * stride + d))));
+}
 static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, float *scratch)
 {
     const int D = a->head_dim, hk = h / (a->n_head / a->n_head_kv);
@@ -296,10 +305,7 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
         for (uint32_t r = 0; r < run; r += 16) {
             int m = run - r < 16 ? (int)(run - r) : 16;
-            for (int x = 0; x < m; x++)
-                for (int d = 0; d < D; d += 16)
-                    _mm512_storeu_ps(kf + (size_t)x * D + d, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                         (const __m256i *)(k + (size_t)(r + x) * kvd + (size_t)hk * D + d))));
+            sp_attn_widen(kf, k + (size_t)r * kvd + (size_t)hk * D, m, kvd, D);
             for (int x = 0; x < m; x += 4) { /* four independent chains hide the FMA latency */
                 int mm = m - x < 4 ? m - x : 4;
                 const float *k0 = kf + (size_t)x * D;
@@ -353,10 +359,7 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
         for (uint32_t r = 0; r < run; r += 16) {
             int m = run - r < 16 ? (int)(run - r) : 16;
-            for (int x = 0; x < m; x++)
-                for (int d = 0; d < D; d += 16)
-                    _mm512_storeu_ps(kf + (size_t)x * D + d, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                         (const __m256i *)(v + (size_t)(r + x) * kvd + (size_t)hk * D + d))));
+            sp_attn_widen(kf, v + (size_t)r * kvd + (size_t)hk * D, m, kvd, D);
             const int jb = j + (int)r - jlo; /* first key of these rows, relative to jlo */
             for (int i = 0; i < nq; i++) {
                 int xa = j0[i] - jlo - jb, xb = p0 + i - jlo - jb; /* rows this query uses */
