@@ -42,6 +42,8 @@ FLAGS_avx2      := $(AVX2_FLAGS)
 FLAGS_avx512    := $(AVX512_FLAGS)
 # the scalar and the 16-lane softmax must round alike
 FLAGS_attention := -ffp-contract=off
+# the packed oracle must round as the packed kernels do
+FLAGS_packed    := -ffp-contract=off
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))

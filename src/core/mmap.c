@@ -47,3 +47,34 @@ void sp_mapping_free(struct sp_mapping *m)
     m->data = NULL;
     m->size = 0;
 }
+
+#define SP_HUGE_PAGE ((size_t)2 << 20)
+
+static size_t sp_huge_round(size_t size) { return (size + SP_HUGE_PAGE - 1) / SP_HUGE_PAGE * SP_HUGE_PAGE; }
+
+void *sp_huge_alloc(size_t size)
+{
+    if (size == 0 || size > SIZE_MAX - 2 * SP_HUGE_PAGE)
+        return NULL;
+    size_t len = sp_huge_round(size);
+    /* map one huge page more, then trim head and tail to a 2 MiB boundary */
+    uint8_t *raw = mmap(NULL, len + SP_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    uintptr_t start = ((uintptr_t)raw + SP_HUGE_PAGE - 1) & ~(uintptr_t)(SP_HUGE_PAGE - 1);
+    uint8_t *p = (uint8_t *)start;
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    if (raw + len + SP_HUGE_PAGE > p + len)
+        munmap(p + len, (size_t)(raw + len + SP_HUGE_PAGE - (p + len)));
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE); /* advice only: without it the memory works the same */
+#endif
+    return p;
+}
+
+void sp_huge_free(void *p, size_t size)
+{
+    if (p)
+        munmap(p, sp_huge_round(size));
+}

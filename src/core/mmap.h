@@ -16,4 +16,11 @@ struct sp_mapping {
 sp_status sp_mapping_init(struct sp_mapping *m, const char *path);
 void sp_mapping_free(struct sp_mapping *m);
 
+/* Anonymous memory of at least `size` bytes, 2 MiB aligned and backed by
+ * huge pages where the kernel allows (streamed weights: the hardware
+ * prefetchers stop at page ends and every 4 KiB page costs a TLB walk).
+ * NULL when out of memory; free with sp_huge_free(p, size). */
+void *sp_huge_alloc(size_t size);
+void sp_huge_free(void *p, size_t size);
+
 #endif

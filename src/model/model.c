@@ -187,6 +187,58 @@ static sp_status sp_model_layer(struct sp_model *m, uint32_t il)
     return SP_OK;
 }
 
+/* Matrices the forward pass multiplies by (not tok_embd: its rows are read
+ * one at a time); out[] must hold 1 + 7 * n_layer. */
+static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
+{
+    size_t n = 0;
+    out[n++] = &m->output;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        struct sp_layer *L = &m->layers[il];
+        struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) out[n++] = ts[i];
+    }
+    return n;
+}
+
+/* Copies the matrices the active ISA has a packed kernel for into one owned
+ * buffer in the packed layout (src/quant/packed.c); the file's pages for
+ * them are not read again.  Sizes are the file's, already bounds-checked. */
+static sp_status sp_model_repack(struct sp_model *m)
+{
+    sp_status st = SP_OK;
+    struct sp_tensor **mats = malloc((1 + 7 * (size_t)m->hp.n_layer) * sizeof *mats);
+    if (!mats)
+        return sp_error_set(SP_ERR_NOMEM, "model: no memory");
+    size_t n = sp_model_matrices(m, mats), total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (sp_type_packed_for(mats[i]->type, mats[i]->ne1))
+            total += (mats[i]->row_bytes * (size_t)mats[i]->ne1 + 63) / 64 * 64;
+    if (total) {
+        m->packed = sp_huge_alloc(total);
+        if (!m->packed) {
+            st = sp_error_set(SP_ERR_NOMEM, "model: no memory to repack %zu bytes of weights", total);
+            goto free_mats;
+        }
+        m->packed_bytes = total;
+    }
+    uint8_t *dst = m->packed;
+    for (size_t i = 0; i < n; i++) {
+        struct sp_tensor *t = mats[i];
+        uint32_t pt = sp_type_packed_for(t->type, t->ne1);
+        if (!pt)
+            continue;
+        sp_type_get(pt)->pack(t->data, t->row_bytes, dst, t->ne0, t->ne1);
+        t->type = pt;
+        t->data = dst;
+        dst += (t->row_bytes * (size_t)t->ne1 + 63) / 64 * 64;
+        m->n_packed++;
+    }
+free_mats:
+    free(mats);
+    return st;
+}
+
 sp_status sp_model_init(struct sp_model **out, const char *path)
 {
     struct sp_model *m;
@@ -225,11 +277,14 @@ sp_status sp_model_init(struct sp_model **out, const char *path)
     for (uint32_t il = 0; il < hp->n_layer; il++)
         if ((st = sp_model_layer(m, il)) != SP_OK)
             goto fail;
+    if ((st = sp_model_repack(m)) != SP_OK)
+        goto fail;
     *out = m;
     return SP_OK;
 
 fail:
     sp_error_wrap(st, "%s", path);
+    sp_huge_free(m->packed, m->packed_bytes);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
@@ -242,6 +297,7 @@ void sp_model_free(struct sp_model *m)
 {
     if (!m)
         return;
+    sp_huge_free(m->packed, m->packed_bytes);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);

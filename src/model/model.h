@@ -55,6 +55,9 @@ struct sp_model {
     struct sp_gguf gguf;
     struct sp_tensor tok_embd, out_norm, output;
     struct sp_layer *layers;   /* [n_layer] */
+    void *packed;              /* owned (sp_huge_alloc): matrices repacked at load (NULL: none) */
+    size_t packed_bytes;
+    uint32_t n_packed;         /* how many */
     uint64_t weights_bytes;    /* bytes of weight data read per token */
     uint64_t file_bytes;
 };

@@ -1,7 +1,9 @@
-/* AVX-512 VNNI kernels on 256-bit vectors (AVX512VL): vpdpbusd does the
- * u8 x s8 -> int32 dot in one instruction.  Zen 4 runs 512-bit ops as two
- * 256-bit halves, so ymm VNNI costs no throughput and keeps the kernels the
- * same shape as the AVX2 ones (see kern_x86.inc). */
+/* AVX-512 VNNI kernels.  vpdpbusd does the u8 x s8 -> int32 dot in one
+ * instruction.  The file-layout kernels use 256-bit vectors (AVX512VL):
+ * Zen 4 runs 512-bit ops as two 256-bit halves, so ymm VNNI costs no
+ * throughput and keeps them the same shape as the AVX2 ones (see
+ * kern_x86.inc).  The packed 16-row kernels below use 512-bit vectors, one
+ * lane per row. */
 #include "quant/isa.h"
 
 #if defined(__x86_64__)
@@ -12,5 +14,155 @@
 #define SP_KERN_AVX512 1
 #include "quant/kern_x86.inc"
 
-void sp_quant_register_avx512(struct sp_type_traits *table) { register_avx512(table); }
+/* ------------------------------------- packed 16-row tiles (zmm, P16) */
+/* Layouts in isa.h, scalar oracle in packed.c: every output is one row's
+ * blocks in order, so the column count (tile width, tails) changes no bit. */
+
+#define P16_COLS 8       /* activation columns per register tile */
+#define P16_COL_CHUNK 64 /* columns kept in L2 while a thread's row groups stream by */
+
+ALWAYS_INLINE __m512i p16_bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* 16 rows (one group) x nc columns; s gets s[c * s_stride + r]. */
+ALWAYS_INLINE void q4_1_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a, size_t a_stride, float *s,
+                                 size_t s_stride, const int nc)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 acc[P16_COLS];
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i lo[4], hi[4];
+        for (int j = 0; j < 4; j++) {
+            __m512i v = _mm512_loadu_si512(wg + sp_p16_q4_1_qs(b) + 64 * j);
+            lo[j] = _mm512_and_si512(v, m4);
+            hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        const uint8_t *dm = wg + sp_p16_q4_1_dm(b);
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dm));
+        __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dm + 32)));
+        for (int c = 0; c < nc; c++) {
+            const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
+            __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], p16_bcast4(y->qs));
+            __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], p16_bcast4(y->qs + 16));
+            for (int j = 1; j < 4; j++) {
+                i0 = _mm512_dpbusd_epi32(i0, lo[j], p16_bcast4(y->qs + 4 * j));
+                i1 = _mm512_dpbusd_epi32(i1, hi[j], p16_bcast4(y->qs + 16 + 4 * j));
+            }
+            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+            acc[c] = _mm512_fmadd_ps(f, _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
+            acc[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(y->s), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
+}
+
+ALWAYS_INLINE void q8_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a, size_t a_stride, float *s,
+                                 size_t s_stride, const int nc)
+{
+    __m512 acc[P16_COLS];
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i q[8];
+        for (int j = 0; j < 8; j++) q[j] = _mm512_loadu_si512(wg + sp_p16_q8_0_qs(b) + 64 * j);
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wg + sp_p16_q8_0_d(nb, b))));
+        for (int c = 0; c < nc; c++) {
+            const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
+            __m512i i0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(y->m128), q[0], p16_bcast4(y->qs));
+            __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], p16_bcast4(y->qs + 16));
+            for (int j = 1; j < 4; j++) {
+                i0 = _mm512_dpbusd_epi32(i0, q[j], p16_bcast4(y->qs + 4 * j));
+                i1 = _mm512_dpbusd_epi32(i1, q[4 + j], p16_bcast4(y->qs + 16 + 4 * j));
+            }
+            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+            acc[c] = _mm512_fmadd_ps(f, _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
+}
+
+/* Q5_0: the fifth bits come from one hb vector; for chunk j, bit j (low
+ * nibbles) or bit 4 + j (high nibbles) of each byte is moved to bit 4. */
+ALWAYS_INLINE void q5_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a, size_t a_stride, float *s,
+                                 size_t s_stride, const int nc)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF), b4 = _mm512_set1_epi8(0x10);
+    __m512 acc[P16_COLS];
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i lo[4], hi[4];
+        const __m512i hb = _mm512_loadu_si512(wg + sp_p16_q5_0_hb(b));
+        for (int j = 0; j < 4; j++) {
+            __m512i v = _mm512_loadu_si512(wg + sp_p16_q5_0_qs(b) + 64 * j);
+            __m512i hl = _mm512_and_si512(_mm512_slli_epi16(hb, 4 - j), b4);
+            __m512i hh = _mm512_and_si512(_mm512_srli_epi16(hb, j), b4);
+            lo[j] = _mm512_or_si512(_mm512_and_si512(v, m4), hl);
+            hi[j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hh);
+        }
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wg + sp_p16_q5_0_d(nb, b))));
+        for (int c = 0; c < nc; c++) {
+            const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
+            __m512i i0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(y->m16), lo[0], p16_bcast4(y->qs));
+            __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], p16_bcast4(y->qs + 16));
+            for (int j = 1; j < 4; j++) {
+                i0 = _mm512_dpbusd_epi32(i0, lo[j], p16_bcast4(y->qs + 4 * j));
+                i1 = _mm512_dpbusd_epi32(i1, hi[j], p16_bcast4(y->qs + 16 + 4 * j));
+            }
+            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+            acc[c] = _mm512_fmadd_ps(f, _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
+}
+
+/* Columns in L2-sized chunks; within one, each row group meets every column
+ * in tiles of P16_COLS (its weights stay in L1 across the tiles). */
+#define P16_GEMM(name, tile)                                                                                   \
+    static void name(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,           \
+                     const void *a, size_t a_stride, int nc)                                                  \
+    {                                                                                                         \
+        const int64_t nb = n / 32;                                                                            \
+        const uint8_t *ab = a;                                                                                \
+        for (int c0 = 0; c0 < nc; c0 += P16_COL_CHUNK) {                                                      \
+            int c1 = nc - c0 < P16_COL_CHUNK ? nc : c0 + P16_COL_CHUNK;                                       \
+            for (int g = 0; g < nr / SP_P16_ROWS; g++) {                                                      \
+                const uint8_t *wg = (const uint8_t *)w + (size_t)g * SP_P16_ROWS * w_stride;                  \
+                float *sg = s + (size_t)g * SP_P16_ROWS;                                                      \
+                int c = c0;                                                                                   \
+                for (; c + P16_COLS <= c1; c += P16_COLS)                                                     \
+                    tile(nb, wg, ab + (size_t)c * a_stride, a_stride, sg + (size_t)c * s_stride, s_stride,   \
+                         P16_COLS);                                                                           \
+                const uint8_t *ac = ab + (size_t)c * a_stride;                                                \
+                float *sc = sg + (size_t)c * s_stride;                                                        \
+                switch (c1 - c) {                                                                             \
+                case 7: tile(nb, wg, ac, a_stride, sc, s_stride, 7); break;                                   \
+                case 6: tile(nb, wg, ac, a_stride, sc, s_stride, 6); break;                                   \
+                case 5: tile(nb, wg, ac, a_stride, sc, s_stride, 5); break;                                   \
+                case 4: tile(nb, wg, ac, a_stride, sc, s_stride, 4); break;                                   \
+                case 3: tile(nb, wg, ac, a_stride, sc, s_stride, 3); break;                                   \
+                case 2: tile(nb, wg, ac, a_stride, sc, s_stride, 2); break;                                   \
+                case 1: tile(nb, wg, ac, a_stride, sc, s_stride, 1); break;                                   \
+                default: break;                                                                               \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+P16_GEMM(q4_1_p16_gemm, q4_1_p16_tile)
+P16_GEMM(q8_0_p16_gemm, q8_0_p16_tile)
+P16_GEMM(q5_0_p16_gemm, q5_0_p16_tile)
+
+void sp_quant_register_avx512(struct sp_type_traits *table)
+{
+    register_avx512(table);
+    table[SP_TYPE_Q4_1].packed = SP_TYPE_Q4_1_P16;
+    table[SP_TYPE_Q4_1_P16].gemm = q4_1_p16_gemm;
+    table[SP_TYPE_Q8_0].packed = SP_TYPE_Q8_0_P16;
+    table[SP_TYPE_Q8_0_P16].gemm = q8_0_p16_gemm;
+    table[SP_TYPE_Q5_0].packed = SP_TYPE_Q5_0_P16;
+    table[SP_TYPE_Q5_0_P16].gemm = q5_0_p16_gemm;
+}
 #endif

@@ -39,6 +39,57 @@ _Static_assert(sizeof(struct sp_block_q5_K) == 176, "q5_K");
 _Static_assert(sizeof(struct sp_block_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(struct sp_block_q8_K) == 292, "q8_K");
 
+/* Activation block of the packed types: 32 int8 values, their scale d and
+ * s = d * sum(qs) (the Q4_1 min term), both rounded through f16 as Q8_0 and
+ * Q8_1 store them but kept as float, and -128 and -16 times sum(qs) (undo
+ * the unsigned bias of packed Q8_0 and Q5_0 weights). */
+struct sp_block_q8_p { int8_t qs[32]; float d, s; int32_t m128, m16; };
+_Static_assert(sizeof(struct sp_block_q8_p) == 48, "q8_p");
+
+/* Packed layouts: 16 rows interleaved so one 512-bit vector holds 4 bytes
+ * of each of the 16 rows, and a dot product lane is one row.  A group of 16
+ * rows with nb blocks each takes nb x 16 x (file block size) bytes, so row
+ * offsets stay row * file row size, and is one sequential stream (the
+ * hardware prefetchers lose a stream that jumps back and forth):
+ *   Q4_1_P16: per block 320 bytes: qs[4][16][4] (chunk j of row r: the
+ *             file's qs[4j..4j+3]: low nibbles elements 4j.., high nibbles
+ *             16+4j..), then d[16], m[16] as f16.
+ *   Q8_0_P16: blocks in pairs of 1088 bytes: qs[2][8][16][4] as uint8 (file
+ *             value + 128), then d[2][16] f16 (64-byte aligned pairs); an
+ *             odd last block is qs then d alone.
+ *   Q5_0_P16: blocks in pairs of 704 bytes: per block qs[4][16][4] as in
+ *             Q4_1 and hb[16][4] (byte k of row r: bit j = fifth bit of
+ *             element 4j+k, bit 4+j of element 16+4j+k, j < 4), then
+ *             d[2][16]; an odd last block is qs, hb, d alone.
+ * Every output is one row's blocks in order, acc = fma(isum, dw*dy, acc)
+ * (+ fma(m, s, acc) for Q4_1), for any number of columns. */
+#define SP_P16_ROWS 16
+/* Byte offsets of block b's quants and scales inside a group of nb blocks. */
+static inline size_t sp_p16_q4_1_qs(int64_t b) { return (size_t)b * 320; }
+static inline size_t sp_p16_q4_1_dm(int64_t b) { return (size_t)b * 320 + 256; }
+static inline size_t sp_p16_q8_0_qs(int64_t b) { return (size_t)(b / 2) * 1088 + (size_t)(b & 1) * 512; }
+static inline size_t sp_p16_q8_0_d(int64_t nb, int64_t b)
+{
+    return (size_t)(b / 2) * 1088 + ((b | 1) < nb ? 1024 : 512) + (size_t)(b & 1) * 32;
+}
+static inline size_t sp_p16_q5_0_qs(int64_t b) { return (size_t)(b / 2) * 704 + (size_t)(b & 1) * 320; }
+static inline size_t sp_p16_q5_0_hb(int64_t b) { return sp_p16_q5_0_qs(b) + 256; }
+static inline size_t sp_p16_q5_0_d(int64_t nb, int64_t b)
+{
+    return (size_t)(b / 2) * 704 + ((b | 1) < nb ? 640 : 320) + (size_t)(b & 1) * 32;
+}
+void sp_q8_p_from_float_ref(const float *x, void *vy, int64_t n);
+void sp_q8_p_to_float_ref(const void *vx, float *y, int64_t n);
+void sp_q4_1_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
+void sp_q8_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
+void sp_q5_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
+void sp_q4_1_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                          const void *a, size_t a_stride, int nc);
+void sp_q8_0_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                          const void *a, size_t a_stride, int nc);
+void sp_q5_0_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                          const void *a, size_t a_stride, int nc);
+
 /* Unpacks the 12-byte Q4_K/Q5_K scale field into 8 six-bit scales and
  * 8 six-bit mins (ggml's get_scale_min_k4 layout). */
 static inline void sp_q4k_scales(const uint8_t q[12], uint8_t sc[8], uint8_t mn[8])

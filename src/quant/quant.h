@@ -34,7 +34,14 @@ enum sp_type {
     SP_TYPE_Q6_K = 14,
     SP_TYPE_Q8_K = 15,
     SP_TYPE_BF16 = 30,
-    SP_TYPE_COUNT = 31
+    /* Internal types (never read from a file; ids above ggml's): weights
+     * repacked at load into 16-row interleaved tiles, and their activation
+     * type.  Layouts in isa.h; see src/quant/packed.c. */
+    SP_TYPE_Q8_P = 64,
+    SP_TYPE_Q4_1_P16 = 65,
+    SP_TYPE_Q8_0_P16 = 66,
+    SP_TYPE_Q5_0_P16 = 67,
+    SP_TYPE_COUNT = 68
 };
 
 /* s = dot(w[0..n), a[0..n)): w a row of the weight type, a a row of the
@@ -56,6 +63,14 @@ struct sp_type_traits {
     enum sp_type vec_dot_type; /* activation type rows are dotted with */
     sp_vec_dot_fn vec_dot;
     sp_gemm_fn gemm;          /* optional fast tile; NULL = loop over vec_dot */
+    /* Repacking at load.  On a file type: the packed type its rows become
+     * when the active ISA has a kernel for it (0: stays as read).  On a
+     * packed type: pack() turns n_rows (a multiple of 16) rows of n elements
+     * of the file type, src_row_bytes apart, into dst, which holds as many
+     * bytes; its gemm takes nr a multiple of 16 and row offsets of 16k rows
+     * (w_stride is the file type's row size). */
+    uint32_t packed;
+    void (*pack)(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 };
 
 /* Picks the best kernels for this CPU (idempotent, thread-safe).  The
@@ -69,6 +84,11 @@ const struct sp_type_traits *sp_type_get(uint32_t type);
 /* Bytes of a row of n elements; false when n is not a multiple of the block
  * size or the type is unknown. */
 bool sp_type_row_size(uint32_t type, int64_t n, size_t *out);
+
+/* Packed type for rows of `type` under the active ISA when n_rows allows it
+ * (a multiple of 16), else 0.  SP_REPACK=0 in the environment turns
+ * repacking off (benchmarks). */
+uint32_t sp_type_packed_for(uint32_t type, int64_t n_rows);
 
 /* Scalar reference table (the oracle); never modified. */
 const struct sp_type_traits *sp_type_get_ref(uint32_t type);

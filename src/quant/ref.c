@@ -751,6 +751,15 @@ static const struct sp_type_traits ref_table[SP_TYPE_COUNT] = {
     T(Q5_K, "Q5_K", 256, 176, true, q5_K, Q8_K, q5_K_vec_dot),
     T(Q6_K, "Q6_K", 256, 210, true, q6_K, Q8_K, q6_K_vec_dot),
     T(Q8_K, "Q8_K", 256, 292, false, q8_K, Q8_K, NULL),
+    /* internal (src/quant/packed.c): type_size is per row and block, as in the file type */
+    [SP_TYPE_Q8_P] = {.name = "Q8_P", .block_size = 32, .type_size = 48, .to_float = sp_q8_p_to_float_ref,
+                      .from_float = sp_q8_p_from_float_ref, .vec_dot_type = SP_TYPE_Q8_P},
+    [SP_TYPE_Q4_1_P16] = {.name = "Q4_1_P16", .block_size = 32, .type_size = 20, .vec_dot_type = SP_TYPE_Q8_P,
+                          .gemm = sp_q4_1_p16_gemm_ref, .pack = sp_q4_1_p16_pack},
+    [SP_TYPE_Q8_0_P16] = {.name = "Q8_0_P16", .block_size = 32, .type_size = 34, .vec_dot_type = SP_TYPE_Q8_P,
+                          .gemm = sp_q8_0_p16_gemm_ref, .pack = sp_q8_0_p16_pack},
+    [SP_TYPE_Q5_0_P16] = {.name = "Q5_0_P16", .block_size = 32, .type_size = 22, .vec_dot_type = SP_TYPE_Q8_P,
+                          .gemm = sp_q5_0_p16_gemm_ref, .pack = sp_q5_0_p16_pack},
 };
 
 static struct sp_type_traits active_table[SP_TYPE_COUNT];
@@ -824,6 +833,15 @@ const struct sp_type_traits *sp_type_get_ref(uint32_t type)
 {
     if (type >= SP_TYPE_COUNT || !ref_table[type].name) return NULL;
     return &ref_table[type];
+}
+
+uint32_t sp_type_packed_for(uint32_t type, int64_t n_rows)
+{
+    const struct sp_type_traits *t = sp_type_get(type);
+    const char *env = getenv("SP_REPACK");
+    if (!t || !t->packed || n_rows <= 0 || n_rows % SP_P16_ROWS != 0 || (env && strcmp(env, "0") == 0))
+        return 0;
+    return t->packed;
 }
 
 bool sp_type_row_size(uint32_t type, int64_t n, size_t *out)

@@ -377,13 +377,17 @@ static void apply_bias(struct sp_sampler *s)
     }
 }
 
+static bool penalties_active(const struct sp_sampler_params *p, size_t n_hist)
+{
+    return p->repeat_last_n != 0 && n_hist != 0 &&
+           (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+}
+
 /* Requires cand[i].id == i.  count[] is all zero on entry and on exit. */
 static void apply_penalties(struct sp_sampler *s, const sp_token *hist, size_t n_hist)
 {
     const struct sp_sampler_params *p = &s->p;
-    if (p->repeat_last_n == 0 || n_hist == 0)
-        return;
-    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+    if (!penalties_active(p, n_hist))
         return;
     size_t window = p->repeat_last_n < 0 ? n_hist : (size_t)p->repeat_last_n;
     if (window > n_hist)
@@ -617,9 +621,10 @@ static sp_status run_chain(struct sp_sampler *s, const float *logits, const sp_t
         return sp_error_set(SP_ERR_ARG, "sampler: no logits");
     if (n_hist > 0 && !hist)
         return sp_error_set(SP_ERR_ARG, "sampler: history is NULL but has %zu tokens", n_hist);
-    load(s, logits);
-    if (ex)
+    if (ex) {
+        load(s, logits);
         explain_add_rows(ex, s);
+    }
     /* explain_add_rows may have sorted a prefix; bias and penalties index
      * candidates by id, so start over from the raw logits. */
     load(s, logits);
@@ -703,6 +708,24 @@ sp_token sp_sampler_sample(struct sp_sampler *s, const float *logits, const sp_t
                            size_t n_history, struct sp_token_logprobs *lp)
 {
     double logz = 0.0;
+    if (logits && s->p.temperature <= 0.0f && !lp && s->p.n_logit_bias == 0 && !penalties_active(&s->p, n_history)) {
+        /* plain greedy: the chain's answer (the first maximum of the clamped
+         * logits) without filling the candidate array */
+        uint32_t bi = 0;
+        float best = clamp_logit(logits[0]);
+        for (uint32_t i = 1; i < s->n_vocab; i++) {
+            float l = clamp_logit(logits[i]);
+            if (l > best) {
+                best = l;
+                bi = i;
+            }
+        }
+        if (best == -INFINITY) {
+            sp_error_set(SP_ERR_ARG, "sampler: every token is banned or has a NaN logit");
+            return -1;
+        }
+        return (sp_token)bi;
+    }
     if (run_chain(s, logits, history, n_history, lp, &logz, NULL) != SP_OK)
         return -1;
     const struct sp_candidate *c = &s->cand[draw(s, &s->rng)];

@@ -96,42 +96,62 @@ static void *make_weights(uint32_t type, int rows, int n, float *deq)
     return w;
 }
 
+/* One weight type, in the file layout (pack = false) or repacked into
+ * 16-row tiles as the model does when the ISA has a packed kernel. */
+static void check_matmul(struct sp_pool *p1, struct sp_pool *p2, uint32_t type, bool pack)
+{
+    enum { MAXR = 48, n = 512, T = 7 };
+    const int rows = pack ? 48 : 40;
+    float *deq = malloc(sizeof(float) * MAXR * n), x[T * n];
+    void *wd = make_weights(type, rows, n, deq), *packed = NULL;
+    struct sp_tensor w = {type, n, rows, 0, wd};
+    sp_type_row_size(type, n, &w.row_bytes);
+    char name[32];
+    snprintf(name, sizeof name, "%s%s", sp_type_get(type)->name, pack ? " packed" : "");
+    if (pack) {
+        uint32_t pt = sp_type_packed_for(type, rows);
+        packed = aligned_alloc(64, w.row_bytes * rows);
+        sp_type_get(pt)->pack(wd, w.row_bytes, packed, n, rows);
+        w.type = pt;
+        w.data = packed;
+    }
+    unsigned s = 5;
+    for (int i = 0; i < T * n; i++)
+        x[i] = frand(&s);
+    uint8_t *q = malloc(sp_act_row_bytes(&w) * T);
+    float out7[T * MAXR], out1[MAXR], out7b[T * MAXR];
+    sp_act_quantize(p2, &w, x, n, T, q);
+    sp_matmul(p2, &w, q, T, out7, rows);
+    sp_matmul(p1, &w, q, T, out7b, rows);
+    CHECK(!memcmp(out7, out7b, sizeof(float) * T * rows), "%s: 1 and 2 threads differ", name);
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        sp_act_quantize(p1, &w, x + t * n, n, 1, q);
+        sp_matmul(p1, &w, q, 1, out1, rows);
+        CHECK(!memcmp(out1, out7 + t * rows, sizeof(float) * rows), "%s: token %d alone differs from the batch",
+              name, t);
+        for (int r = 0; r < rows; r++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < n; i++)
+                ref += (double)deq[r * n + i] * x[t * n + i], mag += fabs(deq[r * n + i] * x[t * n + i]);
+            worst = fmax(worst, fabs(out7[t * rows + r] - ref) / mag);
+        }
+    }
+    /* 8-bit activations: ~0.4% of each block's range per value, averaging down */
+    CHECK(worst < 0.01, "%s: matmul error %g of sum |terms|", name, worst);
+    free(q);
+    free(packed);
+    free(wd);
+    free(deq);
+}
+
 static void test_matmul(struct sp_pool *p1, struct sp_pool *p2)
 {
     const uint32_t types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q5_0, SP_TYPE_F32};
-    const int rows = 40, n = 512, T = 7;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        float *deq = malloc(sizeof(float) * rows * n), x[7 * 512];
-        void *wd = make_weights(types[ti], rows, n, deq);
-        struct sp_tensor w = {types[ti], n, rows, 0, wd};
-        sp_type_row_size(types[ti], n, &w.row_bytes);
-        unsigned s = 5;
-        for (int i = 0; i < T * n; i++)
-            x[i] = frand(&s);
-        uint8_t *q = malloc(sp_act_row_bytes(&w) * T);
-        float out7[7 * 40], out1[40], out7b[7 * 40];
-        sp_act_quantize(p2, &w, x, n, T, q);
-        sp_matmul(p2, &w, q, T, out7, rows);
-        sp_matmul(p1, &w, q, T, out7b, rows);
-        CHECK(!memcmp(out7, out7b, sizeof out7), "%s: 1 and 2 threads differ", sp_type_get(types[ti])->name);
-        double worst = 0;
-        for (int t = 0; t < T; t++) {
-            sp_act_quantize(p1, &w, x + t * n, n, 1, q);
-            sp_matmul(p1, &w, q, 1, out1, rows);
-            CHECK(!memcmp(out1, out7 + t * rows, sizeof out1), "%s: token %d alone differs from the batch",
-                  sp_type_get(types[ti])->name, t);
-            for (int r = 0; r < rows; r++) {
-                double ref = 0, mag = 0;
-                for (int i = 0; i < n; i++)
-                    ref += (double)deq[r * n + i] * x[t * n + i], mag += fabs(deq[r * n + i] * x[t * n + i]);
-                worst = fmax(worst, fabs(out7[t * rows + r] - ref) / mag);
-            }
-        }
-        /* 8-bit activations: ~0.4% of each block's range per value, averaging down */
-        CHECK(worst < 0.01, "%s: matmul error %g of sum |terms|", sp_type_get(types[ti])->name, worst);
-        free(q);
-        free(wd);
-        free(deq);
+        check_matmul(p1, p2, types[ti], false);
+        if (sp_type_packed_for(types[ti], 48))
+            check_matmul(p1, p2, types[ti], true);
     }
 }
 

@@ -358,6 +358,89 @@ static void test_isa(const char *isa)
     }
 }
 
+/* Packed 16-row types: pack, then the ISA's gemm must equal the scalar
+ * oracle bit for bit for every column count (batch invariance), and the
+ * oracle must equal the file type's dot on dequantized values. */
+static void test_packed(const char *isa)
+{
+    static struct sp_type_traits tab[SP_TYPE_COUNT];
+    if (!sp_quant_table_for_isa(isa, tab))
+        return;
+    static const uint32_t file_types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q5_0};
+    enum { NR = 32, NC = 19, PN = N - 32 }; /* two row groups, 63 blocks (odd) */
+    static float x[N], af[NC][N], wf[N];
+    static uint8_t wq[NR][N * 2], packed[NR * N * 2], aq[NC][N * 2], aq2[N * 2];
+    static float s_ref[NC][NR], s_fast[NC][NR];
+    for (size_t k = 0; k < sizeof file_types / sizeof file_types[0]; k++) {
+        uint32_t ft = file_types[k];
+        const struct sp_type_traits *file = sp_type_get_ref(ft);
+        uint32_t pt = tab[ft].packed;
+        if (!pt) {
+            printf("  %-6s %-5s not packed\n", isa, file->name);
+            CHECK(strcmp(isa, "avx512") != 0, "avx512 packs %s", file->name);
+            continue;
+        }
+        const struct sp_type_traits *pref = sp_type_get_ref(pt), *pfast = &tab[pt];
+        const struct sp_type_traits *aref = sp_type_get_ref(SP_TYPE_Q8_P), *afast = &tab[SP_TYPE_Q8_P];
+        CHECK(pref->vec_dot_type == SP_TYPE_Q8_P && pfast->gemm && pref->pack, "%s packed traits", pref->name);
+        size_t wrow, arow;
+        sp_type_row_size(ft, PN, &wrow);
+        sp_type_row_size(SP_TYPE_Q8_P, PN, &arow);
+        CHECK(arow == 63 * 48, "q8_p row size %zu", arow);
+        for (int r = 0; r < NR; r++) {
+            for (int i = 0; i < N; i++) x[i] = frand() * (1 + r % 5);
+            file->from_float(x, wq[r], PN);
+        }
+        pref->pack(wq[0], sizeof wq[0], packed, PN, NR);
+        for (int c = 0; c < NC; c++) {
+            for (int i = 0; i < N; i++) x[i] = frand() * 3 + (c == 2 ? 1.0f : 0.0f);
+            aref->from_float(x, aq[c], PN);
+            afast->from_float(x, aq2, PN);
+            CHECK(memcmp(aq[c], aq2, arow) == 0, "%s: fast Q8_P quantizer differs from ref", isa);
+            aref->to_float(aq[c], af[c], PN);
+        }
+        /* packed oracle vs float math on the dequantized rows */
+        pref->gemm(PN, s_ref[0], NR, packed, wrow, NR, aq[0], sizeof aq[0], NC);
+        double worst = 0;
+        for (int r = 0; r < NR; r++) {
+            file->to_float(wq[r], wf, PN);
+            for (int c = 0; c < NC; c++) {
+                double exact = 0, mag = 0;
+                for (int i = 0; i < PN; i++) {
+                    exact += (double)wf[i] * af[c][i];
+                    mag += fabs((double)wf[i] * af[c][i]);
+                }
+                double e = fabs(s_ref[c][r] - exact) / mag;
+                worst = e > worst ? e : worst;
+            }
+        }
+        /* 63 blocks: <= ~2 roundings per block of 6e-8 relative: 1e-5; for
+         * Q4_1 the activation sum s is rounded through f16 (2^-11): 1e-3 */
+        double bud = ft == SP_TYPE_Q4_1 ? 1e-3 : 1e-5;
+        CHECK(worst <= bud, "%s oracle vs dequantized rel err %g", pref->name, worst);
+        printf("  %-6s %-8s packed oracle vs dequant %.2e\n", isa, pref->name, worst);
+        /* every column count gives the oracle's bits: all 19, 7 (tail), 1 */
+        static const int widths[] = {NC, 7, 1, 8, 9};
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            int nc = widths[wi], c0 = NC - nc;
+            memset(s_fast, 0, sizeof s_fast);
+            pfast->gemm(PN, s_fast[c0], NR, packed, wrow, NR, aq[c0], sizeof aq[0], nc);
+            int diff = 0;
+            for (int c = c0; c < NC; c++)
+                for (int r = 0; r < NR; r++) diff += fbits(s_fast[c][r]) != fbits(s_ref[c][r]);
+            CHECK(diff == 0, "%s %s gemm over %d columns: %d outputs differ from the oracle", isa, pref->name, nc,
+                  diff);
+        }
+        /* the second group alone (row offset 16 rows of the file type) */
+        memset(s_fast, 0, sizeof s_fast);
+        pfast->gemm(PN, &s_fast[0][16], NR, packed + 16 * wrow, wrow, 16, aq[0], sizeof aq[0], 3);
+        int diff = 0;
+        for (int c = 0; c < 3; c++)
+            for (int r = 16; r < NR; r++) diff += fbits(s_fast[c][r]) != fbits(s_ref[c][r]);
+        CHECK(diff == 0, "%s %s second group: %d differ", isa, pref->name, diff);
+    }
+}
+
 int main(void)
 {
     sp_quant_init();
@@ -371,5 +454,7 @@ int main(void)
     test_isa("scalar");
     test_isa("avx2");
     test_isa("avx512");
+    test_packed("scalar");
+    test_packed("avx512");
     return sp_check_report("test_quant");
 }

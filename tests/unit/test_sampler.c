@@ -171,6 +171,16 @@ static void test_greedy(void)
     p.temperature = 0.0f;
     struct sp_sampler *s = make(&p, 6);
     CHECK(s && sp_sampler_sample(s, tie, NULL, 0, NULL) == 1, "tie -> lowest id");
+    /* plain greedy takes a shortcut: it must agree with the chain (logprobs
+     * force the chain) on NaN, +inf and ties, and refuse all-NaN logits */
+    float odd[6] = {NAN, 2.0f, INFINITY, INFINITY, NAN, 1.0f};
+    struct sp_token_logprobs lp;
+    memset(&lp, 0, sizeof lp);
+    sp_token fast = s ? sp_sampler_sample(s, odd, NULL, 0, NULL) : -2;
+    sp_token chain = s ? sp_sampler_sample(s, odd, NULL, 0, &lp) : -3;
+    CHECK(fast == 2 && chain == 2, "greedy with NaN/inf: shortcut %d, chain %d", fast, chain);
+    float nans[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
+    CHECK(s && sp_sampler_sample(s, nans, NULL, 0, NULL) == -1, "all-NaN logits refused");
     sp_sampler_free(s);
     /* at T > 0 the most likely token is still the first candidate: a very low
      * temperature concentrates all mass on it */
