@@ -24,53 +24,8 @@
 #endif
 
 #include "kernels/attention.h"
+#include "kernels/exp.h"
 
-/* e^x for softmax arguments (x = score - max <= 0), the same value in the
- * scalar and the 16-lane form: n = round(x log2 e), r = x - n ln 2 (in two
- * parts), a degree-7 Taylor polynomial in r (|r| <= 0.35: truncation
- * < 5e-9 relative, so ~1 ulp overall), times 2^n built in the exponent
- * bits.  x < -87 (and NaN) give 0: the largest term of a softmax is e^0 =
- * 1, so such a probability rounds to 0 in f16 anyway.  Every step is one
- * IEEE operation written out (fmaf / fmadd), and this file is compiled
- * without FMA contraction, so both forms round identically (batch
- * invariance: a token's scores go through one form or the other). */
-#define SP_EXP_LOG2E 1.44269504f
-#define SP_EXP_LN2_HI 0.693359375f
-#define SP_EXP_LN2_LO -2.12194440e-4f
-#define SP_EXP_MIN -87.0f
-static const float sp_exp_c[8] = {1.0f, 1.0f, 1.0f / 2, 1.0f / 6, 1.0f / 24, 1.0f / 120, 1.0f / 720, 1.0f / 5040};
-
-static inline float sp_exp1(float x)
-{
-    if (!(x >= SP_EXP_MIN))
-        return 0.0f;
-    float n = nearbyintf(x * SP_EXP_LOG2E);
-    float r = fmaf(n, -SP_EXP_LN2_HI, x);
-    r = fmaf(n, -SP_EXP_LN2_LO, r);
-    float p = sp_exp_c[7];
-    for (int k = 6; k >= 0; k--)
-        p = fmaf(p, r, sp_exp_c[k]);
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
-}
-
-#if defined(__AVX512F__) && !defined(SP_ATTN_SCALAR)
-static inline __m512 sp_exp16(__m512 x)
-{
-    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SP_EXP_MIN), _CMP_GE_OQ);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(SP_EXP_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-SP_EXP_LN2_HI), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-SP_EXP_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(sp_exp_c[7]);
-    for (int k = 6; k >= 0; k--)
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(sp_exp_c[k]));
-    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(ok, p, _mm512_castsi512_ps(bits));
-}
-#endif
 
 /* Softmax of n scores in place: p = f16(e^(s - mx) / sum), the sum over
  * ascending positions. */
@@ -125,21 +80,23 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, size_t kstrid
 }
 
 #if defined(__AVX512F__) && !defined(SP_ATTN_SCALAR)
-/* The same dots for 16 keys at once, one key per lane: each lane runs the
- * identical sequential FMA chain over d (bit-equal to sp_attn_dots).  A
- * dword gather fetches elements d, d+1 of all 16 keys, shared by the nh
- * heads (q rows D apart); out[h * out_stride + key].  D must be even. */
-static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *k, size_t kstride, float *out,
-                                  size_t out_stride)
+/* The same dots for n <= 16 keys at once, one key per lane: each lane runs
+ * the identical sequential FMA chain over d (bit-equal to sp_attn_dots).  A
+ * dword gather fetches elements d, d+1 of the keys (lanes past n read
+ * nothing and give 0), shared by the nh heads (q rows D apart);
+ * out[h * out_stride + key].  D must be even. */
+static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *k, size_t kstride, int n,
+                                  float *out, size_t out_stride)
 {
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int)kstride));
+    const __mmask16 live = (__mmask16)((1u << n) - 1);
     for (int h0 = 0; h0 < nh; h0 += 4) { /* up to 4 heads share each gather */
         int m = nh - h0 < 4 ? nh - h0 : 4;
         const float *qh = q + (size_t)h0 * D;
         __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (int d = 0; d < D; d += 2) {
-            __m512i g = _mm512_i32gather_epi32(idx, (const void *)(k + d), 2);
+            __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, (const void *)(k + d), 2);
             __m512 k0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
             __m512 k1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
             for (int h = 0; h < m; h++) {
@@ -218,15 +175,17 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         const uint16_t *k, *v;
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
         sp_attn_prefetch_run(a, seq, j + (int)run, pos, false, hk);
+        sp_attn_prefetch_run(a, seq, j, pos, true, hk); /* this run's values, read after the softmax */
         for (uint32_t r = 0; r < run;) {
             int m = run - r < 4 ? (int)(run - r) : 4;
-            if (run - r >= 16 && SP_ATTN_WIDE == 16 && D % 2 == 0)
-                m = 16;
+            const bool wide = SP_ATTN_WIDE == 16 && D % 2 == 0;
+            if (wide)
+                m = run - r < 16 ? (int)(run - r) : 16;
             const uint16_t *kr = k + (size_t)r * kvd + (size_t)hk * D;
             float s16[SP_ATTN_GMAX * 16];
 #if SP_ATTN_WIDE == 16
-            if (m == 16)
-                sp_attn_dots16(qf, nh, D, kr, kvd, s16, 16);
+            if (wide)
+                sp_attn_dots16(qf, nh, D, kr, kvd, m, s16, 16);
             else
 #endif
                 for (int h = 0; h < nh; h++)

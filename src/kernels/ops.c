@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/exp.h"
 #include "kernels/kernels.h"
 
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
@@ -59,10 +60,24 @@ void sp_rope_apply(float *x, const float *cs, int n_rot, int neox)
     }
 }
 
+/* silu(g) = g / (1 + e^-g) with e^-g from sp_exp (-g clamped to 88, where
+ * e^-g is already ~1e38 and silu ~0). */
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    int64_t i = 0;
+#ifdef SP_EXP16
+    const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(88.0f);
+    for (; i + 16 <= n; i += 16) {
+        __m512 gv = _mm512_loadu_ps(g + i);
+        __m512 e = sp_exp16(_mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv), lim));
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n; i++) {
+        float ng = -g[i];
+        float e = sp_exp1(ng < 88.0f ? ng : 88.0f);
+        y[i] = g[i] / (1.0f + e) * u[i];
+    }
 }
 
 static float sp_gelu_tanh(float x)

@@ -68,6 +68,25 @@ static void test_glu(void)
         double ref = g[i] / (1 + exp(-g[i])) * u[i];
         CHECK(fabs(y[i] - ref) < 1e-5 * (1 + fabs(ref)), "swiglu %g: %g vs %g", g[i], y[i], ref);
     }
+    /* 40 values: the 16-lane form for 32 of them, the scalar one for the
+     * rest; each must equal the same value computed alone (scalar) */
+    float g40[40], u40[40], y40[40];
+    for (int i = 0; i < 40; i++) {
+        g40[i] = (float)(i - 20) * (i % 3 == 0 ? 7.3f : 0.37f); /* -146 .. 142 */
+        u40[i] = 1.0f + 0.1f * (float)i;
+    }
+    sp_swiglu(g40, u40, y40, 40);
+    int same = 0;
+    double worst = 0;
+    for (int i = 0; i < 40; i++) {
+        float one;
+        sp_swiglu(g40 + i, u40 + i, &one, 1);
+        same += !memcmp(&one, &y40[i], sizeof one);
+        double ref = g40[i] / (1 + exp(-(double)g40[i])) * u40[i];
+        worst = fmax(worst, fabs(y40[i] - ref) / (1 + fabs(ref)));
+    }
+    CHECK(same == 40, "swiglu: %d of 40 values equal alone and in a row", same);
+    CHECK(worst < 1e-5, "swiglu over -146..142: error %g", worst);
     sp_geglu(g, u, y, 8);
     for (int i = 0; i < 8; i++) {
         double x = g[i];
