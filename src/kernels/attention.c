@@ -230,6 +230,23 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
  * Needs D % 16 == 0 and D <= SP_ATTN_BLOCK_DMAX. */
 #define SP_ATTN_BLOCK_DMAX 256
 
+/* o[0..D) += p[x * 16] * vf[x][0..D) for x in [xa, xb], x ascending (one
+ * query's share of 16 widened value rows). */
+static inline __attribute__((always_inline)) void sp_attn_pv(float *o, const float *p, const float *vf, int xa,
+                                                             int xb, const int D)
+{
+    __m512 acc[SP_ATTN_BLOCK_DMAX / 16];
+    for (int c = 0; c < D / 16; c++)
+        acc[c] = _mm512_loadu_ps(o + c * 16);
+    for (int x = xa; x <= xb; x++) {
+        __m512 pv = _mm512_set1_ps(p[(size_t)x * 16]);
+        for (int c = 0; c < D / 16; c++)
+            acc[c] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vf + (size_t)x * D + c * 16), acc[c]);
+    }
+    for (int c = 0; c < D / 16; c++)
+        _mm512_storeu_ps(o + c * 16, acc[c]);
+}
+
 /* dst[x][0..D) = f32 of the f16 row src + x * stride, for x < m (D % 16 == 0) */
 static inline void sp_attn_widen(float *dst, const uint16_t *src, int m, uint32_t stride, int D)
 {
@@ -326,16 +343,14 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
                 xb = xb >= m ? m - 1 : xb;
                 if (xa > xb)
                     continue;
-                __m512 acc[SP_ATTN_BLOCK_DMAX / 16];
-                for (int c = 0; c < D / 16; c++)
-                    acc[c] = _mm512_loadu_ps(o + (size_t)i * D + c * 16);
-                for (int x = xa; x <= xb; x++) {
-                    __m512 pv = _mm512_set1_ps(sct[(size_t)(jb + x) * 16 + i]);
-                    for (int c = 0; c < D / 16; c++)
-                        acc[c] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(kf + (size_t)x * D + c * 16), acc[c]);
+                float *oi = o + (size_t)i * D;
+                const float *pi = sct + (size_t)jb * 16 + i;
+                switch (D) { /* the common head sizes unrolled: no per-vector loop test */
+                case 64: sp_attn_pv(oi, pi, kf, xa, xb, 64); break;
+                case 128: sp_attn_pv(oi, pi, kf, xa, xb, 128); break;
+                case 256: sp_attn_pv(oi, pi, kf, xa, xb, 256); break;
+                default: sp_attn_pv(oi, pi, kf, xa, xb, D); break;
                 }
-                for (int c = 0; c < D / 16; c++)
-                    _mm512_storeu_ps(o + (size_t)i * D + c * 16, acc[c]);
             }
         }
         j += (int)run;
