@@ -85,27 +85,85 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, size_t kstrid
  * dword gather fetches elements d, d+1 of the keys (lanes past n read
  * nothing and give 0), shared by the nh heads (q rows D apart);
  * out[h * out_stride + key].  D must be even. */
+static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *qh, int D, const uint16_t *k,
+                                                                    __m512i idx, __mmask16 live, float *out,
+                                                                    size_t out_stride, const int m)
+{
+    __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int d = 0; d < D; d += 2) {
+        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, (const void *)(k + d), 2);
+        __m512 k0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+        __m512 k1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
+        for (int h = 0; h < m; h++) {
+            s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d]), k0, s[h]);
+            s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d + 1]), k1, s[h]);
+        }
+    }
+    for (int h = 0; h < m; h++)
+        _mm512_storeu_ps(out + (size_t)h * out_stride, s[h]);
+}
+
 static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *k, size_t kstride, int n,
                                   float *out, size_t out_stride)
 {
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int)kstride));
     const __mmask16 live = (__mmask16)((1u << n) - 1);
-    for (int h0 = 0; h0 < nh; h0 += 4) { /* up to 4 heads share each gather */
-        int m = nh - h0 < 4 ? nh - h0 : 4;
+    for (int h0 = 0; h0 < nh; h0 += 4) { /* up to 4 heads share each gather; accumulators in registers */
         const float *qh = q + (size_t)h0 * D;
-        __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int d = 0; d < D; d += 2) {
-            __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, (const void *)(k + d), 2);
-            __m512 k0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-            __m512 k1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
+        float *o = out + (size_t)h0 * out_stride;
+        switch (nh - h0 < 4 ? nh - h0 : 4) {
+        case 1: sp_attn_dots16_m(qh, D, k, idx, live, o, out_stride, 1); break;
+        case 2: sp_attn_dots16_m(qh, D, k, idx, live, o, out_stride, 2); break;
+        case 3: sp_attn_dots16_m(qh, D, k, idx, live, o, out_stride, 3); break;
+        default: sp_attn_dots16_m(qh, D, k, idx, live, o, out_stride, 4); break;
+        }
+    }
+}
+
+/* out[h][0..D) += p[h * pstride + r] * v row r, for rows r < run ascending
+ * (row stride kvd), m heads: per element the order of sp_attn_axpy called
+ * row by row, with the accumulators in registers for the whole run.
+ * D % 32 == 0. */
+static inline __attribute__((always_inline)) void sp_attn_group_pv_m(float *out, const float *p, size_t pstride,
+                                                                const uint16_t *v, uint32_t kvd, int run, int D,
+                                                                const int m)
+{
+    for (int c = 0; c < D; c += 32) {
+        __m512 a0[4], a1[4];
+        for (int h = 0; h < m; h++) {
+            a0[h] = _mm512_loadu_ps(out + (size_t)h * D + c);
+            a1[h] = _mm512_loadu_ps(out + (size_t)h * D + c + 16);
+        }
+        for (int r = 0; r < run; r++) {
+            const uint16_t *vr = v + (size_t)r * kvd + c;
+            __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vr));
+            __m512 v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16)));
             for (int h = 0; h < m; h++) {
-                s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d]), k0, s[h]);
-                s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d + 1]), k1, s[h]);
+                __m512 ph = _mm512_set1_ps(p[(size_t)h * pstride + r]);
+                a0[h] = _mm512_fmadd_ps(ph, v0, a0[h]);
+                a1[h] = _mm512_fmadd_ps(ph, v1, a1[h]);
             }
         }
-        for (int h = 0; h < m; h++)
-            _mm512_storeu_ps(out + (size_t)(h0 + h) * out_stride, s[h]);
+        for (int h = 0; h < m; h++) {
+            _mm512_storeu_ps(out + (size_t)h * D + c, a0[h]);
+            _mm512_storeu_ps(out + (size_t)h * D + c + 16, a1[h]);
+        }
+    }
+}
+
+static inline void sp_attn_group_pv(float *out, const float *p, size_t pstride, int nh, const uint16_t *v, uint32_t kvd,
+                              int run, int D)
+{
+    for (int h0 = 0; h0 < nh; h0 += 4) {
+        float *o = out + (size_t)h0 * D;
+        const float *ph = p + (size_t)h0 * pstride;
+        switch (nh - h0 < 4 ? nh - h0 : 4) {
+        case 1: sp_attn_group_pv_m(o, ph, pstride, v, kvd, run, D, 1); break;
+        case 2: sp_attn_group_pv_m(o, ph, pstride, v, kvd, run, D, 2); break;
+        case 3: sp_attn_group_pv_m(o, ph, pstride, v, kvd, run, D, 3); break;
+        default: sp_attn_group_pv_m(o, ph, pstride, v, kvd, run, D, 4); break;
+        }
     }
 }
 #define SP_ATTN_WIDE 16
@@ -208,6 +266,13 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         const uint16_t *k, *v;
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
         sp_attn_prefetch_run(a, seq, j + (int)run, pos, true, hk);
+#if SP_ATTN_WIDE == 16
+        if (D % 32 == 0) {
+            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * D, kvd, (int)run, D);
+            j += (int)run;
+            continue;
+        }
+#endif
         for (uint32_t r = 0; r < run; r++) {
             for (int h = 0; h < nh; h++)
                 p[h] = scores[(size_t)h * n + (j - j0) + r];
@@ -232,7 +297,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
 
 /* o[0..D) += p[x * 16] * vf[x][0..D) for x in [xa, xb], x ascending (one
  * query's share of 16 widened value rows). */
-static inline __attribute__((always_inline)) void sp_attn_pv(float *o, const float *p, const float *vf, int xa,
+static inline __attribute__((always_inline)) void sp_attn_block_pv(float *o, const float *p, const float *vf, int xa,
                                                              int xb, const int D)
 {
     __m512 acc[SP_ATTN_BLOCK_DMAX / 16];
@@ -346,10 +411,10 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
                 float *oi = o + (size_t)i * D;
                 const float *pi = sct + (size_t)jb * 16 + i;
                 switch (D) { /* the common head sizes unrolled: no per-vector loop test */
-                case 64: sp_attn_pv(oi, pi, kf, xa, xb, 64); break;
-                case 128: sp_attn_pv(oi, pi, kf, xa, xb, 128); break;
-                case 256: sp_attn_pv(oi, pi, kf, xa, xb, 256); break;
-                default: sp_attn_pv(oi, pi, kf, xa, xb, D); break;
+                case 64: sp_attn_block_pv(oi, pi, kf, xa, xb, 64); break;
+                case 128: sp_attn_block_pv(oi, pi, kf, xa, xb, 128); break;
+                case 256: sp_attn_block_pv(oi, pi, kf, xa, xb, 256); break;
+                default: sp_attn_block_pv(oi, pi, kf, xa, xb, D); break;
                 }
             }
         }
