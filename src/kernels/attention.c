@@ -85,18 +85,53 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, size_t kstrid
  * dword gather fetches elements d, d+1 of the keys (lanes past n read
  * nothing and give 0), shared by the nh heads (q rows D apart);
  * out[h * out_stride + key].  D must be even. */
+/* In-place transpose of a 16 x 16 dword matrix (r[i] = row i). */
+static inline __attribute__((always_inline)) void sp_attn_tr16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    /* u[g][k]: 128-bit lane L holds column 4L + k of rows 4g .. 4g+3 */
+    __m512i u[4][4];
+    for (int g = 0; g < 4; g++) {
+        u[g][0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[g][1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[g][2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[g][3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int k = 0; k < 4; k++) { /* a 4 x 4 transpose of 128-bit lanes */
+        __m512i x0 = _mm512_shuffle_i32x4(u[0][k], u[1][k], 0x44), x1 = _mm512_shuffle_i32x4(u[0][k], u[1][k], 0xEE);
+        __m512i x2 = _mm512_shuffle_i32x4(u[2][k], u[3][k], 0x44), x3 = _mm512_shuffle_i32x4(u[2][k], u[3][k], 0xEE);
+        r[k] = _mm512_shuffle_i32x4(x0, x2, 0x88);
+        r[4 + k] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
+        r[8 + k] = _mm512_shuffle_i32x4(x1, x3, 0x88);
+        r[12 + k] = _mm512_shuffle_i32x4(x1, x3, 0xDD);
+    }
+}
+
+/* m heads' dots with n <= 16 keys: 32 values (16 dwords) of each key row
+ * at a time, transposed so a vector holds one dword of every key (keys
+ * past n are zero rows).  D % 32 == 0. */
 static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *qh, int D, const uint16_t *k,
-                                                                    __m512i idx, __mmask16 live, float *out,
+                                                                    size_t kstride, int n, float *out,
                                                                     size_t out_stride, const int m)
 {
     __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int d = 0; d < D; d += 2) {
-        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, (const void *)(k + d), 2);
-        __m512 k0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-        __m512 k1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
-        for (int h = 0; h < m; h++) {
-            s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d]), k0, s[h]);
-            s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d + 1]), k1, s[h]);
+    for (int d0 = 0; d0 < D; d0 += 32) {
+        __m512i kt[16];
+        for (int i = 0; i < 16; i++)
+            kt[i] = i < n ? _mm512_loadu_si512(k + (size_t)i * kstride + d0) : _mm512_setzero_si512();
+        sp_attn_tr16(kt);
+        for (int e = 0; e < 16; e++) {
+            const int d = d0 + 2 * e;
+            __m512 k0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(kt[e]));
+            __m512 k1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(kt[e], 16)));
+            for (int h = 0; h < m; h++) {
+                s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d]), k0, s[h]);
+                s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d + 1]), k1, s[h]);
+            }
         }
     }
     for (int h = 0; h < m; h++)
@@ -106,17 +141,14 @@ static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *
 static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *k, size_t kstride, int n,
                                   float *out, size_t out_stride)
 {
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)kstride));
-    const __mmask16 live = (__mmask16)((1u << n) - 1);
-    for (int h0 = 0; h0 < nh; h0 += 4) { /* up to 4 heads share each gather; accumulators in registers */
+    for (int h0 = 0; h0 < nh; h0 += 4) { /* up to 4 heads share each load; accumulators in registers */
         const float *qh = q + (size_t)h0 * D;
         float *o = out + (size_t)h0 * out_stride;
         switch (nh - h0 < 4 ? nh - h0 : 4) {
-        case 1: sp_attn_dots16_m(qh, D, k, idx, live, o, out_stride, 1); break;
-        case 2: sp_attn_dots16_m(qh, D, k, idx, live, o, out_stride, 2); break;
-        case 3: sp_attn_dots16_m(qh, D, k, idx, live, o, out_stride, 3); break;
-        default: sp_attn_dots16_m(qh, D, k, idx, live, o, out_stride, 4); break;
+        case 1: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 1); break;
+        case 2: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 2); break;
+        case 3: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 3); break;
+        default: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 4); break;
         }
     }
 }
@@ -236,7 +268,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         sp_attn_prefetch_run(a, seq, j, pos, true, hk); /* this run's values, read after the softmax */
         for (uint32_t r = 0; r < run;) {
             int m = run - r < 4 ? (int)(run - r) : 4;
-            const bool wide = SP_ATTN_WIDE == 16 && D % 2 == 0;
+            const bool wide = SP_ATTN_WIDE == 16 && D % 32 == 0;
             if (wide)
                 m = run - r < 16 ? (int)(run - r) : 16;
             const uint16_t *kr = k + (size_t)r * kvd + (size_t)hk * D;
