@@ -106,7 +106,7 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *
         st = sp_error_set(SP_ERR_ARG, "KV cache of %llu blocks is out of range", (unsigned long long)n_blocks);
         goto free_pool;
     }
-    if ((st = sp_kv_init(&e->kv, hp->n_layer, kv_dim, SP_KV_BLOCK_TOKENS, (uint32_t)n_blocks, local, ring_len,
+    if ((st = sp_kv_init(&e->kv, hp->n_layer, kv_dim, hp->head_dim, SP_KV_BLOCK_TOKENS, (uint32_t)n_blocks, local, ring_len,
                          n_rings)) != SP_OK)
         goto free_pool;
     if ((st = sp_forward_scratch_init(&e->fs, e->model, e->n_batch, e->n_ctx, sp_pool_size(e->pool))) != SP_OK)

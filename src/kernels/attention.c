@@ -154,11 +154,11 @@ static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t 
 }
 
 /* out[h][0..D) += p[h * pstride + r] * v row r, for rows r < run ascending
- * (row stride kvd), m heads: per element the order of sp_attn_axpy called
+ * (row stride rs), m heads: per element the order of sp_attn_axpy called
  * row by row, with the accumulators in registers for the whole run.
  * D % 32 == 0. */
 static inline __attribute__((always_inline)) void sp_attn_group_pv_m(float *out, const float *p, size_t pstride,
-                                                                const uint16_t *v, uint32_t kvd, int run, int D,
+                                                                const uint16_t *v, uint32_t rs, int run, int D,
                                                                 const int m)
 {
     for (int c = 0; c < D; c += 32) {
@@ -168,7 +168,7 @@ static inline __attribute__((always_inline)) void sp_attn_group_pv_m(float *out,
             a1[h] = _mm512_loadu_ps(out + (size_t)h * D + c + 16);
         }
         for (int r = 0; r < run; r++) {
-            const uint16_t *vr = v + (size_t)r * kvd + c;
+            const uint16_t *vr = v + (size_t)r * rs + c;
             __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vr));
             __m512 v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16)));
             for (int h = 0; h < m; h++) {
@@ -184,17 +184,17 @@ static inline __attribute__((always_inline)) void sp_attn_group_pv_m(float *out,
     }
 }
 
-static inline void sp_attn_group_pv(float *out, const float *p, size_t pstride, int nh, const uint16_t *v, uint32_t kvd,
+static inline void sp_attn_group_pv(float *out, const float *p, size_t pstride, int nh, const uint16_t *v, uint32_t rs,
                               int run, int D)
 {
     for (int h0 = 0; h0 < nh; h0 += 4) {
         float *o = out + (size_t)h0 * D;
         const float *ph = p + (size_t)h0 * pstride;
         switch (nh - h0 < 4 ? nh - h0 : 4) {
-        case 1: sp_attn_group_pv_m(o, ph, pstride, v, kvd, run, D, 1); break;
-        case 2: sp_attn_group_pv_m(o, ph, pstride, v, kvd, run, D, 2); break;
-        case 3: sp_attn_group_pv_m(o, ph, pstride, v, kvd, run, D, 3); break;
-        default: sp_attn_group_pv_m(o, ph, pstride, v, kvd, run, D, 4); break;
+        case 1: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 1); break;
+        case 2: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 2); break;
+        case 3: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 3); break;
+        default: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 4); break;
         }
     }
 }
@@ -238,10 +238,9 @@ static inline void sp_attn_prefetch_run(const struct sp_attn_args *a, const stru
      * the hardware prefetcher follows them */
     uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(end + 1 - j), &k, &v);
     run = run < 16 ? run : 16;
-    const char *base = (const char *)((values ? v : k) + (size_t)hk * a->head_dim);
-    for (uint32_t r = 0; r < run; r++)
-        for (size_t off = 0; off < (size_t)a->head_dim * 2; off += 64)
-            __builtin_prefetch(base + (size_t)r * a->kv->kv_dim * 2 + off);
+    const char *base = (const char *)((values ? v : k) + (size_t)hk * sp_kv_head_stride(a->kv, a->layer));
+    for (size_t off = 0; off < (size_t)run * a->head_dim * 2; off += 64) /* a head's rows are contiguous */
+        __builtin_prefetch(base + off);
 }
 
 /* Heads h0 .. h0+nh-1 of token t, all sharing KV head hk.  scores holds
@@ -250,7 +249,8 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
 {
     const int D = a->head_dim, hk = h0 / (a->n_head / a->n_head_kv);
     const struct sp_kv_seq *seq = a->seqs[t];
-    const uint32_t kvd = a->kv->kv_dim;
+    const uint32_t rs = (uint32_t)D;                   /* row stride: a head's rows are contiguous */
+    const size_t hs = sp_kv_head_stride(a->kv, a->layer); /* head stride */
     const int pos = a->pos[t];
     const int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
     const int n = pos - j0 + 1;
@@ -271,15 +271,15 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
             const bool wide = SP_ATTN_WIDE == 16 && D % 32 == 0;
             if (wide)
                 m = run - r < 16 ? (int)(run - r) : 16;
-            const uint16_t *kr = k + (size_t)r * kvd + (size_t)hk * D;
+            const uint16_t *kr = k + (size_t)r * rs + (size_t)hk * hs;
             float s16[SP_ATTN_GMAX * 16];
 #if SP_ATTN_WIDE == 16
             if (wide)
-                sp_attn_dots16(qf, nh, D, kr, kvd, m, s16, 16);
+                sp_attn_dots16(qf, nh, D, kr, rs, m, s16, 16);
             else
 #endif
                 for (int h = 0; h < nh; h++)
-                    sp_attn_dots(qf + (size_t)h * D, kr, kvd, m, D, s16 + (size_t)h * 16);
+                    sp_attn_dots(qf + (size_t)h * D, kr, rs, m, D, s16 + (size_t)h * 16);
             for (int h = 0; h < nh; h++) {
                 for (int i = 0; i < m; i++) {
                     float s = s16[(size_t)h * 16 + i] * a->scale;
@@ -300,7 +300,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         sp_attn_prefetch_run(a, seq, j + (int)run, pos, true, hk);
 #if SP_ATTN_WIDE == 16
         if (D % 32 == 0) {
-            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * D, kvd, (int)run, D);
+            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * hs, rs, (int)run, D);
             j += (int)run;
             continue;
         }
@@ -308,7 +308,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         for (uint32_t r = 0; r < run; r++) {
             for (int h = 0; h < nh; h++)
                 p[h] = scores[(size_t)h * n + (j - j0) + r];
-            sp_attn_axpy(qf, p, nh, v + (size_t)r * kvd + (size_t)hk * D, D);
+            sp_attn_axpy(qf, p, nh, v + (size_t)r * rs + (size_t)hk * hs, D);
         }
         j += (int)run;
     }
@@ -356,7 +356,8 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
 {
     const int D = a->head_dim, hk = h / (a->n_head / a->n_head_kv);
     const struct sp_kv_seq *seq = a->seqs[t0];
-    const uint32_t kvd = a->kv->kv_dim;
+    const uint32_t rs = (uint32_t)D;                   /* row stride: a head's rows are contiguous */
+    const size_t hs = sp_kv_head_stride(a->kv, a->layer); /* head stride */
     const int p0 = a->pos[t0], plast = p0 + nq - 1;
     int j0[16];
     for (int i = 0; i < 16; i++) {
@@ -378,7 +379,7 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
         for (uint32_t r = 0; r < run; r += 16) {
             int m = run - r < 16 ? (int)(run - r) : 16;
-            sp_attn_widen(kf, k + (size_t)r * kvd + (size_t)hk * D, m, kvd, D);
+            sp_attn_widen(kf, k + (size_t)r * rs + (size_t)hk * hs, m, rs, D);
             for (int x = 0; x < m; x += 4) { /* four independent chains hide the FMA latency */
                 int mm = m - x < 4 ? m - x : 4;
                 const float *k0 = kf + (size_t)x * D;
@@ -432,7 +433,7 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
         for (uint32_t r = 0; r < run; r += 16) {
             int m = run - r < 16 ? (int)(run - r) : 16;
-            sp_attn_widen(kf, v + (size_t)r * kvd + (size_t)hk * D, m, kvd, D);
+            sp_attn_widen(kf, v + (size_t)r * rs + (size_t)hk * hs, m, rs, D);
             const int jb = j + (int)r - jlo; /* first key of these rows, relative to jlo */
             for (int i = 0; i < nq; i++) {
                 int xa = j0[i] - jlo - jb, xb = p0 + i - jlo - jb; /* rows this query uses */

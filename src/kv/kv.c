@@ -6,12 +6,13 @@
 #include "core/checked.h"
 #include "core/error.h"
 
-sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t block_tokens,
-                     uint32_t n_blocks, const bool *local, uint32_t ring_len, uint32_t n_rings)
+sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t head_dim,
+                     uint32_t block_tokens, uint32_t n_blocks, const bool *local, uint32_t ring_len,
+                     uint32_t n_rings)
 {
     uint64_t elems, bytes;
     memset(kv, 0, sizeof *kv);
-    if (!n_layer || !kv_dim || !block_tokens || !n_blocks)
+    if (!n_layer || !kv_dim || !head_dim || kv_dim % head_dim != 0 || !block_tokens || !n_blocks)
         return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
     kv->layer_index = calloc(n_layer, sizeof *kv->layer_index);
     kv->layer_local = calloc(n_layer, sizeof *kv->layer_local);
@@ -45,6 +46,7 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     }
     kv->n_layer = n_layer;
     kv->kv_dim = kv_dim;
+    kv->head_dim = head_dim;
     kv->block_tokens = block_tokens;
     kv->n_blocks = n_blocks;
     kv->layer_stride = (size_t)elems;

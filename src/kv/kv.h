@@ -1,7 +1,10 @@
 /* KV cache: one pool of fixed-size blocks shared by every sequence.
  *
  * A block holds `block_tokens` consecutive positions of K and V for every
- * layer, as f16: k[layer][block][slot][kv_dim].  A sequence owns a block table
+ * layer, as f16, head-major: k[layer][block][head][slot][head_dim], so the
+ * rows attention reads for one KV head are contiguous (a 16-position block
+ * of a 64-wide head is 2 KiB in one piece: the prefetchers follow it).  A
+ * sequence owns a block table
  * (logical block i -> pool block).  Blocks are reference-counted: forks (n > 1,
  * beam search) share blocks and copy a shared block only when writing into it;
  * the prefix cache keeps full prompt blocks keyed by a hash of their tokens and
@@ -37,15 +40,15 @@ struct sp_kv_seq {
 };
 
 struct sp_kv {
-    uint32_t n_layer, kv_dim, block_tokens, n_blocks;
+    uint32_t n_layer, kv_dim, head_dim, block_tokens, n_blocks; /* kv_dim = KV heads x head_dim */
     uint32_t n_global, n_local;  /* paged layers, ring layers */
     uint32_t *layer_index;       /* [n_layer] index among its kind */
     bool *layer_local;           /* [n_layer] */
     size_t layer_stride;   /* elements between paged layers: n_blocks * block_tokens * kv_dim */
-    uint16_t *k, *v;       /* f16 [n_global][n_blocks][block_tokens][kv_dim] */
+    uint16_t *k, *v;       /* f16 [n_global][n_blocks][n_head_kv][block_tokens][head_dim] */
     /* local layers: ring slots, allocated on first use, reused after */
     uint32_t ring_len, n_rings;
-    uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][ring_len][kv_dim] */
+    uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][head_dim] */
     uint32_t *ring_free;         /* stack of free slots */
     uint32_t n_ring_free;
     uint32_t *refs;        /* [n_blocks] sequences using the block */
@@ -65,8 +68,9 @@ struct sp_kv {
 /* local: [n_layer] flags of sliding-window layers (NULL: none); ring_len:
  * positions a local layer keeps per sequence (window + largest batch);
  * n_rings: most sequences alive at once that need rings. */
-sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t block_tokens,
-                     uint32_t n_blocks, const bool *local, uint32_t ring_len, uint32_t n_rings);
+sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t head_dim,
+                     uint32_t block_tokens, uint32_t n_blocks, const bool *local, uint32_t ring_len,
+                     uint32_t n_rings);
 /* Bytes of K/V memory: paged blocks plus `rings` ring slots. */
 uint64_t sp_kv_bytes(const struct sp_kv *kv, uint32_t rings);
 void sp_kv_free(struct sp_kv *kv);
@@ -96,19 +100,27 @@ uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_t
  * are now written and not yet registered. */
 void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens);
 
-/* Offset (in f16 values) of `pos` of `seq` in `layer`, in kv->k/v (paged)
- * or in the sequence's ring arrays (local). */
+/* Offset (in f16 values) of `pos` of `seq` in `layer`, head 0, in kv->k/v
+ * (paged) or in the sequence's ring arrays (local). */
 static inline size_t sp_kv_offset(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, uint32_t pos)
 {
     uint32_t li = kv->layer_index[layer];
     if (kv->layer_local[layer])
-        return ((size_t)li * kv->ring_len + pos % kv->ring_len) * kv->kv_dim;
+        return (size_t)li * kv->ring_len * kv->kv_dim + (size_t)(pos % kv->ring_len) * kv->head_dim;
     uint32_t b = seq->blocks[pos / kv->block_tokens];
-    return li * kv->layer_stride + ((size_t)b * kv->block_tokens + pos % kv->block_tokens) * kv->kv_dim;
+    return li * kv->layer_stride + (size_t)b * kv->block_tokens * kv->kv_dim +
+           (size_t)(pos % kv->block_tokens) * kv->head_dim;
 }
 
-/* Address of position `pos` of `seq` in layer `layer` (kv_dim f16 values).
- * The position must be reserved (and, for a local layer, inside its ring). */
+/* Values between one KV head's row of a position and the next head's. */
+static inline size_t sp_kv_head_stride(const struct sp_kv *kv, uint32_t layer)
+{
+    return (size_t)(kv->layer_local[layer] ? kv->ring_len : kv->block_tokens) * kv->head_dim;
+}
+
+/* Address of position `pos` of `seq` in layer `layer`: head h's head_dim
+ * f16 values start at + h * sp_kv_head_stride().  The position must be
+ * reserved (and, for a local layer, inside its ring). */
 static inline uint16_t *sp_kv_k_at(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
                                    uint32_t pos)
 {
@@ -123,8 +135,10 @@ static inline uint16_t *sp_kv_v_at(const struct sp_kv *kv, const struct sp_kv_se
 }
 
 /* The run of positions [pos, pos + n) of `seq` in `layer` that is contiguous
- * in memory (row stride kv_dim), with n the largest such count <= max_n:
- * *k and *v point at position pos.  Attention walks the cache run by run. */
+ * in memory (for each head: row stride head_dim, heads
+ * sp_kv_head_stride() apart), with n the largest such count <= max_n: *k
+ * and *v point at position pos, head 0.  Attention walks the cache run by
+ * run. */
 static inline uint32_t sp_kv_run(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
                                  uint32_t pos, uint32_t max_n, const uint16_t **k, const uint16_t **v)
 {

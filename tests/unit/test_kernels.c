@@ -179,7 +179,7 @@ static void test_attention(struct sp_pool *pool)
     const int H = 4, HKV = 2, D = 64, P = 40;
     struct sp_kv kv;
     struct sp_kv_seq seq = {0};
-    CHECK(sp_kv_init(&kv, 1, HKV * D, 16, 8, NULL, 0, 0) == SP_OK, "kv init");
+    CHECK(sp_kv_init(&kv, 1, HKV * D, D, 16, 8, NULL, 0, 0) == SP_OK, "kv init");
     CHECK(sp_kv_seq_reserve(&kv, &seq, P) == SP_OK, "reserve");
     seq.n_pos = P;
     float *K = malloc(sizeof(float) * P * HKV * D), *V = malloc(sizeof(float) * P * HKV * D);
@@ -188,8 +188,9 @@ static void test_attention(struct sp_pool *pool)
         for (int i = 0; i < HKV * D; i++) {
             K[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
             V[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
-            sp_kv_k_at(&kv, &seq, 0, p)[i] = sp_f32_to_f16(K[p * HKV * D + i]);
-            sp_kv_v_at(&kv, &seq, 0, p)[i] = sp_f32_to_f16(V[p * HKV * D + i]);
+            size_t at = (size_t)(i / D) * sp_kv_head_stride(&kv, 0) + (size_t)(i % D);
+            sp_kv_k_at(&kv, &seq, 0, p)[at] = sp_f32_to_f16(K[p * HKV * D + i]);
+            sp_kv_v_at(&kv, &seq, 0, p)[at] = sp_f32_to_f16(V[p * HKV * D + i]);
         }
     float q[2 * 4 * 64], out[2 * 4 * 64];
     size_t per = sp_attention_scratch_floats(P, D);
