@@ -264,7 +264,9 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
     for (int j = j0; j <= pos;) {
         const uint16_t *k, *v;
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
-        sp_attn_prefetch_run(a, seq, j + (int)run, pos, false, hk);
+        if (j == j0) /* then two runs ahead: one run's dots take less than a memory latency */
+            sp_attn_prefetch_run(a, seq, j + (int)run, pos, false, hk);
+        sp_attn_prefetch_run(a, seq, j + (int)run + (int)a->kv->block_tokens, pos, false, hk);
         sp_attn_prefetch_run(a, seq, j, pos, true, hk); /* this run's values, read after the softmax */
         for (uint32_t r = 0; r < run;) {
             int m = run - r < 4 ? (int)(run - r) : 4;
@@ -297,7 +299,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
     for (int j = j0; j <= pos;) {
         const uint16_t *k, *v;
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
-        sp_attn_prefetch_run(a, seq, j + (int)run, pos, true, hk);
+        sp_attn_prefetch_run(a, seq, j + (int)run + (int)a->kv->block_tokens, pos, true, hk);
 #if SP_ATTN_WIDE == 16
         if (D % 32 == 0) {
             sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * hs, rs, (int)run, D);
