@@ -28,6 +28,27 @@ ALWAYS_INLINE __m512i p16_bcast4(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
+/* init + the 32 products of one block: lo[j] against activation bytes 4j..,
+ * hi[j] against 16+4j...  Integer sums are exact in any order: with few
+ * columns two chains hide the vpdpbusd latency, with 4 or more the columns'
+ * chains do and one chain saves the add. */
+ALWAYS_INLINE __m512i p16_dot8(const int nc, __m512i init, const __m512i *lo, const __m512i *hi, const int8_t *qs)
+{
+    if (nc >= 4) {
+        __m512i i = init;
+        for (int j = 0; j < 4; j++) i = _mm512_dpbusd_epi32(i, lo[j], p16_bcast4(qs + 4 * j));
+        for (int j = 0; j < 4; j++) i = _mm512_dpbusd_epi32(i, hi[j], p16_bcast4(qs + 16 + 4 * j));
+        return i;
+    }
+    __m512i i0 = _mm512_dpbusd_epi32(init, lo[0], p16_bcast4(qs));
+    __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], p16_bcast4(qs + 16));
+    for (int j = 1; j < 4; j++) {
+        i0 = _mm512_dpbusd_epi32(i0, lo[j], p16_bcast4(qs + 4 * j));
+        i1 = _mm512_dpbusd_epi32(i1, hi[j], p16_bcast4(qs + 16 + 4 * j));
+    }
+    return _mm512_add_epi32(i0, i1);
+}
+
 /* 16 rows (one group) x nc columns; s gets s[c * s_stride + r]. */
 ALWAYS_INLINE void q4_1_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a, size_t a_stride, float *s,
                                  size_t s_stride, const int nc)
@@ -47,13 +68,7 @@ ALWAYS_INLINE void q4_1_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
         __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dm + 32)));
         for (int c = 0; c < nc; c++) {
             const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
-            __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], p16_bcast4(y->qs));
-            __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], p16_bcast4(y->qs + 16));
-            for (int j = 1; j < 4; j++) {
-                i0 = _mm512_dpbusd_epi32(i0, lo[j], p16_bcast4(y->qs + 4 * j));
-                i1 = _mm512_dpbusd_epi32(i1, hi[j], p16_bcast4(y->qs + 16 + 4 * j));
-            }
-            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+            __m512 f = _mm512_cvtepi32_ps(p16_dot8(nc, _mm512_setzero_si512(), lo, hi, y->qs));
             acc[c] = _mm512_fmadd_ps(f, _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
             acc[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(y->s), acc[c]);
         }
@@ -72,13 +87,7 @@ ALWAYS_INLINE void q8_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wg + sp_p16_q8_0_d(nb, b))));
         for (int c = 0; c < nc; c++) {
             const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
-            __m512i i0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(y->m128), q[0], p16_bcast4(y->qs));
-            __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], p16_bcast4(y->qs + 16));
-            for (int j = 1; j < 4; j++) {
-                i0 = _mm512_dpbusd_epi32(i0, q[j], p16_bcast4(y->qs + 4 * j));
-                i1 = _mm512_dpbusd_epi32(i1, q[4 + j], p16_bcast4(y->qs + 16 + 4 * j));
-            }
-            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+            __m512 f = _mm512_cvtepi32_ps(p16_dot8(nc, _mm512_set1_epi32(y->m128), q, q + 4, y->qs));
             acc[c] = _mm512_fmadd_ps(f, _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
         }
     }
@@ -106,13 +115,7 @@ ALWAYS_INLINE void q5_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wg + sp_p16_q5_0_d(nb, b))));
         for (int c = 0; c < nc; c++) {
             const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
-            __m512i i0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(y->m16), lo[0], p16_bcast4(y->qs));
-            __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], p16_bcast4(y->qs + 16));
-            for (int j = 1; j < 4; j++) {
-                i0 = _mm512_dpbusd_epi32(i0, lo[j], p16_bcast4(y->qs + 4 * j));
-                i1 = _mm512_dpbusd_epi32(i1, hi[j], p16_bcast4(y->qs + 16 + 4 * j));
-            }
-            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+            __m512 f = _mm512_cvtepi32_ps(p16_dot8(nc, _mm512_set1_epi32(y->m16), lo, hi, y->qs));
             acc[c] = _mm512_fmadd_ps(f, _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
         }
     }
