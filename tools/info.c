@@ -82,7 +82,11 @@ int sp_tool_info(int argc, char **argv)
         printf("; %u sliding-window layers keep %llu positions (full cache would be %.1f MiB)", n_local,
                (unsigned long long)ring, per_pos * hp->n_layer * (uint64_t)n_ctx / 1048576.0);
     printf("\n");
-    printf("kernels:         %s\n", sp_quant_isa());
+    printf("kernels:         %s", sp_quant_isa());
+    if (m->n_packed)
+        printf("; %u matrices repacked into 16-row tiles at load (%.1f MiB)", m->n_packed,
+               m->packed_bytes / 1048576.0);
+    printf("\n");
     rc = 0;
 done:
     sp_vocab_free(v);
