@@ -207,8 +207,13 @@ int sp_tool_bench(int argc, char **argv)
     sp_bench_stats(pp, reps, &pm, &ps);
     sp_bench_stats(tg, reps, &tm, &ts);
     uint64_t kv_dim = (uint64_t)m->hp.n_head_kv * m->hp.head_dim;
-    /* mean KV bytes read per decode token over the run: positions ~ n/2 on average */
-    double kv_read = (double)kv_dim * 2 * 2 * m->hp.n_layer * (depth + n_gen / 2.0);
+    /* mean KV bytes read per decode token over the run: positions ~ n/2 on
+     * average; a sliding-window layer reads at most its window */
+    double ctx = depth + n_gen / 2.0, kv_read = 0;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        double w = m->layers[l].swa && m->hp.n_swa && m->hp.n_swa < ctx ? m->hp.n_swa : ctx;
+        kv_read += (double)kv_dim * 2 * 2 * w;
+    }
     double bytes_per_tok = (double)m->weights_bytes / batch + kv_read;
     double gbs = bytes_per_tok * tm / 1e9;
     if (json) {
