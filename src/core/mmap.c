@@ -48,6 +48,18 @@ void sp_mapping_free(struct sp_mapping *m)
     m->size = 0;
 }
 
+void sp_mapping_drop(const struct sp_mapping *m, const void *p, size_t len)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p, hi = lo + len;
+    uintptr_t base = (uintptr_t)m->data, end = base + m->size;
+    if (!m->data || lo < base || hi > end || page == 0 || (page & (page - 1)) != 0)
+        return;
+    lo = (lo + page - 1) & ~(page - 1);
+    hi &= ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice only */
+}
+
 #define SP_HUGE_PAGE ((size_t)2 << 20)
 
 static size_t sp_huge_round(size_t size) { return (size + SP_HUGE_PAGE - 1) / SP_HUGE_PAGE * SP_HUGE_PAGE; }

@@ -15,6 +15,10 @@ struct sp_mapping {
 /* Maps `path`; SP_ERR_IO with the path and errno text on failure. */
 sp_status sp_mapping_init(struct sp_mapping *m, const char *path);
 void sp_mapping_free(struct sp_mapping *m);
+/* Tells the kernel the whole pages inside [p, p + len) of the mapping will
+ * not be read soon (they leave the resident set; a later read maps them
+ * again from the page cache).  For weights that were copied at load. */
+void sp_mapping_drop(const struct sp_mapping *m, const void *p, size_t len);
 
 /* Anonymous memory of at least `size` bytes, 2 MiB aligned and backed by
  * huge pages where the kernel allows (streamed weights: the hardware

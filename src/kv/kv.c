@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "core/checked.h"
-#include "core/mmap.h"
 #include "core/error.h"
 
 sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t head_dim,
@@ -55,11 +54,8 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     while (cap < 2 * n_blocks)
         cap <<= 1;
     kv->table_mask = cap - 1;
-    /* huge pages: a decode step reads 2 KiB pieces scattered over the whole
-     * pool, one TLB miss each with 4 KiB pages */
-    kv->paged_bytes = (size_t)bytes;
-    kv->k = sp_huge_alloc(kv->paged_bytes);
-    kv->v = sp_huge_alloc(kv->paged_bytes);
+    kv->k = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    kv->v = aligned_alloc(64, (bytes + 63) / 64 * 64);
     kv->refs = calloc(n_blocks, sizeof *kv->refs);
     kv->free_ids = malloc(n_blocks * sizeof *kv->free_ids);
     kv->hash = calloc(n_blocks, sizeof *kv->hash);
@@ -96,8 +92,8 @@ void sp_kv_free(struct sp_kv *kv)
     free(kv->ring_free);
     free(kv->layer_index);
     free(kv->layer_local);
-    sp_huge_free(kv->k, kv->paged_bytes);
-    sp_huge_free(kv->v, kv->paged_bytes);
+    free(kv->k);
+    free(kv->v);
     free(kv->refs);
     free(kv->free_ids);
     free(kv->hash);

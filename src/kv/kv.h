@@ -45,8 +45,7 @@ struct sp_kv {
     uint32_t *layer_index;       /* [n_layer] index among its kind */
     bool *layer_local;           /* [n_layer] */
     size_t layer_stride;   /* elements between paged layers: n_blocks * block_tokens * kv_dim */
-    uint16_t *k, *v;       /* f16 [n_global][n_blocks][n_head_kv][block_tokens][head_dim] (sp_huge_alloc) */
-    size_t paged_bytes;    /* bytes of each of k and v */
+    uint16_t *k, *v;       /* f16 [n_global][n_blocks][n_head_kv][block_tokens][head_dim] */
     /* local layers: ring slots, allocated on first use, reused after */
     uint32_t ring_len, n_rings;
     uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][head_dim] */

@@ -203,7 +203,8 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
 
 /* Copies the matrices the active ISA has a packed kernel for into one owned
  * buffer in the packed layout (src/quant/packed.c); the file's pages for
- * them are not read again.  Sizes are the file's, already bounds-checked. */
+ * them are not read again and leave the resident set.  Sizes are the
+ * file's, already bounds-checked. */
 static sp_status sp_model_repack(struct sp_model *m)
 {
     sp_status st = SP_OK;
@@ -229,6 +230,8 @@ static sp_status sp_model_repack(struct sp_model *m)
         if (!pt)
             continue;
         sp_type_get(pt)->pack(t->data, t->row_bytes, dst, t->ne0, t->ne1);
+        /* a tied head's embedding rows map back in one page at a time */
+        sp_mapping_drop(&m->map, t->data, t->row_bytes * (size_t)t->ne1);
         t->type = pt;
         t->data = dst;
         dst += (t->row_bytes * (size_t)t->ne1 + 63) / 64 * 64;
