@@ -46,67 +46,72 @@ void sp_q8_p_to_float_ref(const void *vx, float *y, int64_t n)
         for (int j = 0; j < SP_QK; j++) y[i * SP_QK + j] = x[i].d * x[i].qs[j];
 }
 
-void sp_q4_1_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
+/* Puts block b of row r (file layout, `blk`) into its group `out` of nb
+ * blocks per row. */
+typedef void (*p16_put_fn)(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *blk);
+
+/* Walks every file block of n_rows rows, group by group; file_block is the
+ * file type's block size (a group of nb blocks takes 16 * nb of them). */
+static void p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows,
+                     size_t file_block, p16_put_fn put)
 {
     const int64_t nb = n / SP_QK;
     uint8_t *out = dst;
-    for (int64_t g = 0; g < n_rows / GROUP; g++) {
+    for (int64_t g = 0; g < n_rows / GROUP; g++, out += (size_t)nb * GROUP * file_block)
         for (int r = 0; r < GROUP; r++) {
-            const struct sp_block_q4_1 *x =
-                (const struct sp_block_q4_1 *)((const uint8_t *)src + (size_t)(g * GROUP + r) * src_row_bytes);
-            for (int64_t b = 0; b < nb; b++) {
-                uint16_t *dm = (uint16_t *)(out + sp_p16_q4_1_dm(b));
-                for (int j = 0; j < 4; j++) memcpy(out + sp_p16_q4_1_qs(b) + j * 64 + r * 4, x[b].qs + 4 * j, 4);
-                dm[r] = x[b].d;
-                dm[16 + r] = x[b].m;
-            }
+            const uint8_t *row = (const uint8_t *)src + (size_t)(g * GROUP + r) * src_row_bytes;
+            for (int64_t b = 0; b < nb; b++)
+                put(out, nb, b, r, row + (size_t)b * file_block);
         }
-        out += nb * 320;
+}
+
+static void q4_1_put(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *blk)
+{
+    const struct sp_block_q4_1 *x = (const struct sp_block_q4_1 *)blk;
+    uint16_t *dm = (uint16_t *)(out + sp_p16_q4_1_dm(b));
+    (void)nb;
+    for (int j = 0; j < 4; j++) memcpy(out + sp_p16_q4_1_qs(b) + j * 64 + r * 4, x->qs + 4 * j, 4);
+    dm[r] = x->d;
+    dm[16 + r] = x->m;
+}
+
+static void q8_0_put(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *blk)
+{
+    const struct sp_block_q8_0 *x = (const struct sp_block_q8_0 *)blk;
+    for (int j = 0; j < 8; j++)
+        for (int k = 0; k < 4; k++)
+            out[sp_p16_q8_0_qs(b) + j * 64 + r * 4 + k] = (uint8_t)(x->qs[4 * j + k] + 128);
+    memcpy(out + sp_p16_q8_0_d(nb, b) + 2 * r, &x->d, 2);
+}
+
+static void q5_0_put(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *blk)
+{
+    const struct sp_block_q5_0 *x = (const struct sp_block_q5_0 *)blk;
+    uint32_t qh;
+    memcpy(&qh, x->qh, 4);
+    for (int j = 0; j < 4; j++) memcpy(out + sp_p16_q5_0_qs(b) + j * 64 + r * 4, x->qs + 4 * j, 4);
+    for (int k = 0; k < 4; k++) {
+        uint8_t hb = 0;
+        for (int j = 0; j < 4; j++)
+            hb |= (uint8_t)((((qh >> (4 * j + k)) & 1) << j) | (((qh >> (16 + 4 * j + k)) & 1) << (4 + j)));
+        out[sp_p16_q5_0_hb(b) + r * 4 + k] = hb;
     }
+    memcpy(out + sp_p16_q5_0_d(nb, b) + 2 * r, &x->d, 2);
+}
+
+void sp_q4_1_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
+{
+    p16_pack(src, src_row_bytes, dst, n, n_rows, sizeof(struct sp_block_q4_1), q4_1_put);
 }
 
 void sp_q8_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
 {
-    const int64_t nb = n / SP_QK;
-    uint8_t *out = dst;
-    for (int64_t g = 0; g < n_rows / GROUP; g++) {
-        for (int r = 0; r < GROUP; r++) {
-            const struct sp_block_q8_0 *x =
-                (const struct sp_block_q8_0 *)((const uint8_t *)src + (size_t)(g * GROUP + r) * src_row_bytes);
-            for (int64_t b = 0; b < nb; b++) {
-                for (int j = 0; j < 8; j++)
-                    for (int k = 0; k < 4; k++)
-                        out[sp_p16_q8_0_qs(b) + j * 64 + r * 4 + k] = (uint8_t)(x[b].qs[4 * j + k] + 128);
-                memcpy(out + sp_p16_q8_0_d(nb, b) + 2 * r, &x[b].d, 2);
-            }
-        }
-        out += nb * 544;
-    }
+    p16_pack(src, src_row_bytes, dst, n, n_rows, sizeof(struct sp_block_q8_0), q8_0_put);
 }
 
 void sp_q5_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
 {
-    const int64_t nb = n / SP_QK;
-    uint8_t *out = dst;
-    for (int64_t g = 0; g < n_rows / GROUP; g++) {
-        for (int r = 0; r < GROUP; r++) {
-            const struct sp_block_q5_0 *x =
-                (const struct sp_block_q5_0 *)((const uint8_t *)src + (size_t)(g * GROUP + r) * src_row_bytes);
-            for (int64_t b = 0; b < nb; b++) {
-                uint32_t qh;
-                memcpy(&qh, x[b].qh, 4);
-                for (int j = 0; j < 4; j++) memcpy(out + sp_p16_q5_0_qs(b) + j * 64 + r * 4, x[b].qs + 4 * j, 4);
-                for (int k = 0; k < 4; k++) {
-                    uint8_t hb = 0;
-                    for (int j = 0; j < 4; j++)
-                        hb |= (uint8_t)((((qh >> (4 * j + k)) & 1) << j) | (((qh >> (16 + 4 * j + k)) & 1) << (4 + j)));
-                    out[sp_p16_q5_0_hb(b) + r * 4 + k] = hb;
-                }
-                memcpy(out + sp_p16_q5_0_d(nb, b) + 2 * r, &x[b].d, 2);
-            }
-        }
-        out += nb * 352;
-    }
+    p16_pack(src, src_row_bytes, dst, n, n_rows, sizeof(struct sp_block_q5_0), q5_0_put);
 }
 
 /* Row r of a group against one activation row: the order every kernel keeps. */
