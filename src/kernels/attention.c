@@ -80,11 +80,6 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, size_t kstrid
 }
 
 #if defined(__AVX512F__) && !defined(SP_ATTN_SCALAR)
-/* The same dots for n <= 16 keys at once, one key per lane: each lane runs
- * the identical sequential FMA chain over d (bit-equal to sp_attn_dots).  A
- * dword gather fetches elements d, d+1 of the keys (lanes past n read
- * nothing and give 0), shared by the nh heads (q rows D apart);
- * out[h * out_stride + key].  D must be even. */
 /* In-place transpose of a 16 x 16 dword matrix (r[i] = row i). */
 static inline __attribute__((always_inline)) void sp_attn_tr16(__m512i r[16])
 {
@@ -138,6 +133,10 @@ static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *
         _mm512_storeu_ps(out + (size_t)h * out_stride, s[h]);
 }
 
+/* The same dots as sp_attn_dots for n <= 16 keys at once, one key per lane:
+ * each lane runs the identical sequential FMA chain over d, so the results
+ * are bit-equal; the nh heads' q rows are D apart, out[h * out_stride +
+ * key] (lanes past n give 0).  D % 32 == 0. */
 static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *k, size_t kstride, int n,
                                   float *out, size_t out_stride)
 {
