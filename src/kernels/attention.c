@@ -79,6 +79,60 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, size_t kstrid
     }
 }
 
+/* KV lines asked for ahead of use, paced: a few per step of the dot and
+ * value loops.  A decode step reads each sequence's cache block by
+ * scattered block, so without asking ahead it waits on memory latency;
+ * asking for a whole block at once overflows the core's miss queue and
+ * the surplus requests are dropped (measured: values asked for in bursts
+ * during the key pass still missed when the value pass read them).
+ * Requests go to L2, which holds a unit's keys and values. */
+#define SP_ATTN_PF_RANGES 8
+struct sp_attn_pf {
+    const char *p[SP_ATTN_PF_RANGES];
+    uint32_t lines[SP_ATTN_PF_RANGES];
+    unsigned head, n;
+};
+
+/* Asks for the next queued line, if any. */
+static inline __attribute__((always_inline)) void sp_attn_pf_step(struct sp_attn_pf *pf)
+{
+    if (!pf->n)
+        return;
+    unsigned i = pf->head % SP_ATTN_PF_RANGES;
+    __builtin_prefetch(pf->p[i], 0, 2);
+    pf->p[i] += 64;
+    if (--pf->lines[i] == 0)
+        pf->head++, pf->n--;
+}
+
+/* Queues (up to 16) rows of K or V of head hk from position j of seq, when
+ * j <= end; a full queue asks for its oldest range at once. */
+static void sp_attn_pf_run(struct sp_attn_pf *pf, const struct sp_attn_args *a, const struct sp_kv_seq *seq, int j,
+                           int end, bool values, int hk)
+{
+    if (j > end)
+        return;
+    const uint16_t *k, *v;
+    uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(end + 1 - j), &k, &v);
+    run = run < 16 ? run : 16; /* longer runs (rings) are contiguous: the hardware prefetcher follows them */
+    while (pf->n == SP_ATTN_PF_RANGES)
+        sp_attn_pf_step(pf);
+    unsigned i = (pf->head + pf->n++) % SP_ATTN_PF_RANGES;
+    pf->p[i] = (const char *)((values ? v : k) + (size_t)hk * sp_kv_head_stride(a->kv, a->layer));
+    pf->lines[i] = (run * (uint32_t)a->head_dim * 2 + 63) / 64; /* a head's rows are contiguous */
+}
+
+/* Queues the first two runs of keys of token t's KV head hk (a unit's
+ * start, asked for while the unit before it sums its values). */
+static void sp_attn_pf_unit(struct sp_attn_pf *pf, const struct sp_attn_args *a, int t, int hk)
+{
+    const int pos = a->pos[t];
+    const int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    const int bt = (int)a->kv->block_tokens;
+    sp_attn_pf_run(pf, a, a->seqs[t], j0, pos, false, hk);
+    sp_attn_pf_run(pf, a, a->seqs[t], j0 - j0 % bt + bt, pos, false, hk);
+}
+
 #if defined(__AVX512F__) && !defined(SP_ATTN_SCALAR)
 /* In-place transpose of a 16 x 16 dword matrix (r[i] = row i). */
 static inline __attribute__((always_inline)) void sp_attn_tr16(__m512i r[16])
@@ -111,7 +165,8 @@ static inline __attribute__((always_inline)) void sp_attn_tr16(__m512i r[16])
  * past n are zero rows).  D % 32 == 0. */
 static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *qh, int D, const uint16_t *k,
                                                                     size_t kstride, int n, float *out,
-                                                                    size_t out_stride, const int m)
+                                                                    size_t out_stride, const int m,
+                                                                    struct sp_attn_pf *pf)
 {
     __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int d0 = 0; d0 < D; d0 += 32) {
@@ -123,6 +178,8 @@ static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *
             const int d = d0 + 2 * e;
             __m512 k0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(kt[e]));
             __m512 k1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(kt[e], 16)));
+            sp_attn_pf_step(pf); /* D/2 steps per call: a block's K and V lines at two a step */
+            sp_attn_pf_step(pf);
             for (int h = 0; h < m; h++) {
                 s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d]), k0, s[h]);
                 s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d + 1]), k1, s[h]);
@@ -138,16 +195,16 @@ static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *
  * are bit-equal; the nh heads' q rows are D apart, out[h * out_stride +
  * key] (lanes past n give 0).  D % 32 == 0. */
 static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *k, size_t kstride, int n,
-                                  float *out, size_t out_stride)
+                                  float *out, size_t out_stride, struct sp_attn_pf *pf)
 {
     for (int h0 = 0; h0 < nh; h0 += 4) { /* up to 4 heads share each load; accumulators in registers */
         const float *qh = q + (size_t)h0 * D;
         float *o = out + (size_t)h0 * out_stride;
         switch (nh - h0 < 4 ? nh - h0 : 4) {
-        case 1: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 1); break;
-        case 2: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 2); break;
-        case 3: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 3); break;
-        default: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 4); break;
+        case 1: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 1, pf); break;
+        case 2: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 2, pf); break;
+        case 3: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 3, pf); break;
+        default: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 4, pf); break;
         }
     }
 }
@@ -158,7 +215,7 @@ static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t 
  * D % 32 == 0. */
 static inline __attribute__((always_inline)) void sp_attn_group_pv_m(float *out, const float *p, size_t pstride,
                                                                 const uint16_t *v, uint32_t rs, int run, int D,
-                                                                const int m)
+                                                                const int m, struct sp_attn_pf *pf)
 {
     for (int c = 0; c < D; c += 32) {
         __m512 a0[4], a1[4];
@@ -170,6 +227,8 @@ static inline __attribute__((always_inline)) void sp_attn_group_pv_m(float *out,
             const uint16_t *vr = v + (size_t)r * rs + c;
             __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vr));
             __m512 v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16)));
+            sp_attn_pf_step(pf);
+            sp_attn_pf_step(pf);
             for (int h = 0; h < m; h++) {
                 __m512 ph = _mm512_set1_ps(p[(size_t)h * pstride + r]);
                 a0[h] = _mm512_fmadd_ps(ph, v0, a0[h]);
@@ -184,16 +243,16 @@ static inline __attribute__((always_inline)) void sp_attn_group_pv_m(float *out,
 }
 
 static inline void sp_attn_group_pv(float *out, const float *p, size_t pstride, int nh, const uint16_t *v, uint32_t rs,
-                              int run, int D)
+                                    int run, int D, struct sp_attn_pf *pf)
 {
     for (int h0 = 0; h0 < nh; h0 += 4) {
         float *o = out + (size_t)h0 * D;
         const float *ph = p + (size_t)h0 * pstride;
         switch (nh - h0 < 4 ? nh - h0 : 4) {
-        case 1: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 1); break;
-        case 2: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 2); break;
-        case 3: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 3); break;
-        default: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 4); break;
+        case 1: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 1, pf); break;
+        case 2: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 2, pf); break;
+        case 3: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 3, pf); break;
+        default: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 4, pf); break;
         }
     }
 }
@@ -223,28 +282,12 @@ static inline void sp_attn_axpy(float *out, const float *p, int nh, const uint16
     }
 }
 
-/* Asks for the next run of K or V rows (head hk's D values each) from
- * position j on: a decode step reads a long context once, block by
- * scattered block, so without this it waits on memory latency, not
- * bandwidth (measured: 2 GB/s of KV at 2,048 tokens). */
-static inline void sp_attn_prefetch_run(const struct sp_attn_args *a, const struct sp_kv_seq *seq, int j, int end,
-                                        bool values, int hk)
-{
-    if (j > end)
-        return;
-    const uint16_t *k, *v;
-    /* a block's worth: longer runs (sliding-window rings) are contiguous and
-     * the hardware prefetcher follows them */
-    uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(end + 1 - j), &k, &v);
-    run = run < 16 ? run : 16;
-    const char *base = (const char *)((values ? v : k) + (size_t)hk * sp_kv_head_stride(a->kv, a->layer));
-    for (size_t off = 0; off < (size_t)run * a->head_dim * 2; off += 64) /* a head's rows are contiguous */
-        __builtin_prefetch(base + off);
-}
-
 /* Heads h0 .. h0+nh-1 of token t, all sharing KV head hk.  scores holds
- * nh * (window length) floats, qf nh * D. */
-static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf)
+ * nh * (window length) floats, qf nh * D.  The unit's first two key runs
+ * are in pf already; while the values are summed, the first two of the
+ * next unit (token nt, KV head nhk; nt < 0: none) are queued. */
+static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf,
+                          struct sp_attn_pf *pf, int nt, int nhk)
 {
     const int D = a->head_dim, hk = h0 / (a->n_head / a->n_head_kv);
     const struct sp_kv_seq *seq = a->seqs[t];
@@ -263,10 +306,10 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
     for (int j = j0; j <= pos;) {
         const uint16_t *k, *v;
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
-        if (j == j0) /* then two runs ahead: one run's dots take less than a memory latency */
-            sp_attn_prefetch_run(a, seq, j + (int)run, pos, false, hk);
-        sp_attn_prefetch_run(a, seq, j + (int)run + (int)a->kv->block_tokens, pos, false, hk);
-        sp_attn_prefetch_run(a, seq, j, pos, true, hk); /* this run's values, read after the softmax */
+        /* keys two runs ahead (one run's dots take less than a memory
+         * latency) and this run's values, read after the softmax */
+        sp_attn_pf_run(pf, a, seq, j + (int)run + (int)a->kv->block_tokens, pos, false, hk);
+        sp_attn_pf_run(pf, a, seq, j, pos, true, hk);
         for (uint32_t r = 0; r < run;) {
             int m = run - r < 4 ? (int)(run - r) : 4;
             const bool wide = SP_ATTN_WIDE == 16 && D % 32 == 0;
@@ -276,7 +319,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
             float s16[SP_ATTN_GMAX * 16];
 #if SP_ATTN_WIDE == 16
             if (wide)
-                sp_attn_dots16(qf, nh, D, kr, rs, m, s16, 16);
+                sp_attn_dots16(qf, nh, D, kr, rs, m, s16, 16, pf);
             else
 #endif
                 for (int h = 0; h < nh; h++)
@@ -298,10 +341,11 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
     for (int j = j0; j <= pos;) {
         const uint16_t *k, *v;
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
-        sp_attn_prefetch_run(a, seq, j + (int)run + (int)a->kv->block_tokens, pos, true, hk);
+        if (j == j0 && nt >= 0)
+            sp_attn_pf_unit(pf, a, nt, nhk);
 #if SP_ATTN_WIDE == 16
         if (D % 32 == 0) {
-            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * hs, rs, (int)run, D);
+            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * hs, rs, (int)run, D, pf);
             j += (int)run;
             continue;
         }
@@ -466,27 +510,37 @@ static void sp_attn_run(void *arg, int ith, int nth)
     float *scores = a->scratch + (size_t)ith * a->scratch_per_thread;
     float *qf = scores + (size_t)SP_ATTN_GMAX * a->max_pos;
     long lo, hi;
+    struct sp_attn_pf pf = {0};
     /* Units are whole groups when there are enough to keep every chunk
      * busy (prefill, batched decode), else single heads (one-token decode
      * of a model with few KV heads).  Either way each head's result is the
      * same; only how K/V reads are shared changes. */
     if ((long)a->n_tok * a->n_head_kv * 4 >= nth) { /* nth = 4 chunks per thread */
         sp_pool_split((long)a->n_tok * a->n_head_kv, 1, ith, nth, &lo, &hi);
+        if (lo < hi)
+            sp_attn_pf_unit(&pf, a, (int)(lo / a->n_head_kv), (int)(lo % a->n_head_kv));
         for (long u = lo; u < hi; u++) {
-            int t = (int)(u / a->n_head_kv), h0 = (int)(u % a->n_head_kv) * group;
-            for (int h = h0; h < h0 + group; h += SP_ATTN_GMAX)
-                sp_attn_group(a, t, h, h0 + group - h < SP_ATTN_GMAX ? h0 + group - h : SP_ATTN_GMAX, scores, qf);
+            int t = (int)(u / a->n_head_kv), hk = (int)(u % a->n_head_kv), h0 = hk * group;
+            int nt = u + 1 < hi ? (int)((u + 1) / a->n_head_kv) : -1, nhk = (int)((u + 1) % a->n_head_kv);
+            for (int h = h0; h < h0 + group; h += SP_ATTN_GMAX) {
+                bool last = h + SP_ATTN_GMAX >= h0 + group; /* else the next call is this unit's again */
+                sp_attn_group(a, t, h, last ? h0 + group - h : SP_ATTN_GMAX, scores, qf, &pf, last ? nt : t,
+                              last ? nhk : hk);
+            }
         }
         return;
     }
     sp_pool_split((long)a->n_tok * H, 1, ith, nth, &lo, &hi);
+    if (lo < hi)
+        sp_attn_pf_unit(&pf, a, (int)(lo / H), (int)(lo % H) / group);
     for (long i = lo; i < hi;) {
         int t = (int)(i / H), h = (int)(i % H);
         int end = (h / group + 1) * group; /* first head of the next group */
         long stop = (long)t * H + end < hi ? (long)t * H + end : hi;
         int nh = (int)(stop - i) < SP_ATTN_GMAX ? (int)(stop - i) : SP_ATTN_GMAX;
-        sp_attn_group(a, t, h, nh, scores, qf);
-        i += nh;
+        long ni = i + nh;
+        sp_attn_group(a, t, h, nh, scores, qf, &pf, ni < hi ? (int)(ni / H) : -1, (int)(ni % H) / group);
+        i = ni;
     }
 }
 
@@ -522,6 +576,7 @@ static void sp_attn_plan_run(void *arg, int ith, int nth)
     const struct sp_attn_args *a = pl->a;
     float *scratch = a->scratch + (size_t)ith * a->scratch_per_thread;
     const int group = a->n_head / a->n_head_kv;
+    struct sp_attn_pf pf = {0};
     /* strided: a prompt's later blocks cost more, so no chunk takes all of them */
     for (int u = ith; u < pl->n; u += nth) {
         int t = pl->units[2 * u], c = pl->units[2 * u + 1];
@@ -530,9 +585,12 @@ static void sp_attn_plan_run(void *arg, int ith, int nth)
             continue;
         }
         int h0 = -1 - c;
-        for (int h = h0; h < h0 + group; h += SP_ATTN_GMAX)
+        for (int h = h0; h < h0 + group; h += SP_ATTN_GMAX) {
+            if (!pf.n) /* not queued by the unit before */
+                sp_attn_pf_unit(&pf, a, t, h0 / group);
             sp_attn_group(a, t, h, h0 + group - h < SP_ATTN_GMAX ? h0 + group - h : SP_ATTN_GMAX, scratch,
-                          scratch + (size_t)SP_ATTN_GMAX * a->max_pos);
+                          scratch + (size_t)SP_ATTN_GMAX * a->max_pos, &pf, -1, 0);
+        }
     }
 }
 

@@ -44,8 +44,12 @@ struct sp_kv {
     uint32_t n_global, n_local;  /* paged layers, ring layers */
     uint32_t *layer_index;       /* [n_layer] index among its kind */
     bool *layer_local;           /* [n_layer] */
-    size_t layer_stride;   /* elements between paged layers: n_blocks * block_tokens * kv_dim */
-    uint16_t *k, *v;       /* f16 [n_global][n_blocks][n_head_kv][block_tokens][head_dim] */
+    /* Block-major: one block's rows of every paged layer lie together, so a
+     * new block is one stretch of memory and a copy-on-write is one memcpy. */
+    size_t layer_stride;   /* elements between paged layers in a block: block_tokens * kv_dim */
+    size_t block_stride;   /* elements between blocks: n_global * layer_stride */
+    size_t paged_bytes;    /* bytes of each of k and v */
+    uint16_t *k, *v;       /* f16 [n_blocks][n_global][n_head_kv][block_tokens][head_dim] */
     /* local layers: ring slots, allocated on first use, reused after */
     uint32_t ring_len, n_rings;
     uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][head_dim] */
@@ -108,8 +112,7 @@ static inline size_t sp_kv_offset(const struct sp_kv *kv, const struct sp_kv_seq
     if (kv->layer_local[layer])
         return (size_t)li * kv->ring_len * kv->kv_dim + (size_t)(pos % kv->ring_len) * kv->head_dim;
     uint32_t b = seq->blocks[pos / kv->block_tokens];
-    return li * kv->layer_stride + (size_t)b * kv->block_tokens * kv->kv_dim +
-           (size_t)(pos % kv->block_tokens) * kv->head_dim;
+    return (size_t)b * kv->block_stride + li * kv->layer_stride + (size_t)(pos % kv->block_tokens) * kv->head_dim;
 }
 
 /* Values between one KV head's row of a position and the next head's. */
