@@ -10,8 +10,9 @@
  * run by run with sp_kv_run, the only way this file reads it.  Every
  * head's arithmetic is the same on every path: scores over positions
  * ascending (each q·k one sequential FMA chain over d), softmax with
- * sp_exp, then V summed over positions ascending — so a token's output
- * does not depend on its batch, chunking or the thread count.
+ * sp_exp and its denominator in sp_attn_tree16's order, then V summed over
+ * positions ascending — so a token's output does not depend on its batch,
+ * chunking or the thread count.
  *
  * Numerics follow llama.cpp's non-flash CPU path: the query is rounded to
  * f16 before the dot with the f16 keys; softmax probabilities are rounded to
@@ -110,13 +111,15 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, size_t kstrid
     }
 }
 
-/* KV lines asked for ahead of use, paced: a few per step of the dot and
+/* KV lines asked for ahead of use, paced: two per step of the dot and
  * value loops.  A decode step reads each sequence's cache block by
  * scattered block, so without asking ahead it waits on memory latency;
- * asking for a whole block at once overflows the core's miss queue and
- * the surplus requests are dropped (measured: values asked for in bursts
- * during the key pass still missed when the value pass read them).
- * Requests go to L2, which holds a unit's keys and values. */
+ * asked for a block at a time, in bursts, the lines still missed when
+ * read (the values, asked for during the key pass, stalled the value pass
+ * as if never asked for), and paced they arrive.  Requests go to L2, which
+ * holds a unit's keys and values.  Measured: B = 16 decode attention fell
+ * from 28-31 % of the step to 16 %; SmolLM2 at 2,048 positions 90 -> 145
+ * tokens/s. */
 #define SP_ATTN_PF_RANGES 8
 struct sp_attn_pf {
     const char *p[SP_ATTN_PF_RANGES];
