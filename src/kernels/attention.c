@@ -81,32 +81,32 @@ static void sp_attn_softmax(float *sc, int n, float mx, int j0)
 /* Largest group handled at once (heads per KV head); larger groups split. */
 #define SP_ATTN_GMAX 16
 
-/* Dots of f32 q (already f16-exact) with n <= 4 f16 keys k[i] (stride
- * kstride), D values each.  Every dot is one sequential fused multiply-add
- * chain over d ascending: the order the goldens were matched with (a
- * vector-lane order moved a near-tie in gemma3's goldens).  The chains of
- * the n keys are interleaved so the FMA latency is hidden. */
-static inline void sp_attn_dots(const float *q, const uint16_t *k, size_t kstride, int n, int D, float *out)
+/* Dots of f32 q (already f16-exact) with n <= 4 f16 keys of one tile,
+ * the first at k (key i at k + i, value d SP_KV_TILE apart), D values
+ * each.  Every dot is one sequential fused multiply-add chain over d
+ * ascending: the order the goldens were matched with (a vector-lane order
+ * moved a near-tie in gemma3's goldens).  The chains of the n keys are
+ * interleaved so the FMA latency is hidden. */
+static inline void sp_attn_dots(const float *q, const uint16_t *k, int n, int D, float *out)
 {
     const _Float16 *k0 = (const _Float16 *)k;
     if (n == 4) {
-        const _Float16 *k1 = k0 + kstride, *k2 = k1 + kstride, *k3 = k2 + kstride;
         float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
         for (int d = 0; d < D; d++) {
             float qd = q[d];
-            s0 = fmaf(qd, (float)k0[d], s0);
-            s1 = fmaf(qd, (float)k1[d], s1);
-            s2 = fmaf(qd, (float)k2[d], s2);
-            s3 = fmaf(qd, (float)k3[d], s3);
+            const _Float16 *kd = k0 + (size_t)d * SP_KV_TILE;
+            s0 = fmaf(qd, (float)kd[0], s0);
+            s1 = fmaf(qd, (float)kd[1], s1);
+            s2 = fmaf(qd, (float)kd[2], s2);
+            s3 = fmaf(qd, (float)kd[3], s3);
         }
         out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
         return;
     }
     for (int i = 0; i < n; i++) {
-        const _Float16 *ki = k0 + (size_t)i * kstride;
         float s = 0.0f;
         for (int d = 0; d < D; d++)
-            s = fmaf(q[d], (float)ki[d], s);
+            s = fmaf(q[d], (float)k0[(size_t)d * SP_KV_TILE + i], s);
         out[i] = s;
     }
 }
@@ -152,8 +152,13 @@ static void sp_attn_pf_run(struct sp_attn_pf *pf, const struct sp_attn_args *a, 
     while (pf->n == SP_ATTN_PF_RANGES)
         sp_attn_pf_step(pf);
     unsigned i = (pf->head + pf->n++) % SP_ATTN_PF_RANGES;
-    pf->p[i] = (const char *)((values ? v : k) + (size_t)hk * sp_kv_head_stride(a->kv, a->layer));
-    pf->lines[i] = (run * (uint32_t)a->head_dim * 2 + 63) / 64; /* a head's rows are contiguous */
+    const uint16_t *base = (values ? v : k) + (size_t)hk * sp_kv_head_stride(a->kv, a->layer);
+    if (!values) { /* the key tile holding position j */
+        base -= j % SP_KV_TILE;
+        run = SP_KV_TILE;
+    }
+    pf->p[i] = (const char *)base;
+    pf->lines[i] = (run * (uint32_t)a->head_dim * 2 + 63) / 64; /* a head's rows (tiles) are contiguous */
 }
 
 /* Queues the first two runs of keys of token t's KV head hk (a unit's
@@ -168,77 +173,42 @@ static void sp_attn_pf_unit(struct sp_attn_pf *pf, const struct sp_attn_args *a,
 }
 
 #if defined(__AVX512F__) && !defined(SP_ATTN_SCALAR)
-/* In-place transpose of a 16 x 16 dword matrix (r[i] = row i). */
-static inline __attribute__((always_inline)) void sp_attn_tr16(__m512i r[16])
-{
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    /* u[g][k]: 128-bit lane L holds column 4L + k of rows 4g .. 4g+3 */
-    __m512i u[4][4];
-    for (int g = 0; g < 4; g++) {
-        u[g][0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-        u[g][1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-        u[g][2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-        u[g][3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-    }
-    for (int k = 0; k < 4; k++) { /* a 4 x 4 transpose of 128-bit lanes */
-        __m512i x0 = _mm512_shuffle_i32x4(u[0][k], u[1][k], 0x44), x1 = _mm512_shuffle_i32x4(u[0][k], u[1][k], 0xEE);
-        __m512i x2 = _mm512_shuffle_i32x4(u[2][k], u[3][k], 0x44), x3 = _mm512_shuffle_i32x4(u[2][k], u[3][k], 0xEE);
-        r[k] = _mm512_shuffle_i32x4(x0, x2, 0x88);
-        r[4 + k] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
-        r[8 + k] = _mm512_shuffle_i32x4(x1, x3, 0x88);
-        r[12 + k] = _mm512_shuffle_i32x4(x1, x3, 0xDD);
-    }
-}
-
-/* m heads' dots with n <= 16 keys: 32 values (16 dwords) of each key row
- * at a time, transposed so a vector holds one dword of every key (keys
- * past n are zero rows).  D % 32 == 0. */
-static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *qh, int D, const uint16_t *k,
-                                                                    size_t kstride, int n, float *out,
-                                                                    size_t out_stride, const int m,
-                                                                    struct sp_attn_pf *pf)
+/* m heads' dots with the keys of lanes `in` of one tile (tile: its first
+ * value row): per d one load gives value d of all 16 keys. */
+static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *qh, int D, const uint16_t *tile,
+                                                                    __mmask16 in, float *out, size_t out_stride,
+                                                                    const int m, struct sp_attn_pf *pf)
 {
     __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int d0 = 0; d0 < D; d0 += 32) {
-        __m512i kt[16];
-        for (int i = 0; i < 16; i++)
-            kt[i] = i < n ? _mm512_loadu_si512(k + (size_t)i * kstride + d0) : _mm512_setzero_si512();
-        sp_attn_tr16(kt);
-        for (int e = 0; e < 16; e++) {
-            const int d = d0 + 2 * e;
-            __m512 k0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(kt[e]));
-            __m512 k1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(kt[e], 16)));
-            sp_attn_pf_step(pf); /* D/2 steps per call: a block's K and V lines at two a step */
-            sp_attn_pf_step(pf);
-            for (int h = 0; h < m; h++) {
-                s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d]), k0, s[h]);
-                s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d + 1]), k1, s[h]);
-            }
+    for (int d = 0; d < D; d += 2) {
+        __m512 k0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, tile + (size_t)d * SP_KV_TILE));
+        __m512 k1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, tile + (size_t)(d + 1) * SP_KV_TILE));
+        sp_attn_pf_step(pf); /* D/2 steps per call: a block's K and V lines at two a step */
+        sp_attn_pf_step(pf);
+        for (int h = 0; h < m; h++) {
+            s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d]), k0, s[h]);
+            s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d + 1]), k1, s[h]);
         }
     }
     for (int h = 0; h < m; h++)
         _mm512_storeu_ps(out + (size_t)h * out_stride, s[h]);
 }
 
-/* The same dots as sp_attn_dots for n <= 16 keys at once, one key per lane:
- * each lane runs the identical sequential FMA chain over d, so the results
- * are bit-equal; the nh heads' q rows are D apart, out[h * out_stride +
- * key] (lanes past n give 0).  D % 32 == 0. */
-static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *k, size_t kstride, int n,
-                                  float *out, size_t out_stride, struct sp_attn_pf *pf)
+/* The same dots as sp_attn_dots for the keys of lanes `in` of a tile at
+ * once, one key per lane: each lane runs the identical sequential FMA chain
+ * over d, so the results are bit-equal; the nh heads' q rows are D apart,
+ * out[h * out_stride + lane] (lanes outside `in` give 0).  D % 2 == 0. */
+static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *tile, __mmask16 in, float *out,
+                                  size_t out_stride, struct sp_attn_pf *pf)
 {
     for (int h0 = 0; h0 < nh; h0 += 4) { /* up to 4 heads share each load; accumulators in registers */
         const float *qh = q + (size_t)h0 * D;
         float *o = out + (size_t)h0 * out_stride;
         switch (nh - h0 < 4 ? nh - h0 : 4) {
-        case 1: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 1, pf); break;
-        case 2: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 2, pf); break;
-        case 3: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 3, pf); break;
-        default: sp_attn_dots16_m(qh, D, k, kstride, n, o, out_stride, 4, pf); break;
+        case 1: sp_attn_dots16_m(qh, D, tile, in, o, out_stride, 1, pf); break;
+        case 2: sp_attn_dots16_m(qh, D, tile, in, o, out_stride, 2, pf); break;
+        case 3: sp_attn_dots16_m(qh, D, tile, in, o, out_stride, 3, pf); break;
+        default: sp_attn_dots16_m(qh, D, tile, in, o, out_stride, 4, pf); break;
         }
     }
 }
@@ -344,25 +314,28 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
          * latency) and this run's values, read after the softmax */
         sp_attn_pf_run(pf, a, seq, j + (int)run + (int)a->kv->block_tokens, pos, false, hk);
         sp_attn_pf_run(pf, a, seq, j, pos, true, hk);
+        /* the run in groups within key tiles: group g's keys are lanes
+         * [off, off + m) of the tile at kt */
         for (uint32_t r = 0; r < run;) {
-            int m = run - r < 4 ? (int)(run - r) : 4;
-            const bool wide = SP_ATTN_WIDE == 16 && D % 32 == 0;
-            if (wide)
-                m = run - r < 16 ? (int)(run - r) : 16;
-            const uint16_t *kr = k + (size_t)r * rs + (size_t)hk * hs;
+            const int off = (int)((j + (int)r) % SP_KV_TILE);
+            const int span = SP_ATTN_WIDE == 16 && D % 2 == 0 ? SP_KV_TILE - off : SP_KV_TILE - off < 4 ? SP_KV_TILE - off : 4;
+            const int m = (int)(run - r) < span ? (int)(run - r) : span;
+            const uint16_t *kt = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)(j + (int)r)) + (size_t)hk * hs - off;
             float s16[SP_ATTN_GMAX * 16];
+            int lane0 = 0;
 #if SP_ATTN_WIDE == 16
-            if (wide)
-                sp_attn_dots16(qf, nh, D, kr, rs, m, s16, 16, pf);
-            else
+            if (D % 2 == 0) {
+                sp_attn_dots16(qf, nh, D, kt, (__mmask16)(((1u << m) - 1) << off), s16, 16, pf);
+                lane0 = off;
+            } else
 #endif
                 for (int h = 0; h < nh; h++)
-                    sp_attn_dots(qf + (size_t)h * D, kr, rs, m, D, s16 + (size_t)h * 16);
+                    sp_attn_dots(qf + (size_t)h * D, kt + off, m, D, s16 + (size_t)h * 16);
             for (int h = 0; h < nh; h++) {
                 for (int i = 0; i < m; i++) {
-                    float s = s16[(size_t)h * 16 + i] * a->scale;
-                    scores[(size_t)h * n + (j - j0) + r + i] = s;
-                    mx[h] = s > mx[h] ? s : mx[h];
+                    float sc = s16[(size_t)h * 16 + lane0 + i] * a->scale;
+                    scores[(size_t)h * n + (j - j0) + r + i] = sc;
+                    mx[h] = sc > mx[h] ? sc : mx[h];
                 }
             }
             r += (uint32_t)m;
@@ -446,7 +419,7 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
     const int jlo = j0[0];
     float *sct = scratch;                              /* [key - jlo][16] scores, then probabilities */
     float *qt = sct + (size_t)16 * a->max_pos;         /* [D][16] queries, f16-rounded */
-    float *kf = qt + (size_t)16 * D;                   /* [16][D] keys or values widened */
+    float *kf = qt + (size_t)16 * D;                   /* [D][16] keys or [16][D] values widened */
     float *o = kf + (size_t)16 * D;                    /* [16][D] outputs */
     for (int d = 0; d < D; d++)
         for (int i = 0; i < 16; i++)
@@ -456,24 +429,30 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
     for (int j = jlo; j <= plast;) {
         const uint16_t *k, *v;
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
-        for (uint32_t r = 0; r < run; r += 16) {
-            int m = run - r < 16 ? (int)(run - r) : 16;
-            sp_attn_widen(kf, k + (size_t)r * rs + (size_t)hk * hs, m, rs, D);
+        for (uint32_t r = 0; r < run;) { /* groups within key tiles */
+            const int off = (int)((j + (int)r) % SP_KV_TILE);
+            const int m = (int)(run - r) < SP_KV_TILE - off ? (int)(run - r) : SP_KV_TILE - off;
+            const uint16_t *kt = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)(j + (int)r)) + (size_t)hk * hs - off;
+            const __mmask16 in = (__mmask16)(((1u << m) - 1) << off);
+            for (int d = 0; d < D; d++) /* kf[d][lane]: the tile widened, lanes outside `in` zero */
+                _mm512_storeu_ps(kf + (size_t)d * 16,
+                                 _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, kt + (size_t)d * SP_KV_TILE)));
             for (int x = 0; x < m; x += 4) { /* four independent chains hide the FMA latency */
                 int mm = m - x < 4 ? m - x : 4;
-                const float *k0 = kf + (size_t)x * D;
+                const float *k0 = kf + off + x; /* key x: lane off + x; lanes past the tile read zeros or the next row */
                 __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
                 for (int d = 0; d < D; d++) {
                     __m512 qd = _mm512_loadu_ps(qt + (size_t)d * 16);
-                    s0 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d]), s0);
-                    s1 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[D + d]), s1);
-                    s2 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[2 * D + d]), s2);
-                    s3 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[3 * D + d]), s3);
+                    s0 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d * 16]), s0);
+                    s1 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d * 16 + 1]), s1);
+                    s2 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d * 16 + 2]), s2);
+                    s3 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d * 16 + 3]), s3);
                 }
                 __m512 sv[4] = {s0, s1, s2, s3};
                 for (int y = 0; y < mm; y++)
                     _mm512_storeu_ps(sct + (size_t)(j - jlo + (int)r + x + y) * 16, _mm512_mul_ps(sv[y], scale));
             }
+            r += (uint32_t)m;
         }
         j += (int)run;
     }

@@ -49,7 +49,8 @@ struct sp_kv {
     size_t layer_stride;   /* elements between paged layers in a block: block_tokens * kv_dim */
     size_t block_stride;   /* elements between blocks: n_global * layer_stride */
     size_t paged_bytes;    /* bytes of each of k and v */
-    uint16_t *k, *v;       /* f16 [n_blocks][n_global][n_head_kv][block_tokens][head_dim] */
+    uint16_t *k, *v;       /* f16 [n_blocks][n_global][n_head_kv][block_tokens][head_dim], keys in
+                              tiles (sp_kv_k_at) */
     /* local layers: ring slots, allocated on first use, reused after */
     uint32_t ring_len, n_rings;
     uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][head_dim] */
@@ -104,15 +105,25 @@ uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_t
  * are now written and not yet registered. */
 void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens);
 
+/* Keys are stored transposed in tiles of SP_KV_TILE positions, a tile of a
+ * head being [head_dim][SP_KV_TILE]: one load gives one value of 16 keys,
+ * so the key pass needs no transpose.  Blocks and rings hold whole tiles. */
+#define SP_KV_TILE 16
+
 /* Offset (in f16 values) of `pos` of `seq` in `layer`, head 0, in kv->k/v
- * (paged) or in the sequence's ring arrays (local). */
-static inline size_t sp_kv_offset(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, uint32_t pos)
+ * (paged) or in the sequence's ring arrays (local): a value row (`tiled`
+ * false) or a key's place in its tile (true). */
+static inline size_t sp_kv_offset(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, uint32_t pos,
+                                  bool tiled)
 {
     uint32_t li = kv->layer_index[layer];
+    uint32_t slot = kv->layer_local[layer] ? pos % kv->ring_len : pos % kv->block_tokens;
+    size_t in = tiled ? (size_t)(slot / SP_KV_TILE) * SP_KV_TILE * kv->head_dim + slot % SP_KV_TILE
+                      : (size_t)slot * kv->head_dim;
     if (kv->layer_local[layer])
-        return (size_t)li * kv->ring_len * kv->kv_dim + (size_t)(pos % kv->ring_len) * kv->head_dim;
+        return (size_t)li * kv->ring_len * kv->kv_dim + in;
     uint32_t b = seq->blocks[pos / kv->block_tokens];
-    return (size_t)b * kv->block_stride + li * kv->layer_stride + (size_t)(pos % kv->block_tokens) * kv->head_dim;
+    return (size_t)b * kv->block_stride + li * kv->layer_stride + in;
 }
 
 /* Values between one KV head's row of a position and the next head's. */
@@ -122,26 +133,27 @@ static inline size_t sp_kv_head_stride(const struct sp_kv *kv, uint32_t layer)
 }
 
 /* Address of position `pos` of `seq` in layer `layer`: head h's head_dim
- * f16 values start at + h * sp_kv_head_stride().  The position must be
- * reserved (and, for a local layer, inside its ring). */
+ * f16 values start at + h * sp_kv_head_stride(), one after another for a
+ * value, SP_KV_TILE apart for a key.  The position must be reserved (and,
+ * for a local layer, inside its ring). */
 static inline uint16_t *sp_kv_k_at(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
                                    uint32_t pos)
 {
     uint16_t *base = kv->layer_local[layer] ? kv->ring_k[seq->ring - 1] : kv->k;
-    return base + sp_kv_offset(kv, seq, layer, pos);
+    return base + sp_kv_offset(kv, seq, layer, pos, true);
 }
 static inline uint16_t *sp_kv_v_at(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
                                    uint32_t pos)
 {
     uint16_t *base = kv->layer_local[layer] ? kv->ring_v[seq->ring - 1] : kv->v;
-    return base + sp_kv_offset(kv, seq, layer, pos);
+    return base + sp_kv_offset(kv, seq, layer, pos, false);
 }
 
 /* The run of positions [pos, pos + n) of `seq` in `layer` that is contiguous
- * in memory (for each head: row stride head_dim, heads
- * sp_kv_head_stride() apart), with n the largest such count <= max_n: *k
- * and *v point at position pos, head 0.  Attention walks the cache run by
- * run. */
+ * in memory (values: row stride head_dim; keys: whole tiles after pos's;
+ * heads sp_kv_head_stride() apart), with n the largest such count <=
+ * max_n: *k and *v point at position pos, head 0.  Attention walks the
+ * cache run by run. */
 static inline uint32_t sp_kv_run(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
                                  uint32_t pos, uint32_t max_n, const uint16_t **k, const uint16_t **v)
 {

@@ -159,7 +159,7 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         const size_t hs = sp_kv_head_stride(j->kv, j->il);
         for (int h = 0; h < HKV; h++)
             for (int d = 0; d < D; d++) {
-                kd[h * hs + d] = (_Float16)s->k[(size_t)t * KVW + (size_t)h * D + d];
+                kd[h * hs + (size_t)d * SP_KV_TILE] = (_Float16)s->k[(size_t)t * KVW + (size_t)h * D + d];
                 vd[h * hs + d] = (_Float16)s->v[(size_t)t * KVW + (size_t)h * D + d];
             }
         break;

@@ -189,7 +189,7 @@ static void test_attention(struct sp_pool *pool)
             K[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
             V[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
             size_t at = (size_t)(i / D) * sp_kv_head_stride(&kv, 0) + (size_t)(i % D);
-            sp_kv_k_at(&kv, &seq, 0, p)[at] = sp_f32_to_f16(K[p * HKV * D + i]);
+            sp_kv_k_at(&kv, &seq, 0, p)[at - i % D + (size_t)(i % D) * SP_KV_TILE] = sp_f32_to_f16(K[p * HKV * D + i]);
             sp_kv_v_at(&kv, &seq, 0, p)[at] = sp_f32_to_f16(V[p * HKV * D + i]);
         }
     float q[2 * 4 * 64], out[2 * 4 * 64];
