@@ -15,8 +15,8 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     if (!n_layer || !kv_dim || !head_dim || kv_dim % head_dim != 0 || !block_tokens || !n_blocks)
         return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
     if (block_tokens % SP_KV_TILE != 0 || ring_len > UINT32_MAX - SP_KV_TILE)
-        return sp_error_set(SP_ERR_ARG, "kv cache: blocks of %u positions, not a multiple of %d", block_tokens,
-                            SP_KV_TILE);
+        return sp_error_set(SP_ERR_ARG, "kv cache: blocks of %u and rings of %u positions (blocks must be a "
+                            "multiple of %d)", block_tokens, ring_len, SP_KV_TILE);
     ring_len = (ring_len + SP_KV_TILE - 1) / SP_KV_TILE * SP_KV_TILE; /* whole key tiles */
     kv->layer_index = calloc(n_layer, sizeof *kv->layer_index);
     kv->layer_local = calloc(n_layer, sizeof *kv->layer_local);

@@ -1,9 +1,11 @@
 /* KV cache: one pool of fixed-size blocks shared by every sequence.
  *
  * A block holds `block_tokens` consecutive positions of K and V for every
- * layer, as f16, head-major: k[layer][block][head][slot][head_dim], so the
- * rows attention reads for one KV head are contiguous (a 16-position block
- * of a 64-wide head is 2 KiB in one piece: the prefetchers follow it).  A
+ * layer, as f16, block-major and head-major: v[block][layer][head][slot]
+ * [head_dim], and the keys the same but transposed in tiles of 16
+ * positions ([d][16], SP_KV_TILE), so what attention reads for one KV head
+ * is contiguous (a 16-position block of a 64-wide head is 2 KiB of keys
+ * and 2 KiB of values) and one load gives one value of 16 keys.  A
  * sequence owns a block table
  * (logical block i -> pool block).  Blocks are reference-counted: forks (n > 1,
  * beam search) share blocks and copy a shared block only when writing into it;
@@ -53,7 +55,7 @@ struct sp_kv {
                               tiles (sp_kv_k_at) */
     /* local layers: ring slots, allocated on first use, reused after */
     uint32_t ring_len, n_rings;
-    uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][head_dim] */
+    uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][head_dim], keys in tiles */
     uint32_t *ring_free;         /* stack of free slots */
     uint32_t n_ring_free;
     uint32_t *refs;        /* [n_blocks] sequences using the block */
