@@ -174,9 +174,11 @@ static void test_matmul(struct sp_pool *p1, struct sp_pool *p2)
     }
 }
 
-static void test_attention(struct sp_pool *pool)
+/* HKV = 1 on two threads takes the one-token path that splits a group's
+ * heads between the threads; HKV = 2 the whole-group path. */
+static void test_attention(struct sp_pool *pool, const int HKV)
 {
-    const int H = 4, HKV = 2, D = 64, P = 40;
+    const int H = 4, D = 64, P = 40;
     struct sp_kv kv;
     struct sp_kv_seq seq = {0};
     CHECK(sp_kv_init(&kv, 1, HKV * D, D, 16, 8, NULL, 0, 0) == SP_OK, "kv init");
@@ -227,7 +229,7 @@ static void test_attention(struct sp_pool *pool)
                 }
             }
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
-        CHECK(worst < 2e-3, "attention (window %d) max error %g", window, worst);
+        CHECK(worst < 2e-3, "attention (%d KV heads, window %d) max error %g", HKV, window, worst);
     }
     /* a prompt run (positions 16..39 in one batch: blocks of 16 and 8 queries)
      * gives each token bit for bit what it gets alone */
@@ -252,8 +254,8 @@ static void test_attention(struct sp_pool *pool)
             sp_attention(pool, &a1);
             diff += memcmp(o1, ob + (size_t)t * H * D, sizeof o1) != 0;
         }
-        CHECK(diff == 0, "attention (window %d): %d of %d prompt tokens differ from the token alone", window,
-              diff, NT);
+        CHECK(diff == 0, "attention (%d KV heads, window %d): %d of %d prompt tokens differ from the token alone",
+              HKV, window, diff, NT);
     }
     free(qb);
     free(ob);
@@ -275,7 +277,8 @@ int main(void)
     test_rope();
     test_glu();
     test_matmul(p1, p2);
-    test_attention(p2);
+    test_attention(p2, 2);
+    test_attention(p2, 1);
     sp_pool_free(p1);
     sp_pool_free(p2);
     return sp_check_report("kernels");
