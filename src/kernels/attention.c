@@ -318,7 +318,8 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
          * [off, off + m) of the tile at kt */
         for (uint32_t r = 0; r < run;) {
             const int off = (int)((j + (int)r) % SP_KV_TILE);
-            const int span = SP_ATTN_WIDE == 16 && D % 2 == 0 ? SP_KV_TILE - off : SP_KV_TILE - off < 4 ? SP_KV_TILE - off : 4;
+            const int left = SP_KV_TILE - off; /* keys left in this tile */
+            const int span = SP_ATTN_WIDE == 16 && D % 2 == 0 ? left : left < 4 ? left : 4;
             const int m = (int)(run - r) < span ? (int)(run - r) : span;
             const uint16_t *kt = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)(j + (int)r)) + (size_t)hk * hs - off;
             float s16[SP_ATTN_GMAX * 16];
@@ -439,7 +440,8 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
                                  _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, kt + (size_t)d * SP_KV_TILE)));
             for (int x = 0; x < m; x += 4) { /* four independent chains hide the FMA latency */
                 int mm = m - x < 4 ? m - x : 4;
-                const float *k0 = kf + off + x; /* key x: lane off + x; lanes past the tile read zeros or the next row */
+                /* key x is lane off + x; lanes past the tile read zeros or the next row, unused */
+                const float *k0 = kf + off + x;
                 __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
                 for (int d = 0; d < D; d++) {
                     __m512 qd = _mm512_loadu_ps(qt + (size_t)d * 16);

@@ -85,7 +85,8 @@ ALWAYS_INLINE void p16_dots(const int nc, __m512i *isum, const __m512i *lo, cons
     for (int j = 0; j < 8; j++)
         for (int c = 0; c < nc; c++) {
             const int8_t *qs = ((const struct sp_block_q8_p *)(y + (size_t)c * a_stride))->qs;
-            isum[c] = _mm512_dpbusd_epi32(isum[c], j < 4 ? lo[j] : hi[j - 4], p16_bcast4(qs + 4 * (j & 3) + 16 * (j >> 2)));
+            isum[c] = _mm512_dpbusd_epi32(isum[c], j < 4 ? lo[j] : hi[j - 4],
+                                          p16_bcast4(qs + 4 * (j & 3) + 16 * (j >> 2)));
         }
 }
 
