@@ -53,8 +53,9 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     kv->head_dim = head_dim;
     kv->block_tokens = block_tokens;
     kv->n_blocks = n_blocks;
-    kv->layer_stride = (size_t)block_tokens * kv_dim;
-    kv->block_stride = kv->layer_stride * n_paged;
+    kv->block_stride = (size_t)block_tokens * head_dim;
+    kv->head_stride = kv->block_stride * n_blocks;
+    kv->layer_stride = kv->head_stride * (kv_dim / head_dim);
     kv->paged_bytes = (size_t)bytes;
     uint32_t cap = 16;
     while (cap < 2 * n_blocks)
@@ -66,19 +67,19 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     kv->k = aligned_alloc(64, (kv->paged_bytes + 63) / 64 * 64);
     kv->v = aligned_alloc(64, (kv->paged_bytes + 63) / 64 * 64);
     kv->refs = calloc(n_blocks, sizeof *kv->refs);
-    kv->free_ids = malloc(n_blocks * sizeof *kv->free_ids);
+    kv->free_bits = calloc((n_blocks + 63) / 64, sizeof *kv->free_bits);
     kv->hash = calloc(n_blocks, sizeof *kv->hash);
     kv->tokens = malloc((size_t)n_blocks * block_tokens * sizeof *kv->tokens);
     kv->lru = calloc(n_blocks, sizeof *kv->lru);
     kv->table = malloc((size_t)cap * sizeof *kv->table);
-    if (!kv->k || !kv->v || !kv->refs || !kv->free_ids || !kv->hash || !kv->tokens || !kv->lru || !kv->table) {
+    if (!kv->k || !kv->v || !kv->refs || !kv->free_bits || !kv->hash || !kv->tokens || !kv->lru || !kv->table) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: cannot allocate %llu bytes",
                             (unsigned long long)(2 * bytes));
     }
     memset(kv->table, 0xff, (size_t)cap * sizeof *kv->table);
     for (uint32_t i = 0; i < n_blocks; i++)
-        kv->free_ids[i] = n_blocks - 1 - i;
+        kv->free_bits[i / 64] |= 1ull << (i % 64);
     kv->n_free = n_blocks;
     return SP_OK;
 }
@@ -104,7 +105,7 @@ void sp_kv_free(struct sp_kv *kv)
     free(kv->k);
     free(kv->v);
     free(kv->refs);
-    free(kv->free_ids);
+    free(kv->free_bits);
     free(kv->hash);
     free(kv->tokens);
     free(kv->lru);
@@ -148,13 +149,29 @@ static void sp_kv_table_remove(struct sp_kv *kv, uint32_t block)
     kv->hash[block] = 0;
 }
 
-/* Takes a block for writing: a free one, else evicts the least recently used
+static bool sp_kv_is_free(const struct sp_kv *kv, uint32_t b)
+{
+    return b < kv->n_blocks && (kv->free_bits[b / 64] >> (b % 64) & 1);
+}
+
+/* Takes a block for writing: the free block `after` + 1 when there is one
+ * (a sequence's blocks stay consecutive: one stream per KV head for
+ * attention), else the lowest free one, else evicts the least recently used
  * idle cached block.  SP_KV_NONE when none. */
-static uint32_t sp_kv_take(struct sp_kv *kv)
+static uint32_t sp_kv_take(struct sp_kv *kv, uint32_t after)
 {
     uint32_t b = SP_KV_NONE;
     if (kv->n_free) {
-        b = kv->free_ids[--kv->n_free];
+        if (after != SP_KV_NONE && sp_kv_is_free(kv, after + 1)) {
+            b = after + 1;
+        } else {
+            uint32_t w = 0;
+            while (!kv->free_bits[w])
+                w++;
+            b = w * 64 + (uint32_t)__builtin_ctzll(kv->free_bits[w]);
+        }
+        kv->free_bits[b / 64] &= ~(1ull << (b % 64));
+        kv->n_free--;
     } else if (kv->n_cached_idle) {
         uint64_t best = UINT64_MAX;
         for (uint32_t i = 0; i < kv->n_blocks; i++)
@@ -177,7 +194,7 @@ static void sp_kv_unref(struct sp_kv *kv, uint32_t b)
     if (kv->hash[b])
         kv->n_cached_idle++; /* stays findable until evicted */
     else
-        kv->free_ids[kv->n_free++] = b;
+        kv->free_bits[b / 64] |= 1ull << (b % 64), kv->n_free++;
 }
 
 static void sp_kv_ref(struct sp_kv *kv, uint32_t b)
@@ -205,8 +222,10 @@ static sp_status sp_kv_seq_grow(struct sp_kv_seq *seq, uint32_t need)
 static void sp_kv_copy_block(struct sp_kv *kv, uint32_t dst, uint32_t src)
 {
     size_t n = kv->block_stride;
-    memcpy(kv->k + (size_t)dst * n, kv->k + (size_t)src * n, n * 2);
-    memcpy(kv->v + (size_t)dst * n, kv->v + (size_t)src * n, n * 2);
+    for (size_t l = 0; l < (size_t)kv->n_global * (kv->kv_dim / kv->head_dim); l++) { /* each (layer, head) */
+        memcpy(kv->k + l * kv->head_stride + (size_t)dst * n, kv->k + l * kv->head_stride + (size_t)src * n, n * 2);
+        memcpy(kv->v + l * kv->head_stride + (size_t)dst * n, kv->v + l * kv->head_stride + (size_t)src * n, n * 2);
+    }
 }
 
 /* Gives seq a ring slot (allocating its memory on first use of the slot). */
@@ -249,13 +268,16 @@ sp_status sp_kv_seq_reserve(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_
     if (st != SP_OK)
         return st;
     if (cow) {
-        uint32_t src = seq->blocks[first_write], dst = sp_kv_take(kv);
+        uint32_t src = seq->blocks[first_write];
+        uint32_t dst = sp_kv_take(kv, first_write ? seq->blocks[first_write - 1] : SP_KV_NONE);
         sp_kv_copy_block(kv, dst, src);
         sp_kv_unref(kv, src);
         seq->blocks[first_write] = dst;
     }
-    while (seq->n_blocks < need)
-        seq->blocks[seq->n_blocks++] = sp_kv_take(kv);
+    while (seq->n_blocks < need) {
+        seq->blocks[seq->n_blocks] = sp_kv_take(kv, seq->n_blocks ? seq->blocks[seq->n_blocks - 1] : SP_KV_NONE);
+        seq->n_blocks++;
+    }
     return SP_OK;
 }
 

@@ -1,12 +1,15 @@
 /* KV cache: one pool of fixed-size blocks shared by every sequence.
  *
  * A block holds `block_tokens` consecutive positions of K and V for every
- * layer, as f16, block-major and head-major: v[block][layer][head][slot]
- * [head_dim], and the keys the same but transposed in tiles of 16
- * positions ([d][16], SP_KV_TILE), so what attention reads for one KV head
- * is contiguous (a 16-position block of a 64-wide head is 2 KiB of keys
- * and 2 KiB of values) and one load gives one value of 16 keys.  A
- * sequence owns a block table
+ * layer, as f16.  The arrays are layer-major and head-major, blocks inside:
+ * v[layer][head][block][slot][head_dim], and the keys the same but
+ * transposed in tiles of 16 positions ([d][16], SP_KV_TILE), so one load
+ * gives one value of 16 keys.  What attention reads for one KV head of a
+ * block is contiguous (2 KiB of keys and 2 KiB of values for a 16-position
+ * block of a 64-wide head), and a sequence holding consecutive blocks (the
+ * allocator prefers the block after a sequence's last one, else the
+ * lowest free) is one stream per head, which the hardware prefetcher
+ * follows.  A sequence owns a block table
  * (logical block i -> pool block).  Blocks are reference-counted: forks (n > 1,
  * beam search) share blocks and copy a shared block only when writing into it;
  * the prefix cache keeps full prompt blocks keyed by a hash of their tokens and
@@ -46,12 +49,14 @@ struct sp_kv {
     uint32_t n_global, n_local;  /* paged layers, ring layers */
     uint32_t *layer_index;       /* [n_layer] index among its kind */
     bool *layer_local;           /* [n_layer] */
-    /* Block-major: one block's rows of every paged layer lie together, so a
-     * new block is one stretch of memory and a copy-on-write is one memcpy. */
-    size_t layer_stride;   /* elements between paged layers in a block: block_tokens * kv_dim */
-    size_t block_stride;   /* elements between blocks: n_global * layer_stride */
+    /* Layer- and head-major: one KV head's blocks of one layer lie side by
+     * side, so a sequence given consecutive blocks reads each head's keys
+     * and values as one stream the hardware prefetcher follows. */
+    size_t block_stride;   /* elements between blocks: block_tokens * head_dim */
+    size_t head_stride;    /* elements between KV heads: n_blocks * block_stride */
+    size_t layer_stride;   /* elements between paged layers: n_head_kv * head_stride */
     size_t paged_bytes;    /* bytes of each of k and v */
-    uint16_t *k, *v;       /* f16 [n_blocks][n_global][n_head_kv][block_tokens][head_dim], keys in
+    uint16_t *k, *v;       /* f16 [n_global][n_head_kv][n_blocks][block_tokens][head_dim], keys in
                               tiles (sp_kv_k_at) */
     /* local layers: ring slots, allocated on first use, reused after */
     uint32_t ring_len, n_rings;
@@ -59,7 +64,7 @@ struct sp_kv {
     uint32_t *ring_free;         /* stack of free slots */
     uint32_t n_ring_free;
     uint32_t *refs;        /* [n_blocks] sequences using the block */
-    uint32_t *free_ids;    /* stack of unreferenced, uncached blocks */
+    uint64_t *free_bits;   /* [n_blocks / 64 rounded up] bit b set: block b unreferenced and uncached */
     uint32_t n_free;
     /* prefix cache */
     uint64_t *hash;        /* [n_blocks] hash of a cached block (0: not cached) */
@@ -131,7 +136,7 @@ static inline size_t sp_kv_offset(const struct sp_kv *kv, const struct sp_kv_seq
 /* Values between one KV head's row of a position and the next head's. */
 static inline size_t sp_kv_head_stride(const struct sp_kv *kv, uint32_t layer)
 {
-    return (size_t)(kv->layer_local[layer] ? kv->ring_len : kv->block_tokens) * kv->head_dim;
+    return kv->layer_local[layer] ? (size_t)kv->ring_len * kv->head_dim : kv->head_stride;
 }
 
 /* Address of position `pos` of `seq` in layer `layer`: head h's head_dim

@@ -1,0 +1,100 @@
+/* KV cache: every (layer, head, position, element) has its own place in the
+ * layout; copy-on-write copies a shared block of every layer and head; a
+ * sequence gets consecutive blocks, ascending, also after others were
+ * released (what lets a long context stream through the hardware
+ * prefetcher). */
+#include <string.h>
+
+#include "check.h"
+#include "kv/kv.h"
+
+#define NL 3  /* layers */
+#define HKV 2 /* KV heads */
+#define D 32  /* head size */
+#define BT 16 /* positions per block */
+
+/* a value unique to (seq tag, layer, head, position, element, key or value) */
+static uint16_t tag(int s, int l, int h, int p, int d, int is_v)
+{
+    return (uint16_t)(((((s * NL + l) * HKV + h) * 128 + p) * D + d) * 2 + is_v);
+}
+
+static void write_seq(struct sp_kv *kv, struct sp_kv_seq *seq, int s, int p0, int p1)
+{
+    for (int l = 0; l < NL; l++)
+        for (int p = p0; p < p1; p++) {
+            uint16_t *k = sp_kv_k_at(kv, seq, (uint32_t)l, (uint32_t)p);
+            uint16_t *v = sp_kv_v_at(kv, seq, (uint32_t)l, (uint32_t)p);
+            size_t hs = sp_kv_head_stride(kv, (uint32_t)l);
+            for (int h = 0; h < HKV; h++)
+                for (int d = 0; d < D; d++) {
+                    k[h * hs + (size_t)d * SP_KV_TILE] = tag(s, l, h, p, d, 0);
+                    v[h * hs + (size_t)d] = tag(s, l, h, p, d, 1);
+                }
+        }
+}
+
+/* positions [p0, p1) of seq read back as written with tag s */
+static int seq_matches(struct sp_kv *kv, struct sp_kv_seq *seq, int s, int p0, int p1)
+{
+    int bad = 0;
+    for (int l = 0; l < NL; l++)
+        for (int p = p0; p < p1; p++) {
+            const uint16_t *k = sp_kv_k_at(kv, seq, (uint32_t)l, (uint32_t)p);
+            const uint16_t *v = sp_kv_v_at(kv, seq, (uint32_t)l, (uint32_t)p);
+            size_t hs = sp_kv_head_stride(kv, (uint32_t)l);
+            for (int h = 0; h < HKV; h++)
+                for (int d = 0; d < D; d++)
+                    bad += k[h * hs + (size_t)d * SP_KV_TILE] != tag(s, l, h, p, d, 0) ||
+                           v[h * hs + (size_t)d] != tag(s, l, h, p, d, 1);
+        }
+    return bad;
+}
+
+static int consecutive(const struct sp_kv_seq *seq)
+{
+    for (uint32_t i = 1; i < seq->n_blocks; i++)
+        if (seq->blocks[i] != seq->blocks[i - 1] + 1)
+            return 0;
+    return 1;
+}
+
+int main(void)
+{
+    struct sp_kv kv;
+    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, 12, NULL, 0, 0) == SP_OK, "init");
+    struct sp_kv_seq a = {0}, b = {0}, c = {0};
+
+    /* a: 40 positions, 3 blocks; every place written once reads back */
+    CHECK(sp_kv_seq_reserve(&kv, &a, 40) == SP_OK, "reserve a");
+    CHECK(a.n_blocks == 3 && consecutive(&a), "a's blocks are consecutive");
+    write_seq(&kv, &a, 1, 0, 40);
+    a.n_pos = 40;
+    CHECK(seq_matches(&kv, &a, 1, 0, 40) == 0, "a reads back: no two places overlap");
+    /* a run of a head's keys and values is contiguous across consecutive blocks */
+    CHECK(sp_kv_k_at(&kv, &a, 1, 16) == sp_kv_k_at(&kv, &a, 1, 0) + BT * D, "keys: next block follows");
+    CHECK(sp_kv_v_at(&kv, &a, 2, 32) == sp_kv_v_at(&kv, &a, 2, 16) + BT * D, "values: next block follows");
+
+    /* b forks a, then writes position 40: the shared third block is copied
+     * for every layer and head, and a is untouched */
+    CHECK(sp_kv_seq_fork(&kv, &b, &a) == SP_OK, "fork");
+    CHECK(sp_kv_seq_reserve(&kv, &b, 41) == SP_OK, "reserve b");
+    CHECK(b.blocks[2] != a.blocks[2] && b.blocks[0] == a.blocks[0], "copy on write of the last block only");
+    CHECK(seq_matches(&kv, &b, 1, 0, 40) == 0, "b reads a's positions after the copy");
+    write_seq(&kv, &b, 2, 32, 41);
+    CHECK(seq_matches(&kv, &a, 1, 0, 40) == 0, "a unchanged by b's writes");
+    CHECK(seq_matches(&kv, &b, 2, 32, 41) == 0, "b's own writes");
+
+    /* after both are released, a new sequence's blocks are consecutive again */
+    sp_kv_seq_release(&kv, &a);
+    sp_kv_seq_release(&kv, &b);
+    CHECK(sp_kv_available(&kv) == 12, "all blocks back");
+    CHECK(sp_kv_seq_reserve(&kv, &c, 5 * BT) == SP_OK, "reserve c");
+    CHECK(c.n_blocks == 5 && consecutive(&c), "c's blocks are consecutive and ascending (%u %u %u %u %u)",
+          c.blocks[0], c.blocks[1], c.blocks[2], c.blocks[3], c.blocks[4]);
+    write_seq(&kv, &c, 3, 0, 5 * BT);
+    CHECK(seq_matches(&kv, &c, 3, 0, 5 * BT) == 0, "c reads back");
+    sp_kv_seq_release(&kv, &c);
+    sp_kv_free(&kv);
+    return sp_check_report("test_kv");
+}
