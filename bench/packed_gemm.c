@@ -1,8 +1,9 @@
-/* Micro-benchmark: cycles per 16-row block and column of a packed (P16)
+/* Micro-benchmark: cycles per 16 rows x 32 elements and column of a packed (P16)
  * matmul tile, the number that bounds prefill and batched decode.
  *
  *   gcc -O2 -march=native -Iinclude -Isrc bench/packed_gemm.c build/libspindle.a -lm -pthread
- *   ./a.out [type] [columns] [rows]     (type 65 Q4_1_P16, 66 Q8_0_P16, 67 Q5_0_P16)
+ *   ./a.out [type] [columns] [rows]     (type 65 Q4_1_P16, 66 Q8_0_P16, 67 Q5_0_P16,
+ *                                        68 Q4_K_P16, 69 Q6_K_P16)
  *
  * 256 rows x 1536 (392 KB of Q4_1) stay in L2; 65536 rows stream from
  * memory.  One thread; prints the fastest of 30 windows of 30 ms, because
@@ -30,20 +31,19 @@ int main(int argc, char **argv)
     const int rows = argc > 3 ? atoi(argv[3]) : 256;
     const int K = 1536, nb = K / 32;
     const struct sp_type_traits *t = sp_type_get((uint32_t)type);
-    if (!t || !t->gemm || rows % 16 != 0 || nc < 1) {
-        fprintf(stderr, "usage: %s [65|66|67] [columns >= 1] [rows, a multiple of 16]\n", argv[0]);
+    size_t row_bytes, a_stride; /* the file type's row size, as the packed gemm takes it */
+    if (!t || !t->gemm || !t->pack || rows % 16 != 0 || nc < 1 || !sp_type_row_size((uint32_t)type, K, &row_bytes) ||
+        !sp_type_row_size(t->vec_dot_type, K, &a_stride)) {
+        fprintf(stderr, "usage: %s [65..69] [columns >= 1] [rows, a multiple of 16]\n", argv[0]);
         return 2;
     }
-    /* bytes per row: the file type's, as the packed gemm takes it */
-    const size_t row_bytes = (size_t)nb * (type == SP_TYPE_Q8_0_P16 ? 34 : type == SP_TYPE_Q5_0_P16 ? 22 : 20);
-    const size_t a_stride = (size_t)nb * sizeof(struct sp_block_q8_p);
     uint8_t *w = aligned_alloc(64, row_bytes * rows + 4096);
     uint8_t *a = aligned_alloc(64, a_stride * nc + 64);
     float *s = malloc(sizeof(float) * (size_t)rows * nc);
     if (!w || !a || !s)
         return 1;
     memset(w, 0x11, row_bytes * rows + 4096); /* f16 0x1111: small normal scales */
-    memset(a, 0x01, a_stride * nc + 64);
+    memset(a, 0x01, a_stride * nc + 64); /* (a Q8_K scale of 0x01010101: a tiny float, fine) */
     double best = 1e9;
     for (int rep = 0; rep < 30; rep++) {
         double t0 = now(), t1;
@@ -56,8 +56,8 @@ int main(int argc, char **argv)
         best = (t1 - t0) / it < best ? (t1 - t0) / it : best;
     }
     const double per = best / ((double)(rows / 16) * nb * nc);
-    printf("type %d, %d columns, %d rows: %.2f ns per block and column (%.1f cycles at 3.7 GHz), %.1f GB/s of weights\n",
-           type, nc, rows, per * 1e9, per * 3.7e9, row_bytes * rows / best / 1e9);
+    printf("%s, %d columns, %d rows: %.2f ns per 16 x 32 and column (%.1f cycles at 3.7 GHz), %.1f GB/s of weights\n",
+           t->name, nc, rows, per * 1e9, per * 3.7e9, row_bytes * rows / best / 1e9);
     free(w);
     free(a);
     free(s);

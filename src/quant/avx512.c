@@ -22,21 +22,23 @@
 #define P16_COL_CHUNK 64 /* columns kept in L2 while a thread's row groups stream by */
 
 /* The first tile over a row group (the one that reads it from memory) of
- * nc >= 4 columns asks for the block P16_PF_BYTES past block b (bpb bytes
- * a block; groups are contiguous, so past a group's end this is the next
- * group's start).  With the hardware prefetcher alone an 8-column tile
- * read memory at 5-6 GB/s a thread (25-28 cycles per block and column
- * against 12 in L2); asked 2.5 KB ahead it took 13.5 (Q4_1), 18 (Q8_0)
- * and 15 (Q5_0).  One or two columns stream faster without it (Q4_1, one
- * column: 40 cycles without, 51 with). */
+ * nc >= 4 columns asks for [p, p + bytes): the bytes it is about to read,
+ * P16_PF_BYTES further on (groups are contiguous, so past a group's end
+ * this is the next group's start).  With the hardware prefetcher alone an
+ * 8-column tile read memory at 5-6 GB/s a thread (25-28 cycles per block
+ * and column against 12 in L2); asked 2.5 KB ahead it took 13.5 (Q4_1), 18
+ * (Q8_0) and 15 (Q5_0).  A K-quant super-block (2.3 and 3.4 KB) asks a
+ * quarter at a time, at least one super-block ahead (asked all at once,
+ * Q4_K took 22 cycles per 32 elements and column, paced 14.4).  One or two
+ * columns stream faster without it (Q4_1, one column: 40 cycles without,
+ * 51 with). */
 #define P16_PF_BYTES 2560
-ALWAYS_INLINE void p16_prefetch(const int nc, const uint8_t *wg, int64_t b, size_t bpb)
+ALWAYS_INLINE void p16_prefetch(const int nc, const uint8_t *p, size_t bytes)
 {
     if (nc < 4)
         return;
-    const char *p = (const char *)wg + (size_t)b * bpb + P16_PF_BYTES;
-    for (size_t l = 0; l < bpb; l += 64)
-        _mm_prefetch(p + l, _MM_HINT_T0);
+    for (size_t l = 0; l < bytes; l += 64)
+        _mm_prefetch((const char *)p + l, _MM_HINT_T0);
 }
 
 ALWAYS_INLINE __m512i p16_bcast4(const int8_t *p)
@@ -100,7 +102,7 @@ ALWAYS_INLINE void q4_1_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
     for (int64_t b = 0; b < nb; b++) {
         __m512i lo[4], hi[4];
         if (pf)
-            p16_prefetch(nc, wg, b, 320);
+            p16_prefetch(nc, wg + (size_t)b * 320 + P16_PF_BYTES, 320);
         for (int j = 0; j < 4; j++) {
             __m512i v = _mm512_loadu_si512(wg + sp_p16_q4_1_qs(b) + 64 * j);
             lo[j] = _mm512_and_si512(v, m4);
@@ -129,7 +131,7 @@ ALWAYS_INLINE void q8_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
     for (int64_t b = 0; b < nb; b++) {
         __m512i q[8];
         if (pf)
-            p16_prefetch(nc, wg, b, 544);
+            p16_prefetch(nc, wg + (size_t)b * 544 + P16_PF_BYTES, 544);
         for (int j = 0; j < 8; j++) q[j] = _mm512_loadu_si512(wg + sp_p16_q8_0_qs(b) + 64 * j);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wg + sp_p16_q8_0_d(nb, b))));
         for (int c = 0; c < nc; c++) {
@@ -152,7 +154,7 @@ ALWAYS_INLINE void q5_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
     for (int64_t b = 0; b < nb; b++) {
         __m512i lo[4], hi[4];
         if (pf)
-            p16_prefetch(nc, wg, b, 352);
+            p16_prefetch(nc, wg + (size_t)b * 352 + P16_PF_BYTES, 352);
         const __m512i hb = _mm512_loadu_si512(wg + sp_p16_q5_0_hb(b));
         for (int j = 0; j < 4; j++) {
             __m512i v = _mm512_loadu_si512(wg + sp_p16_q5_0_qs(b) + 64 * j);
@@ -174,13 +176,133 @@ ALWAYS_INLINE void q5_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
     for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
 }
 
+/* Q4_K (layout and arithmetic in isa.h): scales and mins of the 16 rows
+ * unpacked at once (the file kernels' q4k_scales_fast on vector lanes);
+ * per sub-block an exact int dot, times its scale (vpmulld); the mins'
+ * sum with vpdpwssd on (min j, min j+1) pairs of 16-bit lanes. */
+ALWAYS_INLINE __m512i p16_byte(__m512i t, int i) /* byte i of each lane, as int32 */
+{
+    return _mm512_and_si512(_mm512_srli_epi32(t, 8 * i), _mm512_set1_epi32(0xFF));
+}
+ALWAYS_INLINE __m512i p16_pair(__m512i t, int i) /* bytes i, i+1 of each lane as two int16 */
+{
+    return _mm512_or_si512(p16_byte(t, i), _mm512_slli_epi32(p16_byte(t, i + 1), 16));
+}
+
+ALWAYS_INLINE void q4_K_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a, size_t a_stride, float *s,
+                                 size_t s_stride, const int nc, bool pf)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(3);
+    __m512 acc[P16_COLS];
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = wg + (size_t)b * SP_P16_Q4_K_BYTES;
+        const __m512i w0 = _mm512_loadu_si512(wb + SP_P16_Q4_K_SC), w1 = _mm512_loadu_si512(wb + SP_P16_Q4_K_SC + 64),
+                      w2 = _mm512_loadu_si512(wb + SP_P16_Q4_K_SC + 128);
+        const __m512i sc03 = _mm512_and_si512(w0, m6), mn03 = _mm512_and_si512(w1, m6);
+        const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(w2, m4),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m2), 4));
+        const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), m4),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m2), 4));
+        __m512i isum[P16_COLS], msum[P16_COLS];
+        for (int c = 0; c < nc; c++) {
+            const struct sp_block_q8_K *y = (const struct sp_block_q8_K *)(a + (size_t)c * a_stride) + b;
+            int bs[8];
+            for (int j = 0; j < 8; j++) bs[j] = y->bsums[2 * j] + y->bsums[2 * j + 1];
+            __m512i m = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j += 2)
+                m = _mm512_dpwssd_epi32(m, p16_pair(j < 4 ? mn03 : mn47, j % 4),
+                                        _mm512_set1_epi32((int32_t)((uint32_t)(uint16_t)bs[j] | (uint32_t)bs[j + 1] << 16)));
+            msum[c] = m;
+            isum[c] = _mm512_setzero_si512();
+        }
+        for (int p = 0; p < 4; p++) {
+            __m512i lo[8], hi[8];
+            if (pf) /* a quarter of the super-block at a time: paced, not a burst */
+                p16_prefetch(nc, wb + p * (SP_P16_Q4_K_BYTES / 4) + P16_PF_BYTES, SP_P16_Q4_K_BYTES / 4);
+            for (int t = 0; t < 8; t++) {
+                __m512i v = _mm512_loadu_si512(wb + (8 * p + t) * 64);
+                lo[t] = _mm512_and_si512(v, m4);
+                hi[t] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            const __m512i sa = p16_byte(p < 2 ? sc03 : sc47, (2 * p) % 4), sb = p16_byte(p < 2 ? sc03 : sc47, (2 * p) % 4 + 1);
+            for (int c = 0; c < nc; c++) {
+                const int8_t *qs = ((const struct sp_block_q8_K *)(a + (size_t)c * a_stride) + b)->qs + 64 * p;
+                __m512i da = _mm512_setzero_si512(), db = _mm512_setzero_si512();
+                for (int t = 0; t < 8; t++) {
+                    da = _mm512_dpbusd_epi32(da, lo[t], p16_bcast4(qs + 4 * t));
+                    db = _mm512_dpbusd_epi32(db, hi[t], p16_bcast4(qs + 32 + 4 * t));
+                }
+                isum[c] = _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(da, sa), _mm512_mullo_epi32(db, sb)));
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + SP_P16_Q4_K_D)));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + SP_P16_Q4_K_DMIN)));
+        for (int c = 0; c < nc; c++) {
+            const __m512 dy = _mm512_set1_ps(((const struct sp_block_q8_K *)(a + (size_t)c * a_stride) + b)->d);
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[c]), acc[c]);
+            acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dy), _mm512_cvtepi32_ps(msum[c]), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
+}
+
+/* Q6_K: values q + 32 rebuilt from a low-nibble and a 2-bit vector; per
+ * sub-block of 16 the dot starts at -32 * its activation sum (undoing the
+ * +32) and is scaled by the signed scale. */
+ALWAYS_INLINE void q6_K_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a, size_t a_stride, float *s,
+                                 size_t s_stride, const int nc, bool pf)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[P16_COLS];
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = wg + (size_t)b * SP_P16_Q6_K_BYTES;
+        __m512i isum[P16_COLS];
+        for (int c = 0; c < nc; c++) isum[c] = _mm512_setzero_si512();
+        for (int g = 0; g < 4; g++) { /* sub-blocks g, 4+g, 8+g, 12+g: quads 4g..4g+3 of each 64 */
+            __m512i u[4][4];             /* [i][x]: elements 64i + 16g + 4x .. +3 */
+            if (pf)
+                p16_prefetch(nc, wb + g * (SP_P16_Q6_K_BYTES / 4) + SP_P16_Q6_K_BYTES, SP_P16_Q6_K_BYTES / 4);
+            for (int x = 0; x < 4; x++) {
+                const int w = 4 * g + x;
+                __m512i la = _mm512_loadu_si512(wb + w * 64), lb = _mm512_loadu_si512(wb + (w + 16) * 64);
+                __m512i h = _mm512_loadu_si512(wb + SP_P16_Q6_K_QH + w * 64);
+                u[0][x] = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+                u[1][x] = _mm512_or_si512(_mm512_and_si512(lb, m4), _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+                u[2][x] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(la, 4), m4), _mm512_and_si512(h, m30));
+                u[3][x] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lb, 4), m4),
+                                          _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+            }
+            __m512i sc[4];
+            for (int i = 0; i < 4; i++)
+                sc[i] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wb + SP_P16_Q6_K_SC + (4 * i + g) * 16)));
+            for (int c = 0; c < nc; c++) {
+                const struct sp_block_q8_K *y = (const struct sp_block_q8_K *)(a + (size_t)c * a_stride) + b;
+                for (int i = 0; i < 4; i++) {
+                    const int sb = 4 * i + g;
+                    __m512i t = _mm512_set1_epi32(-32 * y->bsums[sb]);
+                    for (int x = 0; x < 4; x++) t = _mm512_dpbusd_epi32(t, u[i][x], p16_bcast4(y->qs + 16 * sb + 4 * x));
+                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(t, sc[i]));
+                }
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + SP_P16_Q6_K_D)));
+        for (int c = 0; c < nc; c++) {
+            const __m512 dy = _mm512_set1_ps(((const struct sp_block_q8_K *)(a + (size_t)c * a_stride) + b)->d);
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[c]), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
+}
+
 /* Columns in L2-sized chunks; within one, each row group meets every column
  * in tiles of P16_COLS (its weights stay in L1 across the tiles). */
-#define P16_GEMM(name, tile)                                                                                   \
+#define P16_GEMM(name, tile, QK)                                                                               \
     static void name(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,           \
                      const void *a, size_t a_stride, int nc)                                                  \
     {                                                                                                         \
-        const int64_t nb = n / 32;                                                                            \
+        const int64_t nb = n / (QK);                                                                          \
         const uint8_t *ab = a;                                                                                \
         for (int c0 = 0; c0 < nc; c0 += P16_COL_CHUNK) {                                                      \
             int c1 = nc - c0 < P16_COL_CHUNK ? nc : c0 + P16_COL_CHUNK;                                       \
@@ -206,9 +328,11 @@ ALWAYS_INLINE void q5_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
             }                                                                                                 \
         }                                                                                                     \
     }
-P16_GEMM(q4_1_p16_gemm, q4_1_p16_tile)
-P16_GEMM(q8_0_p16_gemm, q8_0_p16_tile)
-P16_GEMM(q5_0_p16_gemm, q5_0_p16_tile)
+P16_GEMM(q4_1_p16_gemm, q4_1_p16_tile, SP_QK)
+P16_GEMM(q8_0_p16_gemm, q8_0_p16_tile, SP_QK)
+P16_GEMM(q5_0_p16_gemm, q5_0_p16_tile, SP_QK)
+P16_GEMM(q4_K_p16_gemm, q4_K_p16_tile, SP_QK_K)
+P16_GEMM(q6_K_p16_gemm, q6_K_p16_tile, SP_QK_K)
 
 void sp_quant_register_avx512(struct sp_type_traits *table)
 {
@@ -219,5 +343,9 @@ void sp_quant_register_avx512(struct sp_type_traits *table)
     table[SP_TYPE_Q8_0_P16].gemm = q8_0_p16_gemm;
     table[SP_TYPE_Q5_0].packed = SP_TYPE_Q5_0_P16;
     table[SP_TYPE_Q5_0_P16].gemm = q5_0_p16_gemm;
+    table[SP_TYPE_Q4_K].packed = SP_TYPE_Q4_K_P16;
+    table[SP_TYPE_Q4_K_P16].gemm = q4_K_p16_gemm;
+    table[SP_TYPE_Q6_K].packed = SP_TYPE_Q6_K_P16;
+    table[SP_TYPE_Q6_K_P16].gemm = q6_K_p16_gemm;
 }
 #endif

@@ -61,8 +61,22 @@ _Static_assert(sizeof(struct sp_block_q8_p) == 48, "q8_p");
  *             Q4_1 and hb[16][4] (byte k of row r: bit j = fifth bit of
  *             element 4j+k, bit 4+j of element 16+4j+k, j < 4), then
  *             d[2][16]; an odd last block is qs, hb, d alone.
+ *   Q4_K_P16: per super-block 2304 bytes: qs[32][16][4] (vector v, row r:
+ *             the file's qs[4v..4v+3]: low nibbles elements 64(v/8) +
+ *             4(v%8).., high nibbles 32 further), then the 12-byte scale
+ *             fields as words [3][16][4], then d[16], dmin[16] as f16.
+ *   Q6_K_P16: per super-block 3360 bytes: ql[32][16][4] (vector v, row r,
+ *             byte k: low nibble the low 4 bits of element 4v+k, high
+ *             nibble of element 128+4v+k), qh[16][16][4] (vector w: bits
+ *             2i..2i+1 the high 2 bits of element 64i+4w+k), scales[16][16]
+ *             (sub-block of 16, row) as int8, then d[16] as f16.  Stored
+ *             values are q + 32 (unsigned).
  * Every output is one row's blocks in order, acc = fma(isum, dw*dy, acc)
- * (+ fma(m, s, acc) for Q4_1), for any number of columns. */
+ * (+ fma(m, s, acc) for Q4_1), for any number of columns.  The K types use
+ * Q8_K activations and keep the file-layout kernels' arithmetic exactly
+ * (kern_x86.inc, KQ_FINISH): per super-block the exact integer sums isum
+ * (scaled sub-block dots) and msum (mins times activation sums), then
+ * acc = fma(dw*dy, isum, acc) and acc = fma(-(dmin*dy), msum, acc). */
 #define SP_P16_ROWS 16
 /* Byte offsets of block b's quants and scales inside a group of nb blocks. */
 static inline size_t sp_p16_q4_1_qs(int64_t b) { return (size_t)b * 320; }
@@ -78,16 +92,30 @@ static inline size_t sp_p16_q5_0_d(int64_t nb, int64_t b)
 {
     return (size_t)(b / 2) * 704 + ((b | 1) < nb ? 640 : 320) + (size_t)(b & 1) * 32;
 }
+#define SP_P16_Q4_K_BYTES 2304 /* a group's super-block: 16 x 144 */
+#define SP_P16_Q4_K_SC 2048
+#define SP_P16_Q4_K_D 2240
+#define SP_P16_Q4_K_DMIN 2272
+#define SP_P16_Q6_K_BYTES 3360 /* 16 x 210 */
+#define SP_P16_Q6_K_QH 2048
+#define SP_P16_Q6_K_SC 3072
+#define SP_P16_Q6_K_D 3328
 void sp_q8_p_from_float_ref(const float *x, void *vy, int64_t n);
 void sp_q8_p_to_float_ref(const void *vx, float *y, int64_t n);
 void sp_q4_1_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 void sp_q8_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 void sp_q5_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
+void sp_q4_K_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
+void sp_q6_K_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 void sp_q4_1_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
                           const void *a, size_t a_stride, int nc);
 void sp_q8_0_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
                           const void *a, size_t a_stride, int nc);
 void sp_q5_0_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                          const void *a, size_t a_stride, int nc);
+void sp_q4_K_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                          const void *a, size_t a_stride, int nc);
+void sp_q6_K_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
                           const void *a, size_t a_stride, int nc);
 
 /* Unpacks the 12-byte Q4_K/Q5_K scale field into 8 six-bit scales and
@@ -100,6 +128,23 @@ static inline void sp_q4k_scales(const uint8_t q[12], uint8_t sc[8], uint8_t mn[
         sc[j + 4] = (uint8_t)((q[j + 8] & 0xF) | ((q[j] >> 6) << 4));
         mn[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
     }
+}
+
+/* Element e (0..255) of a Q4_K super-block's quants, 0..15. */
+static inline int sp_q4k_q(const uint8_t *qs, int e)
+{
+    int c = e / 64, l = e % 32;
+    return (e % 64) < 32 ? (qs[32 * c + l] & 0xF) : (qs[32 * c + l] >> 4);
+}
+
+/* Element e (0..255) of a Q6_K super-block, -32..31. */
+static inline int sp_q6k_q(const struct sp_block_q6_K *b, int e)
+{
+    int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    uint8_t lb = b->ql[64 * h + l + 32 * (k & 1)];
+    int lo = k < 2 ? (lb & 0xF) : (lb >> 4);
+    int hi = (b->qh[32 * h + l] >> (2 * k)) & 3;
+    return (lo | (hi << 4)) - 32;
 }
 
 /* Unpacks the 12-byte Q3_K scale field into 16 signed scales (value - 32). */

@@ -50,12 +50,12 @@ void sp_q8_p_to_float_ref(const void *vx, float *y, int64_t n)
  * blocks per row. */
 typedef void (*p16_put_fn)(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *blk);
 
-/* Walks every file block of n_rows rows, group by group; file_block is the
- * file type's block size (a group of nb blocks takes 16 * nb of them). */
-static void p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows,
+/* Walks every file block (qk elements, file_block bytes) of n_rows rows,
+ * group by group (a group of nb blocks takes 16 * nb * file_block bytes). */
+static void p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows, int qk,
                      size_t file_block, p16_put_fn put)
 {
-    const int64_t nb = n / SP_QK;
+    const int64_t nb = n / qk;
     uint8_t *out = dst;
     for (int64_t g = 0; g < n_rows / GROUP; g++, out += (size_t)nb * GROUP * file_block)
         for (int r = 0; r < GROUP; r++) {
@@ -99,19 +99,60 @@ static void q5_0_put(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *
     memcpy(out + sp_p16_q5_0_d(nb, b) + 2 * r, &x->d, 2);
 }
 
+static void q4_K_put(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *blk)
+{
+    const struct sp_block_q4_K *x = (const struct sp_block_q4_K *)blk;
+    uint8_t *o = out + (size_t)b * SP_P16_Q4_K_BYTES;
+    (void)nb;
+    for (int v = 0; v < 32; v++) memcpy(o + v * 64 + r * 4, x->qs + 4 * v, 4);
+    for (int w = 0; w < 3; w++) memcpy(o + SP_P16_Q4_K_SC + w * 64 + r * 4, x->scales + 4 * w, 4);
+    memcpy(o + SP_P16_Q4_K_D + 2 * r, &x->d, 2);
+    memcpy(o + SP_P16_Q4_K_DMIN + 2 * r, &x->dmin, 2);
+}
+
+static void q6_K_put(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *blk)
+{
+    const struct sp_block_q6_K *x = (const struct sp_block_q6_K *)blk;
+    uint8_t *o = out + (size_t)b * SP_P16_Q6_K_BYTES;
+    uint8_t u[SP_QK_K];
+    (void)nb;
+    for (int e = 0; e < SP_QK_K; e++) u[e] = (uint8_t)(sp_q6k_q(x, e) + 32);
+    for (int v = 0; v < 32; v++)
+        for (int k = 0; k < 4; k++)
+            o[v * 64 + r * 4 + k] = (uint8_t)((u[4 * v + k] & 0xF) | (u[128 + 4 * v + k] & 0xF) << 4);
+    for (int w = 0; w < 16; w++)
+        for (int k = 0; k < 4; k++) {
+            uint8_t h = 0;
+            for (int i = 0; i < 4; i++) h |= (uint8_t)((u[64 * i + 4 * w + k] >> 4) << (2 * i));
+            o[SP_P16_Q6_K_QH + w * 64 + r * 4 + k] = h;
+        }
+    for (int sb = 0; sb < 16; sb++) o[SP_P16_Q6_K_SC + sb * 16 + r] = (uint8_t)x->scales[sb];
+    memcpy(o + SP_P16_Q6_K_D + 2 * r, &x->d, 2);
+}
+
+void sp_q4_K_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
+{
+    p16_pack(src, src_row_bytes, dst, n, n_rows, SP_QK_K, sizeof(struct sp_block_q4_K), q4_K_put);
+}
+
+void sp_q6_K_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
+{
+    p16_pack(src, src_row_bytes, dst, n, n_rows, SP_QK_K, sizeof(struct sp_block_q6_K), q6_K_put);
+}
+
 void sp_q4_1_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
 {
-    p16_pack(src, src_row_bytes, dst, n, n_rows, sizeof(struct sp_block_q4_1), q4_1_put);
+    p16_pack(src, src_row_bytes, dst, n, n_rows, SP_QK, sizeof(struct sp_block_q4_1), q4_1_put);
 }
 
 void sp_q8_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
 {
-    p16_pack(src, src_row_bytes, dst, n, n_rows, sizeof(struct sp_block_q8_0), q8_0_put);
+    p16_pack(src, src_row_bytes, dst, n, n_rows, SP_QK, sizeof(struct sp_block_q8_0), q8_0_put);
 }
 
 void sp_q5_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
 {
-    p16_pack(src, src_row_bytes, dst, n, n_rows, sizeof(struct sp_block_q5_0), q5_0_put);
+    p16_pack(src, src_row_bytes, dst, n, n_rows, SP_QK, sizeof(struct sp_block_q5_0), q5_0_put);
 }
 
 /* Row r of a group against one activation row: the order every kernel keeps. */
@@ -164,7 +205,53 @@ static float q5_0_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_
     return acc;
 }
 
-#define P16_GEMM_REF(name, dot)                                                                              \
+/* K types: nb super-blocks; the file-layout kernels' arithmetic (isa.h). */
+static float q4_K_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_block_q8_K *y)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *o = wg + (size_t)b * SP_P16_Q4_K_BYTES;
+        uint8_t qs[128], sf[12], sc[8], mn[8];
+        for (int v = 0; v < 32; v++) memcpy(qs + 4 * v, o + v * 64 + r * 4, 4);
+        for (int w = 0; w < 3; w++) memcpy(sf + 4 * w, o + SP_P16_Q4_K_SC + w * 64 + r * 4, 4);
+        sp_q4k_scales(sf, sc, mn);
+        int isum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) {
+            int si = 0;
+            for (int k = 0; k < 32; k++) si += sp_q4k_q(qs, 32 * j + k) * y[b].qs[32 * j + k];
+            isum += sc[j] * si;
+        }
+        for (int j = 0; j < 16; j++) msum += mn[j / 2] * y[b].bsums[j];
+        const uint16_t *d = (const uint16_t *)(o + SP_P16_Q4_K_D), *dmin = (const uint16_t *)(o + SP_P16_Q4_K_DMIN);
+        acc = fmaf(sp_f16_to_f32(d[r]) * y[b].d, (float)isum, acc);
+        acc = fmaf(-(sp_f16_to_f32(dmin[r]) * y[b].d), (float)msum, acc);
+    }
+    return acc;
+}
+
+static float q6_K_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_block_q8_K *y)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *o = wg + (size_t)b * SP_P16_Q6_K_BYTES;
+        int isum = 0;
+        for (int sb = 0; sb < 16; sb++) {
+            int si = 0;
+            for (int k = 0; k < 16; k++) {
+                int e = 16 * sb + k, v = (e % 128) / 4, w = (e % 64) / 4, i = e / 64;
+                uint8_t ql = o[v * 64 + r * 4 + e % 4], qh = o[SP_P16_Q6_K_QH + w * 64 + r * 4 + e % 4];
+                int u = (e < 128 ? ql & 0xF : ql >> 4) | ((qh >> (2 * i)) & 3) << 4;
+                si += (u - 32) * y[b].qs[e];
+            }
+            isum += (int8_t)o[SP_P16_Q6_K_SC + sb * 16 + r] * si;
+        }
+        const uint16_t *d = (const uint16_t *)(o + SP_P16_Q6_K_D);
+        acc = fmaf(sp_f16_to_f32(d[r]) * y[b].d, (float)isum, acc);
+    }
+    return acc;
+}
+
+#define P16_GEMM_REF(name, dot, QK, AT)                                                                             \
     void name(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr, const void *a,   \
               size_t a_stride, int nc)                                                                       \
     {                                                                                                        \
@@ -172,9 +259,11 @@ static float q5_0_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_
             for (int c = 0; c < nc; c++)                                                                     \
                 for (int r = 0; r < GROUP; r++)                                                              \
                     s[(size_t)c * s_stride + g * GROUP + r] =                                                \
-                        dot(n / SP_QK, (const uint8_t *)w + (size_t)g * GROUP * w_stride, r,                 \
-                            (const struct sp_block_q8_p *)((const uint8_t *)a + (size_t)c * a_stride));      \
+                        dot(n / QK, (const uint8_t *)w + (size_t)g * GROUP * w_stride, r,                    \
+                            (const AT *)((const uint8_t *)a + (size_t)c * a_stride));                        \
     }
-P16_GEMM_REF(sp_q4_1_p16_gemm_ref, q4_1_p16_dot)
-P16_GEMM_REF(sp_q8_0_p16_gemm_ref, q8_0_p16_dot)
-P16_GEMM_REF(sp_q5_0_p16_gemm_ref, q5_0_p16_dot)
+P16_GEMM_REF(sp_q4_1_p16_gemm_ref, q4_1_p16_dot, SP_QK, struct sp_block_q8_p)
+P16_GEMM_REF(sp_q8_0_p16_gemm_ref, q8_0_p16_dot, SP_QK, struct sp_block_q8_p)
+P16_GEMM_REF(sp_q5_0_p16_gemm_ref, q5_0_p16_dot, SP_QK, struct sp_block_q8_p)
+P16_GEMM_REF(sp_q4_K_p16_gemm_ref, q4_K_p16_dot, SP_QK_K, struct sp_block_q8_K)
+P16_GEMM_REF(sp_q6_K_p16_gemm_ref, q6_K_p16_dot, SP_QK_K, struct sp_block_q8_K)

@@ -537,14 +537,9 @@ static void q3_K_vec_dot(int64_t n, float *s, const void *vw, const void *va)
 /* Q4_K/Q5_K: 8 sub-blocks of 32; x = d*sc*q - dmin*m.  Element 64c + l
  * (l < 32) is the low nibble of qs[32c + l], 64c + 32 + l the high one;
  * Q5_K's fifth bit of element 32t + l is qh[l] bit t. */
-static inline int q4k_q(const uint8_t *qs, int e)
-{
-    int c = e / 64, l = e % 32;
-    return (e % 64) < 32 ? (qs[32 * c + l] & 0xF) : (qs[32 * c + l] >> 4);
-}
 static inline int q5k_q(const struct sp_block_q5_K *b, int e)
 {
-    return q4k_q(b->qs, e) | (((b->qh[e % 32] >> (e / 32)) & 1) << 4);
+    return sp_q4k_q(b->qs, e) | (((b->qh[e % 32] >> (e / 32)) & 1) << 4);
 }
 static void q4_K_to_float(const void *vx, float *y, int64_t n)
 {
@@ -554,7 +549,7 @@ static void q4_K_to_float(const void *vx, float *y, int64_t n)
         sp_q4k_scales(x[i].scales, sc, mn);
         float d = H2F(x[i].d), dmin = H2F(x[i].dmin);
         for (int e = 0; e < SP_QK_K; e++)
-            y[e] = d * sc[e / 32] * q4k_q(x[i].qs, e) - dmin * mn[e / 32];
+            y[e] = d * sc[e / 32] * sp_q4k_q(x[i].qs, e) - dmin * mn[e / 32];
     }
 }
 static void q5_K_to_float(const void *vx, float *y, int64_t n)
@@ -636,7 +631,7 @@ static void q4_K_vec_dot(int64_t n, float *s, const void *vw, const void *va)
         for (int j = 0; j < 16; j++) summ += a[i].bsums[j] * mn[j / 2];
         for (int j = 0; j < 8; j++) {
             int si = 0;
-            for (int k = 0; k < 32; k++) si += a[i].qs[32 * j + k] * q4k_q(x[i].qs, 32 * j + k);
+            for (int k = 0; k < 32; k++) si += a[i].qs[32 * j + k] * sp_q4k_q(x[i].qs, 32 * j + k);
             isum += sc[j] * si;
         }
         sum += H2F(x[i].d) * a[i].d * isum - H2F(x[i].dmin) * a[i].d * summ;
@@ -666,20 +661,12 @@ static void q5_K_vec_dot(int64_t n, float *s, const void *vw, const void *va)
 /* Q6_K: 16 sub-blocks of 16, x = d*sc*(q - 32), q six bits.  Element
  * 128h + 32k + l: low nibble from ql[64h + l + 32(k&1)] (k<2 low, k>=2 high
  * nibble), top two bits from qh[32h + l] bits 2k..2k+1. */
-static inline int q6k_q(const struct sp_block_q6_K *b, int e)
-{
-    int h = e / 128, k = (e % 128) / 32, l = e % 32;
-    uint8_t lb = b->ql[64 * h + l + 32 * (k & 1)];
-    int lo = k < 2 ? (lb & 0xF) : (lb >> 4);
-    int hi = (b->qh[32 * h + l] >> (2 * k)) & 3;
-    return (lo | (hi << 4)) - 32;
-}
 static void q6_K_to_float(const void *vx, float *y, int64_t n)
 {
     const struct sp_block_q6_K *x = vx;
     for (int64_t i = 0; i < n / SP_QK_K; i++, y += SP_QK_K) {
         float d = H2F(x[i].d);
-        for (int e = 0; e < SP_QK_K; e++) y[e] = d * x[i].scales[e / 16] * q6k_q(&x[i], e);
+        for (int e = 0; e < SP_QK_K; e++) y[e] = d * x[i].scales[e / 16] * sp_q6k_q(&x[i], e);
     }
 }
 static void q6_K_from_float(const float *x, void *vy, int64_t n)
@@ -720,7 +707,7 @@ static void q6_K_vec_dot(int64_t n, float *s, const void *vw, const void *va)
         int isum = 0;
         for (int j = 0; j < 16; j++) {
             int si = 0;
-            for (int k = 0; k < 16; k++) si += a[i].qs[16 * j + k] * q6k_q(&x[i], 16 * j + k);
+            for (int k = 0; k < 16; k++) si += a[i].qs[16 * j + k] * sp_q6k_q(&x[i], 16 * j + k);
             isum += x[i].scales[j] * si;
         }
         sum += H2F(x[i].d) * a[i].d * isum;
@@ -760,6 +747,10 @@ static const struct sp_type_traits ref_table[SP_TYPE_COUNT] = {
                           .gemm = sp_q8_0_p16_gemm_ref, .pack = sp_q8_0_p16_pack},
     [SP_TYPE_Q5_0_P16] = {.name = "Q5_0_P16", .block_size = 32, .type_size = 22, .vec_dot_type = SP_TYPE_Q8_P,
                           .gemm = sp_q5_0_p16_gemm_ref, .pack = sp_q5_0_p16_pack},
+    [SP_TYPE_Q4_K_P16] = {.name = "Q4_K_P16", .block_size = 256, .type_size = 144, .vec_dot_type = SP_TYPE_Q8_K,
+                          .gemm = sp_q4_K_p16_gemm_ref, .pack = sp_q4_K_p16_pack},
+    [SP_TYPE_Q6_K_P16] = {.name = "Q6_K_P16", .block_size = 256, .type_size = 210, .vec_dot_type = SP_TYPE_Q8_K,
+                          .gemm = sp_q6_K_p16_gemm_ref, .pack = sp_q6_K_p16_pack},
 };
 
 static struct sp_type_traits active_table[SP_TYPE_COUNT];

@@ -366,8 +366,8 @@ static void test_packed(const char *isa)
     static struct sp_type_traits tab[SP_TYPE_COUNT];
     if (!sp_quant_table_for_isa(isa, tab))
         return;
-    static const uint32_t file_types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q5_0};
-    enum { NR = 32, NC = 19, PN = N - 32 }; /* two row groups, 63 blocks (odd) */
+    static const uint32_t file_types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q5_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K};
+    enum { NR = 32, NC = 19 }; /* two row groups */
     static float x[N], af[NC][N], wf[N];
     static uint8_t wq[NR][N * 2], packed[NR * N * 2], aq[NC][N * 2], aq2[N * 2];
     static float s_ref[NC][NR], s_fast[NC][NR];
@@ -380,13 +380,16 @@ static void test_packed(const char *isa)
             CHECK(strcmp(isa, "avx512") != 0, "avx512 packs %s", file->name);
             continue;
         }
+        const bool kq = file->block_size == 256;
+        const int PN = kq ? 7 * 256 : N - 32; /* odd block counts: 7 super-blocks, 63 blocks */
         const struct sp_type_traits *pref = sp_type_get_ref(pt), *pfast = &tab[pt];
-        const struct sp_type_traits *aref = sp_type_get_ref(SP_TYPE_Q8_P), *afast = &tab[SP_TYPE_Q8_P];
-        CHECK(pref->vec_dot_type == SP_TYPE_Q8_P && pfast->gemm && pref->pack, "%s packed traits", pref->name);
+        const uint32_t at = kq ? SP_TYPE_Q8_K : SP_TYPE_Q8_P;
+        const struct sp_type_traits *aref = sp_type_get_ref(at), *afast = &tab[at];
+        CHECK(pref->vec_dot_type == at && pfast->gemm && pref->pack, "%s packed traits", pref->name);
         size_t wrow, arow;
         sp_type_row_size(ft, PN, &wrow);
-        sp_type_row_size(SP_TYPE_Q8_P, PN, &arow);
-        CHECK(arow == 63 * 48, "q8_p row size %zu", arow);
+        sp_type_row_size(at, PN, &arow);
+        CHECK(arow == (kq ? 7 * 292 : 63 * 48), "activation row size %zu", arow);
         for (int r = 0; r < NR; r++) {
             for (int i = 0; i < N; i++) x[i] = frand() * (1 + r % 5);
             file->from_float(x, wq[r], PN);
@@ -396,7 +399,7 @@ static void test_packed(const char *isa)
             for (int i = 0; i < N; i++) x[i] = frand() * 3 + (c == 2 ? 1.0f : 0.0f);
             aref->from_float(x, aq[c], PN);
             afast->from_float(x, aq2, PN);
-            CHECK(memcmp(aq[c], aq2, arow) == 0, "%s: fast Q8_P quantizer differs from ref", isa);
+            CHECK(memcmp(aq[c], aq2, arow) == 0, "%s: fast %s quantizer differs from ref", isa, aref->name);
             aref->to_float(aq[c], af[c], PN);
         }
         /* packed oracle vs float math on the dequantized rows */
@@ -414,11 +417,21 @@ static void test_packed(const char *isa)
                 worst = e > worst ? e : worst;
             }
         }
-        /* 63 blocks: <= ~2 roundings per block of 6e-8 relative: 1e-5; for
-         * Q4_1 the activation sum s is rounded through f16 (2^-11): 1e-3 */
+        /* <= ~2 roundings per block of 6e-8 relative: 1e-5; for Q4_1 the
+         * activation sum s is rounded through f16 (2^-11): 1e-3 */
         double bud = ft == SP_TYPE_Q4_1 ? 1e-3 : 1e-5;
         CHECK(worst <= bud, "%s oracle vs dequantized rel err %g", pref->name, worst);
         printf("  %-6s %-8s packed oracle vs dequant %.2e\n", isa, pref->name, worst);
+        if (kq) { /* K types keep the file-layout kernel's arithmetic: same bits as its vec_dot */
+            int diff = 0;
+            for (int r = 0; r < NR; r++)
+                for (int c = 0; c < NC; c++) {
+                    float v;
+                    tab[ft].vec_dot(PN, &v, wq[r], aq[c]);
+                    diff += fbits(v) != fbits(s_ref[c][r]);
+                }
+            CHECK(diff == 0, "%s %s oracle: %d outputs differ from the file kernel's vec_dot", isa, pref->name, diff);
+        }
         /* every column count gives the oracle's bits: all 19, 7 (tail), 1 */
         static const int widths[] = {NC, 7, 1, 8, 9};
         for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
