@@ -1,12 +1,15 @@
 /* Persistent compute thread pool.
  *
  * sp_pool_run(pool, fn, arg) splits the work into nth = sp_pool_chunks_for(size)
- * chunks and calls fn(arg, ith, nth) exactly once for every chunk ith in
- * [0, nth), on whichever thread claims it first (the caller takes part), and
- * returns when all chunks are done.  Chunks are claimed dynamically (an
- * atomic ticket), so a worker the OS has descheduled — the machine is shared
- * — delays a run by at most the one chunk it holds, not by its whole static
- * share.  fn must derive its work from (ith, nth) only; per-chunk scratch is
+ * chunks, one per thread, and calls fn(arg, ith, nth) exactly once for every
+ * chunk ith in [0, nth), on whichever thread claims it first (the caller
+ * takes part), and returns when all chunks are done.  Chunks are claimed with
+ * an atomic ticket.  Four chunks per thread (so a descheduled worker would
+ * delay a run by one small chunk, not its whole share) measured slower on
+ * this shared 2-core machine: every claim and completion moves a cache line
+ * between the cores, a forward pass makes ~150 runs per token, and one
+ * chunk per thread gave decode +7.5 %, 16-sequence decode +6 %, pp512 +2 %
+ * (docs/performance.md).  fn must derive its work from (ith, nth) only; per-chunk scratch is
  * indexed by ith (never used by two threads at once).  Between runs the
  * workers spin briefly on an atomic generation counter (a forward pass issues
  * hundreds of runs back to back) and then sleep on a condition variable, so
@@ -28,7 +31,7 @@ sp_status sp_pool_init(struct sp_pool **out, int n_threads);
 void sp_pool_free(struct sp_pool *p);
 int sp_pool_size(const struct sp_pool *p);
 /* Chunks per run for a pool of n_threads (1 for a single thread). */
-static inline int sp_pool_chunks_for(int n_threads) { return n_threads > 1 ? 4 * n_threads : 1; }
+static inline int sp_pool_chunks_for(int n_threads) { return n_threads > 1 ? n_threads : 1; }
 void sp_pool_run(struct sp_pool *p, sp_pool_fn fn, void *arg);
 
 /* Splits [0, n) into nth near-equal chunks aligned to `align`; chunk ith. */

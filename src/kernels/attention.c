@@ -534,13 +534,14 @@ static void sp_attn_run(void *arg, int ith, int nth)
     float *qf = scores + (size_t)SP_ATTN_GMAX * a->max_pos;
     long lo, hi;
     struct sp_attn_pf pf = {0};
-    /* Units are whole groups when there are enough to keep every chunk
-     * busy (prefill, batched decode), else each thread takes one run of
-     * heads (one-token decode of a model with few KV heads: Gemma 3's one
-     * KV head is read twice, once per thread, not once per query head).
+    /* Units are whole groups when there are enough to give every chunk
+     * (one per thread) one (batched decode, SmolLM2's 3 KV heads), else
+     * each chunk takes one run of heads (one-token decode of a model with
+     * fewer KV heads than threads: Gemma 3's one KV head is read twice,
+     * once per thread, not once per query head).
      * Either way each head's result is the same; only how K/V reads are
      * shared changes. */
-    if ((long)a->n_tok * a->n_head_kv * 4 >= nth) { /* nth = 4 chunks per thread */
+    if ((long)a->n_tok * a->n_head_kv >= nth) {
         sp_pool_split((long)a->n_tok * a->n_head_kv, 1, ith, nth, &lo, &hi);
         if (lo < hi)
             sp_attn_pf_unit(&pf, a, (int)(lo / a->n_head_kv), (int)(lo % a->n_head_kv));
@@ -555,10 +556,7 @@ static void sp_attn_run(void *arg, int ith, int nth)
         }
         return;
     }
-    const int parts = nth / 4 > 0 ? nth / 4 : 1;
-    if (ith >= parts)
-        return;
-    sp_pool_split((long)a->n_tok * H, 1, ith, parts, &lo, &hi);
+    sp_pool_split((long)a->n_tok * H, 1, ith, nth, &lo, &hi);
     if (lo < hi)
         sp_attn_pf_unit(&pf, a, (int)(lo / H), (int)(lo % H) / group);
     for (long i = lo; i < hi;) {
