@@ -380,21 +380,35 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
  * Needs D % 16 == 0 and D <= SP_ATTN_BLOCK_DMAX. */
 #define SP_ATTN_BLOCK_DMAX 256
 
-/* o[0..D) += p[x * 16] * vf[x][0..D) for x in [xa, xb], x ascending (one
- * query's share of 16 widened value rows). */
-static inline __attribute__((always_inline)) void sp_attn_block_pv(float *o, const float *p, const float *vf, int xa,
-                                                             int xb, const int D)
+/* o[i][c0..c0+16*CN) += p[x * 16 + i] * vf[x][...] for queries i < QN and
+ * x in [0, m) ascending: per output element the order of one query's
+ * sequential sum over its keys.  Keys outside a query's range (past its
+ * position, before its window) have probability exactly 0, and an FMA
+ * with p = 0 leaves the (never negative-zero) sum unchanged, so summing
+ * the whole tile for every query changes no bit and lets QN queries share
+ * each value load (QN x CN accumulators in registers). */
+static inline __attribute__((always_inline)) void sp_attn_block_pv(float *o, const float *p, const float *vf, int m,
+                                                             const int D, int c0, const int QN, const int CN)
 {
-    __m512 acc[SP_ATTN_BLOCK_DMAX / 16];
-    for (int c = 0; c < D / 16; c++)
-        acc[c] = _mm512_loadu_ps(o + c * 16);
-    for (int x = xa; x <= xb; x++) {
-        __m512 pv = _mm512_set1_ps(p[(size_t)x * 16]);
-        for (int c = 0; c < D / 16; c++)
-            acc[c] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vf + (size_t)x * D + c * 16), acc[c]);
+    __m512 acc[4][4];
+    for (int i = 0; i < QN; i++)
+        for (int c = 0; c < CN; c++)
+            acc[i][c] = _mm512_loadu_ps(o + (size_t)i * D + c0 + c * 16);
+    for (int x = 0; x < m; x++) {
+        __m512 v[4];
+        for (int c = 0; c < CN; c++) {
+            v[c] = _mm512_loadu_ps(vf + (size_t)x * D + c0 + c * 16);
+            __asm__("" : "+v"(v[c])); /* one load per vector, not one per FMA */
+        }
+        for (int i = 0; i < QN; i++) {
+            __m512 pv = _mm512_set1_ps(p[(size_t)x * 16 + i]);
+            for (int c = 0; c < CN; c++)
+                acc[i][c] = _mm512_fmadd_ps(pv, v[c], acc[i][c]);
+        }
     }
-    for (int c = 0; c < D / 16; c++)
-        _mm512_storeu_ps(o + c * 16, acc[c]);
+    for (int i = 0; i < QN; i++)
+        for (int c = 0; c < CN; c++)
+            _mm512_storeu_ps(o + (size_t)i * D + c0 + c * 16, acc[i][c]);
 }
 
 /* dst[x][0..D) = f32 of the f16 row src + x * stride, for x < m (D % 16 == 0) */
@@ -475,13 +489,21 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
         }
         for (int r = 0; r < 16; r++)
             part[r] = _mm512_setzero_ps();
-        for (int x = 0; x < n; x++) { /* part[r]: positions j = jlo + x with j % 16 == r (sp_attn_tree16) */
-            __m512i xv = _mm512_set1_epi32(x);
-            __mmask16 in = _mm512_cmp_epi32_mask(a0, xv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(xv, a1, _MM_CMPINT_LE);
-            __m512 e = _mm512_maskz_mov_ps(in, sp_exp16(_mm512_sub_ps(_mm512_loadu_ps(sct + (size_t)x * 16), mx)));
-            _mm512_storeu_ps(sct + (size_t)x * 16, e);
-            const int r = (jlo + x) & 15;
-            part[r] = _mm512_mask_add_ps(part[r], in, part[r], e);
+        /* part[r]: positions j = jlo + x with j % 16 == r (sp_attn_tree16),
+         * x ascending; r unrolled so the sixteen sums stay in registers */
+        for (int xb = -(jlo & 15); xb < n; xb += 16) {
+#pragma GCC unroll 16
+            for (int r = 0; r < 16; r++) {
+                const int x = xb + r;
+                if (x < 0 || x >= n)
+                    continue;
+                __m512i xv = _mm512_set1_epi32(x);
+                __mmask16 in =
+                    _mm512_cmp_epi32_mask(a0, xv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(xv, a1, _MM_CMPINT_LE);
+                __m512 e = _mm512_maskz_mov_ps(in, sp_exp16(_mm512_sub_ps(_mm512_loadu_ps(sct + (size_t)x * 16), mx)));
+                _mm512_storeu_ps(sct + (size_t)x * 16, e);
+                part[r] = _mm512_mask_add_ps(part[r], in, part[r], e);
+            }
         }
         for (int r = 0; r < 8; r++)
             part[r] = _mm512_add_ps(part[r], part[r + 8]);
@@ -503,19 +525,18 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
             int m = run - r < 16 ? (int)(run - r) : 16;
             sp_attn_widen(kf, v + (size_t)r * rs + (size_t)hk * hs, m, rs, D);
             const int jb = j + (int)r - jlo; /* first key of these rows, relative to jlo */
-            for (int i = 0; i < nq; i++) {
-                int xa = j0[i] - jlo - jb, xb = p0 + i - jlo - jb; /* rows this query uses */
-                xa = xa < 0 ? 0 : xa;
-                xb = xb >= m ? m - 1 : xb;
-                if (xa > xb)
-                    continue;
-                float *oi = o + (size_t)i * D;
-                const float *pi = sct + (size_t)jb * 16 + i;
-                switch (D) { /* the common head sizes unrolled: no per-vector loop test */
-                case 64: sp_attn_block_pv(oi, pi, kf, xa, xb, 64); break;
-                case 128: sp_attn_block_pv(oi, pi, kf, xa, xb, 128); break;
-                case 256: sp_attn_block_pv(oi, pi, kf, xa, xb, 256); break;
-                default: sp_attn_block_pv(oi, pi, kf, xa, xb, D); break;
+            const float *pb = sct + (size_t)jb * 16;
+            for (int i = 0; i < nq; i += 4) {
+                const int qn = nq - i < 4 ? nq - i : 4;
+                for (int c0 = 0; c0 < D; c0 += 64) {
+                    const int cn = (D - c0) / 16 < 4 ? (D - c0) / 16 : 4;
+                    float *oi = o + (size_t)i * D;
+                    if (qn == 4 && cn == 4) /* the common case unrolled */
+                        sp_attn_block_pv(oi, pb + i, kf, m, D, c0, 4, 4);
+                    else
+                        for (int q = 0; q < qn; q++)
+                            for (int c = 0; c < cn; c++)
+                                sp_attn_block_pv(oi + (size_t)q * D, pb + i + q, kf, m, D, c0 + 16 * c, 1, 1);
                 }
             }
         }
