@@ -386,7 +386,10 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
  * position, before its window) have probability exactly 0, and an FMA
  * with p = 0 leaves the (never negative-zero) sum unchanged, so summing
  * the whole tile for every query changes no bit and lets QN queries share
- * each value load (QN x CN accumulators in registers). */
+ * each value load (QN x CN accumulators in registers).  This needs finite
+ * values: an f16 overflow (|v| > 65504) stored as inf would make 0 * inf
+ * a NaN in queries that do not see that key (llama.cpp's masked matmul
+ * does the same). */
 static inline __attribute__((always_inline)) void sp_attn_block_pv(float *o, const float *p, const float *vf, int m,
                                                              const int D, int c0, const int QN, const int CN)
 {
