@@ -29,16 +29,22 @@ struct sp_pool_worker {
     pthread_t thread;
 };
 
+/* Chunk c's claim: the number of the last run that claimed it, alone on
+ * its cache line (its owner claims it every run; others only read it). */
+struct sp_pool_claim {
+    _Alignas(64) _Atomic unsigned gen;
+};
+
 struct sp_pool {
     int n;
     struct sp_pool_worker *workers; /* [n - 1] */
+    struct sp_pool_claim *claims;   /* [sp_pool_chunks_for(n)] */
     /* the current run: written by the caller before gen is bumped (release),
      * read by workers after they see the new gen (acquire) */
     _Atomic(sp_pool_fn) fn;
     void *_Atomic arg;
     _Atomic int n_chunks;
     _Atomic unsigned gen;     /* bumped per run */
-    _Atomic uint64_t ticket;  /* gen << 32 | next chunk to claim */
     _Atomic int done;         /* chunks finished in this run */
     _Atomic int sleepers;
     _Atomic bool stop;
@@ -46,21 +52,23 @@ struct sp_pool {
     pthread_cond_t wake;
 };
 
-/* Claims and runs chunks of run `g` until none is left or the run is over.
- * A claim succeeds only while the ticket still carries g, so a late worker
- * can never take part in a newer run with an older run's fn/arg: those were
- * read after g was published and before the claim, and the caller rewrites
- * them only once every chunk of g is done. */
-static void sp_pool_work(struct sp_pool *p, unsigned g, sp_pool_fn fn, void *arg, int n)
+/* Runs the chunks of run `g` that thread `self` can claim: its own chunk
+ * first, then any other not yet claimed (a late or descheduled thread's).
+ * Every chunk was claimed in every run before g, so a claim moves it from
+ * g - 1 to g; a late worker holding an older run's g (and fn/arg, read
+ * after it saw that g published) finds every chunk at g or later and
+ * claims nothing, and the caller rewrites fn/arg only once every chunk of
+ * g is done. */
+static void sp_pool_work(struct sp_pool *p, unsigned g, sp_pool_fn fn, void *arg, int n, int self)
 {
-    for (;;) {
-        uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
-        if ((unsigned)(t >> 32) != g || (int)(uint32_t)t >= n)
-            return;
-        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel,
-                                                   memory_order_relaxed))
+    for (int i = 0; i < n; i++) {
+        int c = (self + i) % n;
+        unsigned want = g - 1;
+        if (atomic_load_explicit(&p->claims[c].gen, memory_order_relaxed) != want ||
+            !atomic_compare_exchange_strong_explicit(&p->claims[c].gen, &want, g, memory_order_acq_rel,
+                                                     memory_order_relaxed))
             continue;
-        fn(arg, (int)(uint32_t)t, n);
+        fn(arg, c, n);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel);
     }
 }
@@ -97,7 +105,7 @@ static void *sp_pool_main(void *vp)
             return NULL;
         sp_pool_work(p, g, atomic_load_explicit(&p->fn, memory_order_relaxed),
                      atomic_load_explicit(&p->arg, memory_order_relaxed),
-                     atomic_load_explicit(&p->n_chunks, memory_order_relaxed));
+                     atomic_load_explicit(&p->n_chunks, memory_order_relaxed), w->ith);
     }
 }
 
@@ -118,8 +126,11 @@ sp_status sp_pool_init(struct sp_pool **out, int n_threads)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
-    if (!p->workers)
+    p->claims = aligned_alloc(64, sizeof *p->claims * (size_t)sp_pool_chunks_for(n_threads));
+    if (!p->workers || !p->claims)
         goto free_pool;
+    for (int c = 0; c < sp_pool_chunks_for(n_threads); c++)
+        atomic_init(&p->claims[c].gen, 0);
     for (int i = 1; i < n_threads; i++) {
         struct sp_pool_worker *w = &p->workers[i - 1];
         w->pool = p;
@@ -133,6 +144,8 @@ sp_status sp_pool_init(struct sp_pool **out, int n_threads)
     *out = p;
     return SP_OK;
 free_pool:
+    free(p->workers);
+    free(p->claims);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     free(p);
@@ -152,6 +165,7 @@ void sp_pool_free(struct sp_pool *p)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     free(p->workers);
+    free(p->claims);
     free(p);
 }
 
@@ -169,14 +183,13 @@ void sp_pool_run(struct sp_pool *p, sp_pool_fn fn, void *arg)
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->n_chunks, n, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->ticket, (uint64_t)g << 32, memory_order_release);
     atomic_store(&p->gen, g); /* seq_cst: pairs with the sleepers count */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
     }
-    sp_pool_work(p, g, fn, arg, n);
+    sp_pool_work(p, g, fn, arg, n, 0);
     for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n; spins++) {
         if (spins < SP_POOL_SPIN)
             SP_PAUSE();

@@ -2,13 +2,16 @@
  *
  * sp_pool_run(pool, fn, arg) splits the work into nth = sp_pool_chunks_for(size)
  * chunks, one per thread, and calls fn(arg, ith, nth) exactly once for every
- * chunk ith in [0, nth), on whichever thread claims it first (the caller
- * takes part), and returns when all chunks are done.  Chunks are claimed with
- * an atomic ticket.  Four chunks per thread (so a descheduled worker would
- * delay a run by one small chunk, not its whole share) measured slower on
- * this shared 2-core machine: every claim and completion moves a cache line
- * between the cores, a forward pass makes ~150 runs per token, and one
- * chunk per thread gave decode +7.5 %, 16-sequence decode +6 %, pp512 +2 %
+ * chunk ith in [0, nth), and returns when all chunks are done.  Chunk ith
+ * belongs to thread ith (the caller is thread 0), so runs that split their
+ * work the same way find their data in the same core's caches; a thread
+ * that has finished its own chunk takes any chunk still unclaimed (a late
+ * or descheduled thread's).  Four chunks per thread (so a descheduled
+ * worker would delay a run by one small chunk, not its whole share)
+ * measured slower on this shared 2-core machine: every claim and
+ * completion moves a cache line between the cores, a forward pass makes
+ * ~150 runs per token, and one chunk per thread gave decode +7.5 %,
+ * 16-sequence decode +6 %, pp512 +2 %
  * (docs/performance.md).  fn must derive its work from (ith, nth) only;
  * per-chunk scratch is indexed by ith (never used by two threads at once).
  * Between runs the workers spin briefly on an atomic generation counter (a

@@ -74,7 +74,15 @@ static void sp_attn_softmax(float *sc, int n, float mx, int j0)
         S[(j0 + i) & 15] += sc[i];
 #endif
     float inv = 1.0f / sp_attn_tree16(S);
-    for (i = 0; i < n; i++)
+    i = 0;
+#if defined(__AVX512F__) && !defined(SP_ATTN_SCALAR)
+    for (; i + 16 <= n; i += 16) {
+        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(sc + i), _mm512_set1_ps(inv));
+        p = _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); /* as the cast */
+        _mm512_storeu_ps(sc + i, p);
+    }
+#endif
+    for (; i < n; i++)
         sc[i] = (float)(_Float16)(sc[i] * inv);
 }
 
@@ -111,153 +119,108 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, int n, int D,
     }
 }
 
-/* KV lines asked for ahead of use, paced: two per step of the dot and
- * value loops.  A decode step reads each sequence's cache block by
- * scattered block, so without asking ahead it waits on memory latency;
- * asked for a block at a time, in bursts, the lines still missed when
- * read (the values, asked for during the key pass, stalled the value pass
- * as if never asked for), and paced they arrive.  Requests go to L2, which
- * holds a unit's keys and values.  Measured: B = 16 decode attention fell
- * from 28-31 % of the step to 16 %; SmolLM2 at 2,048 positions 90 -> 145
- * tokens/s. */
-#define SP_ATTN_PF_RANGES 8
-struct sp_attn_pf {
-    const char *p[SP_ATTN_PF_RANGES];
-    uint32_t lines[SP_ATTN_PF_RANGES];
-    unsigned head, n;
-};
-
-/* Asks for the next queued line, if any. */
-static inline __attribute__((always_inline)) void sp_attn_pf_step(struct sp_attn_pf *pf)
-{
-    if (!pf->n)
-        return;
-    unsigned i = pf->head % SP_ATTN_PF_RANGES;
-    __builtin_prefetch(pf->p[i], 0, 2);
-    pf->p[i] += 64;
-    if (--pf->lines[i] == 0)
-        pf->head++, pf->n--;
-}
-
-/* Queues (up to 16) rows of K or V of head hk from position j of seq, when
- * j <= end; a full queue asks for its oldest range at once. */
-static void sp_attn_pf_run(struct sp_attn_pf *pf, const struct sp_attn_args *a, const struct sp_kv_seq *seq, int j,
-                           int end, bool values, int hk)
-{
-    if (j > end)
-        return;
-    const uint16_t *k, *v;
-    uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(end + 1 - j), &k, &v);
-    run = run < 16 ? run : 16; /* longer runs (rings) are contiguous: the hardware prefetcher follows them */
-    while (pf->n == SP_ATTN_PF_RANGES)
-        sp_attn_pf_step(pf);
-    unsigned i = (pf->head + pf->n++) % SP_ATTN_PF_RANGES;
-    const uint16_t *base = (values ? v : k) + (size_t)hk * sp_kv_head_stride(a->kv, a->layer);
-    if (!values) { /* the key tile holding position j */
-        base -= j % SP_KV_TILE;
-        run = SP_KV_TILE;
-    }
-    pf->p[i] = (const char *)base;
-    pf->lines[i] = (run * (uint32_t)a->head_dim * 2 + 63) / 64; /* a head's rows (tiles) are contiguous */
-}
-
-/* Queues the first two runs of keys of token t's KV head hk (a unit's
- * start, asked for while the unit before it sums its values). */
-static void sp_attn_pf_unit(struct sp_attn_pf *pf, const struct sp_attn_args *a, int t, int hk)
-{
-    const int pos = a->pos[t];
-    const int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-    const int bt = (int)a->kv->block_tokens;
-    sp_attn_pf_run(pf, a, a->seqs[t], j0, pos, false, hk);
-    sp_attn_pf_run(pf, a, a->seqs[t], j0 - j0 % bt + bt, pos, false, hk);
-}
-
 #if defined(__AVX512F__) && !defined(SP_ATTN_SCALAR)
-/* m heads' dots with the keys of lanes `in` of one tile (tile: its first
- * value row): per d one load gives value d of all 16 keys. */
+/* m heads' scaled dots with the keys of lanes `in` of one tile (tile: its
+ * first value row): per d one load gives value d of all 16 keys.  Lane i
+ * goes to out[h * out_stride + i] (lanes in `in` only) and into the
+ * running maximum vmx[h] (x > max ? x : max, as the scalar form).  (Two
+ * tiles per call, for twice the independent FMA chains, measured slower:
+ * the loop is bound by the FP pipes, conversions included, not by FMA
+ * latency.) */
 static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *qh, int D, const uint16_t *tile,
-                                                                    __mmask16 in, float *out, size_t out_stride,
-                                                                    const int m, struct sp_attn_pf *pf)
+                                                                    __mmask16 in, __m512 scale, float *out,
+                                                                    size_t out_stride, __m512 *vmx, const int m)
 {
     __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int d = 0; d < D; d += 2) {
         __m512 k0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, tile + (size_t)d * SP_KV_TILE));
         __m512 k1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, tile + (size_t)(d + 1) * SP_KV_TILE));
-        sp_attn_pf_step(pf); /* D/2 steps per call: a block's K and V lines at two a step */
-        sp_attn_pf_step(pf);
         for (int h = 0; h < m; h++) {
             s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d]), k0, s[h]);
             s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[(size_t)h * D + d + 1]), k1, s[h]);
         }
     }
-    for (int h = 0; h < m; h++)
-        _mm512_storeu_ps(out + (size_t)h * out_stride, s[h]);
+    for (int h = 0; h < m; h++) {
+        __m512 x = _mm512_mul_ps(s[h], scale);
+        _mm512_mask_storeu_ps(out + (size_t)h * out_stride, in, x);
+        vmx[h] = _mm512_mask_max_ps(vmx[h], in, x, vmx[h]);
+    }
 }
 
 /* The same dots as sp_attn_dots for the keys of lanes `in` of a tile at
  * once, one key per lane: each lane runs the identical sequential FMA chain
- * over d, so the results are bit-equal; the nh heads' q rows are D apart,
- * out[h * out_stride + lane] (lanes outside `in` give 0).  D % 2 == 0. */
-static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *tile, __mmask16 in, float *out,
-                                  size_t out_stride, struct sp_attn_pf *pf)
+ * over d, so the results are bit-equal; the nh heads' q rows are D apart.
+ * D % 2 == 0. */
+static inline void sp_attn_dots16(const float *q, int nh, int D, const uint16_t *tile, __mmask16 in, __m512 scale,
+                                  float *out, size_t out_stride, __m512 *vmx)
 {
     for (int h0 = 0; h0 < nh; h0 += 4) { /* up to 4 heads share each load; accumulators in registers */
         const float *qh = q + (size_t)h0 * D;
         float *o = out + (size_t)h0 * out_stride;
         switch (nh - h0 < 4 ? nh - h0 : 4) {
-        case 1: sp_attn_dots16_m(qh, D, tile, in, o, out_stride, 1, pf); break;
-        case 2: sp_attn_dots16_m(qh, D, tile, in, o, out_stride, 2, pf); break;
-        case 3: sp_attn_dots16_m(qh, D, tile, in, o, out_stride, 3, pf); break;
-        default: sp_attn_dots16_m(qh, D, tile, in, o, out_stride, 4, pf); break;
+        case 1: sp_attn_dots16_m(qh, D, tile, in, scale, o, out_stride, vmx + h0, 1); break;
+        case 2: sp_attn_dots16_m(qh, D, tile, in, scale, o, out_stride, vmx + h0, 2); break;
+        case 3: sp_attn_dots16_m(qh, D, tile, in, scale, o, out_stride, vmx + h0, 3); break;
+        default: sp_attn_dots16_m(qh, D, tile, in, scale, o, out_stride, vmx + h0, 4); break;
         }
     }
 }
 
 /* out[h][0..D) += p[h * pstride + r] * v row r, for rows r < run ascending
  * (row stride rs), m heads: per element the order of sp_attn_axpy called
- * row by row, with the accumulators in registers for the whole run.
- * D % 32 == 0. */
+ * row by row, with the accumulators in registers for the whole run, CV
+ * vectors of each head at a time (so each p is broadcast D / (16 CV)
+ * times).  D % (16 CV) == 0. */
 static inline __attribute__((always_inline)) void sp_attn_group_pv_m(float *out, const float *p, size_t pstride,
                                                                 const uint16_t *v, uint32_t rs, int run, int D,
-                                                                const int m, struct sp_attn_pf *pf)
+                                                                const int m, const int CV)
 {
-    for (int c = 0; c < D; c += 32) {
-        __m512 a0[4], a1[4];
-        for (int h = 0; h < m; h++) {
-            a0[h] = _mm512_loadu_ps(out + (size_t)h * D + c);
-            a1[h] = _mm512_loadu_ps(out + (size_t)h * D + c + 16);
-        }
+    for (int c = 0; c < D; c += 16 * CV) {
+        __m512 acc[4][4];
+        for (int h = 0; h < m; h++)
+            for (int i = 0; i < CV; i++)
+                acc[h][i] = _mm512_loadu_ps(out + (size_t)h * D + c + 16 * i);
         for (int r = 0; r < run; r++) {
             const uint16_t *vr = v + (size_t)r * rs + c;
-            __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vr));
-            __m512 v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16)));
-            sp_attn_pf_step(pf);
-            sp_attn_pf_step(pf);
+            __m512 vv[4];
+            for (int i = 0; i < CV; i++)
+                vv[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * i)));
             for (int h = 0; h < m; h++) {
                 __m512 ph = _mm512_set1_ps(p[(size_t)h * pstride + r]);
-                a0[h] = _mm512_fmadd_ps(ph, v0, a0[h]);
-                a1[h] = _mm512_fmadd_ps(ph, v1, a1[h]);
+                for (int i = 0; i < CV; i++)
+                    acc[h][i] = _mm512_fmadd_ps(ph, vv[i], acc[h][i]);
             }
         }
-        for (int h = 0; h < m; h++) {
-            _mm512_storeu_ps(out + (size_t)h * D + c, a0[h]);
-            _mm512_storeu_ps(out + (size_t)h * D + c + 16, a1[h]);
-        }
+        for (int h = 0; h < m; h++)
+            for (int i = 0; i < CV; i++)
+                _mm512_storeu_ps(out + (size_t)h * D + c + 16 * i, acc[h][i]);
     }
 }
 
+/* D % 32 == 0 */
 static inline void sp_attn_group_pv(float *out, const float *p, size_t pstride, int nh, const uint16_t *v, uint32_t rs,
-                                    int run, int D, struct sp_attn_pf *pf)
+                                    int run, int D)
 {
     for (int h0 = 0; h0 < nh; h0 += 4) {
         float *o = out + (size_t)h0 * D;
         const float *ph = p + (size_t)h0 * pstride;
-        switch (nh - h0 < 4 ? nh - h0 : 4) {
-        case 1: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 1, pf); break;
-        case 2: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 2, pf); break;
-        case 3: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 3, pf); break;
-        default: sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, 4, pf); break;
-        }
+        const int m = nh - h0 < 4 ? nh - h0 : 4;
+#define SP_ATTN_PV(M, CV) sp_attn_group_pv_m(o, ph, pstride, v, rs, run, D, M, CV)
+        if (D % 64 == 0)
+            switch (m) {
+            case 1: SP_ATTN_PV(1, 4); break;
+            case 2: SP_ATTN_PV(2, 4); break;
+            case 3: SP_ATTN_PV(3, 4); break;
+            default: SP_ATTN_PV(4, 4); break;
+            }
+        else
+            switch (m) {
+            case 1: SP_ATTN_PV(1, 2); break;
+            case 2: SP_ATTN_PV(2, 2); break;
+            case 3: SP_ATTN_PV(3, 2); break;
+            default: SP_ATTN_PV(4, 2); break;
+            }
+#undef SP_ATTN_PV
     }
 }
 #define SP_ATTN_WIDE 16
@@ -287,11 +250,12 @@ static inline void sp_attn_axpy(float *out, const float *p, int nh, const uint16
 }
 
 /* Heads h0 .. h0+nh-1 of token t, all sharing KV head hk.  scores holds
- * nh * (window length) floats, qf nh * D.  The unit's first two key runs
- * are in pf already; while the values are summed, the first two of the
- * next unit (token nt, KV head nhk; nt < 0: none) are queued. */
-static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf,
-                          struct sp_attn_pf *pf, int nt, int nhk)
+ * nh * (window length) floats, qf nh * D.  No software prefetch: a
+ * sequence's blocks are consecutive (src/kv), so each head's keys and
+ * values are two streams the hardware prefetcher follows; the paced
+ * prefetches that paid for scattered blocks cost 15-20 % here
+ * (bench/attention.c, docs/performance.md). */
+static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf)
 {
     const int D = a->head_dim, hk = h0 / (a->n_head / a->n_head_kv);
     const struct sp_kv_seq *seq = a->seqs[t];
@@ -307,53 +271,63 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
             qf[(size_t)h * D + d] = (float)(_Float16)q[d];
         mx[h] = -INFINITY;
     }
-    for (int j = j0; j <= pos;) {
-        const uint16_t *k, *v;
-        uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
-        /* keys two runs ahead (one run's dots take less than a memory
-         * latency) and this run's values, read after the softmax */
-        sp_attn_pf_run(pf, a, seq, j + (int)run + (int)a->kv->block_tokens, pos, false, hk);
-        sp_attn_pf_run(pf, a, seq, j, pos, true, hk);
-        /* the run in groups within key tiles: group g's keys are lanes
-         * [off, off + m) of the tile at kt */
-        for (uint32_t r = 0; r < run;) {
-            const int off = (int)((j + (int)r) % SP_KV_TILE);
-            const int left = SP_KV_TILE - off; /* keys left in this tile */
-            const int span = SP_ATTN_WIDE == 16 && D % 2 == 0 ? left : left < 4 ? left : 4;
-            const int m = (int)(run - r) < span ? (int)(run - r) : span;
-            const uint16_t *kt = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)(j + (int)r)) + (size_t)hk * hs - off;
-            float s16[SP_ATTN_GMAX * 16];
-            int lane0 = 0;
 #if SP_ATTN_WIDE == 16
-            if (D % 2 == 0) {
-                sp_attn_dots16(qf, nh, D, kt, (__mmask16)(((1u << m) - 1) << off), s16, 16, pf);
-                lane0 = off;
-            } else
+    const __m512 scale = _mm512_set1_ps(a->scale);
+    __m512 vmx[SP_ATTN_GMAX];
+    for (int h = 0; h < nh; h++)
+        vmx[h] = _mm512_set1_ps(-INFINITY);
 #endif
-                for (int h = 0; h < nh; h++)
-                    sp_attn_dots(qf + (size_t)h * D, kt + off, m, D, s16 + (size_t)h * 16);
-            for (int h = 0; h < nh; h++) {
-                for (int i = 0; i < m; i++) {
-                    float sc = s16[(size_t)h * 16 + lane0 + i] * a->scale;
-                    scores[(size_t)h * n + (j - j0) + r + i] = sc;
-                    mx[h] = sc > mx[h] ? sc : mx[h];
-                }
-            }
-            r += (uint32_t)m;
+#if SP_ATTN_WIDE == 16
+    if (D % 2 == 0) { /* the keys a tile (16 positions) at a time */
+        for (int j = j0; j <= pos;) {
+            const int off = j % SP_KV_TILE, m = SP_KV_TILE - off < pos + 1 - j ? SP_KV_TILE - off : pos + 1 - j;
+            const uint16_t *tile = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)j) + (size_t)hk * hs - off;
+            /* lane i: position j - off + i */
+            sp_attn_dots16(qf, nh, D, tile, (__mmask16)(((1u << m) - 1) << off), scale, scores + (j - j0) - off,
+                           (size_t)n, vmx);
+            j += m;
         }
-        j += (int)run;
+    } else
+#endif
+        for (int j = j0; j <= pos;) {
+            const uint16_t *k, *v;
+            uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
+            /* the run in groups of up to 4 keys within key tiles: keys
+             * [off, off + m) of the tile at kt */
+            for (uint32_t r = 0; r < run;) {
+                const int off = (int)((j + (int)r) % SP_KV_TILE);
+                const int left = SP_KV_TILE - off < 4 ? SP_KV_TILE - off : 4;
+                const int m = (int)(run - r) < left ? (int)(run - r) : left;
+                const uint16_t *kt = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)(j + (int)r)) + (size_t)hk * hs;
+                float s4[SP_ATTN_GMAX * 4];
+                for (int h = 0; h < nh; h++)
+                    sp_attn_dots(qf + (size_t)h * D, kt, m, D, s4 + (size_t)h * 4);
+                for (int h = 0; h < nh; h++) {
+                    for (int i = 0; i < m; i++) {
+                        float x = s4[(size_t)h * 4 + i] * a->scale;
+                        scores[(size_t)h * n + (j - j0) + r + i] = x;
+                        mx[h] = x > mx[h] ? x : mx[h];
+                    }
+                }
+                r += (uint32_t)m;
+            }
+            j += (int)run;
+        }
+#if SP_ATTN_WIDE == 16
+    for (int h = 0; h < nh; h++) {
+        float x = _mm512_reduce_max_ps(vmx[h]); /* max is exact in any order */
+        mx[h] = x > mx[h] ? x : mx[h];
     }
+#endif
     for (int h = 0; h < nh; h++)
         sp_attn_softmax(scores + (size_t)h * n, n, mx[h], j0);
     memset(qf, 0, (size_t)nh * D * sizeof *qf); /* reused as the output accumulator */
     for (int j = j0; j <= pos;) {
         const uint16_t *k, *v;
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
-        if (j == j0 && nt >= 0)
-            sp_attn_pf_unit(pf, a, nt, nhk);
 #if SP_ATTN_WIDE == 16
         if (D % 32 == 0) {
-            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * hs, rs, (int)run, D, pf);
+            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * hs, rs, (int)run, D);
             j += (int)run;
             continue;
         }
@@ -557,7 +531,6 @@ static void sp_attn_run(void *arg, int ith, int nth)
     float *scores = a->scratch + (size_t)ith * a->scratch_per_thread;
     float *qf = scores + (size_t)SP_ATTN_GMAX * a->max_pos;
     long lo, hi;
-    struct sp_attn_pf pf = {0};
     /* Units are whole groups when there are enough to give every chunk
      * (one per thread) one (batched decode, SmolLM2's 3 KV heads), else
      * each chunk takes one run of heads (one-token decode of a model with
@@ -567,30 +540,21 @@ static void sp_attn_run(void *arg, int ith, int nth)
      * shared changes. */
     if ((long)a->n_tok * a->n_head_kv >= nth) {
         sp_pool_split((long)a->n_tok * a->n_head_kv, 1, ith, nth, &lo, &hi);
-        if (lo < hi)
-            sp_attn_pf_unit(&pf, a, (int)(lo / a->n_head_kv), (int)(lo % a->n_head_kv));
         for (long u = lo; u < hi; u++) {
             int t = (int)(u / a->n_head_kv), hk = (int)(u % a->n_head_kv), h0 = hk * group;
-            int nt = u + 1 < hi ? (int)((u + 1) / a->n_head_kv) : -1, nhk = (int)((u + 1) % a->n_head_kv);
-            for (int h = h0; h < h0 + group; h += SP_ATTN_GMAX) {
-                bool last = h + SP_ATTN_GMAX >= h0 + group; /* else the next call is this unit's again */
-                sp_attn_group(a, t, h, last ? h0 + group - h : SP_ATTN_GMAX, scores, qf, &pf, last ? nt : t,
-                              last ? nhk : hk);
-            }
+            for (int h = h0; h < h0 + group; h += SP_ATTN_GMAX)
+                sp_attn_group(a, t, h, h0 + group - h < SP_ATTN_GMAX ? h0 + group - h : SP_ATTN_GMAX, scores, qf);
         }
         return;
     }
     sp_pool_split((long)a->n_tok * H, 1, ith, nth, &lo, &hi);
-    if (lo < hi)
-        sp_attn_pf_unit(&pf, a, (int)(lo / H), (int)(lo % H) / group);
     for (long i = lo; i < hi;) {
         int t = (int)(i / H), h = (int)(i % H);
         int end = (h / group + 1) * group; /* first head of the next group */
         long stop = (long)t * H + end < hi ? (long)t * H + end : hi;
         int nh = (int)(stop - i) < SP_ATTN_GMAX ? (int)(stop - i) : SP_ATTN_GMAX;
-        long ni = i + nh;
-        sp_attn_group(a, t, h, nh, scores, qf, &pf, ni < hi ? (int)(ni / H) : -1, (int)(ni % H) / group);
-        i = ni;
+        sp_attn_group(a, t, h, nh, scores, qf);
+        i += nh;
     }
 }
 
@@ -626,7 +590,6 @@ static void sp_attn_plan_run(void *arg, int ith, int nth)
     const struct sp_attn_args *a = pl->a;
     float *scratch = a->scratch + (size_t)ith * a->scratch_per_thread;
     const int group = a->n_head / a->n_head_kv;
-    struct sp_attn_pf pf = {0};
     /* strided: a prompt's later blocks cost more, so no chunk takes all of them */
     for (int u = ith; u < pl->n; u += nth) {
         int t = pl->units[2 * u], c = pl->units[2 * u + 1];
@@ -636,10 +599,8 @@ static void sp_attn_plan_run(void *arg, int ith, int nth)
         }
         int h0 = -1 - c;
         for (int h = h0; h < h0 + group; h += SP_ATTN_GMAX) {
-            if (!pf.n) /* not queued by the unit before */
-                sp_attn_pf_unit(&pf, a, t, h0 / group);
             sp_attn_group(a, t, h, h0 + group - h < SP_ATTN_GMAX ? h0 + group - h : SP_ATTN_GMAX, scratch,
-                          scratch + (size_t)SP_ATTN_GMAX * a->max_pos, &pf, -1, 0);
+                          scratch + (size_t)SP_ATTN_GMAX * a->max_pos);
         }
     }
 }
