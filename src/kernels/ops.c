@@ -4,20 +4,40 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/exp.h"
 #include "kernels/kernels.h"
 
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 {
-    double ss = 0.0; /* double, as llama.cpp, so long rows keep precision */
-    for (int64_t i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
+    /* The sum of squares in double, as llama.cpp, so long rows keep
+     * precision; in eight partial sums (element i into part[i % 8],
+     * ascending) added as a fixed tree: the same order for every row and
+     * batch, without one add chain through all n elements (4 cycles an
+     * element: 3 % of a 512-token prefill).  x * x is exact in double, so
+     * fused or not rounds the same. */
+    double part[8] = {0};
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    __m512d acc = _mm512_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+        __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+        acc = _mm512_fmadd_pd(v, v, acc);
+    }
+    _mm512_storeu_pd(part, acc);
+#endif
+    for (; i < n; i++)
+        part[i % 8] += (double)x[i] * x[i];
+    double ss = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
     float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
     if (w)
-        for (int64_t i = 0; i < n; i++)
+        for (i = 0; i < n; i++)
             y[i] = x[i] * scale * w[i];
     else
-        for (int64_t i = 0; i < n; i++)
+        for (i = 0; i < n; i++)
             y[i] = x[i] * scale;
 }
 
