@@ -1,9 +1,13 @@
-/* Micro-benchmark: one-token decode attention over a long context, the
- * part of a decode step that grows with the context.
+/* Micro-benchmark: attention alone, the part of a decode step that grows
+ * with the context, or of a prompt's prefill that grows with its square.
  *
  *   gcc -O2 -march=native -Iinclude -Isrc bench/attention.c build/libspindle.a -lm -pthread
- *   ./a.out [context] [threads] [kv heads] [heads] [head dim] [layers]
+ *   ./a.out [context] [threads] [kv heads] [heads] [head dim] [layers] [queries] [interleave]
  *
+ * queries > 1: a prompt chunk, the last `queries` positions of the context
+ * in one batch (a 512-token prefill: context 512, queries 512).
+ * interleave > 1: the sequence's blocks are every interleave-th one, as
+ * when that many sequences grew side by side (batched decode).
  * Defaults are SmolLM2-135M's shape (3 KV heads, 9 heads, 64 values, 30
  * layers) at 2,048 positions on 2 threads: 47 MB of f16 K/V, more than the
  * caches hold, so each token streams it from memory like the real decode
@@ -30,15 +34,19 @@ int main(int argc, char **argv)
     const int P = argc > 1 ? atoi(argv[1]) : 2048, nth = argc > 2 ? atoi(argv[2]) : 2;
     const int HKV = argc > 3 ? atoi(argv[3]) : 3, H = argc > 4 ? atoi(argv[4]) : 9;
     const int D = argc > 5 ? atoi(argv[5]) : 64, L = argc > 6 ? atoi(argv[6]) : 30;
+    const int NQ = argc > 7 ? atoi(argv[7]) : 1, IL = argc > 8 ? atoi(argv[8]) : 1;
     struct sp_pool *pool;
     struct sp_kv kv;
-    struct sp_kv_seq seq = {0};
-    if (P < 1 || HKV < 1 || H % HKV || D % 16 || L < 1 || sp_pool_init(&pool, nth) != SP_OK ||
-        sp_kv_init(&kv, (uint32_t)L, (uint32_t)(HKV * D), (uint32_t)D, 16, (uint32_t)(P / 16 + 1), NULL, 0, 0) != SP_OK ||
-        sp_kv_seq_reserve(&kv, &seq, (uint32_t)P) != SP_OK) {
-        fprintf(stderr, "usage: %s [context] [threads] [kv heads] [heads] [head dim] [layers]\n", argv[0]);
+    struct sp_kv_seq seq = {0}, other[64] = {{0}};
+    if (P < 1 || NQ < 1 || NQ > P || IL < 1 || IL > 65 || HKV < 1 || H % HKV || D % 16 || L < 1 || sp_pool_init(&pool, nth) != SP_OK ||
+        sp_kv_init(&kv, (uint32_t)L, (uint32_t)(HKV * D), (uint32_t)D, 16, (uint32_t)((P / 16 + 1) * IL), NULL, 0, 0) != SP_OK) {
+        fprintf(stderr, "usage: %s [context] [threads] [kv heads] [heads] [head dim] [layers] [queries] [interleave]\n", argv[0]);
         return 2;
     }
+    for (uint32_t n = 16; n < (uint32_t)P + 16; n += 16) /* a block each, in turn */
+        for (int s = 0; s < IL; s++)
+            if (sp_kv_seq_reserve(&kv, s ? &other[s - 1] : &seq, n < (uint32_t)P ? n : (uint32_t)P) != SP_OK)
+                return 1;
     seq.n_pos = (uint32_t)P;
     size_t kv_vals = (size_t)L * kv.layer_stride;
     for (size_t i = 0; i < kv_vals; i++) { /* small f16 values: 0x2000 + noise */
@@ -46,18 +54,20 @@ int main(int argc, char **argv)
         kv.v[i] = (uint16_t)(0x2000 + (i * 40503u >> 6 & 0x3ff));
     }
     size_t per = sp_attention_scratch_floats(P, D);
-    float *q = malloc(sizeof(float) * H * D), *out = malloc(sizeof(float) * H * D);
+    float *q = malloc(sizeof(float) * NQ * H * D), *out = malloc(sizeof(float) * NQ * H * D);
     float *scratch = malloc(sizeof(float) * per * (size_t)sp_pool_chunks_for(nth));
-    if (!q || !out || !scratch)
+    const struct sp_kv_seq **seqs = malloc(sizeof *seqs * NQ);
+    int32_t *pos = malloc(sizeof *pos * NQ), *plan = malloc(sizeof *plan * sp_attention_plan_ints(NQ, H));
+    if (!q || !out || !scratch || !seqs || !pos || !plan)
         return 1;
-    for (int i = 0; i < H * D; i++)
+    for (int i = 0; i < NQ * H * D; i++)
         q[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
-    const struct sp_kv_seq *seqs[1] = {&seq};
-    int32_t pos[1] = {P - 1};
-    struct sp_attn_args a = {.kv = &kv, .n_tok = 1, .q = q, .q_stride = (size_t)H * D, .seqs = seqs, .pos = pos,
+    for (int t = 0; t < NQ; t++)
+        seqs[t] = &seq, pos[t] = P - NQ + t;
+    struct sp_attn_args a = {.kv = &kv, .n_tok = NQ, .q = q, .q_stride = (size_t)H * D, .seqs = seqs, .pos = pos,
                              .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f, .out = out,
                              .out_stride = (size_t)H * D, .scratch = scratch, .scratch_per_thread = per,
-                             .max_pos = P};
+                             .max_pos = P, .plan = plan};
     double best = 1e9;
     for (int rep = 0; rep < 20; rep++) {
         double t0 = now(), t1;
@@ -73,10 +83,12 @@ int main(int argc, char **argv)
         best = (t1 - t0) / it < best ? (t1 - t0) / it : best;
     }
     const double bytes = (double)P * L * HKV * D * 2 * 2;
-    printf("context %d, %d threads, %d/%d heads, D %d, %d layers: %.1f us per token, %.1f GB/s of K/V\n", P, nth, HKV,
-           H, D, L, best * 1e6, bytes / best / 1e9);
-    free(q), free(out), free(scratch);
+    printf("context %d, %d queries, %d threads, %d/%d heads, D %d, %d layers: %.1f us per batch, %.1f GB/s of K/V\n",
+           P, NQ, nth, HKV, H, D, L, best * 1e6, bytes / best / 1e9);
+    free(q), free(out), free(scratch), free(seqs), free(pos), free(plan);
     sp_kv_seq_release(&kv, &seq);
+    for (int s = 1; s < IL; s++)
+        sp_kv_seq_release(&kv, &other[s - 1]);
     sp_kv_free(&kv);
     sp_pool_free(pool);
     return 0;

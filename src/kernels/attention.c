@@ -251,9 +251,10 @@ static inline void sp_attn_axpy(float *out, const float *p, int nh, const uint16
 
 /* Heads h0 .. h0+nh-1 of token t, all sharing KV head hk.  scores holds
  * nh * (window length) floats, qf nh * D.  No software prefetch: a
- * sequence's blocks are consecutive (src/kv), so each head's keys and
- * values are two streams the hardware prefetcher follows; the paced
- * prefetches that paid for scattered blocks cost 15-20 % here
+ * sequence's blocks are consecutive in runs of up to an extent (src/kv), so
+ * each head's keys and values are two streams the hardware prefetcher
+ * follows; paced prefetches for every line cost 15-20 % here, and asking
+ * for a block two ahead at each jump between runs gained nothing
  * (bench/attention.c, docs/performance.md). */
 static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf)
 {

@@ -2,7 +2,7 @@
  * layout; copy-on-write copies a shared block of every layer and head; a
  * sequence gets consecutive blocks, ascending, also after others were
  * released (what lets a long context stream through the hardware
- * prefetcher). */
+ * prefetcher), and sequences growing side by side keep runs of an extent. */
 #include <string.h>
 
 #include "check.h"
@@ -95,6 +95,35 @@ int main(void)
     write_seq(&kv, &c, 3, 0, 5 * BT);
     CHECK(seq_matches(&kv, &c, 3, 0, 5 * BT) == 0, "c reads back");
     sp_kv_seq_release(&kv, &c);
+    sp_kv_free(&kv);
+
+    /* two sequences growing side by side, a block each in turn (batched
+     * decode), do not interleave: each keeps a run of 64 consecutive blocks
+     * (an extent), and only then moves on, to a run of its own again; a
+     * cache too small for whole extents still hands out every block */
+    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, 256, NULL, 0, 0) == SP_OK, "init 256 blocks");
+    for (uint32_t n = BT; n <= 96 * BT; n += BT) {
+        CHECK(sp_kv_seq_reserve(&kv, &a, n) == SP_OK, "reserve a to %u", n);
+        CHECK(sp_kv_seq_reserve(&kv, &b, n) == SP_OK, "reserve b to %u", n);
+    }
+    int runs_a = 1, runs_b = 1;
+    for (uint32_t i = 1; i < a.n_blocks; i++) {
+        runs_a += a.blocks[i] != a.blocks[i - 1] + 1;
+        runs_b += b.blocks[i] != b.blocks[i - 1] + 1;
+    }
+    CHECK(runs_a == 2 && runs_b == 2 && a.blocks[63] == a.blocks[0] + 63 && b.blocks[63] == b.blocks[0] + 63,
+          "side by side: runs of 64 blocks (a in %d runs, b in %d)", runs_a, runs_b);
+    sp_kv_seq_release(&kv, &a);
+    sp_kv_seq_release(&kv, &b);
+    sp_kv_free(&kv);
+    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, 40, NULL, 0, 0) == SP_OK, "init 40 blocks");
+    for (uint32_t n = BT; n <= 20 * BT; n += BT) {
+        CHECK(sp_kv_seq_reserve(&kv, &a, n) == SP_OK, "small cache: reserve a to %u", n);
+        CHECK(sp_kv_seq_reserve(&kv, &b, n) == SP_OK, "small cache: reserve b to %u", n);
+    }
+    CHECK(sp_kv_available(&kv) == 0, "small cache: every block used");
+    sp_kv_seq_release(&kv, &a);
+    sp_kv_seq_release(&kv, &b);
     sp_kv_free(&kv);
     return sp_check_report("test_kv");
 }
