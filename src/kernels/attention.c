@@ -277,13 +277,12 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
     __m512 vmx[SP_ATTN_GMAX];
     for (int h = 0; h < nh; h++)
         vmx[h] = _mm512_set1_ps(-INFINITY);
-#endif
-#if SP_ATTN_WIDE == 16
     if (D % 2 == 0) { /* the keys a tile (16 positions) at a time */
         for (int j = j0; j <= pos;) {
             const int off = j % SP_KV_TILE, m = SP_KV_TILE - off < pos + 1 - j ? SP_KV_TILE - off : pos + 1 - j;
             const uint16_t *tile = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)j) + (size_t)hk * hs - off;
-            /* lane i: position j - off + i */
+            /* lane i: position j - off + i; the masked store writes lanes
+             * in [off, off + m) only */
             sp_attn_dots16(qf, nh, D, tile, (__mmask16)(((1u << m) - 1) << off), scale, scores + (j - j0) - off,
                            (size_t)n, vmx);
             j += m;
