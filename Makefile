@@ -75,10 +75,18 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libspindle.a tests/unit/check.h
 
 tests: $(TEST_BIN)
 
+# Micro-benchmarks (bench/*.c: attention alone, one packed matmul tile),
+# built with the tests so they keep compiling; run by hand (docs/performance.md).
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench_%)
+$(BUILD)/bench_%: bench/%.c $(BUILD)/libspindle.a
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
+
 run: all
 	@scripts/demo
 
-test: all $(TEST_BIN)
+test: all $(TEST_BIN) $(BENCH_BIN)
 	@scripts/run-tests $(BUILD)
 
 test-unit: all $(TEST_BIN)

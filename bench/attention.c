@@ -1,8 +1,8 @@
 /* Micro-benchmark: attention alone, the part of a decode step that grows
  * with the context, or of a prompt's prefill that grows with its square.
  *
- *   gcc -O2 -march=native -Iinclude -Isrc bench/attention.c build/libspindle.a -lm -pthread
- *   ./a.out [context] [threads] [kv heads] [heads] [head dim] [layers] [queries] [interleave]
+ *   make build/bench_attention   (built by `make test` too)
+ *   build/bench_attention [context] [threads] [kv heads] [heads] [head dim] [layers] [queries] [interleave]
  *
  * queries > 1: a prompt chunk, the last `queries` positions of the context
  * in one batch (a 512-token prefill: context 512, queries 512).
@@ -11,8 +11,9 @@
  * Defaults are SmolLM2-135M's shape (3 KV heads, 9 heads, 64 values, 30
  * layers) at 2,048 positions on 2 threads: 47 MB of f16 K/V, more than the
  * caches hold, so each token streams it from memory like the real decode
- * step.  Prints the best of 20 windows of 0.2 s as microseconds per token
- * (all layers) and the K/V bytes read per second. */
+ * step.  Prints the best of 20 windows of 0.2 s as microseconds per batch
+ * (all layers; one token unless `queries`) and the K/V bytes read per
+ * second. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

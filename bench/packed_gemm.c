@@ -1,9 +1,9 @@
 /* Micro-benchmark: cycles per 16 rows x 32 elements and column of a packed (P16)
  * matmul tile, the number that bounds prefill and batched decode.
  *
- *   gcc -O2 -march=native -Iinclude -Isrc bench/packed_gemm.c build/libspindle.a -lm -pthread
- *   ./a.out [type] [columns] [rows]     (type 65 Q4_1_P16, 66 Q8_0_P16, 67 Q5_0_P16,
- *                                        68 Q4_K_P16, 69 Q6_K_P16)
+ *   make build/bench_packed_gemm   (built by `make test` too)
+ *   build/bench_packed_gemm [type] [columns] [rows]
+ *   (type 65 Q4_1_P16, 66 Q8_0_P16, 67 Q5_0_P16, 68 Q4_K_P16, 69 Q6_K_P16)
  *
  * 256 rows x 1536 (392 KB of Q4_1) stay in L2; 65536 rows stream from
  * memory.  One thread; prints the fastest of 30 windows of 30 ms, because

@@ -2,8 +2,8 @@
  * weight bytes streamed.  Two working sets: "cache" (fits in L2) and "mem"
  * (64 MiB of weights, well past L3) which is what decode sees.
  *
- *   gcc -O2 -march=native -Iinclude -Isrc bench/quant_dot.c build/libspindle.a -lm -pthread
- *   ./a.out [type-name ...]
+ *   make build/bench_quant_dot   (built by `make test` too)
+ *   build/bench_quant_dot [type-name ...]
  */
 #include <stdio.h>
 #include <stdlib.h>
