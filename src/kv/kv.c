@@ -154,24 +154,20 @@ static bool sp_kv_is_free(const struct sp_kv *kv, uint32_t b)
     return b < kv->n_blocks && (kv->free_bits[b / 64] >> (b % 64) & 1);
 }
 
-/* Blocks per extent (a divisor of 64): a sequence that cannot continue
- * where its last block is starts over at the lowest wholly free extent, so
- * sequences growing side by side (batched decode, one block each in turn)
- * keep runs of up to 64 blocks (1,024 positions) instead of interleaving
- * block by block.  One-token attention over 2,048 positions of a sequence
- * interleaved with 15 others (bench/attention.c 2048 2 3 9 64 30 1 16):
- * 6.1 ms block by block, 2.6 with extents of 16 blocks, 2.1 with 32, 1.8
- * with 64, 1.6 unshared: the hardware prefetcher restarts at every jump. */
-#define SP_KV_EXTENT 64
-
-/* The first block of the lowest wholly free extent, or SP_KV_NONE. */
+/* Extents: a sequence that cannot continue where its last block is starts
+ * over at the lowest wholly free extent of 64 blocks (one word of the free
+ * bitmap, 1,024 positions), so sequences growing side by side (batched
+ * decode, one block each in turn) keep runs of up to 64 blocks instead of
+ * interleaving block by block.  One-token attention over 2,048 positions
+ * of a sequence interleaved with 15 others (bench/attention.c 2048 2 3 9 64
+ * 30 1 16): 6.1 ms block by block, 2.6 with extents of 16 blocks, 2.1 with
+ * 32, 1.8 with 64, 1.6 unshared: the hardware prefetcher restarts at every
+ * jump. */
 static uint32_t sp_kv_free_extent(const struct sp_kv *kv)
 {
-    const uint64_t field = SP_KV_EXTENT == 64 ? ~0ull : (1ull << (SP_KV_EXTENT % 64)) - 1; /* its bits */
-    for (uint32_t w = 0; w < (kv->n_blocks + 63) / 64; w++)
-        for (uint32_t e = 0; e < 64 && kv->free_bits[w] >> e; e += SP_KV_EXTENT)
-            if ((kv->free_bits[w] >> e & field) == field && w * 64 + e + SP_KV_EXTENT <= kv->n_blocks)
-                return w * 64 + e;
+    for (uint32_t w = 0; w < kv->n_blocks / 64; w++) /* whole words only */
+        if (kv->free_bits[w] == ~0ull)
+            return w * 64;
     return SP_KV_NONE;
 }
 
