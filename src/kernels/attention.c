@@ -349,14 +349,17 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
  * positions, one query per lane.  Per (query, key) the arithmetic is
  * sp_attn_group's: the q·k chain over d ascending, the same scaling,
  * softmax (sp_exp, sums over positions ascending) and V sum, so a
- * token's output is the same whichever path serves it.  Keys and values
- * are widened to f32 16 rows at a time, once for all the block's queries.
+ * token's output is the same whichever path serves it.  q·k takes a key
+ * tile (16 positions, one per lane) at a time with the 16 queries' chains
+ * side by side, so each f16 key vector is widened once for the block and
+ * the queries are broadcast; softmax runs per query as on the token path;
+ * the V sum shares each widened value vector among 4 queries.
  * Needs D % 16 == 0 and D <= SP_ATTN_BLOCK_DMAX. */
 #define SP_ATTN_BLOCK_DMAX 256
 
-/* o[i][c0..c0+16*CN) += p[x * 16 + i] * vf[x][...] for queries i < QN and
- * x in [0, m) ascending: per output element the order of one query's
- * sequential sum over its keys.  Keys outside a query's range (past its
+/* o[i][c0..c0+16*CN) += p[i * ps + x] * v[x][c0..] for queries i < QN and
+ * x in [0, m) ascending, v[x] the f16 row vh + x * rs: per output element
+ * the order of one query's sequential sum over its keys.  Keys outside a query's range (past its
  * position, before its window) have probability exactly 0, and an FMA
  * with p = 0 leaves the (never negative-zero) sum unchanged, so summing
  * the whole tile for every query changes no bit and lets QN queries share
@@ -364,8 +367,9 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
  * values: an f16 overflow (|v| > 65504) stored as inf would make 0 * inf
  * a NaN in queries that do not see that key (llama.cpp's masked matmul
  * does the same). */
-static inline __attribute__((always_inline)) void sp_attn_block_pv(float *o, const float *p, const float *vf, int m,
-                                                             const int D, int c0, const int QN, const int CN)
+static inline __attribute__((always_inline)) void sp_attn_block_pv(float *o, const float *p, size_t ps,
+                                                                   const uint16_t *vh, uint32_t rs, int m, const int D,
+                                                                   int c0, const int QN, const int CN)
 {
     __m512 acc[4][4];
     for (int i = 0; i < QN; i++)
@@ -373,12 +377,10 @@ static inline __attribute__((always_inline)) void sp_attn_block_pv(float *o, con
             acc[i][c] = _mm512_loadu_ps(o + (size_t)i * D + c0 + c * 16);
     for (int x = 0; x < m; x++) {
         __m512 v[4];
-        for (int c = 0; c < CN; c++) {
-            v[c] = _mm512_loadu_ps(vf + (size_t)x * D + c0 + c * 16);
-            __asm__("" : "+v"(v[c])); /* one load per vector, not one per FMA */
-        }
+        for (int c = 0; c < CN; c++)
+            v[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vh + (size_t)x * rs + c0 + c * 16)));
         for (int i = 0; i < QN; i++) {
-            __m512 pv = _mm512_set1_ps(p[(size_t)x * 16 + i]);
+            __m512 pv = _mm512_set1_ps(p[(size_t)i * ps + x]);
             for (int c = 0; c < CN; c++)
                 acc[i][c] = _mm512_fmadd_ps(pv, v[c], acc[i][c]);
         }
@@ -388,14 +390,26 @@ static inline __attribute__((always_inline)) void sp_attn_block_pv(float *o, con
             _mm512_storeu_ps(o + (size_t)i * D + c0 + c * 16, acc[i][c]);
 }
 
-/* dst[x][0..D) = f32 of the f16 row src + x * stride, for x < m (D % 16 == 0) */
-static inline void sp_attn_widen(float *dst, const uint16_t *src, int m, uint32_t stride, int D)
+/* Lanes lo..hi of a 16-lane mask (clipped to 0..15; empty when hi < lo). */
+static inline __mmask16 sp_attn_lanes(int lo, int hi)
 {
-    for (int x = 0; x < m; x++)
-        for (int d = 0; d < D; d += 16)
-            _mm512_storeu_ps(dst + (size_t)x * D + d,
-                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + (size_t)x * stride + d))));
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 15 ? 15 : hi;
+    return hi < lo ? 0 : (__mmask16)((0xFFFFu >> (15 - hi + lo)) << lo);
 }
+
+/* Asks for the queries of block unit (t0, nq, h): they were written by
+ * the matmul before, for all tokens, and have left the caches; a unit's
+ * 16 rows of one head are 64 lines that cost more than its q·k of a
+ * short context when loaded on demand (bench/attention.c). */
+static void sp_attn_block_prefetch(const struct sp_attn_args *a, int t0, int nq, int h)
+{
+    for (int i = 0; i < nq; i++)
+        for (int d = 0; d < a->head_dim; d += 16)
+            _mm_prefetch((const char *)(a->q + (size_t)(t0 + i) * a->q_stride + (size_t)h * a->head_dim + d),
+                         _MM_HINT_T0);
+}
+
 static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, float *scratch)
 {
     const int D = a->head_dim, hk = h / (a->n_head / a->n_head_kv);
@@ -404,116 +418,84 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
     const size_t hs = sp_kv_head_stride(a->kv, a->layer); /* head stride */
     const int p0 = a->pos[t0], plast = p0 + nq - 1;
     int j0[16];
-    for (int i = 0; i < 16; i++) {
-        int p = p0 + (i < nq ? i : nq - 1);
+    for (int i = 0; i < nq; i++) {
+        int p = p0 + i;
         j0[i] = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
     }
-    const int jlo = j0[0];
-    float *sct = scratch;                              /* [key - jlo][16] scores, then probabilities */
-    float *qt = sct + (size_t)16 * a->max_pos;         /* [D][16] queries, f16-rounded */
-    float *kf = qt + (size_t)16 * D;                   /* [D][16] keys or [16][D] values widened */
-    float *o = kf + (size_t)16 * D;                    /* [16][D] outputs */
-    for (int d = 0; d < D; d++)
-        for (int i = 0; i < 16; i++)
-            qt[(size_t)d * 16 + i] =
-                i < nq ? (float)(_Float16)a->q[(size_t)(t0 + i) * a->q_stride + (size_t)h * D + d] : 0.0f;
-    const __m512 scale = _mm512_set1_ps(a->scale);
-    for (int j = jlo; j <= plast;) {
-        const uint16_t *k, *v;
-        uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
-        for (uint32_t r = 0; r < run;) { /* groups within key tiles */
-            const int off = (int)((j + (int)r) % SP_KV_TILE);
-            const int m = (int)(run - r) < SP_KV_TILE - off ? (int)(run - r) : SP_KV_TILE - off;
-            const uint16_t *kt = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)(j + (int)r)) + (size_t)hk * hs - off;
-            const __mmask16 in = (__mmask16)(((1u << m) - 1) << off);
-            for (int d = 0; d < D; d++) /* kf[d][lane]: the tile widened, lanes outside `in` zero */
-                _mm512_storeu_ps(kf + (size_t)d * 16,
-                                 _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, kt + (size_t)d * SP_KV_TILE)));
-            for (int x = 0; x < m; x += 4) { /* four independent chains hide the FMA latency */
-                int mm = m - x < 4 ? m - x : 4;
-                /* key x is lane off + x; lanes past the tile read zeros or the next row, unused */
-                const float *k0 = kf + off + x;
-                __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-                for (int d = 0; d < D; d++) {
-                    __m512 qd = _mm512_loadu_ps(qt + (size_t)d * 16);
-                    s0 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d * 16]), s0);
-                    s1 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d * 16 + 1]), s1);
-                    s2 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d * 16 + 2]), s2);
-                    s3 = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[d * 16 + 3]), s3);
-                }
-                __m512 sv[4] = {s0, s1, s2, s3};
-                for (int y = 0; y < mm; y++)
-                    _mm512_storeu_ps(sct + (size_t)(j - jlo + (int)r + x + y) * 16, _mm512_mul_ps(sv[y], scale));
-            }
-            r += (uint32_t)m;
-        }
-        j += (int)run;
+    const int jlo = j0[0], jb = jlo & ~(SP_KV_TILE - 1);
+    const size_t L = (size_t)((plast + 1 - jb + 15) & ~15); /* score row length, from position jb */
+    float *sct = scratch;                              /* [16][L] scores, then probabilities */
+    float *qt = sct + 16 * L;                          /* [D/16][16][16] queries, f16-rounded (zero past nq) */
+    float *o = qt + (size_t)16 * D;                    /* [16][D] outputs */
+    for (int i = 0; i < 16; i++) { /* qt: for each 16 values c.. of d, [query][16] */
+        const float *q = a->q + (size_t)(t0 + i) * a->q_stride + (size_t)h * D;
+        for (int c = 0; c < D; c += 16)
+            _mm512_storeu_ps(qt + (size_t)c * 16 + i * 16,
+                             i < nq ? _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(q + c),
+                                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+                                    : _mm512_setzero_ps());
     }
-    /* softmax of each query (lane) over its own keys, in lane-parallel form */
-    {
-        __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_set1_epi32(-1); /* lanes >= nq: no keys */
-        for (int i = 0; i < nq; i++) {
-            a0 = _mm512_mask_set1_epi32(a0, (__mmask16)(1u << i), j0[i] - jlo);
-            a1 = _mm512_mask_set1_epi32(a1, (__mmask16)(1u << i), p0 + i - jlo);
-        }
-        const int n = plast - jlo + 1;
-        __m512 mx = _mm512_set1_ps(-INFINITY), part[16];
-        for (int x = 0; x < n; x++) {
-            __m512i xv = _mm512_set1_epi32(x);
-            __mmask16 in = _mm512_cmp_epi32_mask(a0, xv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(xv, a1, _MM_CMPINT_LE);
-            __m512 sv = _mm512_loadu_ps(sct + (size_t)x * 16);
-            mx = _mm512_mask_mov_ps(mx, _mm512_mask_cmp_ps_mask(in, sv, mx, _CMP_GT_OQ), sv);
-        }
-        for (int r = 0; r < 16; r++)
-            part[r] = _mm512_setzero_ps();
-        /* part[r]: positions j = jlo + x with j % 16 == r (sp_attn_tree16),
-         * x ascending; r unrolled so the sixteen sums stay in registers */
-        for (int xb = -(jlo & 15); xb < n; xb += 16) {
+    /* q·k a key tile at a time, one key per lane, the 16 queries' chains
+     * side by side (each the sequential FMA chain over d of sp_attn_dots) */
+    const __m512 scale = _mm512_set1_ps(a->scale);
+    __m512 vmx[16];
+    for (int i = 0; i < 16; i++)
+        vmx[i] = _mm512_set1_ps(-INFINITY);
+    for (int jt = jb; jt <= plast; jt += SP_KV_TILE) {
+        const int js = jt > jlo ? jt : jlo; /* first position of the tile read */
+        const uint16_t *tile = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)js) + (size_t)hk * hs - (js - jt);
+        const __mmask16 in = sp_attn_lanes(js - jt, plast - jt);
+        __m512 s[16];
+        for (int i = 0; i < 16; i++)
+            s[i] = _mm512_setzero_ps();
+        for (int c = 0; c < D; c += 16) {
+            const float *qc = qt + (size_t)c * 16;
+            const uint16_t *kc = tile + (size_t)c * SP_KV_TILE;
 #pragma GCC unroll 16
-            for (int r = 0; r < 16; r++) {
-                const int x = xb + r;
-                if (x < 0 || x >= n)
-                    continue;
-                __m512i xv = _mm512_set1_epi32(x);
-                __mmask16 in =
-                    _mm512_cmp_epi32_mask(a0, xv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(xv, a1, _MM_CMPINT_LE);
-                __m512 e = _mm512_maskz_mov_ps(in, sp_exp16(_mm512_sub_ps(_mm512_loadu_ps(sct + (size_t)x * 16), mx)));
-                _mm512_storeu_ps(sct + (size_t)x * 16, e);
-                part[r] = _mm512_mask_add_ps(part[r], in, part[r], e);
+            for (int e = 0; e < 16; e++) {
+                __m512 k = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, kc + e * SP_KV_TILE));
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++)
+                    s[i] = _mm512_fmadd_ps(_mm512_set1_ps(qc[i * 16 + e]), k, s[i]);
             }
         }
-        for (int r = 0; r < 8; r++)
-            part[r] = _mm512_add_ps(part[r], part[r + 8]);
-        for (int r = 0; r < 4; r++)
-            part[r] = _mm512_add_ps(part[r], part[r + 4]);
-        __m512 sum = _mm512_add_ps(_mm512_add_ps(part[0], part[2]), _mm512_add_ps(part[1], part[3]));
-        __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sum);
-        for (int x = 0; x < n; x++) {
-            __m512 pr = _mm512_mul_ps(_mm512_loadu_ps(sct + (size_t)x * 16), inv);
-            pr = _mm512_cvtph_ps(_mm512_cvtps_ph(pr, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            _mm512_storeu_ps(sct + (size_t)x * 16, pr);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            __m512 x = _mm512_mul_ps(s[i], scale);
+            _mm512_storeu_ps(sct + (size_t)i * L + (jt - jb), x);
+            vmx[i] = _mm512_mask_max_ps(vmx[i], i < nq ? sp_attn_lanes(j0[i] - jt, p0 + i - jt) : 0, x, vmx[i]);
         }
+    }
+    /* each query's softmax over its own keys, as sp_attn_group's; its
+     * other keys within [jlo, plast] get probability 0 */
+    for (int i = 0; i < nq; i++) {
+        float *row = sct + (size_t)i * L;
+        const int n = p0 + i - j0[i] + 1;
+        sp_attn_softmax(row + (j0[i] - jb), n, _mm512_reduce_max_ps(vmx[i]), j0[i]);
+        memset(row + (jlo - jb), 0, (size_t)(j0[i] - jlo) * sizeof *row);
+        memset(row + (p0 + i + 1 - jb), 0, (size_t)(plast - p0 - i) * sizeof *row);
     }
     memset(o, 0, (size_t)16 * D * sizeof *o);
     for (int j = jlo; j <= plast;) {
         const uint16_t *k, *v;
         uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
-        for (uint32_t r = 0; r < run; r += 16) {
-            int m = run - r < 16 ? (int)(run - r) : 16;
-            sp_attn_widen(kf, v + (size_t)r * rs + (size_t)hk * hs, m, rs, D);
-            const int jb = j + (int)r - jlo; /* first key of these rows, relative to jlo */
-            const float *pb = sct + (size_t)jb * 16;
+        for (uint32_t r = 0; r < run; r += 16) { /* 16 rows at a time: they stay in L1 for all queries */
+            const int m = run - r < 16 ? (int)(run - r) : 16;
+            const uint16_t *vr = v + (size_t)r * rs + (size_t)hk * hs;
+            const float *pb = sct + (j + (int)r - jb); /* probabilities of these rows' keys */
             for (int i = 0; i < nq; i += 4) {
                 const int qn = nq - i < 4 ? nq - i : 4;
+                const float *pi = pb + (size_t)i * L;
+                float *oi = o + (size_t)i * D;
                 for (int c0 = 0; c0 < D; c0 += 64) {
                     const int cn = (D - c0) / 16 < 4 ? (D - c0) / 16 : 4;
-                    float *oi = o + (size_t)i * D;
                     if (qn == 4 && cn == 4) /* the common case unrolled */
-                        sp_attn_block_pv(oi, pb + i, kf, m, D, c0, 4, 4);
+                        sp_attn_block_pv(oi, pi, L, vr, rs, m, D, c0, 4, 4);
                     else
                         for (int q = 0; q < qn; q++)
                             for (int c = 0; c < cn; c++)
-                                sp_attn_block_pv(oi + (size_t)q * D, pb + i + q, kf, m, D, c0 + 16 * c, 1, 1);
+                                sp_attn_block_pv(oi + (size_t)q * D, pi + (size_t)q * L, L, vr, rs, m, D,
+                                                 c0 + 16 * c, 1, 1);
                 }
             }
         }
@@ -560,8 +542,9 @@ static void sp_attn_run(void *arg, int ith, int nth)
 
 size_t sp_attention_scratch_floats(int n_ctx, int head_dim)
 {
-    /* scores [16][n_ctx]; queries, widened keys/values and outputs [16][D] each */
-    return (size_t)SP_ATTN_GMAX * ((size_t)n_ctx + 3 * (size_t)head_dim) + 64;
+    /* one token: scores [16][n_ctx] and queries [16][D]; a prompt block:
+     * scores [16][n_ctx + 15 rounded up to 16], queries and outputs [16][D] */
+    return (size_t)SP_ATTN_GMAX * ((size_t)n_ctx + 16 + 2 * (size_t)head_dim) + 64;
 }
 
 size_t sp_attention_plan_ints(int n_batch, int n_head)
@@ -593,6 +576,8 @@ static void sp_attn_plan_run(void *arg, int ith, int nth)
     /* strided: a prompt's later blocks cost more, so no chunk takes all of them */
     for (int u = ith; u < pl->n; u += nth) {
         int t = pl->units[2 * u], c = pl->units[2 * u + 1];
+        if (u + nth < pl->n && pl->units[2 * (u + nth) + 1] > 0) /* the next block's queries, during this unit */
+            sp_attn_block_prefetch(a, pl->units[2 * (u + nth)], pl->units[2 * (u + nth) + 1], pl->heads[u + nth]);
         if (c > 0) {
             sp_attn_block(a, t, c, pl->heads[u], scratch);
             continue;

@@ -231,17 +231,19 @@ static void test_attention(struct sp_pool *pool, const int HKV)
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
         CHECK(worst < 2e-3, "attention (%d KV heads, window %d) max error %g", HKV, window, worst);
     }
-    /* a prompt run (positions 16..39 in one batch: blocks of 16 and 8 queries)
-     * gives each token bit for bit what it gets alone */
-    enum { NT = 24 };
-    float *qb = malloc(sizeof(float) * NT * H * D), *ob = malloc(sizeof(float) * NT * H * D), o1[4 * 64];
-    const struct sp_kv_seq *seqb[NT];
-    int32_t posb[NT], *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NT, H));
-    for (int i = 0; i < NT * H * D; i++)
+    /* a prompt run gives each token bit for bit what it gets alone:
+     * positions 16..39 in one batch (blocks of 16 and 8 queries), and
+     * 3..39 (blocks of 16, 16 and 5, none starting on a key tile) */
+    enum { NTMAX = 37 };
+    float *qb = malloc(sizeof(float) * NTMAX * H * D), *ob = malloc(sizeof(float) * NTMAX * H * D), o1[4 * 64];
+    const struct sp_kv_seq *seqb[NTMAX];
+    int32_t posb[NTMAX], *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NTMAX, H));
+    for (int i = 0; i < NTMAX * H * D; i++)
         qb[i] = 2 * frand(&s);
-    for (int t = 0; t < NT; t++)
-        seqb[t] = &seq, posb[t] = 16 + t;
-    for (int window = 0; window <= 8; window += 8) {
+    for (int run = 0; run < 4; run++) {
+        const int NT = run < 2 ? 24 : 37, window = run % 2 ? 8 : 0;
+        for (int t = 0; t < NT; t++)
+            seqb[t] = &seq, posb[t] = P - NT + t;
         struct sp_attn_args a = {.kv = &kv, .layer = 0, .n_tok = NT, .q = qb, .q_stride = H * D, .seqs = seqb,
                                  .pos = posb, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
                                  .window = window, .out = ob, .out_stride = H * D, .scratch = scratch,
