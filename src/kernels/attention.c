@@ -466,14 +466,28 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
             vmx[i] = _mm512_mask_max_ps(vmx[i], i < nq ? sp_attn_lanes(j0[i] - jt, p0 + i - jt) : 0, x, vmx[i]);
         }
     }
-    /* each query's softmax over its own keys, as sp_attn_group's; its
-     * other keys within [jlo, plast] get probability 0 */
+    /* each query's softmax over its own keys with sp_attn_softmax's
+     * arithmetic and order (rows start on a key tile, so lane r of each
+     * vector is the sum S[j % 16 = r]); its other keys within the tiles
+     * covering [jlo, plast] get probability 0 */
     for (int i = 0; i < nq; i++) {
         float *row = sct + (size_t)i * L;
-        const int n = p0 + i - j0[i] + 1;
-        sp_attn_softmax(row + (j0[i] - jb), n, _mm512_reduce_max_ps(vmx[i]), j0[i]);
-        memset(row + (jlo - jb), 0, (size_t)(j0[i] - jlo) * sizeof *row);
-        memset(row + (p0 + i + 1 - jb), 0, (size_t)(plast - p0 - i) * sizeof *row);
+        const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmx[i]));
+        __m512 acc = _mm512_setzero_ps();
+        for (int jt = jb; jt <= plast; jt += 16) {
+            const __mmask16 in = sp_attn_lanes(j0[i] - jt, p0 + i - jt);
+            __m512 e = _mm512_maskz_mov_ps(in, sp_exp16(_mm512_sub_ps(_mm512_loadu_ps(row + (jt - jb)), mx)));
+            _mm512_storeu_ps(row + (jt - jb), e);
+            acc = _mm512_add_ps(acc, e); /* +0 for lanes outside: exact */
+        }
+        float S[16];
+        _mm512_storeu_ps(S, acc);
+        const __m512 inv = _mm512_set1_ps(1.0f / sp_attn_tree16(S));
+        for (int jt = jb; jt <= plast; jt += 16) {
+            __m512 pr = _mm512_mul_ps(_mm512_loadu_ps(row + (jt - jb)), inv);
+            _mm512_storeu_ps(row + (jt - jb),
+                             _mm512_cvtph_ps(_mm512_cvtps_ph(pr, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+        }
     }
     memset(o, 0, (size_t)16 * D * sizeof *o);
     for (int j = jlo; j <= plast;) {
