@@ -94,6 +94,26 @@ static void test_glu(void)
         /* llama.cpp's f16 table: input and output rounded to f16 (2^-11 relative) */
         CHECK(fabs(y[i] - ref) < 2e-3 * (1 + fabs(ref)), "geglu %g: %g vs %g", g[i], y[i], ref);
     }
+    /* in a row (16 at a time) as alone: every f16 input (the last table
+     * entry among them), the clamps at +-10 and values between f16s */
+    enum { NG = 65536 + 8 };
+    float *gg = malloc(sizeof(float) * NG * 3), *ug = gg + NG, *yg = ug + NG;
+    for (int i = 0; i < 65536; i++) {
+        gg[i] = sp_f16_to_f32((uint16_t)i);
+        ug[i] = 0.5f + (float)(i % 7);
+    }
+    const float edge[8] = {-10.0f, 10.0f, -10.001f, 10.001f, -9.999f, 9.999f, 0.1234567f, -3.3333333f};
+    for (int i = 0; i < 8; i++)
+        gg[65536 + i] = edge[i], ug[65536 + i] = 1.5f;
+    sp_geglu(gg, ug, yg, NG);
+    int ge = 0;
+    for (int i = 0; i < NG; i++) {
+        float one;
+        sp_geglu(gg + i, ug + i, &one, 1);
+        ge += !memcmp(&one, &yg[i], sizeof one) || (one != one && yg[i] != yg[i]);
+    }
+    CHECK(ge == NG, "geglu: %d of %d values equal alone and in a row", ge, NG);
+    free(gg);
 }
 
 /* quantized weights [rows][n] of `type` from random floats */
