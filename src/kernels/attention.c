@@ -532,9 +532,9 @@ static void sp_attn_run(void *arg, int ith, int nth)
      * else each chunk takes one run of heads, a group split between two
      * chunks being read by both: one-token decode of Gemma 3 (one KV head,
      * read twice, not once per query head) or of SmolLM2 (3 groups on 2
-     * threads: 5 and 4 heads, not 6 and 3; bench/attention.c, one token
-     * at 512 / 1,024 / 2,048 positions: 328 -> 297, 811 -> 729, 1,645 ->
-     * 1,697 us, the last within the noise).
+     * threads: 5 and 4 heads, not 6 and 3; bench/attention.c, one token,
+     * fastest runs at 256 / 512 / 1,024 / 2,048 positions: 173 -> 159,
+     * 328 -> 295, 747 -> 668, 1,628 -> 1,576 us).
      * Either way each head's result is the same; only how K/V reads are
      * shared changes. */
     if ((long)a->n_tok * a->n_head_kv % nth == 0) {
