@@ -38,7 +38,7 @@ struct sp_pool_claim {
 struct sp_pool {
     int n;
     struct sp_pool_worker *workers; /* [n - 1] */
-    struct sp_pool_claim *claims;   /* [sp_pool_chunks_for(n)] */
+    struct sp_pool_claim *claims;   /* [SP_POOL_MAX_SPLIT * n] */
     /* the current run: written by the caller before gen is bumped (release),
      * read by workers after they see the new gen (acquire) */
     _Atomic(sp_pool_fn) fn;
@@ -52,17 +52,20 @@ struct sp_pool {
     pthread_cond_t wake;
 };
 
-/* Runs the chunks of run `g` that thread `self` can claim: its own chunk
- * first, then any other not yet claimed (a late or descheduled thread's).
- * Every chunk was claimed in every run before g, so a claim moves it from
- * g - 1 to g; a late worker holding an older run's g (and fn/arg, read
- * after it saw that g published) finds every chunk at g or later and
- * claims nothing, and the caller rewrites fn/arg only once every chunk of
- * g is done. */
+/* Runs the chunks of run `g` that thread `self` can claim: its own ones
+ * first (n / threads consecutive chunks from self * n / threads: chunk
+ * self when there is one per thread), then any other not yet claimed (a
+ * late, descheduled or slowed thread's).  Every chunk was claimed in
+ * every run before g (the caller marks those past a run's count claimed
+ * before it publishes the run), so a claim moves it from g - 1 to g; a
+ * late worker holding an older run's g (and fn/arg, read after it saw
+ * that g published) finds every chunk at g or later and claims nothing,
+ * and the caller rewrites fn/arg only once every chunk of g is done. */
 static void sp_pool_work(struct sp_pool *p, unsigned g, sp_pool_fn fn, void *arg, int n, int self)
 {
+    const int first = (int)((long)self * n / p->n);
     for (int i = 0; i < n; i++) {
-        int c = (self + i) % n;
+        int c = (first + i) % n;
         unsigned want = g - 1;
         if (atomic_load_explicit(&p->claims[c].gen, memory_order_relaxed) != want ||
             !atomic_compare_exchange_strong_explicit(&p->claims[c].gen, &want, g, memory_order_acq_rel,
@@ -126,10 +129,10 @@ sp_status sp_pool_init(struct sp_pool **out, int n_threads)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
-    p->claims = aligned_alloc(64, sizeof *p->claims * (size_t)sp_pool_chunks_for(n_threads));
+    p->claims = aligned_alloc(64, sizeof *p->claims * (size_t)SP_POOL_MAX_SPLIT * (size_t)n_threads);
     if (!p->workers || !p->claims)
         goto free_pool;
-    for (int c = 0; c < sp_pool_chunks_for(n_threads); c++)
+    for (int c = 0; c < SP_POOL_MAX_SPLIT * n_threads; c++)
         atomic_init(&p->claims[c].gen, 0);
     for (int i = 1; i < n_threads; i++) {
         struct sp_pool_worker *w = &p->workers[i - 1];
@@ -173,12 +176,21 @@ int sp_pool_size(const struct sp_pool *p) { return p->n; }
 
 void sp_pool_run(struct sp_pool *p, sp_pool_fn fn, void *arg)
 {
+    sp_pool_run_split(p, fn, arg, 1);
+}
+
+void sp_pool_run_split(struct sp_pool *p, sp_pool_fn fn, void *arg, int split)
+{
+    split = split < 1 ? 1 : split > SP_POOL_MAX_SPLIT ? SP_POOL_MAX_SPLIT : split;
+    const int n = p->n * split;
     if (p->n == 1) {
-        fn(arg, 0, 1);
+        for (int c = 0; c < n; c++)
+            fn(arg, c, n);
         return;
     }
-    int n = sp_pool_chunks_for(p->n);
     unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    for (int c = n; c < SP_POOL_MAX_SPLIT * p->n; c++) /* not in this run: as if claimed */
+        atomic_store_explicit(&p->claims[c].gen, g, memory_order_relaxed);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->n_chunks, n, memory_order_relaxed);

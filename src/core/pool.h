@@ -12,7 +12,7 @@
  * completion moves a cache line between the cores, a forward pass makes
  * ~150 runs per token, and one chunk per thread gave decode +7.5 %,
  * 16-sequence decode +6 %, pp512 +2 %
- * (docs/performance.md).  fn must derive its work from (ith, nth) only;
+ * (docs/performance.md); long runs ask for more (sp_pool_run_split).  fn must derive its work from (ith, nth) only;
  * per-chunk scratch is indexed by ith (never used by two threads at once).
  * Between runs the workers spin briefly on an atomic generation counter (a
  * forward pass issues hundreds of runs back to back) and then sleep on a
@@ -36,6 +36,14 @@ int sp_pool_size(const struct sp_pool *p);
 /* Chunks per run for a pool of n_threads (1 for a single thread). */
 static inline int sp_pool_chunks_for(int n_threads) { return n_threads > 1 ? n_threads : 1; }
 void sp_pool_run(struct sp_pool *p, sp_pool_fn fn, void *arg);
+/* The same with `split` chunks per thread (clamped to 1..SP_POOL_MAX_SPLIT;
+ * nth = threads x split, 1 thread included), thread t's own ones being
+ * chunks [t x split, (t + 1) x split), taken in order: for long runs whose
+ * work divides finely at little cost, so that a thread the machine slows
+ * down hands its later chunks to the others instead of making them wait
+ * (a prompt's matmuls: src/kernels/matmul.c). */
+#define SP_POOL_MAX_SPLIT 8
+void sp_pool_run_split(struct sp_pool *p, sp_pool_fn fn, void *arg, int split);
 
 /* Splits [0, n) into nth near-equal chunks aligned to `align`; chunk ith. */
 static inline void sp_pool_split(long n, long align, int ith, int nth, long *lo, long *hi)

@@ -6,6 +6,9 @@
 
 /* Rows per thread chunk: a multiple of the tile height. */
 #define SP_MM_ROW_ALIGN 16
+/* Columns (tokens) per chunk of a long batch: the kernels' column chunk
+ * (P16_COL_CHUNK), a multiple of their tile width. */
+#define SP_MM_COLS 64
 #define SP_MM_MAX SP_MATMUL_MAX
 
 size_t sp_act_row_bytes(const struct sp_tensor *w)
@@ -55,50 +58,65 @@ struct sp_mm_job {
     const uint8_t *q;
     size_t q_stride;
     int n_tok;
+    int col_parts; /* chunks per thread, each a run of columns */
 };
 
-/* Rows [lo, hi) of one matrix against every token. */
-static void sp_mm_rows(const struct sp_mm_job *j, int m, long lo, long hi)
+/* Rows [lo, hi) of one matrix against tokens [c0, c1). */
+static void sp_mm_rows(const struct sp_mm_job *j, int m, long lo, long hi, int c0, int c1)
 {
     const struct sp_tensor *w = j->w[m];
     const struct sp_type_traits *tt = j->tt[m];
     const uint8_t *wd = w->data;
-    float *out = j->out[m];
     size_t os = j->out_stride[m];
+    float *out = j->out[m] + (size_t)c0 * os;
+    const uint8_t *q = j->q + (size_t)c0 * j->q_stride;
     if (tt->gemm) {
-        /* the chunk's rows against every token: the kernel picks the order */
-        tt->gemm(w->ne0, out + lo, os, wd + (size_t)lo * w->row_bytes, w->row_bytes, (int)(hi - lo), j->q,
-                 j->q_stride, j->n_tok);
+        /* the chunk's rows against its tokens: the kernel picks the order */
+        tt->gemm(w->ne0, out + lo, os, wd + (size_t)lo * w->row_bytes, w->row_bytes, (int)(hi - lo), q,
+                 j->q_stride, c1 - c0);
         return;
     }
-    for (int c = 0; c < j->n_tok; c++)
+    for (int c = 0; c < c1 - c0; c++)
         for (long r = lo; r < hi; r++)
-            tt->vec_dot(w->ne0, out + (size_t)c * os + r, wd + (size_t)r * w->row_bytes,
-                        j->q + (size_t)c * j->q_stride);
+            tt->vec_dot(w->ne0, out + (size_t)c * os + r, wd + (size_t)r * w->row_bytes, q + (size_t)c * j->q_stride);
 }
 
-/* Chunk ith of nth covers the same fraction of every matrix's rows. */
+/* Chunk ith of nth = threads x col_parts: thread part ith / col_parts of
+ * every matrix's rows (the same fraction of each) against column part
+ * ith % col_parts.  A thread's own chunks are its rows against the
+ * columns in order, the order its kernels took them in one call, so its
+ * rows' weights stay in its L2 and each column part is read once; a
+ * thread that finishes first takes the other's later column parts.
+ * Every output is computed the same way whichever chunk holds it. */
 static void sp_mm_job_run(void *arg, int ith, int nth)
 {
     const struct sp_mm_job *j = arg;
+    const int parts = nth / j->col_parts;
+    long c0, c1;
+    sp_pool_split(j->n_tok, 8, ith % j->col_parts, j->col_parts, &c0, &c1);
     for (int m = 0; m < j->n_mat; m++) {
         long lo, hi;
-        sp_pool_split(j->w[m]->ne1, SP_MM_ROW_ALIGN, ith, nth, &lo, &hi);
-        sp_mm_rows(j, m, lo, hi);
+        sp_pool_split(j->w[m]->ne1, SP_MM_ROW_ALIGN, ith / j->col_parts, parts, &lo, &hi);
+        sp_mm_rows(j, m, lo, hi, (int)c0, (int)c1);
     }
 }
 
 void sp_matmul_multi(struct sp_pool *pool, int n_mat, const struct sp_tensor *const *w, const void *q, int n_tok,
                      float *const *out, const size_t *out_stride)
 {
-    struct sp_mm_job j = {.n_mat = n_mat, .q = q, .q_stride = sp_act_row_bytes(w[0]), .n_tok = n_tok};
+    /* a long batch (a prompt) in column parts of SP_MM_COLS tokens: with
+     * one chunk per thread, a thread slowed by the machine made the other
+     * wait up to a fifth of a prompt's matmul time (bench/compare windows) */
+    int parts = n_tok / SP_MM_COLS < SP_POOL_MAX_SPLIT ? n_tok / SP_MM_COLS : SP_POOL_MAX_SPLIT;
+    struct sp_mm_job j = {.n_mat = n_mat, .q = q, .q_stride = sp_act_row_bytes(w[0]), .n_tok = n_tok,
+                          .col_parts = parts > 1 ? parts : 1};
     for (int m = 0; m < n_mat; m++) {
         j.w[m] = w[m];
         j.tt[m] = sp_type_get(w[m]->type);
         j.out[m] = out[m];
         j.out_stride[m] = out_stride[m];
     }
-    sp_pool_run(pool, sp_mm_job_run, &j);
+    sp_pool_run_split(pool, sp_mm_job_run, &j, j.col_parts);
 }
 
 void sp_matmul(struct sp_pool *pool, const struct sp_tensor *w, const void *q, int n_tok, float *out,

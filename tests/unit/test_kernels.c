@@ -139,9 +139,10 @@ static void *make_weights(uint32_t type, int rows, int n, float *deq)
  * 16-row tiles as the model does when the ISA has a packed kernel. */
 static void check_matmul(struct sp_pool *p1, struct sp_pool *p2, uint32_t type, bool pack)
 {
-    enum { MAXR = 48, n = 512, T = 7 };
+    /* 200 tokens: a prompt-sized batch, split into column parts of uneven width */
+    enum { MAXR = 48, n = 512, T = 200 };
     const int rows = pack ? 48 : 40;
-    float *deq = malloc(sizeof(float) * MAXR * n), x[T * n];
+    float *deq = malloc(sizeof(float) * MAXR * n), *x = malloc(sizeof(float) * T * n);
     void *wd = make_weights(type, rows, n, deq), *packed = NULL;
     struct sp_tensor w = {type, n, rows, 0, wd};
     sp_type_row_size(type, n, &w.row_bytes);
@@ -158,7 +159,7 @@ static void check_matmul(struct sp_pool *p1, struct sp_pool *p2, uint32_t type, 
     for (int i = 0; i < T * n; i++)
         x[i] = frand(&s);
     uint8_t *q = malloc(sp_act_row_bytes(&w) * T);
-    float out7[T * MAXR], out1[MAXR], out7b[T * MAXR];
+    float *out7 = malloc(sizeof(float) * T * MAXR), out1[MAXR], *out7b = malloc(sizeof(float) * T * MAXR);
     sp_act_quantize(p2, &w, x, n, T, q);
     sp_matmul(p2, &w, q, T, out7, rows);
     sp_matmul(p1, &w, q, T, out7b, rows);
@@ -182,6 +183,9 @@ static void check_matmul(struct sp_pool *p1, struct sp_pool *p2, uint32_t type, 
     free(packed);
     free(wd);
     free(deq);
+    free(x);
+    free(out7);
+    free(out7b);
 }
 
 static void test_matmul(struct sp_pool *p1, struct sp_pool *p2)

@@ -10,7 +10,7 @@
 #include "check.h"
 #include "core/pool.h"
 
-#define MAXC 8
+#define MAXC (8 * SP_POOL_MAX_SPLIT)
 
 struct job {
     _Atomic int runs[MAXC]; /* times chunk c ran in this run */
@@ -60,11 +60,45 @@ static void check_pool(int n_threads)
     sp_pool_free(pool);
 }
 
+/* Runs of different splits back to back: chunks past a run's count must
+ * not be claimable by a late worker of that run, nor missing from a later
+ * run that has more. */
+static void check_split(int n_threads)
+{
+    struct sp_pool *pool;
+    CHECK(sp_pool_init(&pool, n_threads) == SP_OK, "pool of %d", n_threads);
+    int bad = 0, mine = 0, total = 0;
+    for (int r = 0; r < 3000; r++) {
+        const int split = 1 + (r * 7) % SP_POOL_MAX_SPLIT, nth = n_threads * split;
+        struct job j = {.slow = r % 5 == 2 ? r % nth : -1};
+        for (int c = 0; c < MAXC; c++)
+            atomic_init(&j.runs[c], 0);
+        if (r % 700 == 699) {
+            struct timespec ts = {0, 30 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        pthread_t caller = pthread_self();
+        sp_pool_run_split(pool, job_fn, &j, split);
+        for (int c = 0; c < MAXC; c++)
+            bad += atomic_load(&j.runs[c]) != (c < nth) || (c < nth && j.nth_seen[c] != nth);
+        mine += pthread_equal(j.owner[0], caller) != 0;
+        total++;
+    }
+    CHECK(bad == 0, "%d threads, splits 1..%d: %d chunks did not run exactly once", n_threads, SP_POOL_MAX_SPLIT,
+          bad);
+    CHECK(mine * 10 >= total * 9, "%d threads, split: chunk 0 ran on the caller in %d of %d runs", n_threads, mine,
+          total);
+    sp_pool_free(pool);
+}
+
 int main(void)
 {
     check_pool(1);
     check_pool(2);
     check_pool(3);
     check_pool(8);
+    check_split(1);
+    check_split(2);
+    check_split(3);
     return sp_check_report("pool");
 }
