@@ -11,9 +11,10 @@
  * measured slower on this shared 2-core machine: every claim and
  * completion moves a cache line between the cores, a forward pass makes
  * ~150 runs per token, and one chunk per thread gave decode +7.5 %,
- * 16-sequence decode +6 %, pp512 +2 %
- * (docs/performance.md); long runs ask for more (sp_pool_run_split).  fn must derive its work from (ith, nth) only;
- * per-chunk scratch is indexed by ith (never used by two threads at once).
+ * 16-sequence decode +6 %, pp512 +2 % (docs/performance.md); long runs
+ * ask for more (sp_pool_run_split).  fn must derive its work from (ith,
+ * nth) only; per-chunk scratch is indexed by ith (never used by two
+ * threads at once).
  * Between runs the workers spin briefly on an atomic generation counter (a
  * forward pass issues hundreds of runs back to back) and then sleep on a
  * condition variable, so an idle engine costs no CPU.

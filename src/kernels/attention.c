@@ -2,8 +2,8 @@
  * KV cache.
  *
  * Work units: a run of up to 16 consecutive positions of one sequence (a
- * prompt) is a block, one unit per query head, its queries one per vector
- * lane (sp_attn_block); any other token is a (token, KV head) group of
+ * prompt) is a block, one unit per query head, its 16 queries computed
+ * side by side (sp_attn_block; units claimed dynamically); any other token is a (token, KV head) group of
  * query heads, or a single (token, query head) when there are fewer groups
  * than threads, and a unit handles the heads of a group together so each
  * K/V row is streamed once per group (sp_attn_group).  The cache is walked
@@ -360,11 +360,12 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
 
 /* o[i][c0..c0+16*CN) += p[i * ps + x] * v[x][c0..] for queries i < QN and
  * x in [0, m) ascending, v[x] the f16 row vh + x * rs: per output element
- * the order of one query's sequential sum over its keys.  Keys outside a query's range (past its
- * position, before its window) have probability exactly 0, and an FMA
- * with p = 0 leaves the (never negative-zero) sum unchanged, so summing
- * the whole tile for every query changes no bit and lets QN queries share
- * each value load (QN x CN accumulators in registers).  This needs finite
+ * the order of one query's sequential sum over its keys.  Keys outside a
+ * query's range (past its position, before its window) have probability
+ * exactly 0, and an FMA with p = 0 leaves the (never negative-zero) sum
+ * unchanged, so summing the whole tile for every query changes no bit and
+ * lets QN queries share each value load (QN x CN accumulators in
+ * registers).  This needs finite
  * values: an f16 overflow (|v| > 65504) stored as inf would make 0 * inf
  * a NaN in queries that do not see that key (llama.cpp's masked matmul
  * does the same). */
