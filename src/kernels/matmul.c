@@ -78,7 +78,8 @@ static void sp_mm_rows(const struct sp_mm_job *j, int m, long lo, long hi, int c
     }
     for (int c = 0; c < c1 - c0; c++)
         for (long r = lo; r < hi; r++)
-            tt->vec_dot(w->ne0, out + (size_t)c * os + r, wd + (size_t)r * w->row_bytes, q + (size_t)c * j->q_stride);
+            tt->vec_dot(w->ne0, out + (size_t)c * os + r, wd + (size_t)r * w->row_bytes,
+                        q + (size_t)c * j->q_stride);
 }
 
 /* Chunk ith of nth = threads x col_parts: thread part ith / col_parts of
@@ -105,8 +106,9 @@ void sp_matmul_multi(struct sp_pool *pool, int n_mat, const struct sp_tensor *co
                      float *const *out, const size_t *out_stride)
 {
     /* a long batch (a prompt) in column parts of SP_MM_COLS tokens: with
-     * one chunk per thread, a thread slowed by the machine made the other
-     * wait up to a fifth of a prompt's matmul time (bench/compare windows) */
+     * one chunk per thread, a thread slowed by the machine made the engine
+     * thread wait 0.9-22.7 % of a prompt's matmul time, in parts 1.1-3.6 %
+     * (docs/performance.md) */
     int parts = n_tok / SP_MM_COLS < SP_POOL_MAX_SPLIT ? n_tok / SP_MM_COLS : SP_POOL_MAX_SPLIT;
     struct sp_mm_job j = {.n_mat = n_mat, .q = q, .q_stride = sp_act_row_bytes(w[0]), .n_tok = n_tok,
                           .col_parts = parts > 1 ? parts : 1};
