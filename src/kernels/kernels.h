@@ -26,6 +26,10 @@ size_t sp_act_row_bytes(const struct sp_tensor *w);
 void sp_act_quantize(struct sp_pool *pool, const struct sp_tensor *w, const float *x, size_t x_stride,
                      int n_tok, void *q);
 
+/* One row of sp_act_quantize: x [w->ne0] to q (sp_act_row_bytes(w) bytes),
+ * for a per-token stage that quantizes its own output. */
+void sp_act_quantize_row(const struct sp_tensor *w, const float *x, void *q);
+
 /* out[t][r] = dot(w row r, q row t): q from sp_act_quantize, out row stride
  * out_stride floats.  Rows are split across threads; each value is one
  * vec_dot, so results are batch- and thread-invariant. */

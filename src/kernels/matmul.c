@@ -49,6 +49,11 @@ void sp_act_quantize(struct sp_pool *pool, const struct sp_tensor *w, const floa
         sp_pool_run(pool, sp_act_job_run, &j);
 }
 
+void sp_act_quantize_row(const struct sp_tensor *w, const float *x, void *q)
+{
+    sp_type_get(sp_type_get(w->type)->vec_dot_type)->from_float(x, q, w->ne0);
+}
+
 struct sp_mm_job {
     int n_mat;
     const struct sp_tensor *w[SP_MM_MAX];

@@ -107,20 +107,24 @@ static void sp_fwd_mm_multi(struct sp_forward_scratch *s, struct sp_pool *pool, 
 
 /* ---- per-token stages, spread over the pool ----
  * Each token's row is computed by one call in one fixed order, so splitting
- * the tokens across threads changes no result (batch invariance). */
+ * the tokens across threads changes no result (batch invariance).  A stage
+ * whose output feeds a matmul also quantizes the row for it (job.qw), while
+ * the row is in cache, instead of a separate pool run over the batch. */
 
 enum sp_fwd_stage {
     SP_FWD_ATTN_IN,   /* rmsnorm(x) -> h with attn_norm */
     SP_FWD_QK,        /* q/k norm and RoPE, then K/V into the cache */
     SP_FWD_ATTN_OUT,  /* (post-norm) tmp, x += tmp, rmsnorm(x) -> h with ffn_norm */
     SP_FWD_GLU,       /* g = act(g) * u */
-    SP_FWD_FFN_OUT,   /* (post-norm) tmp, x += tmp */
+    SP_FWD_FFN_OUT,   /* (post-norm) tmp, x += tmp, then the next layer's SP_FWD_ATTN_IN */
 };
 
 struct sp_fwd_job {
     enum sp_fwd_stage stage;
     const struct sp_model *m;
     const struct sp_layer *L;
+    const struct sp_layer *next;  /* SP_FWD_FFN_OUT: the next layer, NULL after the last */
+    const struct sp_tensor *qw;   /* quantize the stage's output row for this matrix; NULL: none */
     struct sp_forward_scratch *s;
     struct sp_kv *kv;
     const struct sp_forward_batch *b;
@@ -135,10 +139,10 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
     struct sp_forward_scratch *s = j->s;
     const int E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head, HKV = (int)hp->n_head_kv;
     const int Q = H * D, KVW = HKV * D, F = (int)hp->n_ff, NR = (int)hp->n_rot;
-    float *x = s->x + (size_t)t * E;
+    float *x = s->x + (size_t)t * E, *h = s->h + (size_t)t * E;
     switch (j->stage) {
     case SP_FWD_ATTN_IN:
-        sp_rmsnorm(x, L->attn_norm.data, s->h + (size_t)t * E, E, hp->eps);
+        sp_rmsnorm(x, L->attn_norm.data, h, E, hp->eps);
         break;
     case SP_FWD_QK: {
         const float *cs = s->rope + (size_t)t * NR;
@@ -173,7 +177,9 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         for (int i = 0; i < E; i++)
             x[i] += o[i];
         if (j->stage == SP_FWD_ATTN_OUT)
-            sp_rmsnorm(x, L->ffn_norm.data, s->h + (size_t)t * E, E, hp->eps);
+            sp_rmsnorm(x, L->ffn_norm.data, h, E, hp->eps);
+        else if (j->next) /* while the row is hot */
+            sp_rmsnorm(x, j->next->attn_norm.data, h, E, hp->eps);
         break;
     }
     case SP_FWD_GLU: {
@@ -182,9 +188,13 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
             sp_geglu(g, u, g, F);
         else
             sp_swiglu(g, u, g, F);
-        break;
+        if (j->qw)
+            sp_act_quantize_row(j->qw, g, s->act + (size_t)t * sp_act_row_bytes(j->qw));
+        return;
     }
     }
+    if (j->qw) /* the stages ending in h */
+        sp_act_quantize_row(j->qw, h, s->act + (size_t)t * sp_act_row_bytes(j->qw));
 }
 
 static void sp_fwd_job_run(void *arg, int ith, int nth)
@@ -197,16 +207,24 @@ static void sp_fwd_job_run(void *arg, int ith, int nth)
 }
 
 /* Runs one stage for every token of the batch: on this thread for a few
- * tokens (a pool run costs more than the work), over the pool otherwise. */
-static void sp_fwd_stage(struct sp_fwd_job *j, struct sp_pool *pool, enum sp_fwd_stage stage)
+ * tokens (a pool run costs more than the work), over the pool otherwise.
+ * qw: the matrix the stage's output feeds (its activations are then in
+ * s->act, as c records), or NULL. */
+static void sp_fwd_stage(struct sp_fwd_job *j, struct sp_pool *pool, enum sp_fwd_stage stage,
+                         const struct sp_tensor *qw, struct sp_act_cache *c)
 {
     j->stage = stage;
+    j->qw = qw;
     if (j->b->n_tok < 4) {
         for (int t = 0; t < j->b->n_tok; t++)
             sp_fwd_token(j, t);
-        return;
+    } else {
+        sp_pool_run(pool, sp_fwd_job_run, j);
     }
-    sp_pool_run(pool, sp_fwd_job_run, j);
+    if (qw) {
+        c->src = stage == SP_FWD_GLU ? j->s->g : j->s->h;
+        c->type = sp_type_get(qw->type)->vec_dot_type;
+    }
 }
 
 sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forward_scratch *s,
@@ -247,9 +265,8 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         job.L = L;
         job.il = il;
         /* attention block */
-        if (il == 0)
-            sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN); /* later layers: fused into the FFN output stage */
-        cache.src = NULL;
+        if (il == 0) /* later layers: part of the previous one's SP_FWD_FFN_OUT */
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN, &L->wq, &cache);
         {
             const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
             float *o3[3] = {s->q, s->k, s->v};
@@ -262,7 +279,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
                 sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale);
             s->rope_base = L->rope_base;
         }
-        sp_fwd_stage(&job, pool, SP_FWD_QK);
+        sp_fwd_stage(&job, pool, SP_FWD_QK, NULL, &cache);
         struct sp_attn_args aa = {
             .kv = kv, .layer = il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = b->seqs, .pos = b->pos,
             .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = hp->attn_scale,
@@ -272,22 +289,18 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         };
         sp_attention(pool, &aa);
         sp_fwd_mm(s, pool, &cache, &L->wo, s->att, Q, T, s->tmp, E);
-        sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT);
+        sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, &L->w_gate, &cache);
         /* feed-forward block */
-        cache.src = NULL;
         {
             const struct sp_tensor *w2[2] = {&L->w_gate, &L->w_up};
             float *o2[2] = {s->g, s->u};
             const size_t st2[2] = {(size_t)F, (size_t)F};
             sp_fwd_mm_multi(s, pool, &cache, 2, w2, s->h, E, T, o2, st2);
         }
-        sp_fwd_stage(&job, pool, SP_FWD_GLU);
+        sp_fwd_stage(&job, pool, SP_FWD_GLU, &L->w_down, &cache);
         sp_fwd_mm(s, pool, &cache, &L->w_down, s->g, F, T, s->tmp, E);
-        sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT);
-        if (il + 1 < hp->n_layer) {
-            job.L = &m->layers[il + 1]; /* next layer's input norm, while the row is hot */
-            sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN);
-        }
+        job.next = il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL;
+        sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? &job.next->wq : NULL, &cache);
     }
 
     /* output head over the tokens that want logits */
