@@ -1,7 +1,8 @@
 /* spindle bench: prefill of a p-token prompt in one batch, then n decode
  * steps, repeated; like llama-bench.  With -B, B sequences decode together
  * (the server's step) and the aggregate rate is reported.  With -d DEPTH the
- * decode streams start after a DEPTH-token prompt (not timed), so decode is
+ * decode streams start after a DEPTH-token prompt (not timed: decode is timed
+ * from the step after which every stream has its first token), so decode is
  * measured with DEPTH..DEPTH+n positions of KV to attend over.  Every
  * repetition uses fresh prompt tokens, so the prefix cache never turns a
  * prefill into a cache hit. */
@@ -189,14 +190,25 @@ int sp_tool_bench(int argc, char **argv)
                 goto done;
             }
         }
-        while (sp_engine_step(e) > 0)
-            ;
-        double t_start = cnt[0].t_first, t_end = cnt[0].t_last;
+        /* timed from the step after which every stream has its first token
+         * (the steps before also prefill the other streams' prompts) */
+        double t_start = 0, t_end = 0;
         uint64_t toks = 0;
+        while (sp_engine_step(e) > 0) {
+            if (t_start > 0)
+                continue;
+            int started = 0;
+            for (int b = 0; b < batch; b++)
+                started += cnt[b].n > 0;
+            if (started == batch) {
+                t_start = sp_bench_now();
+                for (int b = 0; b < batch; b++)
+                    toks -= cnt[b].n;
+            }
+        }
         for (int b = 0; b < batch; b++) {
-            t_start = cnt[b].t_first < t_start ? cnt[b].t_first : t_start;
             t_end = cnt[b].t_last > t_end ? cnt[b].t_last : t_end;
-            toks += cnt[b].n - 1; /* the first token comes from the prefill */
+            toks += cnt[b].n;
         }
         if (r >= 0) {
             pp[r] = n_prompt / t_pp;
