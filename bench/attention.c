@@ -3,11 +3,15 @@
  *
  *   make build/bench_attention   (built by `make test` too)
  *   build/bench_attention [context] [threads] [kv heads] [heads] [head dim] [layers] [queries] [interleave]
+ *                         [sequences]
  *
  * queries > 1: a prompt chunk, the last `queries` positions of the context
  * in one batch (a 512-token prefill: context 512, queries 512).
- * interleave > 1: the sequence's blocks are every interleave-th one, as
- * when that many sequences grew side by side (batched decode).
+ * interleave > 1: that many sequences grow side by side, a block each in
+ * turn, in a cache just big enough for them (as batched decode fills the
+ * engine's cache; src/kv places them in runs).
+ * sequences > 1: batched decode, one query at the end of each of that many
+ * of those sequences (queries must be 1).
  * Defaults are SmolLM2-135M's shape (3 KV heads, 9 heads, 64 values, 30
  * layers) at 2,048 positions on 2 threads: 47 MB of f16 K/V, more than the
  * caches hold, so each token streams it from memory like the real decode
@@ -35,13 +39,16 @@ int main(int argc, char **argv)
     const int P = argc > 1 ? atoi(argv[1]) : 2048, nth = argc > 2 ? atoi(argv[2]) : 2;
     const int HKV = argc > 3 ? atoi(argv[3]) : 3, H = argc > 4 ? atoi(argv[4]) : 9;
     const int D = argc > 5 ? atoi(argv[5]) : 64, L = argc > 6 ? atoi(argv[6]) : 30;
-    const int NQ = argc > 7 ? atoi(argv[7]) : 1, IL = argc > 8 ? atoi(argv[8]) : 1;
+    const int NQ0 = argc > 7 ? atoi(argv[7]) : 1, NS = argc > 9 ? atoi(argv[9]) : 1;
+    const int IL0 = argc > 8 ? atoi(argv[8]) : 1, IL = IL0 > NS ? IL0 : NS, NQ = NS > 1 ? NS : NQ0;
     struct sp_pool *pool;
     struct sp_kv kv;
     struct sp_kv_seq seq = {0}, other[64] = {{0}};
-    if (P < 1 || NQ < 1 || NQ > P || IL < 1 || IL > 65 || HKV < 1 || H % HKV || D % 16 || L < 1 || sp_pool_init(&pool, nth) != SP_OK ||
+    if (P < 1 || NQ < 1 || (NS == 1 && NQ > P) || (NS > 1 && NQ0 != 1) || IL < 1 || IL > 65 || HKV < 1 || H % HKV ||
+        D % 16 || L < 1 || sp_pool_init(&pool, nth) != SP_OK ||
         sp_kv_init(&kv, (uint32_t)L, (uint32_t)(HKV * D), (uint32_t)D, 16, (uint32_t)((P / 16 + 1) * IL), NULL, 0, 0) != SP_OK) {
-        fprintf(stderr, "usage: %s [context] [threads] [kv heads] [heads] [head dim] [layers] [queries] [interleave]\n", argv[0]);
+        fprintf(stderr, "usage: %s [context] [threads] [kv heads] [heads] [head dim] [layers] [queries] [interleave] "
+                        "[sequences]\n", argv[0]);
         return 2;
     }
     for (uint32_t n = 16; n < (uint32_t)P + 16; n += 16) /* a block each, in turn */
@@ -49,6 +56,8 @@ int main(int argc, char **argv)
             if (sp_kv_seq_reserve(&kv, s ? &other[s - 1] : &seq, n < (uint32_t)P ? n : (uint32_t)P) != SP_OK)
                 return 1;
     seq.n_pos = (uint32_t)P;
+    for (int s = 1; s < IL; s++)
+        other[s - 1].n_pos = (uint32_t)P;
     size_t kv_vals = (size_t)L * kv.layer_stride;
     for (size_t i = 0; i < kv_vals; i++) { /* small f16 values: 0x2000 + noise */
         kv.k[i] = (uint16_t)(0x2000 + (i * 2654435761u >> 22));
@@ -63,8 +72,10 @@ int main(int argc, char **argv)
         return 1;
     for (int i = 0; i < NQ * H * D; i++)
         q[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
-    for (int t = 0; t < NQ; t++)
-        seqs[t] = &seq, pos[t] = P - NQ + t;
+    for (int t = 0; t < NQ; t++) {
+        seqs[t] = NS > 1 && t > 0 ? &other[t - 1] : &seq;
+        pos[t] = NS > 1 ? P - 1 : P - NQ + t;
+    }
     struct sp_attn_args a = {.kv = &kv, .n_tok = NQ, .q = q, .q_stride = (size_t)H * D, .seqs = seqs, .pos = pos,
                              .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f, .out = out,
                              .out_stride = (size_t)H * D, .scratch = scratch, .scratch_per_thread = per,
@@ -83,9 +94,9 @@ int main(int argc, char **argv)
         } while (t1 - t0 < 0.2);
         best = (t1 - t0) / it < best ? (t1 - t0) / it : best;
     }
-    const double bytes = (double)P * L * HKV * D * 2 * 2;
-    printf("context %d, %d queries, %d threads, %d/%d heads, D %d, %d layers: %.1f us per batch, %.1f GB/s of K/V\n",
-           P, NQ, nth, HKV, H, D, L, best * 1e6, bytes / best / 1e9);
+    const double bytes = (double)P * NS * L * HKV * D * 2 * 2;
+    printf("context %d, %d queries, %d sequences, %d threads, %d/%d heads, D %d, %d layers: %.1f us per batch, "
+           "%.1f GB/s of K/V\n", P, NQ, NS, nth, HKV, H, D, L, best * 1e6, bytes / best / 1e9);
     free(q), free(out), free(scratch), free(seqs), free(pos), free(plan);
     sp_kv_seq_release(&kv, &seq);
     for (int s = 1; s < IL; s++)

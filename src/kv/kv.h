@@ -65,6 +65,7 @@ struct sp_kv {
     uint32_t n_ring_free;
     uint32_t *refs;        /* [n_blocks] sequences using the block */
     uint64_t *free_bits;   /* [n_blocks / 64 rounded up] bit b set: block b unreferenced and uncached */
+    uint64_t *tail_bits;   /* the same shape: block b is the last a sequence took (it may grow past it) */
     uint32_t n_free;
     /* prefix cache */
     uint64_t *hash;        /* [n_blocks] hash of a cached block (0: not cached) */

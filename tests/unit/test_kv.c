@@ -2,7 +2,8 @@
  * layout; copy-on-write copies a shared block of every layer and head; a
  * sequence gets consecutive blocks, ascending, also after others were
  * released (what lets a long context stream through the hardware
- * prefetcher), and sequences growing side by side keep runs of an extent. */
+ * prefetcher), and sequences growing side by side keep runs of an extent,
+ * or a few runs each in a cache of their size. */
 #include <string.h>
 
 #include "check.h"
@@ -124,6 +125,51 @@ int main(void)
     CHECK(sp_kv_available(&kv) == 0, "small cache: every block used");
     sp_kv_seq_release(&kv, &a);
     sp_kv_seq_release(&kv, &b);
+    sp_kv_free(&kv);
+
+    /* eight sequences side by side in a cache of their size (the engine
+     * sizes it so; four whole extents at most): the ones without an extent
+     * start in the middle of the longest free run, so each keeps a few runs
+     * (starting at the lowest free block, four of them got 33 runs, one a
+     * block); every block is still handed out */
+    enum { NS = 8, NB = 33 };
+    struct sp_kv_seq side[NS];
+    memset(side, 0, sizeof side);
+    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, NS * NB, NULL, 0, 0) == SP_OK, "init %d blocks", NS * NB);
+    for (uint32_t n = BT; n <= NB * BT; n += BT)
+        for (int i = 0; i < NS; i++)
+            CHECK(sp_kv_seq_reserve(&kv, &side[i], n) == SP_OK, "side by side: reserve %d to %u", i, n);
+    CHECK(sp_kv_available(&kv) == 0, "side by side: every block used");
+    int worst = 0;
+    for (int i = 0; i < NS; i++) {
+        int runs = 1;
+        for (uint32_t k = 1; k < side[i].n_blocks; k++)
+            runs += side[i].blocks[k] != side[i].blocks[k - 1] + 1;
+        worst = runs > worst ? runs : worst;
+    }
+    CHECK(worst <= 2, "side by side in a full cache: at most 2 runs a sequence (worst %d)", worst);
+    for (int i = 0; i < NS; i++)
+        sp_kv_seq_release(&kv, &side[i]);
+    sp_kv_free(&kv);
+
+    /* a full cache of idle prefixes: a new sequence does not evict the block
+     * right after another's last one (that one would have to jump) while
+     * older blocks elsewhere can go */
+    sp_token toks[64 * BT];
+    for (int i = 0; i < 64 * BT; i++)
+        toks[i] = 1000 + i;
+    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, 64, NULL, 0, 0) == SP_OK, "init 64 blocks");
+    CHECK(sp_kv_seq_reserve(&kv, &a, 64 * BT) == SP_OK, "fill the cache");
+    a.n_pos = 64 * BT;
+    sp_kv_prefix_commit(&kv, &a, toks); /* block i last used i-th: block 0 is the least recent */
+    sp_kv_seq_release(&kv, &a);
+    CHECK(sp_kv_available(&kv) == 64, "all blocks idle and cached");
+    CHECK(sp_kv_seq_reserve(&kv, &b, BT) == SP_OK && b.blocks[0] == 0, "b evicts the least recently used block");
+    CHECK(sp_kv_seq_reserve(&kv, &c, BT) == SP_OK && c.blocks[0] == 2, "c passes over block 1, after b's (%u)",
+          c.blocks[0]);
+    CHECK(sp_kv_seq_reserve(&kv, &b, 2 * BT) == SP_OK && b.blocks[1] == 1, "b grows into block 1 (%u)", b.blocks[1]);
+    sp_kv_seq_release(&kv, &b);
+    sp_kv_seq_release(&kv, &c);
     sp_kv_free(&kv);
     return sp_check_report("test_kv");
 }
