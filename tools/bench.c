@@ -193,7 +193,7 @@ int sp_tool_bench(int argc, char **argv)
         /* timed from the step after which every stream has its first token
          * (the steps before also prefill the other streams' prompts) */
         double t_start = 0, t_end = 0;
-        uint64_t toks = 0;
+        uint64_t before = 0, after = 0; /* tokens out when the timing starts, at the end */
         while (sp_engine_step(e) > 0) {
             if (t_start > 0)
                 continue;
@@ -203,16 +203,16 @@ int sp_tool_bench(int argc, char **argv)
             if (started == batch) {
                 t_start = sp_bench_now();
                 for (int b = 0; b < batch; b++)
-                    toks -= cnt[b].n;
+                    before += cnt[b].n;
             }
         }
         for (int b = 0; b < batch; b++) {
             t_end = cnt[b].t_last > t_end ? cnt[b].t_last : t_end;
-            toks += cnt[b].n;
+            after += cnt[b].n;
         }
         if (r >= 0) {
             pp[r] = n_prompt / t_pp;
-            tg[r] = toks / (t_end - t_start);
+            tg[r] = after > before && t_end > t_start ? (after - before) / (t_end - t_start) : 0.0;
         }
     }
     double pm, ps, tm, ts;

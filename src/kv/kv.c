@@ -73,7 +73,8 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     kv->tokens = malloc((size_t)n_blocks * block_tokens * sizeof *kv->tokens);
     kv->lru = calloc(n_blocks, sizeof *kv->lru);
     kv->table = malloc((size_t)cap * sizeof *kv->table);
-    if (!kv->k || !kv->v || !kv->refs || !kv->free_bits || !kv->tail_bits || !kv->hash || !kv->tokens || !kv->lru || !kv->table) {
+    if (!kv->k || !kv->v || !kv->refs || !kv->free_bits || !kv->tail_bits || !kv->hash || !kv->tokens || !kv->lru ||
+        !kv->table) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: cannot allocate %llu bytes",
                             (unsigned long long)(2 * bytes));
@@ -156,6 +157,12 @@ static bool sp_kv_is_free(const struct sp_kv *kv, uint32_t b)
     return b < kv->n_blocks && (kv->free_bits[b / 64] >> (b % 64) & 1);
 }
 
+/* Whether block b is the last one some live sequence took. */
+static bool sp_kv_is_tail(const struct sp_kv *kv, uint32_t b)
+{
+    return kv->tail_bits[b / 64] >> (b % 64) & 1;
+}
+
 /* Extents: a sequence that cannot continue where its last block is starts
  * over at the lowest wholly free extent of 64 blocks (one word of the free
  * bitmap, 1,024 positions), so sequences growing side by side (batched
@@ -165,12 +172,6 @@ static bool sp_kv_is_free(const struct sp_kv *kv, uint32_t b)
  * 30 1 16): 6.1 ms block by block, 2.6 with extents of 16 blocks, 2.1 with
  * 32, 1.8 with 64, 1.6 unshared: the hardware prefetcher restarts at every
  * jump. */
-/* Whether block b is the last one some live sequence took. */
-static bool sp_kv_is_tail(const struct sp_kv *kv, uint32_t b)
-{
-    return kv->tail_bits[b / 64] >> (b % 64) & 1;
-}
-
 static uint32_t sp_kv_free_extent(const struct sp_kv *kv)
 {
     for (uint32_t w = 0; w < kv->n_blocks / 64; w++) /* whole words only */
