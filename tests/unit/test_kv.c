@@ -129,8 +129,8 @@ int main(void)
 
     /* eight sequences side by side in a cache of their size (the engine
      * sizes it so; four whole extents at most): the ones without an extent
-     * start in the middle of the longest free run, so each keeps a few runs
-     * (starting at the lowest free block, four of them got 33 runs, one a
+     * start in the middle of the longest free run, so each keeps two runs
+     * at most (starting at the lowest free block, some got 33 runs, one a
      * block); every block is still handed out */
     enum { NS = 8, NB = 33 };
     struct sp_kv_seq side[NS];
