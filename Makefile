@@ -53,7 +53,8 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run test test-unit test-py asan test-asan test-tsan fuzz fuzz-build fuzz-lib tsan bench clean setup deps tests
+.PHONY: all run test test-unit test-py asan test-asan test-tsan fuzz fuzz-build fuzz-lib tsan bench clean setup deps tests \
+        compile-all xtarget
 all: $(BUILD)/spindle
 
 deps: ;
@@ -86,7 +87,20 @@ $(BUILD)/bench_%: bench/%.c $(BUILD)/libspindle.a
 run: all
 	@scripts/demo
 
-test: all $(TEST_BIN) $(BENCH_BIN)
+# Everything that compiles: library, tools, unit tests, micro-benchmarks.
+compile-all: all $(TEST_BIN) $(BENCH_BIN)
+
+# A second target: -march changes how gcc inlines and vectorises, and with
+# that which -Wmaybe-uninitialized style warnings fire, so `make test` also
+# compiles everything for an x86-64 level the host is not (AVX2 on an AVX-512
+# host, AVX-512 elsewhere), warnings as errors.  Compiling for a target needs
+# no CPU that runs it; nothing built here runs.
+XTARGET ?= $(if $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),x86-64-v3,x86-64-v4)
+xtarget:
+	@$(MAKE) --no-print-directory BUILD=build/xtarget-$(XTARGET) ARCH=-march=$(XTARGET) compile-all
+
+test: compile-all xtarget
+	@echo "make test: compiled for the host (-march=native) and for -march=$(XTARGET)"
 	@scripts/run-tests $(BUILD)
 
 test-unit: all $(TEST_BIN)
@@ -150,6 +164,6 @@ bench: all
 	@$(BUILD)/spindle bench -m $$(scripts/fetch-model smollm2-135m)
 
 clean:
-	rm -rf build/obj build/libspindle.a build/spindle build/tests build-asan
+	rm -rf build/obj build/libspindle.a build/spindle build/tests build/xtarget-* build-asan
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)

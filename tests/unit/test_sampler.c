@@ -228,7 +228,7 @@ static void test_chi_square(void)
         struct sp_sampler *s = make(&p, WV);
         if (!s)
             return;
-        double prob[5], z = 0.0;
+        double prob[5] = {0}, z = 0.0;
         for (size_t i = 0; i < cases[t].k; i++)
             z += prob[i] = pow(five_p[i], 1.0 / cases[t].temp);
         for (size_t i = 0; i < cases[t].k; i++)
@@ -248,7 +248,7 @@ static void test_chi_square(void)
         double x2 = chi_square(obs, prob, cases[t].k, n);
         CHECK(x2 < cases[t].crit, "case %zu: chi-square %.3f >= %.3f", t, x2, cases[t].crit);
         /* power: a distribution off by a little is rejected */
-        double wrong[5];
+        double wrong[5] = {0};
         for (size_t i = 0; i < cases[t].k; i++)
             wrong[i] = prob[i] * (i == 0 ? 0.97 : 1.0);
         wrong[1] += prob[0] * 0.03;
