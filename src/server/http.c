@@ -405,15 +405,11 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c)
     pthread_mutex_lock(&h->mu);
     bool draining = h->draining;
     pthread_mutex_unlock(&h->mu);
-    bool ready = sp_sched_ready(h->sched);
     switch (c->route) {
     case SP_ROUTE_HEALTH:
         if (draining)
             return sp_respond(c, 503, "application/json",
                               strdup("{\"status\":\"shutting down\"}"), NULL, NULL);
-        if (!ready)
-            return sp_respond(c, 503, "application/json", strdup("{\"status\":\"loading\"}"),
-                              NULL, NULL);
         return sp_respond(c, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL, NULL);
     case SP_ROUTE_METRICS:
         return sp_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8",
@@ -423,8 +419,6 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c)
     }
     if (draining)
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
-    if (!ready)
-        return sp_fail(c, 503, "server_error", "loading", "The model is still loading.");
     switch (c->route) {
     case SP_ROUTE_MODELS:
         return sp_handle_models(c);
