@@ -451,12 +451,14 @@ typedef struct sp_server_config {
 /* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8. */
 SP_API void sp_server_config_default(sp_server_config *c);
 
-/* Makes the engine, binds the port and serves until SIGINT or SIGTERM (the
- * calling thread blocks those signals and waits for them), then refuses new
- * work (503), lets the requests in flight finish and returns SP_OK.  Fails
- * before listening when the engine cannot be made (SP_ERR_ARG, SP_ERR_NOMEM,
- * ...) or the address cannot be bound (SP_ERR_IO).  Progress lines go to
- * stderr.  The model must outlive the call. */
+/* Makes the engine, binds the port and serves until SIGINT or SIGTERM
+ * arrives (the calling thread blocks both and waits for them; its signal
+ * mask is restored on return; SIGPIPE is ignored process-wide), then
+ * refuses new work (503), lets the requests in flight finish and returns
+ * SP_OK.  Fails before listening when the engine cannot be made (SP_ERR_ARG,
+ * SP_ERR_NOMEM, ...) or the address cannot be bound (SP_ERR_IO).  One line
+ * goes to stderr when it listens and one when it drains.  The model must
+ * outlive the call. */
 SP_API sp_status sp_server_run(const sp_model *m, const sp_server_config *cfg);
 
 /* ---------------------------------------------------------------- machine */

@@ -75,7 +75,10 @@ def test_install_and_build_the_example(tmp_path, run_spindle, smollm2_path):
     assert "-lspindle" in flags
     exe = tmp_path / "simple"
     src = os.path.join(ROOT, "examples", "simple.c")
-    assert sum(1 for _ in open(src)) <= 80
+    code = open(src).read()
+    assert code.count("\n") <= 80
+    assert "```c\n" + code + "```" in open(os.path.join(ROOT, "docs", "api.md")).read(), \
+        "docs/api.md shows another examples/simple.c"
     r = subprocess.run(["cc", src] + flags + ["-o", str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True)
     assert r.returncode == 0, r.stdout
