@@ -82,7 +82,9 @@ SP_API size_t sp_utf8_sanitize(const char *in, size_t n, char *out);
 
 typedef int32_t sp_token;
 
-/* ------------------------------------------------------------------- model */
+/* ------------------------------------------------------------------- model
+ * A model is immutable once loaded: every function taking a const sp_model *
+ * is thread-safe, also against the engines running it. */
 
 typedef struct spindle_model sp_model;
 
@@ -109,12 +111,13 @@ SP_API void sp_model_params_default(sp_model_params *p);
  * SP_ERR_UNSUPPORTED, SP_ERR_NOMEM, SP_ERR_ARG.  *out is NULL on failure.
  * Thread-safe. */
 SP_API sp_status sp_model_load(const sp_model_params *p, sp_model **out);
-/* Frees the model; every engine made from it must be freed first. */
+/* Frees the model; every engine and detokenizer made from it must be freed
+ * first, and no other thread may be using it. */
 SP_API void sp_model_free(sp_model *m);
 
 /* What a model is (for `spindle info`, benchmarks, bindings).  Strings are
- * borrowed from the model.  A vocab_only model has only the path, file,
- * tokenizer and chat fields set. */
+ * borrowed from the model.  A vocab_only model has the path, file,
+ * architecture, tokenizer and chat fields set, the rest 0. */
 typedef struct sp_model_info {
     const char *path;
     const char *architecture;       /* general.architecture ("llama", "gemma3") */
