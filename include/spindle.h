@@ -305,9 +305,12 @@ typedef struct sp_logit_bias {
     float bias;   /* finite or -INFINITY (ban); +INFINITY and NaN are rejected */
 } sp_logit_bias;
 
-/* The decoding chain, applied in this order (see src/sampler/sampler.h):
- * logit bias, penalties, [logprobs are taken here], top-k, temperature,
- * softmax, top-p, min-p, typical-p, the draw.  Greedy when temperature <= 0. */
+/* The decoding chain, applied in this order: logit bias, penalties
+ * (repeat: logit > 0 ? logit / r : logit * r; then presence and frequency
+ * as OpenAI's), [logprobs are taken here], top-k, temperature, softmax,
+ * top-p, min-p, typical-p, the seeded draw.  Greedy (argmax after bias and
+ * penalties, ties to the lowest id) when temperature <= 0.  The same seed
+ * and inputs give the same tokens on every thread count. */
 typedef struct sp_sampler_params {
     float temperature;      /* <= 0: greedy */
     int32_t top_k;          /* <= 0: off */
@@ -323,7 +326,7 @@ typedef struct sp_sampler_params {
      * Repeated ids add up. */
     const sp_logit_bias *logit_bias;
     size_t n_logit_bias;
-    int32_t n_logprobs;     /* top alternatives to report, 0..SP_MAX_LOGPROBS */
+    int32_t n_logprobs;     /* in a request: taken from sp_gen_params.logprobs */
 } sp_sampler_params;
 
 /* llama.cpp's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
