@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from test_library import make_env
+from test_library import make_env, run_plain  # noqa: F401 (a fixture)
 
 PROMPT = "The capital of France is"
 
@@ -50,40 +50,40 @@ def test_versions_agree(spindle_pkg):
     assert spindle_pkg.version() == importlib.metadata.version("spindle")
 
 
-def test_greedy_text_equals_spindle_run(model, run_spindle, smollm2_path):
-    want = run_spindle("run", "-m", smollm2_path, "-p", PROMPT, "-n", 32, "--temp", 0)
+def test_greedy_text_equals_spindle_run(model, run_plain, smollm2_path):
+    want = run_plain("run", "-m", smollm2_path, "-p", PROMPT, "-n", 32, "--temp", 0)
     assert want.returncode == 0, want.stderr
     assert model.generate(PROMPT, max_tokens=32, temperature=0) == want.stdout
     pieces = list(model.generate(PROMPT, max_tokens=32, temperature=0, stream=True))
     assert len(pieces) > 10 and "".join(pieces) == want.stdout
 
 
-def test_sampling_stop_and_chat_equal_spindle_run(model, run_spindle, smollm2_path):
-    want = run_spindle("run", "-m", smollm2_path, "-p", PROMPT, "-n", 24, "--temp", 0.9, "--seed", 7,
+def test_sampling_stop_and_chat_equal_spindle_run(model, run_plain, smollm2_path):
+    want = run_plain("run", "-m", smollm2_path, "-p", PROMPT, "-n", 24, "--temp", 0.9, "--seed", 7,
                        "--top-k", 20, "--repeat-penalty", 1.2)
     assert model.generate(PROMPT, max_tokens=24, temperature=0.9, seed=7, top_k=20, repeat_penalty=1.2) == \
         want.stdout
-    want = run_spindle("run", "-m", smollm2_path, "-p", PROMPT, "-n", 32, "--temp", 0, "--stop", ".")
+    want = run_plain("run", "-m", smollm2_path, "-p", PROMPT, "-n", 32, "--temp", 0, "--stop", ".")
     got = model.generate(PROMPT, max_tokens=32, temperature=0, stop=".")
     assert got == want.stdout and "." not in got
-    want = run_spindle("run", "-m", smollm2_path, "--chat", "-p", "Name a colour.", "-n", 16, "--temp", 0)
+    want = run_plain("run", "-m", smollm2_path, "--chat", "-p", "Name a colour.", "-n", 16, "--temp", 0)
     msgs = [{"role": "user", "content": "Name a colour."}]
     assert model.chat(msgs, max_tokens=16, temperature=0) == want.stdout
     assert "Name a colour." in model.apply_chat_template(msgs)
 
 
-def test_tokenize_and_detokenize(model, run_spindle, smollm2_path):
+def test_tokenize_and_detokenize(model, run_plain, smollm2_path):
     text = "Hello, world! Grüße 日本"
     ids = model.tokenize(text)
-    r = run_spindle("tokenize", "-m", smollm2_path, text)
+    r = run_plain("tokenize", "-m", smollm2_path, text)
     assert ids == [int(x) for x in r.stdout.split()]
     assert model.detokenize(ids) == text
     assert b"".join(model.token_to_piece(t) for t in ids).decode() == text
     assert model.tokenize("<|im_start|>", parse_special=True) == [1]
 
 
-def test_logprobs_equal_spindle_run(model, run_spindle, smollm2_path):
-    r = run_spindle("run", "-m", smollm2_path, "-p", PROMPT, "-n", 6, "--temp", 0, "--logprobs", 3, "--json")
+def test_logprobs_equal_spindle_run(model, run_plain, smollm2_path):
+    r = run_plain("run", "-m", smollm2_path, "-p", PROMPT, "-n", 6, "--temp", 0, "--logprobs", 3, "--json")
     want = r.json()
     c = model.complete(PROMPT, max_tokens=6, temperature=0, logprobs=3)
     assert c.text == want["text"] and c.finish_reason == want["finish_reason"]
@@ -94,7 +94,7 @@ def test_logprobs_equal_spindle_run(model, run_spindle, smollm2_path):
         assert [(i, p) for i, _, p in got.top_logprobs] == \
             [(e["id"], pytest.approx(e["logprob"], abs=1e-6)) for e in exp["top_logprobs"]]
     # the logits agree with `spindle logits`
-    top = run_spindle("logits", "-m", smollm2_path, "-p", PROMPT, "--top", 3).json()["top"]
+    top = run_plain("logits", "-m", smollm2_path, "-p", PROMPT, "--top", 3).json()["top"]
     logits = model.logits(PROMPT)
     assert len(logits) == model.n_vocab
     assert [i for i, _ in top] == sorted(range(len(logits)), key=lambda i: (-logits[i], i))[:3]
