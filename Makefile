@@ -6,6 +6,7 @@
 #   make asan       build-asan/spindle with AddressSanitizer + UBSan
 #   make fuzz       libFuzzer targets (clang)
 #   make bench      spindle bench on the default model
+#   make install    libspindle.so/.a, spindle.h and spindle.pc under PREFIX (/usr/local)
 
 CC      ?= cc
 BUILD   ?= build
@@ -27,7 +28,11 @@ else
 ARCH    := -march=native
 endif
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
-CFLAGS_BASE := -std=gnu11 $(WARN) -g -fno-strict-aliasing -pthread -Iinclude -Isrc $(PKG_CFLAGS)
+# One set of objects serves the binary, libspindle.a and libspindle.so:
+# position-independent, and only what include/spindle.h marks SP_API is
+# exported from the shared library.
+CFLAGS_BASE := -std=gnu11 $(WARN) -g -fno-strict-aliasing -pthread -fPIC -fvisibility=hidden -Iinclude -Isrc \
+               $(PKG_CFLAGS)
 CFLAGS  ?= $(OPT) $(ARCH)
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) -MMD -MP
 LDLIBS  := $(PKG_LIBS) -lm -pthread
@@ -54,14 +59,25 @@ TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all run test test-unit test-py asan test-asan test-tsan fuzz fuzz-build fuzz-lib tsan bench clean setup deps tests \
-        compile-all xtarget
-all: $(BUILD)/spindle
+        compile-all xtarget install
+all: $(BUILD)/spindle $(BUILD)/libspindle.so
 
 deps: ;
 
 $(BUILD)/libspindle.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
+
+# The shared library: libspindle.so.MAJOR.MINOR.PATCH with the soname
+# libspindle.so.MAJOR (the version comes from include/spindle.h).
+SP_VERSION_PART = $(shell sed -n 's/^\#define SPINDLE_VERSION_$(1) \([0-9]*\)$$/\1/p' include/spindle.h)
+SOMAJOR := $(call SP_VERSION_PART,MAJOR)
+VERSION := $(SOMAJOR).$(call SP_VERSION_PART,MINOR).$(call SP_VERSION_PART,PATCH)
+$(BUILD)/libspindle.so: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,libspindle.so.$(SOMAJOR) -Wl,-z,defs -o $@.$(VERSION) $^ $(LDFLAGS) $(LDLIBS)
+	ln -sf libspindle.so.$(VERSION) $@.$(SOMAJOR)
+	ln -sf libspindle.so.$(SOMAJOR) $@
 
 $(BUILD)/spindle: $(TOOL_OBJ) $(BUILD)/libspindle.a
 	$(CC) $(ALL_CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
@@ -160,10 +176,25 @@ fuzz-build: $(FUZZ_BIN)
 fuzz: fuzz-build
 	@scripts/run-fuzz $(FUZZ_SECONDS) $(FUZZ_BIN)
 
+# make install PREFIX=... [DESTDIR=...]: the libraries, the header and a
+# pkg-config file (cc prog.c $(pkg-config --cflags --libs spindle)).
+PREFIX     ?= /usr/local
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+install: $(BUILD)/libspindle.so $(BUILD)/libspindle.a
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
+	install -m 644 include/spindle.h $(DESTDIR)$(INCLUDEDIR)/spindle.h
+	install -m 644 $(BUILD)/libspindle.a $(DESTDIR)$(LIBDIR)/libspindle.a
+	install -m 755 $(BUILD)/libspindle.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libspindle.so.$(VERSION)
+	ln -sf libspindle.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libspindle.so.$(SOMAJOR)
+	ln -sf libspindle.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libspindle.so
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
+	    spindle.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/spindle.pc
+
 bench: all
 	@$(BUILD)/spindle bench -m $$(scripts/fetch-model smollm2-135m)
 
 clean:
-	rm -rf build/obj build/libspindle.a build/spindle build/tests build/xtarget-* build-asan
+	rm -rf build/obj build/libspindle.a build/libspindle.so* build/spindle build/tests build/xtarget-* build-asan
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)

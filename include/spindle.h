@@ -1,9 +1,31 @@
-/* spindle — the one public header.
+/* spindle: the public C API.
  *
- * Opaque handles, parameters and status codes shared by the CLI tools and the
- * server.  Every function that can fail returns an sp_status and leaves a
- * one-line message naming the problem, readable with sp_error_message() on the
- * same thread.  Nothing here calls exit() or abort().
+ * One header for everything outside the library (the CLI, the server's
+ * front end, examples, language bindings).  docs/api.md walks through the
+ * lifecycle with a complete example:
+ *
+ *   sp_model  = a GGUF file loaded once: weights, vocabulary, chat template.
+ *               Immutable after loading; shared by any number of engines and
+ *               threads.
+ *   sp_engine = a model put to work: KV cache, compute threads, the requests
+ *               running on it.  One thread at a time drives it.
+ *   sp_request = one generation (prompt, decoding parameters, its n choices
+ *               or beams) inside an engine, streamed by callback or polled.
+ *
+ * Errors: every function that can fail returns an sp_status and leaves a
+ * one-line message naming the problem, read with sp_error_message() on the
+ * same thread.  Nothing in the library calls exit() or abort() or prints.
+ *
+ * Ownership: what a function returns through `T **out` the caller owns and
+ * frees with the matching *_free (memory: sp_free); `const char *` results
+ * are borrowed from their object and stay valid while it lives.  Buffers
+ * passed in are only read during the call unless a comment says otherwise.
+ *
+ * Versions: parameter structs are filled by their *_default() function
+ * first, then changed field by field, so code keeps compiling when fields are
+ * added (they are added at the end).  A release that changes a struct's
+ * layout or a signature changes the shared library's soname
+ * (libspindle.so.SPINDLE_VERSION_MAJOR).
  */
 #ifndef SPINDLE_H
 #define SPINDLE_H
@@ -11,30 +33,446 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#define SP_API __attribute__((visibility("default")))
+#else
+#define SP_API
+#endif
+
+#define SPINDLE_VERSION_MAJOR 0
+#define SPINDLE_VERSION_MINOR 1
+#define SPINDLE_VERSION_PATCH 0
+/* "MAJOR.MINOR.PATCH" of the library actually loaded. */
+SP_API const char *sp_version(void);
+
+/* ------------------------------------------------------------------ errors */
+
 typedef enum sp_status {
     SP_OK = 0,
-    SP_ERR_IO,          /* file missing, unreadable, mmap failed */
+    SP_ERR_IO,          /* file missing, unreadable, mmap failed, port in use */
     SP_ERR_FORMAT,      /* malformed model file */
     SP_ERR_UNSUPPORTED, /* valid file, but an architecture/type we do not run */
     SP_ERR_NOMEM,       /* allocation failed or a size would overflow */
-    SP_ERR_ARG,         /* bad argument from the caller (flag, parameter) */
+    SP_ERR_ARG,         /* bad argument from the caller (flag, parameter, too small a buffer) */
     SP_ERR_CONTEXT,     /* prompt or generation does not fit the context */
-    SP_ERR_FULL,        /* no free KV blocks right now (retry later) */
+    SP_ERR_FULL,        /* no free KV blocks or request slots right now (retry later) */
     SP_ERR_CANCELLED,   /* stopped by the caller */
     SP_ERR_INTERNAL,    /* a bug: an invariant did not hold */
 } sp_status;
 
-/* The message of the last error set on this thread ("" when none). */
-const char *sp_error_message(void);
+/* The message of the last error set on this thread ("" when none); valid
+ * until the next library call on this thread. */
+SP_API const char *sp_error_message(void);
 /* A short fixed name of a status ("format error", ...). */
-const char *sp_status_name(sp_status st);
+SP_API const char *sp_status_name(sp_status st);
+
+/* Frees memory the library returned as the caller's (NULL is fine). */
+SP_API void sp_free(void *p);
+
+/* Copies in[0..n) to out, replacing each invalid UTF-8 sequence with
+ * U+FFFD (token pieces may end inside a character); out needs 3 * n bytes.
+ * Returns the bytes written (no terminator).  Thread-safe. */
+SP_API size_t sp_utf8_sanitize(const char *in, size_t n, char *out);
 
 typedef int32_t sp_token;
+
+/* ------------------------------------------------------------------- model
+ * A model is immutable once loaded: every function taking a const sp_model *
+ * is thread-safe, also against the engines running it. */
+
+typedef struct spindle_model sp_model;
+
+typedef struct sp_model_params {
+    const char *path;   /* the GGUF file (required) */
+    int n_threads;      /* compute threads of engines made from this model
+                           (sp_engine_params.n_threads 0); <= 0: one per core */
+    bool use_mmap;      /* true: map the file (weights stay in the page cache);
+                           false: read it into memory */
+    bool use_mlock;     /* lock the weights in RAM (needs RLIMIT_MEMLOCK) */
+    bool vocab_only;    /* load the tokenizer and chat template only: tokenize,
+                           detokenize and chat work, engines cannot be made */
+    const char *isa;    /* kernel set: NULL or "auto" (the best this CPU runs,
+                           capped by $SP_ISA), "scalar", "avx2", "avx512".
+                           Process-wide: the first model loaded fixes it, and a
+                           later load asking for another fails (SP_ERR_ARG) */
+} sp_model_params;
+
+/* path NULL, one thread per core, mmap on, mlock off, whole model, auto ISA. */
+SP_API void sp_model_params_default(sp_model_params *p);
+
+/* Loads and validates the file (every key and tensor the forward pass
+ * needs).  Errors name the file and the problem: SP_ERR_IO, SP_ERR_FORMAT,
+ * SP_ERR_UNSUPPORTED, SP_ERR_NOMEM, SP_ERR_ARG.  *out is NULL on failure.
+ * Thread-safe. */
+SP_API sp_status sp_model_load(const sp_model_params *p, sp_model **out);
+/* Frees the model; every engine and detokenizer made from it must be freed
+ * first, and no other thread may be using it. */
+SP_API void sp_model_free(sp_model *m);
+
+/* What a model is (for `spindle info`, benchmarks, bindings).  Strings are
+ * borrowed from the model.  A vocab_only model has the path, file,
+ * architecture, tokenizer and chat fields set, the rest 0. */
+typedef struct sp_model_info {
+    const char *path;
+    const char *architecture;       /* general.architecture ("llama", "gemma3") */
+    const char *tokenizer;          /* tokenizer.ggml.model ("gpt2", "llama", "bert") */
+    const char *tokenizer_pre;      /* tokenizer.ggml.pre */
+    const char *isa;                /* the kernels this process runs ("avx512", ...) */
+    uint32_t gguf_version;
+    uint64_t n_tensors, n_meta;     /* tensors and metadata keys in the file */
+    uint64_t file_bytes;
+    uint64_t weights_bytes;         /* weight bytes read per token (matrices and head) */
+    uint32_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
+    uint32_t n_head, n_head_kv, head_dim, n_rot;
+    uint32_t n_swa;                 /* sliding window in tokens; 0: none */
+    uint32_t n_swa_layers;          /* layers that use it */
+    float rope_base, rope_freq_scale;
+    float rope_base_swa;            /* rope base of sliding-window layers (0: none) */
+    float norm_eps;
+    sp_token bos, eos;              /* -1 when none */
+    bool has_chat_template;         /* false: a built-in format is used */
+    bool tied_output;               /* the output head is token_embd */
+    bool vocab_only;
+    uint32_t n_packed;              /* matrices repacked at load for the kernels */
+    uint64_t packed_bytes;
+} sp_model_info;
+SP_API void sp_model_info_get(const sp_model *m, sp_model_info *out);
+
+/* One tensor of the file. */
+typedef struct sp_tensor_info {
+    char name[128];                 /* truncated to 127 bytes */
+    uint32_t type;                  /* GGUF/ggml type id */
+    const char *type_name;          /* "Q4_K", "F32", ... */
+    uint32_t n_dims;
+    int64_t ne[4];                  /* ne[0]: row length; unused dimensions 1 */
+    uint64_t n_bytes;
+} sp_tensor_info;
+/* i < sp_model_info.n_tensors; SP_ERR_ARG otherwise. */
+SP_API sp_status sp_model_tensor_get(const sp_model *m, uint64_t i, sp_tensor_info *out);
+
+/* Metadata.  The text of key i (i < n_meta) or the value of `key`: strings
+ * as stored, numbers in decimal, booleans "true"/"false", arrays as
+ * "[N x TYPE]".  Writes at most cap bytes including a NUL and sets *len to
+ * the full length; SP_ERR_ARG when cap <= *len (retry with *len + 1) or the
+ * key is absent. */
+SP_API sp_status sp_model_meta_key(const sp_model *m, uint64_t i, char *buf, size_t cap, size_t *len);
+SP_API sp_status sp_model_meta_value(const sp_model *m, const char *key, char *buf, size_t cap, size_t *len);
+
+/* -------------------------------------------------------------- vocabulary
+ * All thread-safe: the vocabulary is immutable. */
+
+SP_API uint32_t sp_model_n_vocab(const sp_model *m);
+SP_API sp_token sp_model_token_bos(const sp_model *m); /* -1 when none */
+SP_API sp_token sp_model_token_eos(const sp_model *m); /* -1 when none */
+/* End of generation: eos, eot, <|im_end|>, <end_of_turn>, ... */
+SP_API bool sp_model_token_is_eog(const sp_model *m, sp_token t);
+SP_API bool sp_model_token_is_control(const sp_model *m, sp_token t);
+/* The token's text as stored in the file (NUL-terminated), NULL for a bad id. */
+SP_API const char *sp_model_token_text(const sp_model *m, sp_token t);
+
+/* Text (any bytes) to ids, exactly as llama.cpp tokenizes.  add_special:
+ * BOS/EOS as the file's add_bos_token/add_eos_token say; parse_special:
+ * special-token texts such as "<|im_start|>" become their ids.  Writes up to
+ * cap ids and the total to *n_out; SP_ERR_ARG with *n_out the count needed
+ * when cap is smaller (6 * len + 16 always suffices). */
+SP_API sp_status sp_model_tokenize(const sp_model *m, const char *text, size_t len, bool add_special,
+                                   bool parse_special, sp_token *out, size_t cap, size_t *n_out);
+/* The bytes one token stands for (control tokens give "" unless special).
+ * The bytes may end inside a UTF-8 character.  Writes up to cap bytes (no
+ * NUL) and the full count to *len; SP_ERR_ARG for a bad id or when
+ * cap < *len. */
+SP_API sp_status sp_model_token_to_piece(const sp_model *m, sp_token t, bool special, char *buf, size_t cap,
+                                         size_t *len);
+/* A whole sequence to text as llama.cpp's detokenize does (e.g. the leading
+ * space after BOS is dropped).  Same buffer convention as token_to_piece. */
+SP_API sp_status sp_model_detokenize(const sp_model *m, const sp_token *toks, size_t n, bool special, char *buf,
+                                     size_t cap, size_t *len);
+
+/* Streaming detokenizer: push tokens one at a time, get back only complete
+ * UTF-8 (a character split across tokens comes out whole with the token
+ * that completes it).  One per stream; not thread-safe; must not outlive
+ * its model.  Push/flush write up to cap bytes (no NUL) and the count to
+ * *len; SP_ERR_ARG when cap is too small (256 + the longest token always
+ * suffices) or the id is bad. */
+typedef struct sp_detokenizer sp_detokenizer;
+SP_API sp_status sp_detokenizer_create(const sp_model *m, bool special, sp_detokenizer **out);
+SP_API sp_status sp_detokenizer_push(sp_detokenizer *d, sp_token t, char *buf, size_t cap, size_t *len);
+/* Emits what is held back (an unfinished character becomes U+FFFD). */
+SP_API sp_status sp_detokenizer_flush(sp_detokenizer *d, char *buf, size_t cap, size_t *len);
+SP_API void sp_detokenizer_free(sp_detokenizer *d);
+
+/* -------------------------------------------------------------------- chat
+ * The model's own Jinja template (tokenizer.chat_template) rendered as HF
+ * transformers does, or a built-in format when the file has none.  Work is
+ * bounded for hostile templates.  Thread-safe. */
+
+typedef struct sp_chat_msg {
+    const char *role;    /* "system", "user", "assistant", ... (NUL-terminated UTF-8) */
+    const char *content; /* NUL-terminated UTF-8; NULL renders as none */
+} sp_chat_msg;
+
+/* The template this model's chats use (the file's, or the built-in one);
+ * borrowed from the model. */
+SP_API const char *sp_model_chat_template(const sp_model *m);
+/* Renders msgs; *text (NUL-terminated) is the caller's (sp_free).  Errors:
+ * SP_ERR_ARG naming line:column for a template that fails on these
+ * messages, SP_ERR_NOMEM. */
+SP_API sp_status sp_model_chat_apply(const sp_model *m, const sp_chat_msg *msgs, size_t n,
+                                     bool add_generation_prompt, char **text);
+/* Renders with a generation prompt and tokenizes the result as `spindle run
+ * --chat` and the server do (special tokens recognised, BOS added unless the
+ * template wrote it).  *out is the caller's (sp_free). */
+SP_API sp_status sp_model_chat_tokenize(const sp_model *m, const sp_chat_msg *msgs, size_t n, sp_token **out,
+                                        size_t *n_out);
+
+/* ------------------------------------------------------------------ engine */
+
+typedef struct sp_engine sp_engine;
+
+typedef struct sp_engine_params {
+    int n_threads;       /* compute threads; 0: the model's n_threads */
+    int n_ctx;           /* per-request context limit; 0: the model's training
+                            context, capped at 8192 */
+    int n_parallel;      /* requests running at once; 0: 1 */
+    size_t kv_mem_mib;   /* KV cache size; 0: n_ctx x n_parallel positions */
+    int n_batch;         /* most tokens in one forward pass; 0: 512 */
+    bool swa_full;       /* keep every position of sliding-window layers
+                            (no rings; lets such models use the prefix cache) */
+} sp_engine_params;
+
+/* All zero: every field takes the default its comment names. */
+SP_API void sp_engine_params_default(sp_engine_params *p);
+
+/* Allocates the KV cache and everything a step needs, once; nothing is
+ * allocated per token afterwards.  The model must outlive the engine.
+ * Errors: SP_ERR_ARG (a vocab_only model, a context beyond the model's
+ * training context, ...), SP_ERR_NOMEM.  Thread-safe (distinct engines). */
+SP_API sp_status sp_engine_create(const sp_model *m, const sp_engine_params *p, sp_engine **out);
+/* Frees the engine.  Requests in callback mode still running are freed
+ * without further events; polled requests must still be given to
+ * sp_request_free (they report no more events). */
+SP_API void sp_engine_free(sp_engine *e);
+
+/* Everything below that takes an engine must be called by one thread at a
+ * time (the engine's owner); callbacks run on that thread. */
+SP_API int sp_engine_n_ctx(const sp_engine *e);
+SP_API int sp_engine_n_threads(const sp_engine *e);
+
+typedef struct sp_engine_stats {
+    uint32_t kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* cached: idle in the prefix cache */
+    uint32_t kv_block_tokens;       /* positions per block */
+    uint64_t kv_bytes;              /* KV cache size */
+    uint64_t prefix_hits, prefix_tokens_reused;
+    uint32_t n_running;             /* requests admitted and not finished */
+} sp_engine_stats;
+SP_API void sp_engine_stats_get(const sp_engine *e, sp_engine_stats *out);
+
+/* Timing of the last request that finished on this engine. */
+typedef struct sp_engine_timing {
+    double t_prefill_s, t_decode_s, t_first_token_s;
+    uint32_t n_prefill, n_decode;   /* prompt tokens computed (not cached); tokens generated */
+} sp_engine_timing;
+SP_API void sp_engine_timing_get(const sp_engine *e, sp_engine_timing *out);
+
+/* Runs one step: one batched forward pass for every running request (a
+ * token of each choice, plus prompt chunks of requests still prefilling),
+ * then sampling and events.  Returns the number of requests still running
+ * (>= 0), or -1 with an error set (an internal failure; the requests are
+ * finished with SP_FINISH_ERROR). */
+SP_API int sp_engine_step(sp_engine *e);
+
+/* Raw logits after every position >= first of the prompt, in order:
+ * fn(user, pos, logits[n_vocab]) (the buffer is valid during the call only).
+ * The same batched forward as generation, so position p's logits equal
+ * those a decode step at p sees.  Runs to completion inside the call, beside
+ * any running requests.  Errors: SP_ERR_CONTEXT, SP_ERR_FULL, SP_ERR_ARG. */
+typedef void (*sp_logits_fn)(void *user, size_t pos, const float *logits);
+SP_API sp_status sp_engine_logits(sp_engine *e, const sp_token *prompt, size_t n_prompt, size_t first,
+                                  sp_logits_fn fn, void *user);
+
+/* -------------------------------------------------------------- decoding */
+
+#define SP_MAX_LOGPROBS 20
+
+typedef struct sp_logit_bias {
+    sp_token id;
+    float bias;   /* finite or -INFINITY (ban); +INFINITY and NaN are rejected */
+} sp_logit_bias;
+
+/* The decoding chain, applied in this order: logit bias, penalties
+ * (repeat: logit > 0 ? logit / r : logit * r; then presence and frequency
+ * as OpenAI's), [logprobs are taken here], top-k, temperature, softmax,
+ * top-p, min-p, typical-p, the seeded draw.  Greedy (argmax after bias and
+ * penalties, ties to the lowest id) when temperature <= 0.  The same seed
+ * and inputs give the same tokens on every thread count. */
+typedef struct sp_sampler_params {
+    float temperature;      /* <= 0: greedy */
+    int32_t top_k;          /* <= 0: off */
+    float top_p;            /* >= 1: off; <= 0 keeps only the top token */
+    float min_p;            /* <= 0: off */
+    float typical_p;        /* >= 1: off */
+    float repeat_penalty;   /* 1: off; must be > 0 */
+    int32_t repeat_last_n;  /* penalty window: 0 = penalties off, -1 = whole history */
+    float presence_penalty; /* 0: off */
+    float frequency_penalty;/* 0: off */
+    uint64_t seed;
+    /* Copied when the request is submitted; ids must lie in [0, n_vocab).
+     * Repeated ids add up. */
+    const sp_logit_bias *logit_bias;
+    size_t n_logit_bias;
+    int32_t n_logprobs;     /* in a request: taken from sp_gen_params.logprobs */
+} sp_sampler_params;
+
+/* llama.cpp's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
+ * repeat penalty off (1.0, window 64), no presence/frequency penalty,
+ * typical-p off, seed 0, no bias, no logprobs. */
+SP_API void sp_sampler_params_default(sp_sampler_params *p);
+
+/* Everything about one request but its prompt. */
+typedef struct sp_gen_params {
+    sp_sampler_params sampling;
+    int32_t max_tokens;         /* most tokens per choice; < 0: until the context is
+                                   full; 0 is refused (SP_ERR_ARG) */
+    const char *const *stop;    /* stop strings (copied at submit); the text
+                                   stops before the first one that appears */
+    size_t n_stop;
+    int n;                      /* choices sharing one prefill, 1..16; 0: 1 */
+    int beams;                  /* beam search width; <= 1: off (1: greedy) */
+    float length_penalty;       /* beam score = logprob / len^length_penalty */
+    bool ignore_eos;            /* end-of-generation tokens do not stop */
+    int logprobs;               /* < 0: none; K >= 0: each token's logprob and the top K */
+    FILE *explain;              /* if set, each step's decoding table is printed here */
+} sp_gen_params;
+
+/* sp_sampler_params_default(), max_tokens -1, n 1, no beams, length
+ * penalty 1, no stop strings, no logprobs. */
+SP_API void sp_gen_params_default(sp_gen_params *gp);
+
+typedef enum sp_finish {
+    SP_FINISH_NONE = 0,
+    SP_FINISH_STOP,      /* end-of-generation token or a stop string */
+    SP_FINISH_LENGTH,    /* max_tokens or the context limit */
+    SP_FINISH_CANCELLED, /* sp_request_cancel() */
+    SP_FINISH_ERROR,
+} sp_finish;
+/* "none", "stop", "length", "cancelled", "error". */
+SP_API const char *sp_finish_name(sp_finish f);
+
+/* Log-probabilities of one sampled token: OpenAI's meaning, the model's
+ * distribution after the request's bias and penalties, before any sampling
+ * filter or temperature.  top[] holds the n_top most likely tokens, most
+ * likely first (ties: lowest id); banned tokens are never listed. */
+typedef struct sp_token_logprobs {
+    float logprob;          /* of the sampled token */
+    int n_top;
+    struct {
+        sp_token id;
+        float logprob;
+    } top[SP_MAX_LOGPROBS];
+} sp_token_logprobs;
+
+/* One event per generated token of one choice, and a final one per choice
+ * (finish != SP_FINISH_NONE, id -1).  `text` is the text this token releases:
+ * complete UTF-8, stop strings removed, possibly empty while held back; the
+ * final event carries what was still held.  Pointers are valid during the
+ * callback (polling: until the next sp_request_poll or sp_engine_step). */
+typedef struct sp_token_event {
+    int choice;                     /* 0..n-1 */
+    sp_token id;                    /* -1 on the final event */
+    const char *text;
+    size_t len;
+    const sp_token_logprobs *lp;    /* NULL unless gp.logprobs >= 0 */
+    sp_finish finish;
+    /* usage, valid on every event */
+    uint32_t n_prompt, n_cached, n_generated;
+    double logprob_sum;             /* over this choice's generated tokens */
+} sp_token_event;
+typedef void (*sp_event_fn)(void *user, const sp_token_event *ev);
+
+/* ---------------------------------------------------------------- requests */
+
+typedef struct sp_request sp_request;
+
+/* Admits a request; it starts with the next sp_engine_step().  The prompt
+ * and gp (stop strings and logit bias included) are copied.
+ *
+ * Callback mode (fn != NULL): fn(user, event) runs inside sp_engine_step()
+ * on the engine's thread and must not call back into the engine except
+ * sp_request_cancel.  The engine frees the request after its last final
+ * event; *out (optional) is valid until then.
+ * Polling mode (fn == NULL, out required): events queue in the request;
+ * read them with sp_request_poll(), and free it with sp_request_free()
+ * (before it finishes: it stops there).
+ *
+ * Errors: SP_ERR_CONTEXT when the prompt (plus one token) can never fit the
+ * context or the KV cache (the message says how many tokens and the limit);
+ * SP_ERR_FULL when it would fit but slots or blocks are short right now
+ * (retry after a step); SP_ERR_ARG for bad parameters (naming the field). */
+SP_API sp_status sp_request_submit(sp_engine *e, const sp_token *prompt, size_t n_prompt,
+                                   const sp_gen_params *gp, sp_event_fn fn, void *user, sp_request **out);
+/* The same with a text prompt, tokenized as sp_model_tokenize(add_special
+ * true, parse_special) does. */
+SP_API sp_status sp_request_submit_text(sp_engine *e, const char *text, size_t len, bool parse_special,
+                                        const sp_gen_params *gp, sp_event_fn fn, void *user,
+                                        sp_request **out);
+/* Ends the request at the next step with SP_FINISH_CANCELLED (final events
+ * are still delivered). */
+SP_API void sp_request_cancel(sp_request *r);
+/* Polling mode: the next queued event (true), or false when none is
+ * waiting.  The event's pointers are valid until the next call of this or
+ * sp_engine_step. */
+SP_API bool sp_request_poll(sp_request *r, sp_token_event *ev);
+/* Polling mode: true once every choice's final event has been polled. */
+SP_API bool sp_request_done(const sp_request *r);
+/* Polling mode: frees the request; one still running stops at once (no
+ * final event) and its slot and KV blocks are free for the next submit.
+ * May be called before or after sp_engine_free, not inside an event
+ * callback. */
+SP_API void sp_request_free(sp_request *r);
+
+/* ------------------------------------------------------------------ server */
+
+/* An OpenAI-compatible HTTP server over one model (/v1/completions,
+ * /v1/chat/completions, /v1/models, /tokenize, /detokenize, /health,
+ * /metrics). */
+typedef struct sp_server_config {
+    const char *host;       /* numeric IPv4/IPv6 address to bind; default 127.0.0.1 */
+    int port;               /* 0: pick a free port (printed on stderr) */
+    int n_parallel;         /* requests running at once */
+    int n_ctx;              /* per-request context; 0: the model's (capped at 8192) */
+    size_t kv_mem_mib;      /* 0: n_ctx x n_parallel positions */
+    int n_threads;          /* compute threads; <= 0: the model's */
+    const char *api_key;    /* NULL: no auth */
+    double timeout_s;       /* default and cap of a request's total time; 0: none */
+    int max_queue;          /* waiting requests beyond this get 429 */
+    size_t max_body;        /* request body cap in bytes */
+    int max_n;              /* cap on `n` */
+} sp_server_config;
+/* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8. */
+SP_API void sp_server_config_default(sp_server_config *c);
+
+/* Makes the engine, binds the port and serves until SIGINT or SIGTERM
+ * arrives (the calling thread blocks both and waits for them; its signal
+ * mask is restored on return; SIGPIPE is ignored process-wide), then
+ * refuses new work (503), lets the requests in flight finish and returns
+ * SP_OK.  Fails before listening when the engine cannot be made (SP_ERR_ARG,
+ * SP_ERR_NOMEM, ...) or the address cannot be bound (SP_ERR_IO).  One line
+ * goes to stderr when it listens and one when it drains.  The model must
+ * outlive the call. */
+SP_API sp_status sp_server_run(const sp_model *m, const sp_server_config *cfg);
+
+/* ---------------------------------------------------------------- machine */
+
+/* Memory read bandwidth in GB/s (best of 5 passes over 1 GiB) with the
+ * compute pool of n_threads threads (<= 0: one per core): the ceiling for
+ * decode speed. */
+SP_API sp_status sp_memory_read_bandwidth(int n_threads, double *gb_s);
 
 #ifdef __cplusplus
 }

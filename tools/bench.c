@@ -14,11 +14,7 @@
 #include <time.h>
 
 #include "args.h"
-#include "core/error.h"
-#include "core/pool.h"
-#include "engine/engine.h"
-#include "model/model.h"
-#include "quant/quant.h"
+#include "spindle.h"
 #include "tools.h"
 
 static double sp_bench_now(void)
@@ -56,77 +52,33 @@ static void sp_bench_event(void *user, const struct sp_token_event *ev)
     c->n++;
 }
 
-/* ---- memory read bandwidth: the ceiling for decode ---- */
-
-struct sp_bw_job {
-    const uint64_t *buf;
-    size_t n;
-    uint64_t sink[64 * 8];
-};
-
-static void sp_bw_run(void *arg, int ith, int nth)
-{
-    struct sp_bw_job *j = arg;
-    long lo, hi;
-    sp_pool_split((long)j->n, 64, ith, nth, &lo, &hi);
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (long i = lo; i + 4 <= hi; i += 4) {
-        a0 += j->buf[i];
-        a1 += j->buf[i + 1];
-        a2 += j->buf[i + 2];
-        a3 += j->buf[i + 3];
-    }
-    j->sink[(ith % 64) * 8] = a0 + a1 + a2 + a3;
-}
-
-/* Reads a 1 GiB buffer with the compute pool; returns the best GB/s of 5. */
-static double sp_bench_bandwidth(int n_threads)
-{
-    size_t bytes = (size_t)1 << 30, n = bytes / sizeof(uint64_t);
-    uint64_t *buf = aligned_alloc(64, bytes);
-    struct sp_pool *pool = NULL;
-    double best = 0.0;
-    if (!buf || sp_pool_init(&pool, n_threads) != SP_OK) {
-        free(buf);
-        return 0.0;
-    }
-    for (size_t i = 0; i < n; i++)
-        buf[i] = i;
-    struct sp_bw_job j = {buf, n, {0}};
-    for (int r = 0; r < 5; r++) {
-        double t0 = sp_bench_now();
-        sp_pool_run(pool, sp_bw_run, &j);
-        double gbs = bytes / (sp_bench_now() - t0) / 1e9;
-        best = gbs > best ? gbs : best;
-    }
-    sp_pool_free(pool);
-    free(buf);
-    return best;
-}
-
 int sp_tool_bench(int argc, char **argv)
 {
-    struct sp_engine_params ep = {0};
+    sp_model_params mp;
+    sp_engine_params ep;
     struct sp_args a = {argc, argv, 1, false};
     int n_prompt = 512, n_gen = 128, reps = 3, batch = 1, depth = 2;
     bool json = false, bandwidth = false;
-    struct sp_engine *e = NULL;
+    sp_model *model = NULL;
+    sp_engine *e = NULL;
     sp_token *prompt = NULL;
     double *pp = NULL, *tg = NULL;
     struct sp_bench_count *cnt = NULL;
     int rc = 2;
+    sp_model_params_default(&mp);
+    sp_engine_params_default(&ep);
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [-d DEPTH] [--json]\n"
                  "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)");
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) ep.model_path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
         else if (sp_args_is(&a, "-p", NULL)) sp_args_int(&a, 1, 1 << 20, &n_prompt);
         else if (sp_args_is(&a, "-n", NULL)) sp_args_int(&a, 1, 1 << 20, &n_gen);
         else if (sp_args_is(&a, "-r", NULL)) sp_args_int(&a, 1, 1000, &reps);
         else if (sp_args_is(&a, "-B", "--batch")) sp_args_int(&a, 1, 256, &batch);
         else if (sp_args_is(&a, "-d", "--depth")) sp_args_int(&a, 2, 1 << 20, &depth);
-        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
+        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &mp.n_threads);
         else if (sp_args_is(&a, "--json", NULL)) json = true;
         else if (sp_args_is(&a, "--bandwidth", NULL)) bandwidth = true;
         else
@@ -135,22 +87,27 @@ int sp_tool_bench(int argc, char **argv)
     if (a.failed)
         return 2;
     if (bandwidth) {
-        double gbs = sp_bench_bandwidth(ep.n_threads);
+        double gbs;
+        if (sp_memory_read_bandwidth(mp.n_threads, &gbs) != SP_OK)
+            return sp_tool_fail("bench: %s", sp_error_message());
         if (json)
-            printf("{\"read_bandwidth_gb_s\":%.3f,\"threads\":%d}\n", gbs, ep.n_threads);
+            printf("{\"read_bandwidth_gb_s\":%.3f,\"threads\":%d}\n", gbs, mp.n_threads);
         else
             printf("memory read bandwidth: %.1f GB/s\n", gbs);
-        return gbs > 0 ? 0 : sp_tool_fail("bench: cannot allocate 1 GiB");
+        return 0;
     }
-    if (!ep.model_path)
+    if (!mp.path)
         return sp_tool_fail("bench: -m MODEL is required");
     int longest = n_prompt > depth ? n_prompt : depth;
     ep.n_ctx = longest + n_gen + 1;
     ep.n_parallel = batch;
     ep.n_batch = longest > 512 ? longest : 512;
-    if (sp_engine_init(&e, &ep) != SP_OK)
-        return sp_tool_fail("%s", sp_error_message());
-    const struct sp_model *m = sp_engine_model(e);
+    if (sp_model_load(&mp, &model) != SP_OK || sp_engine_create(model, &ep, &e) != SP_OK) {
+        sp_tool_fail("%s", sp_error_message());
+        goto done;
+    }
+    sp_model_info m;
+    sp_model_info_get(model, &m);
     size_t n_toks = (size_t)longest + batch; /* a window per request */
     prompt = malloc(n_toks * sizeof *prompt);
     pp = calloc((size_t)reps, sizeof *pp);
@@ -161,14 +118,14 @@ int sp_tool_bench(int argc, char **argv)
         goto done;
     }
     uint64_t x = 12345;
-    struct sp_gen_params gp;
+    sp_gen_params gp;
     sp_gen_params_default(&gp);
     gp.sampling.temperature = 0;
     gp.ignore_eos = true;
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
         for (size_t i = 0; i < n_toks; i++) { /* fresh tokens: no prefix-cache hits */
             x = x * 6364136223846793005ull + 1442695040888963407ull;
-            prompt[i] = (sp_token)(1000 + (x >> 33) % (m->hp.n_vocab - 2000));
+            prompt[i] = (sp_token)(1000 + (x >> 33) % (m.n_vocab - 2000));
         }
         /* prefill: one request, one token */
         gp.max_tokens = 1;
@@ -218,21 +175,18 @@ int sp_tool_bench(int argc, char **argv)
     double pm, ps, tm, ts;
     sp_bench_stats(pp, reps, &pm, &ps);
     sp_bench_stats(tg, reps, &tm, &ts);
-    uint64_t kv_dim = (uint64_t)m->hp.n_head_kv * m->hp.head_dim;
+    uint64_t kv_dim = (uint64_t)m.n_head_kv * m.head_dim;
     /* mean KV bytes read per decode token over the run: positions ~ n/2 on
      * average; a sliding-window layer reads at most its window */
-    double ctx = depth + n_gen / 2.0, kv_read = 0;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        double w = m->layers[l].swa && m->hp.n_swa && m->hp.n_swa < ctx ? m->hp.n_swa : ctx;
-        kv_read += (double)kv_dim * 2 * 2 * w;
-    }
-    double bytes_per_tok = (double)m->weights_bytes / batch + kv_read;
+    double ctx = depth + n_gen / 2.0, w_swa = m.n_swa && m.n_swa < ctx ? m.n_swa : ctx;
+    double kv_read = (double)kv_dim * 2 * 2 * ((m.n_layer - m.n_swa_layers) * ctx + m.n_swa_layers * w_swa);
+    double bytes_per_tok = (double)m.weights_bytes / batch + kv_read;
     double gbs = bytes_per_tok * tm / 1e9;
     if (json) {
         json_t *o = json_object();
-        json_object_set_new(o, "model", json_string(ep.model_path));
+        json_object_set_new(o, "model", json_string(mp.path));
         json_object_set_new(o, "threads", json_integer(sp_engine_n_threads(e)));
-        json_object_set_new(o, "isa", json_string(sp_quant_isa()));
+        json_object_set_new(o, "isa", json_string(m.isa));
         json_object_set_new(o, "n_prompt", json_integer(n_prompt));
         json_object_set_new(o, "n_gen", json_integer(n_gen));
         json_object_set_new(o, "batch", json_integer(batch));
@@ -243,15 +197,15 @@ int sp_tool_bench(int argc, char **argv)
         json_object_set_new(o, "prefill_tokens_per_s_sd", json_real(ps));
         json_object_set_new(o, "decode_tokens_per_s", json_real(tm));
         json_object_set_new(o, "decode_tokens_per_s_sd", json_real(ts));
-        json_object_set_new(o, "weights_bytes", json_integer((json_int_t)m->weights_bytes));
+        json_object_set_new(o, "weights_bytes", json_integer((json_int_t)m.weights_bytes));
         json_object_set_new(o, "decode_bytes_per_token", json_real(bytes_per_tok));
         json_object_set_new(o, "decode_bandwidth_gb_s", json_real(gbs));
         json_dumpf(o, stdout, JSON_COMPACT);
         fputc('\n', stdout);
         json_decref(o);
     } else {
-        printf("model: %s | threads: %d | kernels: %s | weights: %.1f MiB\n", ep.model_path, sp_engine_n_threads(e),
-               sp_quant_isa(), m->weights_bytes / 1048576.0);
+        printf("model: %s | threads: %d | kernels: %s | weights: %.1f MiB\n", mp.path, sp_engine_n_threads(e), m.isa,
+               m.weights_bytes / 1048576.0);
         printf("prefill pp%-5d %10.1f ± %.1f tokens/s\n", n_prompt, pm, ps);
         printf("decode  tg%-5d %10.1f ± %.1f tokens/s%s (%.1f GB/s of weights+KV)\n", n_gen, tm, ts,
                batch > 1 ? " aggregate" : "", gbs);
@@ -263,5 +217,6 @@ done:
     free(tg);
     free(cnt);
     sp_engine_free(e);
+    sp_model_free(model);
     return rc;
 }

@@ -8,11 +8,7 @@
 #include <string.h>
 
 #include "args.h"
-#include "core/error.h"
-#include "engine/engine.h"
-#include "engine/prompt.h"
-#include "model/model.h"
-#include "tokenizer/tokenizer.h"
+#include "spindle.h"
 #include "tools.h"
 
 static const float *sp_logits_base;
@@ -56,14 +52,16 @@ static json_t *sp_logits_top(struct sp_logits_ctx *c, const float *logits)
     return jtop;
 }
 
-/* Parses "1 2 3" into malloc'd ids. */
-static sp_status sp_logits_ids(const char *s, sp_token **out, size_t *n)
+/* Parses "1 2 3" into malloc'd ids; false after printing the error. */
+static bool sp_logits_ids(const char *s, sp_token **out, size_t *n)
 {
     size_t cap = strlen(s) / 2 + 1, k = 0;
     sp_token *t = malloc(cap * sizeof *t);
     char *end;
-    if (!t)
-        return sp_error_set(SP_ERR_NOMEM, "out of memory");
+    if (!t) {
+        sp_tool_fail("out of memory");
+        return false;
+    }
     while (*s) {
         while (*s == ' ' || *s == ',')
             s++;
@@ -72,58 +70,74 @@ static sp_status sp_logits_ids(const char *s, sp_token **out, size_t *n)
         long v = strtol(s, &end, 10);
         if (end == s || v < 0 || v > INT32_MAX || k == cap) {
             free(t);
-            return sp_error_set(SP_ERR_ARG, "--ids: '%.20s' is not a token id", s);
+            sp_tool_fail("--ids: '%.20s' is not a token id", s);
+            return false;
         }
         t[k++] = (sp_token)v;
         s = end;
     }
     *out = t;
     *n = k;
-    return SP_OK;
+    return true;
+}
+
+/* Tokenizes text (BOS per the file) into malloc'd ids; false after printing
+ * the error. */
+static bool sp_logits_tokenize(const sp_model *m, const char *text, bool special, sp_token **out, size_t *n)
+{
+    size_t len = strlen(text), cap = 6 * len + 16;
+    *out = malloc(cap * sizeof **out);
+    if (!*out || sp_model_tokenize(m, text, len, true, special, *out, cap, n) != SP_OK) {
+        sp_tool_fail("%s", *out ? sp_error_message() : "out of memory");
+        return false;
+    }
+    return true;
 }
 
 int sp_tool_logits(int argc, char **argv)
 {
-    struct sp_engine_params ep = {0};
+    sp_model_params mp;
+    sp_engine_params ep;
     struct sp_args a = {argc, argv, 1, false};
     const char *prompt = NULL, *ids = NULL;
     int top = 10, from = -1;
     bool special = false;
-    struct sp_engine *e = NULL;
+    sp_model *model = NULL;
+    sp_engine *e = NULL;
     sp_token *toks = NULL;
     int32_t *idx = NULL;
     size_t n_toks = 0;
     int rc = 2;
+    sp_model_params_default(&mp);
+    sp_engine_params_default(&ep);
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             puts("usage: spindle logits -m MODEL (-p PROMPT | --ids \"ID ...\") [--top K (0 = all)] [--from POS]\n"
                  "                      [--special] [--ctx N] [-t N]");
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) ep.model_path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
         else if (sp_args_is(&a, "-p", "--prompt")) prompt = sp_args_value(&a);
         else if (sp_args_is(&a, "--ids", NULL)) ids = sp_args_value(&a);
         else if (sp_args_is(&a, "--from", NULL)) sp_args_int(&a, 0, 1 << 24, &from);
         else if (sp_args_is(&a, "--top", NULL)) sp_args_int(&a, 0, 1 << 24, &top);
         else if (sp_args_is(&a, "--special", NULL)) special = true;
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
-        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
+        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &mp.n_threads);
         else if (sp_args_is(&a, "--swa-full", NULL)) ep.swa_full = true;
         else
             return sp_tool_fail("logits: unknown option '%s'", argv[a.i]);
     }
     if (a.failed)
         return 2;
-    if (!ep.model_path || (!prompt && !ids))
+    if (!mp.path || (!prompt && !ids))
         return sp_tool_fail("logits: -m MODEL and -p PROMPT (or --ids) are required");
-    if (sp_engine_init(&e, &ep) != SP_OK)
-        return sp_tool_fail("%s", sp_error_message());
-    const struct sp_vocab *v = sp_engine_vocab(e);
-    uint32_t n_vocab = sp_engine_model(e)->hp.n_vocab;
-    sp_status st = ids ? sp_logits_ids(ids, &toks, &n_toks) : sp_prompt_tokens(v, prompt, strlen(prompt), special, &toks, &n_toks);
-    if (st != SP_OK) {
+    if (sp_model_load(&mp, &model) != SP_OK || sp_engine_create(model, &ep, &e) != SP_OK) {
         sp_tool_fail("%s", sp_error_message());
         goto done;
     }
+    uint32_t n_vocab = sp_model_n_vocab(model);
+    if (!(ids ? sp_logits_ids(ids, &toks, &n_toks) : sp_logits_tokenize(model, prompt, special, &toks, &n_toks)))
+        goto done;
     if (n_toks == 0) {
         sp_tool_fail("logits: no tokens");
         goto done;
@@ -137,7 +151,7 @@ int sp_tool_logits(int argc, char **argv)
         top = (int)n_vocab;
     struct sp_logits_ctx c = {top, n_vocab, idx, json_array(), NULL};
     size_t first = from >= 0 && (size_t)from < n_toks ? (size_t)from : n_toks - 1;
-    if (sp_engine_logits_each(e, toks, n_toks, first, sp_logits_step, &c) != SP_OK) {
+    if (sp_engine_logits(e, toks, n_toks, first, sp_logits_step, &c) != SP_OK) {
         json_decref(c.steps);
         json_decref(c.last);
         sp_tool_fail("%s", sp_error_message());
@@ -160,5 +174,6 @@ done:
     free(idx);
     free(toks);
     sp_engine_free(e);
+    sp_model_free(model);
     return rc;
 }

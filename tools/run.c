@@ -9,12 +9,7 @@
 #include <sys/resource.h>
 
 #include "args.h"
-#include "core/error.h"
-#include "core/utf8.h"
-#include "engine/engine.h"
-#include "engine/prompt.h"
-#include "model/model.h"
-#include "tokenizer/tokenizer.h"
+#include "spindle.h"
 #include "tools.h"
 
 #define SP_RUN_MAX_STOP 16
@@ -22,7 +17,7 @@
 
 static const char sp_run_usage[] =
     "usage: spindle run -m MODEL (-p PROMPT | -f FILE) [options]\n"
-    "  -n N                 most tokens to generate (default 256; -1 until the context is full)\n"
+    "  -n N                 most tokens to generate, N >= 1 (default 256; -1: until the context is full)\n"
     "  --chat               format the prompt with the model's chat template\n"
     "  --system TEXT        system message (with --chat)\n"
     "  --special            recognise special-token text in the prompt\n"
@@ -37,8 +32,8 @@ struct sp_run_token {
     sp_token id;
     float logprob;
     int n_top;
-    sp_token top_id[SP_SAMPLER_MAX_LOGPROBS];
-    float top_lp[SP_SAMPLER_MAX_LOGPROBS];
+    sp_token top_id[SP_MAX_LOGPROBS];
+    float top_lp[SP_MAX_LOGPROBS];
 };
 
 struct sp_run_choice {
@@ -52,7 +47,7 @@ struct sp_run_choice {
 
 struct sp_run_state {
     bool json, stream;
-    const struct sp_vocab *vocab;
+    const sp_model *model;
     struct sp_run_choice choices[16];
     uint32_t n_prompt, n_cached, n_generated;
     bool oom;
@@ -127,13 +122,13 @@ static json_t *sp_run_jstr(const char *s, size_t n)
     return j;
 }
 
-static json_t *sp_run_piece(const struct sp_vocab *v, sp_token id)
+static json_t *sp_run_piece(const sp_model *m, sp_token id)
 {
     char buf[1024];
-    int n = sp_token_to_piece(v, id, false, buf, sizeof buf);
-    if (n < 0 || (size_t)n > sizeof buf)
+    size_t n;
+    if (sp_model_token_to_piece(m, id, false, buf, sizeof buf, &n) != SP_OK)
         n = 0;
-    return sp_run_jstr(buf, (size_t)n);
+    return sp_run_jstr(buf, n);
 }
 
 static json_t *sp_run_choice_json(const struct sp_run_state *s, const struct sp_run_choice *c, bool logprobs)
@@ -143,14 +138,14 @@ static json_t *sp_run_choice_json(const struct sp_run_state *s, const struct sp_
         const struct sp_run_token *t = &c->toks[i];
         json_t *o = json_object();
         json_object_set_new(o, "id", json_integer(t->id));
-        json_object_set_new(o, "text", sp_run_piece(s->vocab, t->id));
+        json_object_set_new(o, "text", sp_run_piece(s->model, t->id));
         if (logprobs) {
             json_object_set_new(o, "logprob", json_real(t->logprob));
             json_t *top = json_array();
             for (int k = 0; k < t->n_top; k++) {
                 json_t *e = json_object();
                 json_object_set_new(e, "id", json_integer(t->top_id[k]));
-                json_object_set_new(e, "text", sp_run_piece(s->vocab, t->top_id[k]));
+                json_object_set_new(e, "text", sp_run_piece(s->model, t->top_id[k]));
                 json_object_set_new(e, "logprob", json_real(t->top_lp[k]));
                 json_array_append_new(top, e);
             }
@@ -195,32 +190,41 @@ static bool sp_run_logit_bias(struct sp_args *a, struct sp_logit_bias *b)
 
 int sp_tool_run(int argc, char **argv)
 {
-    struct sp_engine_params ep = {0};
-    struct sp_gen_params gp;
+    sp_model_params mp;
+    sp_engine_params ep;
+    sp_gen_params gp;
     struct sp_args a = {argc, argv, 1, false};
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
     const char *stops[SP_RUN_MAX_STOP];
     struct sp_logit_bias bias[SP_RUN_MAX_BIAS];
     size_t n_stop = 0, n_bias = 0;
     bool chat = false, special = false, json = false;
-    struct sp_engine *e = NULL;
+    sp_model *model = NULL;
+    sp_engine *e = NULL;
     struct sp_run_state *s = NULL;
     sp_token *toks = NULL;
     char *file_text = NULL;
     size_t n_toks = 0;
     int rc = 2;
 
+    sp_model_params_default(&mp);
+    sp_engine_params_default(&ep);
     sp_gen_params_default(&gp);
     gp.max_tokens = 256;
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             fputs(sp_run_usage, stdout);
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) ep.model_path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
         else if (sp_args_is(&a, "-p", "--prompt")) prompt = sp_args_value(&a);
         else if (sp_args_is(&a, "-f", "--file")) prompt_file = sp_args_value(&a);
         else if (sp_args_is(&a, "--system", NULL)) system = sp_args_value(&a);
-        else if (sp_args_is(&a, "-n", "--n-predict")) sp_args_int(&a, -1, 1 << 24, &gp.max_tokens);
+        else if (sp_args_is(&a, "-n", "--n-predict")) {
+            if (sp_args_int(&a, -1, 1 << 24, &gp.max_tokens) && gp.max_tokens == 0) {
+                sp_tool_fail("-n 0 generates nothing: give N >= 1, or -1 for no limit");
+                goto done;
+            }
+        }
         else if (sp_args_is(&a, "--temp", "--temperature")) sp_args_float(&a, 0, 100, &gp.sampling.temperature);
         else if (sp_args_is(&a, "--top-k", NULL)) sp_args_int(&a, 0, 1 << 24, &gp.sampling.top_k);
         else if (sp_args_is(&a, "--top-p", NULL)) sp_args_float(&a, 0, 1, &gp.sampling.top_p);
@@ -248,9 +252,9 @@ int sp_tool_run(int argc, char **argv)
                 stops[n_stop++] = v;
         } else if (sp_args_is(&a, "--n", NULL)) sp_args_int(&a, 1, 16, &gp.n);
         else if (sp_args_is(&a, "--beams", NULL)) sp_args_int(&a, 1, 16, &gp.beams);
-        else if (sp_args_is(&a, "--logprobs", NULL)) sp_args_int(&a, 0, SP_SAMPLER_MAX_LOGPROBS, &gp.logprobs);
+        else if (sp_args_is(&a, "--logprobs", NULL)) sp_args_int(&a, 0, SP_MAX_LOGPROBS, &gp.logprobs);
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
-        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
+        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &mp.n_threads);
         else if (sp_args_is(&a, "--swa-full", NULL)) ep.swa_full = true;
         else if (sp_args_is(&a, "--chat", NULL)) chat = true;
         else if (sp_args_is(&a, "--special", NULL)) special = true;
@@ -264,7 +268,7 @@ int sp_tool_run(int argc, char **argv)
     }
     if (a.failed)
         goto done;
-    if (!ep.model_path) {
+    if (!mp.path) {
         sp_tool_fail("run: -m MODEL is required");
         goto done;
     }
@@ -289,25 +293,20 @@ int sp_tool_run(int argc, char **argv)
     gp.sampling.n_logit_bias = n_bias;
     ep.n_parallel = 1;
 
-    sp_status st = sp_engine_init(&e, &ep);
-    if (st != SP_OK) {
+    if (sp_model_load(&mp, &model) != SP_OK || sp_engine_create(model, &ep, &e) != SP_OK) {
         sp_tool_fail("%s", sp_error_message());
         goto done;
     }
-    const struct sp_vocab *v = sp_engine_vocab(e);
     if (chat) {
-        struct sp_chat_msg msgs[2];
+        sp_chat_msg msgs[2];
         size_t n = 0;
         if (system)
-            msgs[n++] = (struct sp_chat_msg){"system", system};
-        msgs[n++] = (struct sp_chat_msg){"user", prompt};
-        st = sp_prompt_chat(v, sp_engine_model(e), msgs, n, &toks, &n_toks);
-    } else {
-        st = sp_prompt_tokens(v, prompt, strlen(prompt), special, &toks, &n_toks);
-    }
-    if (st != SP_OK) {
-        sp_tool_fail("%s", sp_error_message());
-        goto done;
+            msgs[n++] = (sp_chat_msg){"system", system};
+        msgs[n++] = (sp_chat_msg){"user", prompt};
+        if (sp_model_chat_tokenize(model, msgs, n, &toks, &n_toks) != SP_OK) {
+            sp_tool_fail("%s", sp_error_message());
+            goto done;
+        }
     }
     s = calloc(1, sizeof *s);
     if (!s) {
@@ -316,8 +315,9 @@ int sp_tool_run(int argc, char **argv)
     }
     s->json = json;
     s->stream = !json && gp.n <= 1 && gp.beams <= 1;
-    s->vocab = v;
-    st = sp_request_submit(e, toks, n_toks, &gp, sp_run_event, s, NULL);
+    s->model = model;
+    sp_status st = chat ? sp_request_submit(e, toks, n_toks, &gp, sp_run_event, s, NULL)
+                        : sp_request_submit_text(e, prompt, strlen(prompt), special, &gp, sp_run_event, s, NULL);
     if (st != SP_OK) {
         sp_tool_fail("%s", sp_error_message());
         goto done;
@@ -328,8 +328,8 @@ int sp_tool_run(int argc, char **argv)
         sp_tool_fail("out of memory");
         goto done;
     }
-    struct sp_engine_timing tm;
-    sp_engine_timing(e, &tm);
+    sp_engine_timing tm;
+    sp_engine_timing_get(e, &tm);
     int n_choices = gp.n > 0 ? gp.n : 1;
     if (json) {
         json_t *root;
@@ -363,9 +363,9 @@ int sp_tool_run(int argc, char **argv)
     else if (!json && n_choices == 1)
         fputs(s->choices[0].text ? s->choices[0].text : "", stdout);
     struct rusage ru;
-    struct sp_engine_stats es;
+    sp_engine_stats es;
     getrusage(RUSAGE_SELF, &ru);
-    sp_engine_stats(e, &es);
+    sp_engine_stats_get(e, &es);
     fprintf(stderr,
             "prompt tokens: %u (cached %u) | generated tokens: %u | time to first token: %.1f ms | "
             "prefill: %.1f tokens/s | decode: %.1f tokens/s | peak memory: %.1f MiB | KV cache: %.1f MiB for %d tokens | "
@@ -383,8 +383,9 @@ done:
         }
         free(s);
     }
-    free(toks);
+    sp_free(toks);
     free(file_text);
     sp_engine_free(e);
+    sp_model_free(model);
     return rc;
 }

@@ -1,11 +1,13 @@
-/* spindle serve: flags -> struct sp_server_config -> sp_server_main(). */
+/* spindle serve: flags -> sp_model_load + sp_server_config -> sp_server_run().
+ * A model or configuration the server cannot run fails here, with one line
+ * and exit status 2, before anything listens. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server.h"
+#include "spindle.h"
 #include "tools.h"
 
 static const char sp_serve_usage[] =
@@ -36,8 +38,10 @@ static bool sp_parse_long(const char *s, long lo, long hi, long *out)
 
 int sp_tool_serve(int argc, char **argv)
 {
-    struct sp_server_config cfg;
+    sp_server_config cfg;
+    sp_model_params mp;
     sp_server_config_default(&cfg);
+    sp_model_params_default(&mp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -49,7 +53,7 @@ int sp_tool_serve(int argc, char **argv)
         const char *v = argv[++i];
         long n = 0;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            cfg.model_path = v;
+            mp.path = v;
         } else if (!strcmp(a, "--host")) {
             cfg.host = v;
         } else if (!strcmp(a, "--port")) {
@@ -98,7 +102,13 @@ int sp_tool_serve(int argc, char **argv)
             return sp_tool_fail("serve: unknown option '%s' (see spindle serve --help)", a);
         }
     }
-    if (!cfg.model_path)
+    if (!mp.path)
         return sp_tool_fail("serve: -m MODEL is required (see spindle serve --help)");
-    return sp_server_main(&cfg);
+    mp.n_threads = cfg.n_threads;
+    sp_model *m = NULL;
+    if (sp_model_load(&mp, &m) != SP_OK)
+        return sp_tool_fail("%s", sp_error_message());
+    int rc = sp_server_run(m, &cfg) == SP_OK ? 0 : sp_tool_fail("%s", sp_error_message());
+    sp_model_free(m);
+    return rc;
 }

@@ -9,38 +9,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/mmap.h"
-#include "tokenizer/tokenizer.h"
+#include "spindle.h"
 #include "tools.h"
 
-struct vocab_file {
-    struct sp_mapping m;
-    struct sp_gguf g;
-    struct sp_vocab *v;
-};
-
-static int vocab_open(struct vocab_file *f, const char *path)
+/* The model's vocabulary only (works on vocabulary-only files); NULL after
+ * printing the error. */
+static sp_model *vocab_open(const char *path)
 {
-    memset(f, 0, sizeof *f);
-    if (sp_mapping_init(&f->m, path) != SP_OK)
-        return sp_tool_fail("%s", sp_error_message());
-    if (sp_gguf_init(&f->g, f->m.data, f->m.size) != SP_OK) {
-        sp_mapping_free(&f->m);
-        return sp_tool_fail("%s: %s", path, sp_error_message());
-    }
-    if (sp_vocab_init(&f->v, &f->g) != SP_OK) {
-        sp_gguf_free(&f->g);
-        sp_mapping_free(&f->m);
-        return sp_tool_fail("%s: %s", path, sp_error_message());
-    }
-    return 0;
-}
-
-static void vocab_close(struct vocab_file *f)
-{
-    sp_vocab_free(f->v);
-    sp_gguf_free(&f->g);
-    sp_mapping_free(&f->m);
+    sp_model_params mp;
+    sp_model *m = NULL;
+    sp_model_params_default(&mp);
+    mp.path = path;
+    mp.vocab_only = true;
+    if (sp_model_load(&mp, &m) != SP_OK)
+        sp_tool_fail("%s", sp_error_message());
+    return m;
 }
 
 static char *read_stream(FILE *in, size_t *n)
@@ -105,24 +88,24 @@ int sp_tool_tokenize(int argc, char **argv)
         if (!buf)
             return sp_tool_fail("tokenize: cannot read '%s'", file);
     }
-    struct vocab_file f;
-    int rc = vocab_open(&f, model);
-    if (rc) {
+    sp_model *m = vocab_open(model);
+    if (!m) {
         free(buf);
-        return rc;
+        return 2;
     }
     const char *src = file ? buf : text;
     if (!file)
         len = strlen(text);
     size_t cap = len + 16, n = 0;
     sp_token *ids = malloc(cap * sizeof *ids);
-    sp_status st = ids ? sp_tokenize(f.v, src, len, add_bos, special, ids, cap, &n) : SP_ERR_NOMEM;
+    sp_status st = ids ? sp_model_tokenize(m, src, len, add_bos, special, ids, cap, &n) : SP_ERR_NOMEM;
     if (st == SP_ERR_ARG && n > cap) { /* cannot happen: at most one id per byte plus specials */
         free(ids);
         cap = n;
         ids = malloc(cap * sizeof *ids);
-        st = ids ? sp_tokenize(f.v, src, len, add_bos, special, ids, cap, &n) : SP_ERR_NOMEM;
+        st = ids ? sp_model_tokenize(m, src, len, add_bos, special, ids, cap, &n) : SP_ERR_NOMEM;
     }
+    int rc = 0;
     if (st != SP_OK) {
         rc = sp_tool_fail("tokenize: %s", st == SP_ERR_NOMEM && !ids ? "out of memory" : sp_error_message());
     } else {
@@ -132,7 +115,7 @@ int sp_tool_tokenize(int argc, char **argv)
     }
     free(ids);
     free(buf);
-    vocab_close(&f);
+    sp_model_free(m);
     return rc;
 }
 
@@ -163,37 +146,37 @@ int sp_tool_detokenize(int argc, char **argv)
         }
         ids[i] = (sp_token)x;
     }
-    struct vocab_file f;
-    int rc = vocab_open(&f, model);
-    if (rc) {
+    sp_model *m = vocab_open(model);
+    int rc = 0;
+    if (!m) {
         free(ids);
-        return rc;
+        return 2;
     }
     for (size_t i = 0; i < n; i++) {
-        if ((uint32_t)ids[i] >= sp_vocab_size(f.v)) {
+        if ((uint32_t)ids[i] >= sp_model_n_vocab(m)) {
             rc = sp_tool_fail("detokenize: token id %d out of range (vocabulary has %u)", ids[i],
-                              sp_vocab_size(f.v));
+                              sp_model_n_vocab(m));
             goto done;
         }
     }
-    size_t cap = 256 + n * 16;
+    size_t cap = 256 + n * 16, k = 0;
     char *out = malloc(cap);
-    int64_t k = out ? sp_detokenize(f.v, ids, n, true, out, cap) : -1;
-    if (k > (int64_t)cap) {
+    sp_status st = out ? sp_model_detokenize(m, ids, n, true, out, cap, &k) : SP_ERR_NOMEM;
+    if (st == SP_ERR_ARG && k > cap) {
         free(out);
-        cap = (size_t)k;
+        cap = k;
         out = malloc(cap);
-        k = out ? sp_detokenize(f.v, ids, n, true, out, cap) : -1;
+        st = out ? sp_model_detokenize(m, ids, n, true, out, cap, &k) : SP_ERR_NOMEM;
     }
-    if (k < 0) {
+    if (st != SP_OK) {
         rc = sp_tool_fail("detokenize: out of memory");
     } else {
-        fwrite(out, 1, (size_t)k, stdout);
+        fwrite(out, 1, k, stdout);
         printf("\n");
     }
     free(out);
 done:
     free(ids);
-    vocab_close(&f);
+    sp_model_free(m);
     return rc;
 }

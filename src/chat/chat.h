@@ -26,10 +26,7 @@
 #define SP_CHAT_MAX_MEMORY (64u << 20)
 #define SP_CHAT_MAX_STEPS 5000000u
 
-struct sp_chat_msg {
-    const char *role;    /* NUL-terminated UTF-8 */
-    const char *content; /* NUL-terminated UTF-8; NULL renders as none */
-};
+/* struct sp_chat_msg {role, content} is public: include/spindle.h. */
 
 /* Renders `tmpl` (NUL-terminated Jinja source) for msgs[0..n_msgs).
  * bos_token/eos_token may be NULL (treated as "").  On success *out is a

@@ -9,12 +9,35 @@
 
 #include "core/error.h"
 
-sp_status sp_mapping_init(struct sp_mapping *m, const char *path)
+/* Reads the whole file into anonymous pages (freed by munmap like a map). */
+static void *sp_mapping_read(int fd, size_t size)
+{
+    uint8_t *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return MAP_FAILED;
+    for (size_t done = 0; done < size;) {
+        ssize_t n = pread(fd, p + done, size - done, (off_t)done);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n == 0)
+                errno = EIO; /* the file shrank */
+            munmap(p, size);
+            return MAP_FAILED;
+        }
+        done += (size_t)n;
+    }
+    mprotect(p, size, PROT_READ);
+    return p;
+}
+
+sp_status sp_mapping_init(struct sp_mapping *m, const char *path, unsigned flags)
 {
     struct stat st;
     sp_status rc = SP_OK;
     m->data = NULL;
     m->size = 0;
+    m->copied = flags & SP_MAP_READ;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return sp_error_set(SP_ERR_IO, "%s: %s", path, strerror(errno));
@@ -27,13 +50,19 @@ sp_status sp_mapping_init(struct sp_mapping *m, const char *path)
         goto close_fd;
     }
     if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *p = m->copied ? sp_mapping_read(fd, (size_t)st.st_size)
+                            : mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
-            rc = sp_error_set(SP_ERR_IO, "%s: mmap: %s", path, strerror(errno));
+            rc = sp_error_set(SP_ERR_IO, "%s: %s: %s", path, m->copied ? "read" : "mmap", strerror(errno));
             goto close_fd;
         }
         m->data = p;
         m->size = (size_t)st.st_size;
+        if ((flags & SP_MAP_LOCK) && mlock(p, m->size) != 0) {
+            rc = sp_error_set(SP_ERR_NOMEM, "%s: mlock of %zu bytes: %s (see ulimit -l)", path, m->size,
+                              strerror(errno));
+            sp_mapping_free(m);
+        }
     }
 close_fd:
     close(fd);
@@ -52,7 +81,7 @@ void sp_mapping_drop(const struct sp_mapping *m, const void *p, size_t len)
 {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p, hi = lo + len;
     uintptr_t base = (uintptr_t)m->data, end = base + m->size;
-    if (!m->data || lo < base || hi > end || page == 0 || (page & (page - 1)) != 0)
+    if (!m->data || m->copied || lo < base || hi > end || page == 0 || (page & (page - 1)) != 0)
         return;
     lo = (lo + page - 1) & ~(page - 1);
     hi &= ~(page - 1);

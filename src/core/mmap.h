@@ -2,6 +2,7 @@
 #ifndef SP_CORE_MMAP_H
 #define SP_CORE_MMAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -10,14 +11,20 @@
 struct sp_mapping {
     const uint8_t *data; /* NULL for an empty file */
     size_t size;
+    bool copied;         /* read into anonymous memory (SP_MAP_READ) */
 };
 
-/* Maps `path`; SP_ERR_IO with the path and errno text on failure. */
-sp_status sp_mapping_init(struct sp_mapping *m, const char *path);
+#define SP_MAP_READ 1u   /* read the file into memory instead of mapping it */
+#define SP_MAP_LOCK 2u   /* mlock the pages */
+
+/* Maps `path` (flags: SP_MAP_*).  SP_ERR_IO with the path and errno text on
+ * failure; SP_ERR_NOMEM when the pages cannot be locked. */
+sp_status sp_mapping_init(struct sp_mapping *m, const char *path, unsigned flags);
 void sp_mapping_free(struct sp_mapping *m);
 /* Tells the kernel the whole pages inside [p, p + len) of the mapping will
  * not be read soon (they leave the resident set; a later read maps them
- * again from the page cache).  For weights that were copied at load. */
+ * again from the page cache).  For weights that were copied at load.  Does
+ * nothing for a copied file (its pages have no file behind them). */
 void sp_mapping_drop(const struct sp_mapping *m, const void *p, size_t len);
 
 /* Anonymous memory of at least `size` bytes, 2 MiB aligned and backed by

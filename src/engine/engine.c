@@ -14,6 +14,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 #include "engine/internal.h"
 
@@ -46,7 +47,10 @@ void sp_gen_params_default(struct sp_gen_params *gp)
     gp->logprobs = -1;
 }
 
-sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *p)
+void sp_engine_params_default(struct sp_engine_params *p) { memset(p, 0, sizeof *p); }
+
+sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const struct sp_vocab *v,
+                         const struct sp_engine_params *p)
 {
     struct sp_engine *e;
     sp_status st;
@@ -54,27 +58,18 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *
     e = calloc(1, sizeof *e);
     if (!e)
         return sp_error_set(SP_ERR_NOMEM, "engine: no memory");
-    if ((st = sp_model_init(&e->model, p->model_path)) != SP_OK)
-        goto free_engine;
-    if ((st = sp_vocab_init(&e->vocab, &e->model->gguf)) != SP_OK) {
-        sp_error_wrap(st, "%s", p->model_path);
-        goto free_model;
-    }
-    if (sp_vocab_size(e->vocab) != e->model->hp.n_vocab) {
-        st = sp_error_set(SP_ERR_FORMAT, "%s: vocabulary has %u tokens but token_embd.weight has %u rows",
-                          p->model_path, sp_vocab_size(e->vocab), e->model->hp.n_vocab);
-        goto free_vocab;
-    }
+    e->model = m;
+    e->vocab = v;
     const struct sp_hparams *hp = &e->model->hp;
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (int)(hp->n_ctx_train < 8192 ? hp->n_ctx_train : 8192);
     if ((uint32_t)e->n_ctx > hp->n_ctx_train && p->n_ctx > 0 && (uint32_t)p->n_ctx > hp->n_ctx_train) {
         st = sp_error_set(SP_ERR_ARG, "--ctx %d is larger than the model's training context %u", p->n_ctx,
                           hp->n_ctx_train);
-        goto free_vocab;
+        goto free_engine;
     }
     if (e->n_ctx < 2 || e->n_ctx > (1 << 20)) {
         st = sp_error_set(SP_ERR_ARG, "context %d out of range 2..1048576", e->n_ctx);
-        goto free_vocab;
+        goto free_engine;
     }
     e->n_parallel = p->n_parallel > 0 ? p->n_parallel : 1;
     e->n_batch = p->n_batch > 0 ? p->n_batch : 512;
@@ -82,7 +77,7 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *
     if (e->n_out_max > e->n_batch)
         e->n_out_max = e->n_batch;
     if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
-        goto free_vocab;
+        goto free_engine;
     uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
     /* sliding-window layers keep a ring of window + batch positions per
      * sequence; the paged blocks hold the global layers only */
@@ -133,15 +128,12 @@ free_kv:
     sp_kv_free(&e->kv);
 free_pool:
     sp_pool_free(e->pool);
-free_vocab:
-    sp_vocab_free(e->vocab);
-free_model:
-    sp_model_free(e->model);
 free_engine:
     free(e);
     return st;
 }
 
+static void sp_request_release(struct sp_request *r);
 static void sp_request_destroy(struct sp_request *r);
 
 void sp_engine_free(struct sp_engine *e)
@@ -151,15 +143,16 @@ void sp_engine_free(struct sp_engine *e)
     while (e->active) {
         struct sp_request *r = e->active;
         e->active = r->next;
-        sp_request_destroy(r);
+        if (!r->fn)
+            sp_request_release(r); /* the caller still holds it: sp_request_free */
+        else
+            sp_request_destroy(r);
     }
     free(e->b_tokens); free(e->b_pos); free(e->b_out_idx); free(e->b_seqs); free(e->b_out_choice);
     free(e->logits); free(e->text); free(e->text2);
     sp_forward_scratch_free(&e->fs);
     sp_kv_free(&e->kv);
     sp_pool_free(e->pool);
-    sp_vocab_free(e->vocab);
-    sp_model_free(e->model);
     free(e);
 }
 
@@ -168,7 +161,7 @@ const struct sp_model *sp_engine_model(const struct sp_engine *e) { return e->mo
 int sp_engine_n_ctx(const struct sp_engine *e) { return e->n_ctx; }
 int sp_engine_n_threads(const struct sp_engine *e) { return sp_pool_size(e->pool); }
 
-void sp_engine_stats(const struct sp_engine *e, struct sp_engine_stats *o)
+void sp_engine_stats_get(const struct sp_engine *e, struct sp_engine_stats *o)
 {
     memset(o, 0, sizeof *o);
     o->kv_blocks_total = e->kv.n_blocks;
@@ -181,13 +174,18 @@ void sp_engine_stats(const struct sp_engine *e, struct sp_engine_stats *o)
     o->n_running = e->n_running;
 }
 
-void sp_engine_timing(const struct sp_engine *e, struct sp_engine_timing *out) { *out = e->timing; }
+void sp_engine_timing_get(const struct sp_engine *e, struct sp_engine_timing *out) { *out = e->timing; }
 
 /* ---- requests ---- */
 
-static void sp_request_destroy(struct sp_request *r)
+/* Gives back what the request holds in its engine (blocks, budget,
+ * samplers, token arrays) and leaves the engine; the struct and its event
+ * queue stay for a polled request's caller. */
+static void sp_request_release(struct sp_request *r)
 {
     struct sp_engine *e = r->e;
+    if (!e)
+        return;
     for (int i = 0; i < r->n_choices; i++) {
         struct sp_choice *c = &r->choices[i];
         sp_kv_seq_release(&e->kv, &c->seq);
@@ -198,6 +196,15 @@ static void sp_request_destroy(struct sp_request *r)
     if (r->width)
         sp_beam_request_free(r);
     free(r->choices);
+    r->choices = NULL;
+    r->n_choices = r->n_open = 0;
+    r->e = NULL;
+}
+
+static void sp_request_destroy(struct sp_request *r)
+{
+    sp_request_release(r);
+    sp_evq_free(&r->q);
     free(r);
 }
 
@@ -210,6 +217,10 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     int width = gp->beams > 1 ? gp->beams : 0;
     if (out)
         *out = NULL;
+    if (!fn && !out)
+        return sp_error_set(SP_ERR_ARG, "a polled request (no callback) needs `out`");
+    if (gp->max_tokens == 0)
+        return sp_error_set(SP_ERR_ARG, "max_tokens = 0 generates nothing (< 0: until the context is full)");
     if (n_prompt == 0)
         return sp_error_set(SP_ERR_ARG, "the prompt is empty");
     if (n > SP_MAX_CHOICES)
@@ -309,6 +320,27 @@ fail:
 
 void sp_request_cancel(struct sp_request *r) { r->cancelled = true; }
 
+bool sp_request_poll(struct sp_request *r, struct sp_token_event *ev) { return sp_evq_pop(&r->q, ev); }
+
+bool sp_request_done(const struct sp_request *r)
+{
+    return (!r->e || r->q.n_final >= r->gp.n) && r->q.head == r->q.n;
+}
+
+void sp_request_free(struct sp_request *r)
+{
+    if (!r)
+        return;
+    if (r->e) { /* still running: it leaves the engine now, its slot and blocks free at once */
+        struct sp_request **pp = &r->e->active;
+        while (*pp != r)
+            pp = &(*pp)->next;
+        *pp = r->next;
+        r->e->n_running--;
+    }
+    sp_request_destroy(r);
+}
+
 /* ---- events ---- */
 
 void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t len,
@@ -322,6 +354,8 @@ void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t l
     };
     if (r->fn)
         r->fn(r->user, &ev);
+    else
+        sp_evq_push(&r->q, &ev);
 }
 
 static void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_finish why)
@@ -445,7 +479,10 @@ static void sp_engine_reap(struct sp_engine *e)
                 e->timing.n_decode += r->choices[i].n_generated;
             *pp = r->next;
             e->n_running--;
-            sp_request_destroy(r);
+            if (!r->fn)
+                sp_request_release(r); /* the caller polls what is left, then frees it */
+            else
+                sp_request_destroy(r);
             continue;
         }
         pp = &r->next;
@@ -544,8 +581,8 @@ int sp_engine_step(struct sp_engine *e)
     return (int)e->n_running;
 }
 
-sp_status sp_engine_logits_each(struct sp_engine *e, const sp_token *prompt, size_t n_prompt, size_t first,
-                                sp_logits_fn fn, void *user)
+sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n_prompt, size_t first,
+                           sp_logits_fn fn, void *user)
 {
     struct sp_kv_seq seq = {0};
     sp_status st = SP_OK;
@@ -579,17 +616,4 @@ sp_status sp_engine_logits_each(struct sp_engine *e, const sp_token *prompt, siz
 release:
     sp_kv_seq_release(&e->kv, &seq);
     return st;
-}
-
-static void sp_engine_copy_logits(void *user, size_t pos, const float *logits)
-{
-    struct { float *out; uint32_t n; } *c = user;
-    (void)pos;
-    memcpy(c->out, logits, (size_t)c->n * sizeof(float));
-}
-
-sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n_prompt, float *out)
-{
-    struct { float *out; uint32_t n; } c = {out, e->model->hp.n_vocab};
-    return sp_engine_logits_each(e, prompt, n_prompt, n_prompt - 1, sp_engine_copy_logits, &c);
 }

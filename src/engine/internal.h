@@ -16,6 +16,22 @@
 
 enum sp_req_state { SP_REQ_PREFILL, SP_REQ_DECODE };
 
+/* Events of a polled request (events.c), waiting for sp_request_poll.  One
+ * text buffer holds every waiting event's text; once all were taken the
+ * next push starts over at the front, so the buffers grow to the most text
+ * waiting at once and are reused after that. */
+struct sp_evq {
+    struct sp_token_event *ev;      /* [cap]; ev[i].text is an offset into text until polled */
+    struct sp_token_logprobs *lp;   /* [cap] copies of the events' logprobs */
+    uint32_t head, n, cap;
+    char *text;
+    size_t n_text, cap_text;
+    int n_final;                    /* final events pushed (or dropped: no memory) */
+};
+void sp_evq_push(struct sp_evq *q, const struct sp_token_event *ev);
+bool sp_evq_pop(struct sp_evq *q, struct sp_token_event *ev);
+void sp_evq_free(struct sp_evq *q);
+
 /* One continuation of a request: a sample (n > 1) or a beam. */
 struct sp_choice {
     struct sp_request *req;
@@ -42,11 +58,12 @@ struct sp_beam_hyp {
 };
 
 struct sp_request {
-    struct sp_engine *e;
+    struct sp_engine *e;      /* NULL once a polled request left its engine */
     struct sp_request *next;  /* active list, in admission order */
     struct sp_gen_params gp;
-    sp_event_fn fn;
+    sp_event_fn fn;           /* NULL: polled, events wait in q */
     void *user;
+    struct sp_evq q;
     uint32_t n_prompt, n_cached, n_prefilled;
     uint32_t budget_blocks;   /* blocks committed at admission */
     enum sp_req_state state;
@@ -65,8 +82,8 @@ struct sp_request {
 };
 
 struct sp_engine {
-    struct sp_model *model;
-    struct sp_vocab *vocab;
+    const struct sp_model *model;   /* borrowed */
+    const struct sp_vocab *vocab;   /* borrowed */
     struct sp_pool *pool;
     struct sp_kv kv;
     struct sp_forward_scratch fs;

@@ -17,9 +17,13 @@ struct sp_model;
 sp_status sp_prompt_tokens(const struct sp_vocab *v, const char *text, size_t len, bool parse_special,
                            sp_token **out, size_t *n_out);
 
-/* Renders msgs with a generation prompt; *text is malloc'd. */
+/* The template chats use: the file's, or the architecture's built-in format
+ * (ChatML when m is NULL). */
+const char *sp_prompt_template(const struct sp_vocab *v, const struct sp_model *m);
+
+/* Renders msgs; *text is malloc'd. */
 sp_status sp_prompt_render_chat(const struct sp_vocab *v, const struct sp_model *m, const struct sp_chat_msg *msgs,
-                                size_t n, char **text);
+                                size_t n, bool add_generation_prompt, char **text);
 
 /* Renders and tokenizes with special tokens recognised; BOS is added unless
  * the template already wrote it.  *out is malloc'd. */

@@ -71,10 +71,13 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     kv->tail_bits = calloc((n_blocks + 63) / 64, sizeof *kv->tail_bits);
     kv->hash = calloc(n_blocks, sizeof *kv->hash);
     kv->tokens = malloc((size_t)n_blocks * block_tokens * sizeof *kv->tokens);
+    kv->gen = calloc(n_blocks, sizeof *kv->gen);
+    kv->parent = calloc(n_blocks, sizeof *kv->parent);
+    kv->parent_gen = calloc(n_blocks, sizeof *kv->parent_gen);
     kv->lru = calloc(n_blocks, sizeof *kv->lru);
     kv->table = malloc((size_t)cap * sizeof *kv->table);
     if (!kv->k || !kv->v || !kv->refs || !kv->free_bits || !kv->tail_bits || !kv->hash || !kv->tokens || !kv->lru ||
-        !kv->table) {
+        !kv->gen || !kv->parent || !kv->parent_gen || !kv->table) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: cannot allocate %llu bytes",
                             (unsigned long long)(2 * bytes));
@@ -111,6 +114,9 @@ void sp_kv_free(struct sp_kv *kv)
     free(kv->tail_bits);
     free(kv->hash);
     free(kv->tokens);
+    free(kv->gen);
+    free(kv->parent);
+    free(kv->parent_gen);
     free(kv->lru);
     free(kv->table);
     memset(kv, 0, sizeof *kv);
@@ -122,13 +128,19 @@ uint32_t sp_kv_available(const struct sp_kv *kv) { return kv->n_free + kv->n_cac
 
 static uint32_t sp_kv_slot(const struct sp_kv *kv, uint64_t h) { return (uint32_t)(h ^ (h >> 29)) & kv->table_mask; }
 
-static uint32_t sp_kv_table_find(const struct sp_kv *kv, uint64_t h, const sp_token *toks)
+/* The cached block holding `toks` right after the cached block `parent`
+ * (registration `parent_gen`; SP_KV_NONE: at the start).  The hash only
+ * finds candidates: a match is decided on the tokens and the parent, so by
+ * induction from the first block every token before the block is equal too,
+ * and no hash collision can hand out another prefix's blocks. */
+static uint32_t sp_kv_table_find(const struct sp_kv *kv, uint64_t h, const sp_token *toks, uint32_t parent,
+                                 uint32_t parent_gen)
 {
     for (uint32_t i = sp_kv_slot(kv, h);; i = (i + 1) & kv->table_mask) {
         uint32_t b = kv->table[i];
         if (b == SP_KV_NONE)
             return SP_KV_NONE;
-        if (kv->hash[b] == h &&
+        if (kv->hash[b] == h && kv->parent[b] == parent && kv->parent_gen[b] == parent_gen &&
             !memcmp(kv->tokens + (size_t)b * kv->block_tokens, toks, kv->block_tokens * sizeof *toks))
             return b;
     }
@@ -388,6 +400,8 @@ sp_status sp_kv_seq_fork(struct sp_kv *kv, struct sp_kv_seq *dst, const struct s
     dst->n_pos = src->n_pos;
     dst->hash = src->hash;
     dst->n_hashed = src->n_hashed;
+    dst->prev = src->prev;
+    dst->prev_gen = src->prev_gen;
     return SP_OK;
 }
 
@@ -410,18 +424,23 @@ uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_t
     if (kv->n_local)
         return 0; /* rings cannot be rebuilt from cached blocks */
     uint64_t h = 0;
+    uint32_t prev = SP_KV_NONE, prev_gen = 0;
     while ((n + 1) * bt <= max_tokens) {
         uint64_t nh = sp_kv_chain(h, tokens + (size_t)n * bt, bt);
-        uint32_t b = sp_kv_table_find(kv, nh, tokens + (size_t)n * bt);
+        uint32_t b = sp_kv_table_find(kv, nh, tokens + (size_t)n * bt, prev, prev_gen);
         if (b == SP_KV_NONE || sp_kv_seq_grow(seq, n + 1) != SP_OK)
             break;
         sp_kv_ref(kv, b);
         seq->blocks[n++] = b;
         h = nh;
+        prev = b;
+        prev_gen = kv->gen[b];
     }
     seq->n_blocks = n;
     seq->n_hashed = n;
     seq->hash = h;
+    seq->prev = prev;
+    seq->prev_gen = prev_gen;
     seq->n_pos = n * bt;
     if (n) {
         kv->hits++;
@@ -439,11 +458,21 @@ void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token
         uint32_t i = seq->n_hashed, b = seq->blocks[i];
         const sp_token *bt_toks = tokens + (size_t)i * bt;
         uint64_t h = sp_kv_chain(seq->hash, bt_toks, bt);
+        uint32_t parent = i ? seq->prev : SP_KV_NONE, parent_gen = i ? seq->prev_gen : 0;
         seq->hash = h;
         seq->n_hashed++;
-        if (kv->hash[b] || sp_kv_table_find(kv, h, bt_toks) != SP_KV_NONE)
-            continue; /* already cached (shared block, or an equal block exists) */
+        uint32_t same = kv->hash[b] ? b : sp_kv_table_find(kv, h, bt_toks, parent, parent_gen);
+        if (same != SP_KV_NONE) { /* already cached (shared block, or an equal block exists) */
+            seq->prev = same;
+            seq->prev_gen = kv->gen[same];
+            continue;
+        }
         kv->hash[b] = h;
+        kv->gen[b]++;
+        kv->parent[b] = parent;
+        kv->parent_gen[b] = parent_gen;
+        seq->prev = b;
+        seq->prev_gen = kv->gen[b];
         memcpy(kv->tokens + (size_t)b * bt, bt_toks, bt * sizeof *bt_toks);
         kv->lru[b] = ++kv->clock;
         uint32_t s = sp_kv_slot(kv, h);

@@ -12,8 +12,10 @@
  * follows.  A sequence owns a block table
  * (logical block i -> pool block).  Blocks are reference-counted: forks (n > 1,
  * beam search) share blocks and copy a shared block only when writing into it;
- * the prefix cache keeps full prompt blocks keyed by a hash of their tokens and
- * of every token before them, and evicts idle ones least-recently-used.
+ * the prefix cache keeps full prompt blocks, found through a hash of their
+ * tokens and of every token before them but matched on the tokens themselves
+ * (a block's own, and its parent block's identity), and evicts idle ones
+ * least-recently-used.
  *
  * Sliding-window (local) layers keep only what their window needs: instead of
  * blocks, each sequence owns a ring of `ring_len` positions (window + the
@@ -41,6 +43,8 @@ struct sp_kv_seq {
     uint32_t n_pos;      /* positions written */
     uint64_t hash;       /* prefix-cache hash through the last full block registered */
     uint32_t n_hashed;   /* blocks registered with the prefix cache */
+    uint32_t prev, prev_gen; /* the cached block (and its generation) holding block n_hashed - 1's
+                                tokens: the parent a next registered block names */
     uint32_t ring;       /* ring slot + 1 for local layers (0: none yet) */
 };
 
@@ -70,6 +74,9 @@ struct sp_kv {
     /* prefix cache */
     uint64_t *hash;        /* [n_blocks] hash of a cached block (0: not cached) */
     sp_token *tokens;      /* [n_blocks][block_tokens] to verify a hit */
+    uint32_t *gen;         /* [n_blocks] times the block was registered: names one registration */
+    uint32_t *parent;      /* [n_blocks] cached block holding the tokens before (SP_KV_NONE: first) */
+    uint32_t *parent_gen;  /* [n_blocks] the parent's gen when this block was registered */
     uint64_t *lru;         /* [n_blocks] last use stamp */
     uint64_t clock;
     uint32_t *table;       /* open addressing: hash -> block id (SP_KV_NONE = empty) */

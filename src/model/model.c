@@ -2,17 +2,19 @@
  * every cross-check between them. */
 #include "model/model.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/error.h"
 #include "quant/quant.h"
 
-sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const char *path)
+sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const char *path, unsigned map_flags)
 {
-    sp_status st = sp_mapping_init(map, path);
+    sp_status st = sp_mapping_init(map, path, map_flags);
     if (st != SP_OK)
         return st;
     sp_quant_init();
@@ -242,7 +244,7 @@ free_mats:
     return st;
 }
 
-sp_status sp_model_init(struct sp_model **out, const char *path)
+sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags)
 {
     struct sp_model *m;
     struct sp_gguf_str arch;
@@ -251,7 +253,7 @@ sp_status sp_model_init(struct sp_model **out, const char *path)
     m = calloc(1, sizeof *m);
     if (!m)
         return sp_error_set(SP_ERR_NOMEM, "model: no memory");
-    if ((st = sp_model_open_gguf(&m->map, &m->gguf, path)) != SP_OK)
+    if ((st = sp_model_open_gguf(&m->map, &m->gguf, path, map_flags)) != SP_OK)
         goto free_model;
     m->file_bytes = m->map.size;
     if ((st = sp_gguf_get_str(&m->gguf, "general.architecture", true, &arch)) != SP_OK)
@@ -282,6 +284,11 @@ sp_status sp_model_init(struct sp_model **out, const char *path)
             goto fail;
     if ((st = sp_model_repack(m)) != SP_OK)
         goto fail;
+    if ((map_flags & SP_MAP_LOCK) && m->packed && mlock(m->packed, m->packed_bytes) != 0) {
+        st = sp_error_set(SP_ERR_NOMEM, "mlock of %zu bytes of repacked weights: %s (see ulimit -l)",
+                          m->packed_bytes, strerror(errno));
+        goto fail;
+    }
     *out = m;
     return SP_OK;
 
@@ -296,7 +303,7 @@ free_model:
     return st;
 }
 
-void sp_model_free(struct sp_model *m)
+void sp_model_close(struct sp_model *m)
 {
     if (!m)
         return;

@@ -62,11 +62,14 @@ struct sp_model {
     uint64_t file_bytes;
 };
 
-sp_status sp_model_init(struct sp_model **out, const char *path);
-void sp_model_free(struct sp_model *m);
+/* Opens and validates the model at `path`; map_flags (SP_MAP_READ,
+ * SP_MAP_LOCK) say how the file is held in memory, and SP_MAP_LOCK also
+ * locks the repacked weights. */
+sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags);
+void sp_model_close(struct sp_model *m);
 
 /* Opens the file for its vocabulary only (no architecture checks): for
  * `tokenize` on vocabulary-only files. */
-sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const char *path);
+sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const char *path, unsigned map_flags);
 
 #endif

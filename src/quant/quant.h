@@ -78,6 +78,11 @@ struct sp_type_traits {
 /* Picks the best kernels for this CPU (idempotent, thread-safe).  The
  * environment variable SP_ISA=scalar|avx2|avx512 caps the choice (tests). */
 void sp_quant_init(void);
+/* Picks the kernels of `isa` ("scalar", "avx2", "avx512"; NULL or "auto":
+ * as sp_quant_init) for the whole process.  SP_ERR_ARG for an unknown name
+ * or when the process already runs another set (the first choice holds);
+ * SP_ERR_UNSUPPORTED when this CPU cannot run it. */
+sp_status sp_quant_select(const char *isa);
 /* Name of the ISA in use ("avx512", "avx2", "scalar"). */
 const char *sp_quant_isa(void);
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/cpu.h"
+#include "core/error.h"
 #include "quant/isa.h"
 
 /* ---------------------------------------------------------------- f16/bf16 */
@@ -756,6 +757,9 @@ static const struct sp_type_traits ref_table[SP_TYPE_COUNT] = {
 static struct sp_type_traits active_table[SP_TYPE_COUNT];
 static const char *active_isa = "scalar";
 static pthread_once_t quant_once = PTHREAD_ONCE_INIT;
+static const char *quant_request;  /* sp_quant_select's ISA, read once by quant_init_once */
+static bool quant_ready;
+static pthread_mutex_t quant_select_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int isa_rank(const char *isa)
 {
@@ -796,16 +800,37 @@ static void quant_init_once(void)
 {
     static const char *names[] = {"scalar", "avx2", "avx512"};
     int rank = isa_best();
-    int cap = isa_rank(getenv("SP_ISA"));
+    int cap = isa_rank(quant_request ? quant_request : getenv("SP_ISA"));
     if (cap >= 0 && cap < rank) rank = cap;
     if (!sp_quant_table_for_isa(names[rank], active_table)) {
         memcpy(active_table, ref_table, sizeof ref_table);
         rank = 0;
     }
     active_isa = names[rank];
+    quant_ready = true;
 }
 
 void sp_quant_init(void) { pthread_once(&quant_once, quant_init_once); }
+
+sp_status sp_quant_select(const char *isa)
+{
+    if (!isa || !strcmp(isa, "auto")) {
+        sp_quant_init();
+        return SP_OK;
+    }
+    if (isa_rank(isa) < 0)
+        return sp_error_set(SP_ERR_ARG, "isa '%s': not one of auto, scalar, avx2, avx512", isa);
+    if (isa_rank(isa) > isa_best())
+        return sp_error_set(SP_ERR_UNSUPPORTED, "isa '%s': this CPU does not run it", isa);
+    pthread_mutex_lock(&quant_select_mu);
+    if (!quant_ready)
+        quant_request = isa;
+    sp_quant_init();
+    pthread_mutex_unlock(&quant_select_mu);
+    if (strcmp(active_isa, isa))
+        return sp_error_set(SP_ERR_ARG, "isa '%s': this process already runs the %s kernels", isa, active_isa);
+    return SP_OK;
+}
 
 const char *sp_quant_isa(void)
 {

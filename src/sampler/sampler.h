@@ -49,41 +49,9 @@
 #include "spindle.h"
 #include "sampler/rng.h"
 
-#define SP_SAMPLER_MAX_LOGPROBS 20
-
-struct sp_logit_bias {
-    sp_token id;
-    float bias;   /* finite or -INFINITY (ban); +INFINITY and NaN are rejected */
-};
-
-struct sp_sampler_params {
-    float temperature;      /* <= 0: greedy */
-    int32_t top_k;          /* <= 0: off */
-    float top_p;            /* >= 1: off; <= 0 keeps only the top token */
-    float min_p;            /* <= 0: off */
-    float typical_p;        /* >= 1: off */
-    float repeat_penalty;   /* 1: off; must be > 0 */
-    int32_t repeat_last_n;  /* penalty window: 0 = penalties off, -1 = whole history */
-    float presence_penalty; /* 0: off */
-    float frequency_penalty;/* 0: off */
-    uint64_t seed;
-    /* Copied at init; ids must lie in [0, n_vocab).  Repeated ids add up. */
-    const struct sp_logit_bias *logit_bias;
-    size_t n_logit_bias;
-    int32_t n_logprobs;     /* top alternatives to report, 0..20 */
-};
-
-/* Log-probabilities of one sampled token (see the chain above for their
- * meaning).  top[] holds the n_top most likely tokens, most likely first
- * (ties by lowest id); banned (-inf) tokens are never listed. */
-struct sp_token_logprobs {
-    float logprob;          /* of the sampled token */
-    int n_top;
-    struct {
-        sp_token id;
-        float logprob;
-    } top[SP_SAMPLER_MAX_LOGPROBS];
-};
+/* The parameters (struct sp_sampler_params), the logit bias and the
+ * logprobs record are public: include/spindle.h. */
+#define SP_SAMPLER_MAX_LOGPROBS SP_MAX_LOGPROBS
 
 /* One surviving candidate, as returned by sp_sampler_candidates(). */
 struct sp_candidate {
@@ -94,11 +62,6 @@ struct sp_candidate {
 };
 
 struct sp_sampler;
-
-/* llama.cpp's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
- * repeat penalty off (1.0, window 64), no presence/frequency penalty,
- * typical-p off, seed 0, no bias, no logprobs. */
-void sp_sampler_params_default(struct sp_sampler_params *p);
 
 /* Validates p (SP_ERR_ARG naming the field), copies it (logit_bias included:
  * the caller's array may be freed afterwards) and allocates buffers for

@@ -387,14 +387,16 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c)
 {
     struct sp_http *h = c->h;
     struct sp_api_error err;
+    /* Authenticate before routing: a client without the key learns nothing
+     * about which routes or methods exist. */
+    if (c->route != SP_ROUTE_HEALTH && !sp_auth_ok(c))
+        return sp_fail(c, 401, "invalid_request_error", "invalid_api_key",
+                       "Incorrect or missing API key (send 'Authorization: Bearer KEY').");
     if (c->route == SP_ROUTE_NOT_FOUND)
         return sp_fail(c, 404, "invalid_request_error", "not_found", "Unknown route.");
     if (c->route == SP_ROUTE_BAD_METHOD)
         return sp_fail(c, 405, "invalid_request_error", "method_not_allowed",
                        "Method not allowed on this route.");
-    if (c->route != SP_ROUTE_HEALTH && !sp_auth_ok(c))
-        return sp_fail(c, 401, "invalid_request_error", "invalid_api_key",
-                       "Incorrect or missing API key (send 'Authorization: Bearer KEY').");
     if (c->too_big) {
         sp_api_fail(&err, 413, "invalid_request_error", "request_too_large", NULL,
                     "The request body is larger than %zu bytes.", h->cfg.max_body);
@@ -403,15 +405,11 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c)
     pthread_mutex_lock(&h->mu);
     bool draining = h->draining;
     pthread_mutex_unlock(&h->mu);
-    bool ready = sp_sched_ready(h->sched);
     switch (c->route) {
     case SP_ROUTE_HEALTH:
         if (draining)
             return sp_respond(c, 503, "application/json",
                               strdup("{\"status\":\"shutting down\"}"), NULL, NULL);
-        if (!ready)
-            return sp_respond(c, 503, "application/json", strdup("{\"status\":\"loading\"}"),
-                              NULL, NULL);
         return sp_respond(c, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL, NULL);
     case SP_ROUTE_METRICS:
         return sp_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8",
@@ -421,8 +419,6 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c)
     }
     if (draining)
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
-    if (!ready)
-        return sp_fail(c, 503, "server_error", "loading", "The model is still loading.");
     switch (c->route) {
     case SP_ROUTE_MODELS:
         return sp_handle_models(c);

@@ -20,24 +20,20 @@
 #include "server/server.h"
 
 struct sp_sched {
-    struct sp_engine_params ep;
     struct sp_metrics *metrics;
     int max_queue;
     int n_parallel;
     pthread_t thread;
     bool thread_started;
 
-    pthread_mutex_t mu;       /* guards the queue, quit, and the load state */
+    pthread_mutex_t mu;       /* guards the queue and quit */
     pthread_cond_t cv;
     struct sp_job *q_head, *q_tail;
     size_t n_queued;
     atomic_size_t n_jobs;     /* submitted and not yet released by the scheduler */
     bool quit;
-    atomic_bool ready;
-    atomic_bool failed;
-    char fail_msg[512];
 
-    /* set before `ready` is published; immutable afterwards */
+    /* set before the thread starts; immutable afterwards */
     struct sp_engine *engine;
     const struct sp_vocab *vocab;
     const struct sp_model *model;
@@ -289,23 +285,9 @@ static void sp_admit(struct sp_sched *s, double now)
 static void *sp_sched_main(void *arg)
 {
     struct sp_sched *s = arg;
-    struct sp_engine *e = NULL;
-    sp_status st = sp_engine_init(&e, &s->ep);
-    pthread_mutex_lock(&s->mu);
-    if (st != SP_OK) {
-        snprintf(s->fail_msg, sizeof s->fail_msg, "%s", sp_error_message());
-        atomic_store(&s->failed, true);
-        pthread_mutex_unlock(&s->mu);
-        return NULL;
-    }
-    s->engine = e;
-    s->vocab = sp_engine_vocab(e);
-    s->model = sp_engine_model(e);
-    s->n_ctx = sp_engine_n_ctx(e);
-    atomic_store(&s->ready, true);
+    struct sp_engine *e = s->engine;
     struct sp_engine_stats stats;
-    sp_engine_stats(e, &stats);
-    sp_metrics_set_load(s->metrics, &stats, 0, 0);
+    pthread_mutex_lock(&s->mu);
 
     for (;;) {
         /* s->mu is held here */
@@ -334,7 +316,7 @@ static void *sp_sched_main(void *arg)
         }
         if (s->run_head && sp_engine_step(e) < 0)
             fprintf(stderr, "spindle serve: engine step failed: %s\n", sp_error_message());
-        sp_engine_stats(e, &stats);
+        sp_engine_stats_get(e, &stats);
         sp_metrics_set_load(s->metrics, &stats, s->n_running, n_queued);
         pthread_mutex_lock(&s->mu);
     }
@@ -342,26 +324,33 @@ static void *sp_sched_main(void *arg)
     return NULL;
 }
 
-sp_status sp_sched_start(struct sp_sched **out, const struct sp_engine_params *ep, int max_queue,
-                         int n_parallel, struct sp_metrics *m)
+sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_queue, int n_parallel,
+                         struct sp_metrics *m)
 {
     struct sp_sched *s = calloc(1, sizeof *s);
     *out = NULL;
-    if (!s)
+    if (!s) {
+        sp_engine_free(e);
         return sp_error_set(SP_ERR_NOMEM, "scheduler: out of memory");
-    s->ep = *ep;
+    }
+    s->engine = e;
+    s->vocab = sp_engine_vocab(e);
+    s->model = sp_engine_model(e);
+    s->n_ctx = sp_engine_n_ctx(e);
+    struct sp_engine_stats stats;
+    sp_engine_stats_get(e, &stats);
+    sp_metrics_set_load(m, &stats, 0, 0);
     s->metrics = m;
     s->max_queue = max_queue;
     s->n_parallel = n_parallel > 0 ? n_parallel : 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    atomic_init(&s->ready, false);
-    atomic_init(&s->failed, false);
     atomic_init(&s->n_jobs, 0);
     int rc = pthread_create(&s->thread, NULL, sp_sched_main, s);
     if (rc != 0) {
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
+        sp_engine_free(e);
         free(s);
         return sp_error_set(SP_ERR_NOMEM, "scheduler: cannot start a thread: %s", strerror(rc));
     }
@@ -370,30 +359,11 @@ sp_status sp_sched_start(struct sp_sched **out, const struct sp_engine_params *e
     return SP_OK;
 }
 
-bool sp_sched_ready(const struct sp_sched *s)
-{
-    return atomic_load(&((struct sp_sched *)s)->ready);
-}
+const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s) { return s->vocab; }
 
-const char *sp_sched_failed(const struct sp_sched *s)
-{
-    return atomic_load(&((struct sp_sched *)s)->failed) ? s->fail_msg : NULL;
-}
+const struct sp_model *sp_sched_model(const struct sp_sched *s) { return s->model; }
 
-const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s)
-{
-    return sp_sched_ready(s) ? s->vocab : NULL;
-}
-
-const struct sp_model *sp_sched_model(const struct sp_sched *s)
-{
-    return sp_sched_ready(s) ? s->model : NULL;
-}
-
-int sp_sched_n_ctx(const struct sp_sched *s)
-{
-    return sp_sched_ready(s) ? s->n_ctx : 0;
-}
+int sp_sched_n_ctx(const struct sp_sched *s) { return s->n_ctx; }
 
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j)
 {

@@ -596,7 +596,7 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
 
     /* max_tokens: completions default to 16 as OpenAI's do; chat runs to
      * the end of the context. */
-    r->gp.max_tokens = kind == SP_API_COMPLETIONS ? 16 : 0;
+    r->gp.max_tokens = kind == SP_API_COMPLETIONS ? 16 : -1;
     if ((got = sp_read_int(root, "max_tokens", 1, lim->n_ctx, &i, err)) < 0)
         goto free_root;
     if (got)

@@ -1,11 +1,10 @@
-/* sp_server_main: wiring, signals and the graceful drain. */
+/* sp_server_run: wiring, signals and the graceful drain. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/error.h"
 #include "server/server.h"
@@ -32,75 +31,62 @@ static char *sp_model_id(const char *path)
     return strndup(base, n);
 }
 
-int sp_server_main(const struct sp_server_config *cfg)
+sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cfg)
 {
-    int rc = 1;
+    sp_status st;
     struct sp_metrics metrics;
     struct sp_sched *sched = NULL;
     struct sp_http *http = NULL;
-    sigset_t sigs;
+    struct sp_engine *engine = NULL;
+    sigset_t sigs, old_sigs;
+    sp_model_info info;
+
+    sp_model_info_get(model, &info);
+    char *model_id = sp_model_id(info.path);
+    if (!model_id)
+        return sp_error_set(SP_ERR_NOMEM, "server: out of memory");
+    struct sp_engine_params ep = {
+        .n_threads = cfg->n_threads,
+        .n_ctx = cfg->n_ctx,
+        .n_parallel = cfg->n_parallel,
+        .kv_mem_mib = cfg->kv_mem_mib,
+    };
+    /* Everything that can refuse the configuration happens before the
+     * port is bound: a server that listens can serve. */
+    if ((st = sp_engine_create(model, &ep, &engine)) != SP_OK)
+        goto free_id;
 
     /* Every thread started below inherits this mask, so SIGINT/SIGTERM are
      * only ever taken by sigtimedwait() here. */
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old_sigs);
     signal(SIGPIPE, SIG_IGN);
 
-    char *model_id = sp_model_id(cfg->model_path);
-    if (!model_id) {
-        fprintf(stderr, "spindle: out of memory\n");
-        return 1;
-    }
     sp_metrics_init(&metrics);
-
-    struct sp_engine_params ep = {
-        .model_path = cfg->model_path,
-        .n_threads = cfg->n_threads,
-        .n_ctx = cfg->n_ctx,
-        .n_parallel = cfg->n_parallel,
-        .kv_mem_mib = cfg->kv_mem_mib,
-    };
-    if (sp_sched_start(&sched, &ep, cfg->max_queue, cfg->n_parallel, &metrics) != SP_OK) {
-        fprintf(stderr, "spindle: %s\n", sp_error_message());
-        goto free_metrics;
-    }
-    /* Listen at once: /health says 503 until the model is loaded. */
-    if (sp_http_start(&http, cfg, sched, &metrics, model_id) != SP_OK) {
-        fprintf(stderr, "spindle: %s\n", sp_error_message());
+    if ((st = sp_sched_start(&sched, engine, cfg->max_queue, cfg->n_parallel, &metrics)) != SP_OK)
+        goto free_metrics; /* the scheduler freed the engine */
+    if ((st = sp_http_start(&http, cfg, sched, &metrics, model_id)) != SP_OK)
         goto stop_sched;
-    }
-    fprintf(stderr, "spindle: listening on http://%s:%d (model '%s' loading)\n",
-            cfg->host ? cfg->host : "127.0.0.1", sp_http_port(http), model_id);
-
-    bool announced = false;
+    fprintf(stderr, "spindle: listening on http://%s:%d (model '%s', context %d tokens, %d parallel)\n",
+            cfg->host ? cfg->host : "127.0.0.1", sp_http_port(http), model_id, sp_sched_n_ctx(sched),
+            cfg->n_parallel);
     for (;;) {
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
-        int sig = sigtimedwait(&sigs, NULL, &ts);
+        int sig = sigwaitinfo(&sigs, NULL);
         if (sig == SIGINT || sig == SIGTERM)
             break;
-        const char *fail = sp_sched_failed(sched);
-        if (fail) {
-            fprintf(stderr, "spindle: %s\n", fail);
-            goto stop_http;
-        }
-        if (!announced && sp_sched_ready(sched)) {
-            fprintf(stderr, "spindle: ready (context %d tokens, %d parallel)\n",
-                    sp_sched_n_ctx(sched), cfg->n_parallel);
-            announced = true;
-        }
     }
     fprintf(stderr, "spindle: shutting down: finishing requests in flight\n");
     sp_http_drain(http);
     sp_http_wait_idle(http);
-    rc = 0;
-stop_http:
     sp_http_stop(http);
 stop_sched:
     sp_sched_stop(sched);
 free_metrics:
     sp_metrics_free(&metrics);
+    pthread_sigmask(SIG_SETMASK, &old_sigs, NULL);
+free_id:
     free(model_id);
-    return rc;
+    return st;
 }

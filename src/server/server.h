@@ -1,14 +1,16 @@
-/* `spindle serve`: an OpenAI-compatible HTTP server over one engine.
+/* `spindle serve`: an OpenAI-compatible HTTP server over one engine
+ * (sp_server_run and struct sp_server_config are public: include/spindle.h).
  *
  * Threads:
  *   - libmicrohttpd's listener plus one thread per connection (http.c).  A
  *     connection thread parses, validates and tokenizes, enqueues a job, and
  *     then blocks in poll() on the job's eventfd and the client socket, so it
  *     wakes for new text or for a client that went away, and never spins.
- *   - the scheduler (scheduler.c), the only thread that touches the engine:
- *     it loads the model, admits queued jobs, calls sp_engine_step() and
- *     copies each token event into the job's buffer.
- *   - the main thread waits for SIGINT/SIGTERM and drains (sp_server_main).
+ *   - the scheduler (scheduler.c), the only thread that touches the engine
+ *     once it runs: it admits queued jobs, calls sp_engine_step() and copies
+ *     each token event into the job's buffer.
+ *   - the calling thread makes the engine before anything listens, then
+ *     waits for SIGINT/SIGTERM and drains (sp_server_run).
  */
 #ifndef SP_SERVER_SERVER_H
 #define SP_SERVER_SERVER_H
@@ -21,27 +23,6 @@
 
 #include "engine/engine.h"
 #include "server/schema.h"
-
-struct sp_server_config {
-    const char *model_path;
-    const char *host;       /* numeric IPv4/IPv6 address to bind; default 127.0.0.1 */
-    int port;               /* 0: pick a free port (printed on stderr) */
-    int n_parallel;         /* requests running at once */
-    int n_ctx;              /* per-request context; 0: the model's (engine caps it) */
-    size_t kv_mem_mib;      /* 0: n_ctx x n_parallel positions */
-    int n_threads;          /* compute threads; <= 0: one per core */
-    const char *api_key;    /* NULL: no auth */
-    double timeout_s;       /* default and cap of a request's total time; 0: none */
-    int max_queue;          /* waiting requests beyond this get 429 */
-    size_t max_body;        /* request body cap in bytes */
-    int max_n;              /* cap on `n` */
-};
-void sp_server_config_default(struct sp_server_config *c);
-
-/* Runs the server until SIGINT/SIGTERM, then stops accepting (503), lets the
- * requests in flight finish and returns 0.  Returns 1 (message on stderr)
- * when the port cannot be bound or the model fails to load. */
-int sp_server_main(const struct sp_server_config *cfg);
 
 /* ---- metrics.c: Prometheus counters, gauges and histograms ---- */
 
@@ -143,14 +124,11 @@ enum sp_job_state sp_job_take(struct sp_job *j, struct sp_job_buf *mine, bool *t
 double sp_now(void);
 
 struct sp_sched;
-/* Starts the scheduler thread, which loads the model (sp_sched_ready()
- * turns true, or sp_sched_failed() with the message). */
-sp_status sp_sched_start(struct sp_sched **out, const struct sp_engine_params *ep, int max_queue,
-                         int n_parallel, struct sp_metrics *m);
-bool sp_sched_ready(const struct sp_sched *s);
-/* Non-NULL (the load error) once loading has failed. */
-const char *sp_sched_failed(const struct sp_sched *s);
-/* Valid once ready: immutable and safe to read from any thread. */
+/* Starts the scheduler thread, which owns `e` from then on (and frees it in
+ * sp_sched_stop, also when starting fails). */
+sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_queue, int n_parallel,
+                         struct sp_metrics *m);
+/* Immutable and safe to read from any thread. */
 const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s);
 const struct sp_model *sp_sched_model(const struct sp_sched *s);
 int sp_sched_n_ctx(const struct sp_sched *s);

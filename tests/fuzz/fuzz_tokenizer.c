@@ -22,7 +22,7 @@ static void load_once(void)
     const char *path = getenv("SP_FUZZ_VOCAB");
     if (!path)
         path = "../shared/testdata/vocab/ggml-vocab-gpt-2.gguf";
-    if (sp_mapping_init(&map, path) != SP_OK || sp_gguf_init(&gguf, map.data, map.size) != SP_OK ||
+    if (sp_mapping_init(&map, path, 0) != SP_OK || sp_gguf_init(&gguf, map.data, map.size) != SP_OK ||
         sp_vocab_init(&vocab, &gguf) != SP_OK) {
         fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", path, sp_error_message());
         abort();

@@ -153,6 +153,14 @@ def test_api_key(server):
     r = httpx.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2},
                    headers={"Authorization": "Bearer s3cret!"})
     assert_openai_error(r, 401)
+    # Without the key, unknown routes and wrong methods look like every other
+    # route: 401, so routes cannot be probed.
+    assert_openai_error(httpx.get(server.url + "/no/such/route"), 401)
+    assert_openai_error(httpx.get(server.url + "/v1/completions"), 401)
+    assert_openai_error(httpx.post(server.url + "/health", json={}), 401)
+    key = {"Authorization": "Bearer s3cret"}
+    assert_openai_error(httpx.get(server.url + "/no/such/route", headers=key), 404)
+    assert_openai_error(httpx.get(server.url + "/v1/completions", headers=key), 405)
     import openai as oa
     bad = oa.OpenAI(base_url=server.url + "/v1", api_key="nope", max_retries=0)
     with pytest.raises(oa.AuthenticationError):

@@ -45,7 +45,7 @@ struct loaded {
 static bool load(struct loaded *L, const char *path)
 {
     memset(L, 0, sizeof *L);
-    if (sp_mapping_init(&L->m, path) != SP_OK)
+    if (sp_mapping_init(&L->m, path, 0) != SP_OK)
         return false;
     if (sp_gguf_init(&L->g, L->m.data, L->m.size) != SP_OK) {
         sp_mapping_free(&L->m);

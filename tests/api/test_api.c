@@ -1,0 +1,271 @@
+/* The public C API through libspindle.so, as an outside program uses it
+ * (only spindle.h): test_api MODEL.  Built and run by tests/py/test_library.py.
+ * Prints "test_api: N passed, N failed". */
+#include <spindle.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define GREEDY_N 12
+
+struct collect {
+    char text[4096];
+    size_t len;
+    int n_final;
+    sp_finish finish;
+};
+
+static void collect_event(struct collect *c, const sp_token_event *ev)
+{
+    if (c->len + ev->len < sizeof c->text) {
+        memcpy(c->text + c->len, ev->text, ev->len);
+        c->len += ev->len;
+        c->text[c->len] = '\0';
+    }
+    if (ev->finish != SP_FINISH_NONE) {
+        c->n_final++;
+        c->finish = ev->finish;
+    }
+}
+
+static void on_event(void *user, const sp_token_event *ev) { collect_event(user, ev); }
+
+/* Whether s[0..k) does not end inside a UTF-8 character. */
+static bool ends_whole(const char *s, size_t k)
+{
+    size_t i = k, tail = 0;
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xc0) == 0x80)
+        i--, tail++;
+    if (i == 0)
+        return tail == 0;
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t want = lead < 0x80 ? 0 : lead >= 0xf0 ? 3 : lead >= 0xe0 ? 2 : 1;
+    return tail == want;
+}
+
+static sp_model *load(const char *path, bool vocab_only, bool use_mmap)
+{
+    sp_model_params mp;
+    sp_model *m = NULL;
+    sp_model_params_default(&mp);
+    mp.path = path;
+    mp.vocab_only = vocab_only;
+    mp.use_mmap = use_mmap;
+    CHECK(sp_model_load(&mp, &m) == SP_OK, "load %s: %s", path, sp_error_message());
+    return m;
+}
+
+/* Greedy GREEDY_N tokens of `prompt` in callback mode on a fresh engine. */
+static void greedy(const sp_model *m, const char *prompt, struct collect *out)
+{
+    sp_engine *e = NULL;
+    sp_gen_params gp;
+    memset(out, 0, sizeof *out);
+    CHECK(sp_engine_create(m, NULL, &e) == SP_OK, "engine: %s", sp_error_message());
+    sp_gen_params_default(&gp);
+    gp.sampling.temperature = 0;
+    gp.max_tokens = GREEDY_N;
+    CHECK(sp_request_submit_text(e, prompt, strlen(prompt), false, &gp, on_event, out, NULL) == SP_OK, "submit: %s",
+          sp_error_message());
+    while (sp_engine_step(e) > 0)
+        ;
+    sp_engine_free(e);
+}
+
+static void test_model(const sp_model *m)
+{
+    sp_model_info in;
+    char buf[64];
+    size_t len = 0;
+    sp_model_info_get(m, &in);
+    CHECK(in.n_vocab == sp_model_n_vocab(m) && in.n_layer > 0 && !in.vocab_only, "info %u layers", in.n_layer);
+    CHECK(sp_model_meta_value(m, "general.architecture", buf, sizeof buf, &len) == SP_OK &&
+              !strcmp(buf, in.architecture) && len == strlen(buf), "architecture '%s'", buf);
+    CHECK(sp_model_meta_value(m, "general.architecture", buf, 2, &len) == SP_ERR_ARG && len == strlen(in.architecture),
+          "a small buffer asks for %zu bytes", len);
+    CHECK(sp_model_meta_value(m, "no.such.key", buf, sizeof buf, &len) == SP_ERR_ARG, "absent key");
+    CHECK(sp_model_meta_key(m, 0, buf, sizeof buf, &len) == SP_OK && len > 0, "first key '%s'", buf);
+    sp_tensor_info ti;
+    CHECK(sp_model_tensor_get(m, 0, &ti) == SP_OK && ti.name[0] && ti.n_bytes > 0, "tensor 0 '%s'", ti.name);
+    CHECK(sp_model_tensor_get(m, in.n_tensors, &ti) == SP_ERR_ARG, "tensor past the end");
+
+    const char *text = "Héllo wörld, 日本語!";
+    sp_token toks[64];
+    size_t n = 0;
+    CHECK(sp_model_tokenize(m, text, strlen(text), false, false, toks, 64, &n) == SP_OK && n > 3, "tokenize");
+    size_t need = 0;
+    CHECK(sp_model_tokenize(m, text, strlen(text), false, false, toks, 1, &need) == SP_ERR_ARG && need == n,
+          "a small token buffer asks for %zu (not %zu)", need, n);
+    char out[256];
+    CHECK(sp_model_detokenize(m, toks, n, false, out, sizeof out, &len) == SP_OK && len == strlen(text) &&
+              !memcmp(out, text, len), "detokenize gives the text back");
+    CHECK(sp_model_detokenize(m, toks, n, false, out, 3, &len) == SP_ERR_ARG && len == strlen(text),
+          "a small text buffer asks for %zu", len);
+    sp_token bad = (sp_token)sp_model_n_vocab(m);
+    CHECK(sp_model_token_to_piece(m, bad, false, out, sizeof out, &len) == SP_ERR_ARG, "bad id");
+
+    /* the streaming detokenizer gives only whole characters, and all of them */
+    sp_detokenizer *d = NULL;
+    char stream[256];
+    size_t sl = 0, k;
+    bool whole = true;
+    CHECK(sp_detokenizer_create(m, false, &d) == SP_OK, "detokenizer");
+    for (size_t i = 0; i < n; i++) {
+        CHECK(sp_detokenizer_push(d, toks[i], stream + sl, sizeof stream - sl, &k) == SP_OK, "push");
+        whole &= ends_whole(stream + sl, k);
+        sl += k;
+    }
+    CHECK(sp_detokenizer_flush(d, stream + sl, sizeof stream - sl, &k) == SP_OK, "flush");
+    sl += k;
+    CHECK(whole && sl == strlen(text) && !memcmp(stream, text, sl), "streamed text '%.*s'", (int)sl, stream);
+    sp_detokenizer_free(d);
+
+    sp_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Name a colour."}};
+    char *chat = NULL;
+    CHECK(sp_model_chat_apply(m, msgs, 2, true, &chat) == SP_OK && strstr(chat, "Name a colour."), "chat text");
+    sp_free(chat);
+    sp_token *ct = NULL;
+    CHECK(sp_model_chat_tokenize(m, msgs, 2, &ct, &n) == SP_OK && n > 5, "chat tokens");
+    sp_free(ct);
+    CHECK(strlen(sp_model_chat_template(m)) > 0, "template");
+}
+
+/* Polling gives the callback's text; a request freed early, or left
+ * running when its engine goes, frees its slot and memory. */
+static void test_requests(const sp_model *m, const struct collect *want, const char *prompt)
+{
+    sp_engine *e = NULL;
+    sp_gen_params gp;
+    sp_request *r = NULL;
+    sp_token_event ev;
+    struct collect got = {0};
+    CHECK(sp_engine_create(m, NULL, &e) == SP_OK, "engine: %s", sp_error_message());
+    sp_gen_params_default(&gp);
+    gp.sampling.temperature = 0;
+    gp.max_tokens = GREEDY_N;
+    CHECK(sp_request_submit_text(e, prompt, strlen(prompt), false, &gp, NULL, NULL, NULL) == SP_ERR_ARG,
+          "polling without `out` is refused");
+    gp.max_tokens = 0;
+    CHECK(sp_request_submit_text(e, prompt, strlen(prompt), false, &gp, NULL, NULL, &r) == SP_ERR_ARG && !r,
+          "max_tokens 0 is refused: %s", sp_error_message());
+    gp.max_tokens = GREEDY_N;
+    CHECK(sp_request_submit_text(e, prompt, strlen(prompt), false, &gp, NULL, NULL, &r) == SP_OK, "polled submit");
+    int steps = 0;
+    while (!sp_request_done(r) && steps++ < 100) {
+        CHECK(sp_engine_step(e) >= 0, "step");
+        while (sp_request_poll(r, &ev))
+            collect_event(&got, &ev);
+    }
+    CHECK(got.n_final == 1 && got.finish == want->finish && !strcmp(got.text, want->text),
+          "polled '%s' == callback '%s'", got.text, want->text);
+    CHECK(!sp_request_poll(r, &ev), "nothing after done");
+    sp_request_free(r);
+
+    /* freed while running: the only slot (n_parallel 1) comes back */
+    CHECK(sp_request_submit_text(e, prompt, strlen(prompt), false, &gp, NULL, NULL, &r) == SP_OK, "submit");
+    sp_engine_step(e);
+    sp_request_free(r);
+    sp_engine_step(e);
+    sp_engine_stats st;
+    sp_engine_stats_get(e, &st);
+    CHECK(st.n_running == 0 && st.kv_blocks_used == 0, "after free: %u running, %u blocks", st.n_running,
+          st.kv_blocks_used);
+    /* still running when the engine is freed: freed afterwards */
+    CHECK(sp_request_submit_text(e, prompt, strlen(prompt), false, &gp, NULL, NULL, &r) == SP_OK, "submit");
+    sp_engine_step(e);
+    sp_engine_free(e);
+    while (sp_request_poll(r, &ev))
+        ;
+    CHECK(sp_request_done(r), "a request whose engine is gone is done");
+    sp_request_free(r);
+}
+
+struct argmax {
+    uint32_t n;
+    sp_token best;
+};
+
+static void on_logits(void *user, size_t pos, const float *logits)
+{
+    struct argmax *a = user;
+    (void)pos;
+    a->best = 0;
+    for (uint32_t i = 1; i < a->n; i++)
+        if (logits[i] > logits[a->best])
+            a->best = (sp_token)i;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_api MODEL\n");
+        return 2;
+    }
+    char v[32];
+    snprintf(v, sizeof v, "%d.%d.%d", SPINDLE_VERSION_MAJOR, SPINDLE_VERSION_MINOR, SPINDLE_VERSION_PATCH);
+    CHECK(!strcmp(sp_version(), v), "library %s, header %s", sp_version(), v);
+
+    sp_model_params mp;
+    sp_model *m = NULL;
+    sp_model_params_default(&mp);
+    CHECK(sp_model_load(&mp, &m) == SP_ERR_ARG && !m, "no path");
+    mp.path = "/no/such/model.gguf";
+    CHECK(sp_model_load(&mp, &m) == SP_ERR_IO && strstr(sp_error_message(), "/no/such/model.gguf"), "missing: %s",
+          sp_error_message());
+    mp.path = argv[1];
+    mp.isa = "vax";
+    CHECK(sp_model_load(&mp, &m) == SP_ERR_ARG && strstr(sp_error_message(), "vax"), "bad isa: %s",
+          sp_error_message());
+
+    const char *prompt = "The capital of France is";
+    m = load(argv[1], false, true);
+    if (!m)
+        return sp_check_report("test_api");
+    sp_model_info in;
+    sp_model_info_get(m, &in);
+    mp.isa = strcmp(in.isa, "scalar") ? "scalar" : NULL;
+    sp_model *other = NULL;
+    if (mp.isa) /* the first model fixed the kernels for this process */
+        CHECK(sp_model_load(&mp, &other) == SP_ERR_ARG && !other && strstr(sp_error_message(), "already"),
+              "other isa: %s", sp_error_message());
+    test_model(m);
+    struct collect want;
+    greedy(m, prompt, &want);
+    CHECK(want.n_final == 1 && want.len > 0 && want.finish == SP_FINISH_LENGTH, "greedy '%s'", want.text);
+    test_requests(m, &want, prompt);
+
+    /* the first greedy token is the argmax of the prompt's last logits */
+    sp_engine *e = NULL;
+    sp_token toks[64];
+    size_t n;
+    struct argmax am = {sp_model_n_vocab(m), -1};
+    CHECK(sp_engine_create(m, NULL, &e) == SP_OK, "engine");
+    CHECK(sp_model_tokenize(m, prompt, strlen(prompt), true, false, toks, 64, &n) == SP_OK, "tokenize");
+    CHECK(sp_engine_logits(e, toks, n, n - 1, on_logits, &am) == SP_OK, "logits: %s", sp_error_message());
+    char piece[64];
+    size_t len = 0;
+    sp_model_token_to_piece(m, am.best, false, piece, sizeof piece, &len);
+    CHECK(len > 0 && !strncmp(want.text, piece, len), "argmax '%.*s' starts '%s'", (int)len, piece, want.text);
+    sp_engine_free(e);
+
+    /* a file read into memory instead of mapped runs the same */
+    sp_model *copied = load(argv[1], false, false);
+    struct collect same;
+    if (copied) {
+        greedy(copied, prompt, &same);
+        CHECK(!strcmp(same.text, want.text), "read, not mapped: '%s'", same.text);
+        sp_model_free(copied);
+    }
+    /* vocabulary only: tokenizer yes, engine no */
+    sp_model *vocab = load(argv[1], true, true);
+    if (vocab) {
+        sp_model_info_get(vocab, &in);
+        CHECK(in.vocab_only && in.n_vocab == sp_model_n_vocab(m), "vocab-only info");
+        CHECK(sp_engine_create(vocab, NULL, &e) == SP_ERR_ARG && !e, "no engine: %s", sp_error_message());
+        sp_model_free(vocab);
+    }
+    sp_model_free(m);
+    return sp_check_report("test_api");
+}

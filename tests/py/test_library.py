@@ -1,0 +1,188 @@
+"""spindle as a library: the public header is all the tools use, `make
+install` gives a shared library with a versioned soname, a static one, the
+header and a pkg-config file that examples/simple.c builds against, and the
+C API keeps its contracts (tests/api/test_api.c).  Also the CLI defects the
+library work fixed: `serve` refuses a bad model before it listens, and
+`run -n 0` is refused like the server's max_tokens 0."""
+import glob
+import os
+import re
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, CliResult
+
+PUBLIC_USERS = ("tools", "examples", "tests/api")
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+
+
+def make_env():
+    """The environment for a make run from inside `make test` (no jobserver
+    of the parent make)."""
+    env = dict(os.environ)
+    for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
+        env.pop(k, None)
+    return env
+
+
+def build_dir(spindle_bin):
+    return os.path.dirname(spindle_bin)
+
+
+@pytest.fixture(scope="session")
+def run_plain():
+    """Like run_spindle, with build/spindle of the default build (made when
+    missing).  The installed library and the Python package are that build,
+    and floating-point results differ between optimisation levels, so their
+    output is compared with this binary (under `make test` it is $SPINDLE;
+    under `make test-asan` $SPINDLE is the -O1 sanitizer build)."""
+    r = subprocess.run(["make", "-s", "build/spindle", "build/libspindle.so"], cwd=ROOT, env=make_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:]
+    exe = os.path.join(ROOT, "build", "spindle")
+
+    def run(*args, timeout=300):
+        argv = [exe] + [str(a) for a in args]
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                           text=True, errors="replace", timeout=timeout, cwd=ROOT)
+        return CliResult(argv, r.returncode, r.stdout, r.stderr)
+
+    return run
+
+
+def test_public_users_include_only_the_public_header():
+    """Every header a public user includes that lives under src/ is a leak
+    of a room's secrets; tools/ may also use its own headers."""
+    leaks = []
+    files = [f for d in PUBLIC_USERS for f in glob.glob(os.path.join(ROOT, d, "*.[ch]"))]
+    assert any(f.endswith("tools/run.c") for f in files)
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for name in INCLUDE.findall(text):
+            if os.path.exists(os.path.join(ROOT, "src", name)) or name.startswith(("src/", "../src", "../../src")):
+                leaks.append("%s includes %s" % (os.path.relpath(path, ROOT), name))
+    assert not leaks, "public users must include only spindle.h: " + "; ".join(leaks)
+
+
+def test_install_and_build_the_example(tmp_path, run_plain, smollm2_path):
+    prefix = tmp_path / "prefix"
+    r = subprocess.run(["make", "-s", "install", "PREFIX=%s" % prefix], cwd=ROOT, env=make_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:]
+    lib = prefix / "lib"
+    real = sorted(p.name for p in lib.iterdir() if p.name.startswith("libspindle.so.") and not p.is_symlink())
+    assert len(real) == 1 and re.fullmatch(r"libspindle\.so\.\d+\.\d+\.\d+", real[0]), real
+    major = real[0].split(".")[2]
+    assert os.readlink(lib / ("libspindle.so." + major)) == real[0]
+    assert os.readlink(lib / "libspindle.so") == "libspindle.so." + major
+    assert (lib / "libspindle.a").is_file() and (prefix / "include" / "spindle.h").is_file()
+    dyn = subprocess.run(["readelf", "-d", str(lib / real[0])], stdout=subprocess.PIPE, text=True).stdout
+    assert "Library soname: [libspindle.so.%s]" % major in dyn
+    # only the public API is exported: every symbol is declared in spindle.h
+    header = (prefix / "include" / "spindle.h").read_text()
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(lib / real[0])], stdout=subprocess.PIPE,
+                          text=True).stdout.split()[2::3]
+    assert "sp_model_load" in syms and "sp_engine_step" in syms
+    private = [s for s in syms if not re.search(r"\b%s\(" % re.escape(s), header)]
+    assert not private, "exported but not in spindle.h: %s" % private[:20]
+
+    env = dict(os.environ, PKG_CONFIG_PATH=str(lib / "pkgconfig"))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "spindle"], env=env, stdout=subprocess.PIPE,
+                           text=True, check=True).stdout.split()
+    assert "-lspindle" in flags
+    exe = tmp_path / "simple"
+    src = os.path.join(ROOT, "examples", "simple.c")
+    code = open(src).read()
+    assert code.count("\n") <= 80
+    assert "```c\n" + code + "```" in open(os.path.join(ROOT, "docs", "api.md")).read(), \
+        "docs/api.md shows another examples/simple.c"
+    r = subprocess.run(["cc", src] + flags + ["-o", str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    assert r.returncode == 0, r.stdout
+    prompt = "The capital of France is"
+    r = subprocess.run([str(exe), smollm2_path, prompt, "24"], env=dict(env, LD_LIBRARY_PATH=str(lib)),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    want = run_plain("run", "-m", smollm2_path, "-p", prompt, "-n", 24, "--temp", 0)
+    assert want.returncode == 0, want.stderr
+    assert r.stdout == want.stdout + "\n" and len(want.stdout) > 20, (r.stdout, want.stdout)
+    assert r.stderr.strip() == "[length]"
+
+
+def test_c_api_contracts(tmp_path, spindle_bin, smollm2_path):
+    """tests/api/test_api.c against the library under test (linked
+    statically from its build directory, with its sanitizers if it has
+    them)."""
+    archive = os.path.join(build_dir(spindle_bin), "libspindle.a")
+    assert os.path.isfile(archive), archive
+    nm = subprocess.run(["nm", archive], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    san = ["-fsanitize=address,undefined"] if "__asan_" in nm else []
+    pkgs = subprocess.run(["pkg-config", "--libs", "libmicrohttpd", "jansson", "libpcre2-8", "libutf8proc"],
+                          stdout=subprocess.PIPE, text=True, check=True).stdout.split()
+    exe = tmp_path / "test_api"
+    r = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g"] + san +
+                       ["-I" + os.path.join(ROOT, "include"), "-I" + os.path.join(ROOT, "tests", "unit"),
+                        os.path.join(ROOT, "tests", "api", "test_api.c"), archive] + pkgs + ["-lm", "-pthread",
+                                                                                             "-o", str(exe)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    r = subprocess.run([str(exe), smollm2_path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=600, env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1"))
+    assert r.returncode == 0 and re.search(r"test_api: \d+ passed, 0 failed", r.stdout), r.stdout + r.stderr
+
+
+def one_line_exit_2(r):
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("spindle: "), r.stderr
+
+
+def port_is_free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("case", ["missing", "malformed", "ctx too large"])
+def test_serve_refuses_a_bad_model_before_listening(spindle_bin, smollm2_path, tmp_path, case):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["serve", "--port", port]
+    if case == "missing":
+        args += ["-m", str(tmp_path / "none.gguf")]
+    elif case == "malformed":
+        bad = tmp_path / "bad.gguf"
+        bad.write_bytes(open(smollm2_path, "rb").read(4096))  # a header cut short
+        args += ["-m", str(bad)]
+    else:
+        args += ["-m", smollm2_path, "--ctx", 1 << 20]
+    # A server that listened first would print "listening" and wait for the
+    # failure; the port is checked while the command runs.
+    p = subprocess.Popen([spindle_bin] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    listened = False
+    deadline = time.monotonic() + 120
+    while p.poll() is None and time.monotonic() < deadline:
+        listened |= not port_is_free(port)
+        time.sleep(0.01)
+    out, err = p.communicate(timeout=60)
+    assert not listened, "the port was bound before the failure"
+    r = type("R", (), {"returncode": p.returncode, "stderr": err})
+    one_line_exit_2(r)
+    assert "listening" not in err and out == ""
+
+
+def test_run_n_0_is_refused(run_spindle, smollm2_path):
+    # (the old -n 0 meant "no limit": --ctx 64 keeps that run short)
+    r = run_spindle("run", "-m", smollm2_path, "-p", "Once upon a time", "-n", 0, "--ctx", 64, "--temp", 0)
+    one_line_exit_2(r)
+    assert "-n 0" in r.stderr and r.stdout == ""
+    ok = run_spindle("run", "-m", smollm2_path, "-p", "Once upon a time", "-n", -1, "--ctx", 64, "--temp", 0,
+                     "--ignore-eos")
+    assert ok.returncode == 0, ok.stderr
+    used = re.search(r"prompt tokens: (\d+) .* generated tokens: (\d+) .* stop reason: length", ok.stderr)
+    assert used and int(used.group(1)) + int(used.group(2)) == 64, ok.stderr  # -1: until the context is full
