@@ -56,7 +56,18 @@ struct sp_run_state {
     struct sp_run_choice choices[16];
     uint32_t n_prompt, n_cached, n_generated;
     bool oom;
+    char piece[64];             /* token text for the --explain table */
 };
+
+static const char *sp_run_token_text(void *user, sp_token id)
+{
+    struct sp_run_state *s = user;
+    int n = sp_token_to_piece(s->vocab, id, false, s->piece, sizeof s->piece - 1);
+    if (n < 0 || (size_t)n >= sizeof s->piece)
+        return NULL;
+    s->piece[n] = '\0';
+    return s->piece;
+}
 
 static void sp_run_append(struct sp_run_state *s, struct sp_run_choice *c, const char *t, size_t n)
 {
@@ -79,6 +90,8 @@ static void sp_run_event(void *user, const struct sp_token_event *ev)
 {
     struct sp_run_state *s = user;
     struct sp_run_choice *c = &s->choices[ev->choice];
+    if (ev->explain)
+        sp_sampler_explain_print(ev->explain, stderr, sp_run_token_text, s);
     if (s->stream && ev->len) {
         fwrite(ev->text, 1, ev->len, stdout);
         fflush(stdout);
@@ -255,7 +268,7 @@ int sp_tool_run(int argc, char **argv)
         else if (sp_args_is(&a, "--chat", NULL)) chat = true;
         else if (sp_args_is(&a, "--special", NULL)) special = true;
         else if (sp_args_is(&a, "--json", NULL)) json = true;
-        else if (sp_args_is(&a, "--explain", NULL)) gp.explain = stderr;
+        else if (sp_args_is(&a, "--explain", NULL)) gp.explain = true;
         else if (sp_args_is(&a, "--ignore-eos", NULL)) gp.ignore_eos = true;
         else {
             sp_tool_fail("run: unknown option '%s' (see spindle run --help)", argv[a.i]);

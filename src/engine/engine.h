@@ -47,6 +47,15 @@ const struct sp_model *sp_engine_model(const struct sp_engine *e);
 int sp_engine_n_ctx(const struct sp_engine *e);
 int sp_engine_n_threads(const struct sp_engine *e);
 
+/* The sampling settings this model recommends: llama-server's defaults
+ * (sp_sampler_params_default) with the file's general.sampling.* keys
+ * (temp, top_k, top_p, min_p, penalty_repeat, penalty_last_n) laid over
+ * them; *n_from_model counts the keys used.  A key of the wrong type or out
+ * of range is left out and reported as SP_ERR_FORMAT (the others still
+ * apply, *p is always usable). */
+sp_status sp_engine_sampling_defaults(const struct sp_engine *e, struct sp_sampler_params *p,
+                                      int *n_from_model);
+
 struct sp_engine_stats {
     uint32_t kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* cached: idle in the prefix cache */
     uint32_t kv_block_tokens;       /* positions per block */
@@ -75,7 +84,7 @@ struct sp_gen_params {
     float length_penalty;       /* beam score = logprob / len^length_penalty */
     bool ignore_eos;
     int logprobs;               /* < 0: none; K >= 0: the token's logprob and top K */
-    FILE *explain;              /* if set, each step's decoding is printed here */
+    bool explain;               /* each token event carries sp_sampler_explain data */
 };
 void sp_gen_params_default(struct sp_gen_params *gp);
 
@@ -88,6 +97,8 @@ struct sp_token_event {
     const char *text;
     size_t len;
     const struct sp_token_logprobs *lp; /* NULL unless gp->logprobs >= 0 */
+    const struct sp_sampler_explain *explain; /* the step that chose id; NULL unless
+                                               * gp->explain (and on final events) */
     enum sp_finish finish;
     /* usage, valid on every event */
     uint32_t n_prompt, n_cached, n_generated;

@@ -44,6 +44,7 @@
 #ifndef SP_SAMPLER_SAMPLER_H
 #define SP_SAMPLER_SAMPLER_H
 
+#include <math.h>
 #include <stdio.h>
 
 #include "spindle.h"
@@ -127,17 +128,53 @@ sp_token sp_sampler_sample(struct sp_sampler *s, const float *logits, const sp_t
 sp_status sp_sampler_candidates(struct sp_sampler *s, const float *logits, const sp_token *history,
                                 size_t n_history, const struct sp_candidate **out, size_t *n_out);
 
-/* Optional token-to-text callback for sp_sampler_explain (may return NULL). */
+/* What one step of the chain did to the most likely tokens: the data behind
+ * `spindle run --explain` and the server's `explain` request extension.
+ * Rows are the top 8 of the raw logits and the top 8 after bias and
+ * penalties (up to 16 distinct tokens, most likely raw first).  Stages are
+ * the active ones in chain order; each has a name, its setting and, per
+ * row, the probability among the survivors after it (-1: removed there or
+ * earlier).  Names: "penalties" (logit bias and repeat/presence/frequency
+ * penalties, probabilities at temperature 1), "top-k", "temperature",
+ * "top-p", "min-p", "typical-p", and "greedy" (temperature 0: only the
+ * argmax survives). */
+#define SP_EXPLAIN_ROWS 16
+#define SP_EXPLAIN_STAGES 10
+
+struct sp_explain_stage {
+    char name[16];
+    float param;            /* k, T or p; NAN for stages without one */
+    uint32_t kept;          /* candidates surviving this stage */
+    float p[SP_EXPLAIN_ROWS];
+};
+
+struct sp_sampler_explain {
+    sp_token chosen;        /* the token sp_sampler_sample() returns next */
+    uint32_t n_vocab;
+    uint32_t n_rows;
+    sp_token row[SP_EXPLAIN_ROWS];
+    float raw[SP_EXPLAIN_ROWS];   /* softmax of the unmodified logits */
+    uint32_t n_stages;
+    struct sp_explain_stage stage[SP_EXPLAIN_STAGES];
+};
+
+/* Fills *out for the next token without advancing the random state: a
+ * following sp_sampler_sample() with the same inputs returns out->chosen.
+ * Not for the hot path (it scans the candidates once per row and stage). */
+sp_status sp_sampler_explain_data(struct sp_sampler *s, const float *logits,
+                                  const sp_token *history, size_t n_history,
+                                  struct sp_sampler_explain *out);
+
+/* Optional token-to-text callback for the table (may return NULL). */
 typedef const char *(*sp_sampler_token_text_fn)(void *ctx, sp_token id);
 
-/* For `spindle run --explain`: print to `out` a table of the most likely
- * tokens (the top 8 of the raw logits and of the biased/penalised logits)
- * with their probability after each active stage ("-" once filtered out),
- * the count of survivors per stage, and the token sp_sampler_sample() would
- * pick next.  Does not advance the random state: a following
- * sp_sampler_sample() with the same inputs returns the token shown.
- * token_text may be NULL.  Not for the hot path (it scans the vocabulary once
- * per shown token and stage). */
+/* Prints *x as a table: one row per token with its probability after each
+ * stage ("-" once filtered out), the survivors per stage, and the next
+ * token.  token_text may be NULL. */
+void sp_sampler_explain_print(const struct sp_sampler_explain *x, FILE *out,
+                              sp_sampler_token_text_fn token_text, void *ctx);
+
+/* sp_sampler_explain_data() then sp_sampler_explain_print(). */
 sp_status sp_sampler_explain(struct sp_sampler *s, const float *logits, const sp_token *history,
                              size_t n_history, FILE *out, sp_sampler_token_text_fn token_text,
                              void *ctx);

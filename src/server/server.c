@@ -1,6 +1,7 @@
 /* sp_server_main: wiring, signals and the graceful drain. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ void sp_server_config_default(struct sp_server_config *c)
     c->max_queue = 64;
     c->max_body = 4u << 20;
     c->max_n = 8;
+    c->sampling = (struct sp_server_sampling){NAN, NAN, NAN, NAN, INT32_MIN, INT32_MIN};
 }
 
 /* The id clients send as `model`: the file name without directory or .gguf. */
@@ -62,7 +64,8 @@ int sp_server_main(const struct sp_server_config *cfg)
         .n_parallel = cfg->n_parallel,
         .kv_mem_mib = cfg->kv_mem_mib,
     };
-    if (sp_sched_start(&sched, &ep, cfg->max_queue, cfg->n_parallel, &metrics) != SP_OK) {
+    if (sp_sched_start(&sched, &ep, cfg->max_queue, cfg->n_parallel, &cfg->sampling,
+                       &metrics) != SP_OK) {
         fprintf(stderr, "spindle: %s\n", sp_error_message());
         goto free_metrics;
     }

@@ -22,6 +22,16 @@
 #include "engine/engine.h"
 #include "server/schema.h"
 
+/* Sampling defaults given on the command line; a float NAN or an int below
+ * its range (INT32_MIN) is "not set": the model's recommendation, else
+ * llama-server's default, applies. */
+struct sp_server_sampling {
+    float temperature, top_p, min_p, repeat_penalty;
+    int32_t top_k, repeat_last_n;
+};
+
+enum sp_log_format { SP_LOG_TEXT = 0, SP_LOG_JSON };
+
 struct sp_server_config {
     const char *model_path;
     const char *host;       /* numeric IPv4/IPv6 address to bind; default 127.0.0.1 */
@@ -35,6 +45,8 @@ struct sp_server_config {
     int max_queue;          /* waiting requests beyond this get 429 */
     size_t max_body;        /* request body cap in bytes */
     int max_n;              /* cap on `n` */
+    struct sp_server_sampling sampling; /* overrides of the sampling defaults */
+    enum sp_log_format log_format;      /* the per-request log line on stderr */
 };
 void sp_server_config_default(struct sp_server_config *c);
 
@@ -87,6 +99,7 @@ struct sp_job_event {
     uint32_t n_prompt, n_cached, n_generated;
     bool has_lp;
     struct sp_token_logprobs lp;
+    int32_t explain;          /* index into the buffer's xp, or -1 */
 };
 
 /* Events not yet taken by the HTTP thread.  The HTTP thread swaps its own
@@ -96,6 +109,8 @@ struct sp_job_buf {
     size_t n_ev, cap_ev;
     char *text;
     size_t n_text, cap_text;
+    struct sp_sampler_explain *xp; /* explain records of events that asked for them */
+    size_t n_xp, cap_xp;
 };
 void sp_job_buf_free(struct sp_job_buf *b);
 
@@ -131,6 +146,9 @@ struct sp_job {
     bool cancel_sent;
     bool first_token_seen;
     double t_last_token;
+
+    /* guarded by mu: for the request log */
+    double t_first, t_last;    /* monotonic times of the first and last token; 0: none */
 };
 
 /* A new job owning `api` (moved in; *api is zeroed).  NULL on allocation
@@ -146,7 +164,8 @@ struct sp_sched;
 /* Starts the scheduler thread, which loads the model (sp_sched_ready()
  * turns true, or sp_sched_failed() with the message). */
 sp_status sp_sched_start(struct sp_sched **out, const struct sp_engine_params *ep, int max_queue,
-                         int n_parallel, struct sp_metrics *m);
+                         int n_parallel, const struct sp_server_sampling *sampling,
+                         struct sp_metrics *m);
 bool sp_sched_ready(const struct sp_sched *s);
 /* Non-NULL (the load error) once loading has failed. */
 const char *sp_sched_failed(const struct sp_sched *s);
@@ -154,6 +173,9 @@ const char *sp_sched_failed(const struct sp_sched *s);
 const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s);
 const struct sp_model *sp_sched_model(const struct sp_sched *s);
 int sp_sched_n_ctx(const struct sp_sched *s);
+/* The sampling a request gets for the fields it leaves unset (see
+ * sp_engine_sampling_defaults and struct sp_server_sampling). */
+const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s);
 /* Enqueues j (taking a reference).  SP_ERR_FULL when max_queue jobs are
  * already waiting. */
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j);
