@@ -49,7 +49,7 @@ LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/webui_assets.o
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -75,6 +75,22 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libspindle.a tests/unit/check.h
 	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
 
 tests: $(TEST_BIN)
+
+# The chat page (src/server/webui.h): its files and the Debian packages'
+# marked and DOMPurify as C arrays, NAME:FILE -> sp_webui_NAME[], _len.
+WEBUI_FILES := index_html:src/server/webui/index.html app_js:src/server/webui/app.js \
+               marked_js:/usr/share/javascript/marked/marked.umd.min.js \
+               purify_js:/usr/share/nodejs/dompurify/dist/purify.min.js
+$(BUILD)/gen/webui_assets.c: $(foreach f,$(WEBUI_FILES),$(word 2,$(subst :, ,$(f))))
+	@mkdir -p $(@D)
+	@for f in $(WEBUI_FILES); do n=$${f%%:*}; p=$${f#*:}; \
+	    printf 'const unsigned char sp_webui_%s[] = {\n' $$n; xxd -i < $$p; \
+	    printf ', 0x00};\nconst unsigned long sp_webui_%s_len = %s;\n' $$n $$(wc -c < $$p); \
+	done > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/webui_assets.o: $(BUILD)/gen/webui_assets.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # Micro-benchmarks (bench/*.c: attention alone, one packed matmul tile),
 # built with the tests so they keep compiling; run by hand (docs/performance.md).
@@ -164,6 +180,6 @@ bench: all
 	@$(BUILD)/spindle bench -m $$(scripts/fetch-model smollm2-135m)
 
 clean:
-	rm -rf build/obj build/libspindle.a build/spindle build/tests build/xtarget-* build-asan
+	rm -rf build/obj build/gen build/libspindle.a build/spindle build/tests build/xtarget-* build-asan
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)

@@ -32,6 +32,7 @@
 
 #include "core/error.h"
 #include "server/server.h"
+#include "server/webui.h"
 #include "tokenizer/tokenizer.h"
 
 #define SP_HTTP_IDLE_TIMEOUT_S 60u
@@ -48,6 +49,7 @@ enum sp_route {
     SP_ROUTE_CHAT,
     SP_ROUTE_TOKENIZE,
     SP_ROUTE_DETOKENIZE,
+    SP_ROUTE_PAGE,       /* the chat page's files (webui.h): served without the API key */
 };
 
 struct sp_http {
@@ -105,6 +107,9 @@ static enum sp_route sp_route_of(const char *url, const char *method)
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path))
             return strcmp(method, routes[i].method) ? SP_ROUTE_BAD_METHOD : routes[i].route;
+    struct sp_webui_asset a;
+    if (sp_webui_find(url, &a))
+        return strcmp(method, "GET") ? SP_ROUTE_BAD_METHOD : SP_ROUTE_PAGE;
     return SP_ROUTE_NOT_FOUND;
 }
 
@@ -382,6 +387,28 @@ static enum MHD_Result sp_handle_models(struct sp_conn *c)
     return sp_respond(c, 200, "application/json", body, NULL, NULL);
 }
 
+/* The page and its scripts, from the binary.  The policy keeps anything the
+ * page renders from model output from loading or sending elsewhere. */
+static enum MHD_Result sp_handle_page(struct sp_conn *c, const char *url)
+{
+    struct sp_webui_asset a;
+    if (!sp_webui_find(url, &a))
+        return sp_fail(c, 404, "invalid_request_error", "not_found", "Unknown route.");
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(a.len, (void *)a.data, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, a.content_type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                            "img-src 'self' data:");
+    c->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c->con, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static bool sp_auth_ok(struct sp_conn *c)
 {
     const char *key = c->h->cfg.api_key;
@@ -400,7 +427,7 @@ static bool sp_auth_ok(struct sp_conn *c)
     return diff == 0;
 }
 
-static enum MHD_Result sp_dispatch(struct sp_conn *c)
+static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
 {
     struct sp_http *h = c->h;
     struct sp_api_error err;
@@ -409,6 +436,8 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c)
     if (c->route == SP_ROUTE_BAD_METHOD)
         return sp_fail(c, 405, "invalid_request_error", "method_not_allowed",
                        "Method not allowed on this route.");
+    if (c->route == SP_ROUTE_PAGE)
+        return sp_handle_page(c, url);
     if (c->route != SP_ROUTE_HEALTH && !sp_auth_ok(c))
         return sp_fail(c, 401, "invalid_request_error", "invalid_api_key",
                        "Incorrect or missing API key (send 'Authorization: Bearer KEY').");
@@ -541,7 +570,7 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
         if (cl && strtoull(cl, NULL, 10) > h->cfg.max_body) {
             /* Refuse before reading it; MHD closes the connection after. */
             c->too_big = true;
-            return sp_dispatch(c);
+            return sp_dispatch(c, url);
         }
         return MHD_YES;
     }
@@ -574,7 +603,7 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
     }
     if (c->status)
         return MHD_YES; /* already answered (413 before the body) */
-    return sp_dispatch(c);
+    return sp_dispatch(c, url);
 }
 
 static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
