@@ -16,7 +16,7 @@ ifneq ($(SETUP_STATUS),ok)
 $(error scripts/setup failed)
 endif
 endif
-PKGS    := libmicrohttpd jansson libpcre2-8 libutf8proc
+PKGS    := libmicrohttpd jansson libpcre2-8 libutf8proc libedit
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
