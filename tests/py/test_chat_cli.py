@@ -2,12 +2,14 @@
 send-keys types, capture-pane reads the screen.  Two turns, a /set, Ctrl-C
 during an answer, /save then /load, the context trimmed, Ctrl-D to leave."""
 import json
+import os
 import shlex
 import subprocess
 import uuid
 
 import pytest
 
+from conftest import ROOT
 from server_util import wait_for
 
 
@@ -128,3 +130,18 @@ def test_context_outgrown_drops_oldest_turns(tmux, spindle_bin, smollm2_path, tm
     assert msgs[0] == {"role": "system", "content": "You answer in one short sentence."}
     assert msgs[1]["role"] == "user" and "the sea" not in msgs[1]["content"]
     assert msgs[-2]["content"] == "Tell me about deserts."
+
+
+def test_make_run_is_the_chat_on_a_terminal(tmux, spindle_bin, smollm2_path):
+    demo = os.path.join(ROOT, "scripts", "demo")
+    env = dict(os.environ, SPINDLE=spindle_bin)
+    # not a terminal (CI): one streamed answer, then exit
+    r = subprocess.run([demo], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout and "spindle run" in r.stderr
+    # a terminal: the chat
+    t = tmux("env", "SPINDLE=" + spindle_bin, demo)
+    t.wait(lambda s: "spindle chat: context" in s, "the chat from scripts/demo")
+    t.keys("C-d")
+    t.wait(lambda s: "EXIT=0" in s, "the chat to exit", timeout=30)
