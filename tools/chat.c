@@ -409,6 +409,7 @@ int sp_tool_chat(int argc, char **argv)
     if (!ep.model_path)
         return sp_tool_fail("chat: -m MODEL is required");
     ep.n_parallel = 1;
+    ep.progress.fn = sp_progress_stderr;
     int rc = 2;
     if (sp_engine_init(&c.e, &ep) != SP_OK) {
         sp_tool_fail("%s", sp_error_message());

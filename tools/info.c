@@ -30,7 +30,7 @@ int sp_tool_info(int argc, char **argv)
         return 2;
     if (!path)
         return sp_tool_fail("info: -m MODEL is required");
-    if (sp_model_init(&m, path) != SP_OK)
+    if (sp_model_init(&m, path, NULL) != SP_OK)
         return sp_tool_fail("%s", sp_error_message());
     if (sp_vocab_init(&v, &m->gguf) != SP_OK) {
         sp_tool_fail("%s: %s", path, sp_error_message());

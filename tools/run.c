@@ -301,6 +301,7 @@ int sp_tool_run(int argc, char **argv)
     gp.sampling.logit_bias = bias;
     gp.sampling.n_logit_bias = n_bias;
     ep.n_parallel = 1;
+    ep.progress.fn = sp_progress_stderr;
 
     sp_status st = sp_engine_init(&e, &ep);
     if (st != SP_OK) {

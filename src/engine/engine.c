@@ -54,7 +54,7 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *
     e = calloc(1, sizeof *e);
     if (!e)
         return sp_error_set(SP_ERR_NOMEM, "engine: no memory");
-    if ((st = sp_model_init(&e->model, p->model_path)) != SP_OK)
+    if ((st = sp_model_init(&e->model, p->model_path, &p->progress)) != SP_OK)
         goto free_engine;
     if ((st = sp_vocab_init(&e->vocab, &e->model->gguf)) != SP_OK) {
         sp_error_wrap(st, "%s", p->model_path);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/progress.h"
 #include "sampler/sampler.h"
 #include "spindle.h"
 
@@ -35,6 +36,7 @@ struct sp_engine_params {
     size_t kv_mem_mib;   /* KV pool size; 0: n_ctx × n_parallel positions */
     int n_batch;         /* most tokens in one forward; 0: 512 */
     bool swa_full;       /* keep every position of sliding-window layers (no rings) */
+    struct sp_progress progress; /* loading steps (sp_progress_stderr on a terminal) */
 };
 
 /* Loads the model and allocates everything a step needs.  Errors name the

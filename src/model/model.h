@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/mmap.h"
+#include "core/progress.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 
@@ -62,7 +63,8 @@ struct sp_model {
     uint64_t file_bytes;
 };
 
-sp_status sp_model_init(struct sp_model **out, const char *path);
+/* progress (may be NULL) hears about the weight repacking. */
+sp_status sp_model_init(struct sp_model **out, const char *path, const struct sp_progress *progress);
 void sp_model_free(struct sp_model *m);
 
 /* Opens the file for its vocabulary only (no architecture checks): for

@@ -63,6 +63,7 @@ int sp_server_main(const struct sp_server_config *cfg)
         .n_ctx = cfg->n_ctx,
         .n_parallel = cfg->n_parallel,
         .kv_mem_mib = cfg->kv_mem_mib,
+        .progress = {sp_progress_stderr, NULL},
     };
     if (sp_sched_start(&sched, &ep, cfg->max_queue, cfg->n_parallel, &cfg->sampling,
                        &metrics) != SP_OK) {

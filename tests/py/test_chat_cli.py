@@ -145,3 +145,14 @@ def test_make_run_is_the_chat_on_a_terminal(tmux, spindle_bin, smollm2_path):
     t.wait(lambda s: "spindle chat: context" in s, "the chat from scripts/demo")
     t.keys("C-d")
     t.wait(lambda s: "EXIT=0" in s, "the chat to exit", timeout=30)
+
+
+def test_load_progress_only_on_a_terminal(tmux, spindle_bin, smollm2_path, run_spindle):
+    info = run_spindle("info", "-m", smollm2_path)
+    assert "repacked" in info.stdout, info.stdout   # this model's weights are repacked here
+    piped = run_spindle("run", "-m", smollm2_path, "-p", "hi", "-n", "1")
+    assert piped.returncode == 0 and "repacking" not in piped.stderr
+    t = tmux(spindle_bin, "run", "-m", smollm2_path, "-p", "hi", "-n", "1")
+    t.wait(lambda s: "EXIT=0" in s, "spindle run to finish")
+    line = [ln for ln in t.screen().splitlines() if ln.startswith("repacking weights:")]
+    assert line and "100% (" in line[-1] and " MB), " in line[-1], t.screen()

@@ -1,0 +1,24 @@
+/* Progress of a long step (loading and repacking a model): the library
+ * reports through a callback and never prints; a front end passes
+ * sp_progress_stderr, which draws one line on a terminal and nothing
+ * otherwise. */
+#ifndef SP_CORE_PROGRESS_H
+#define SP_CORE_PROGRESS_H
+
+#include <stdint.h>
+
+struct sp_progress {
+    /* `what` names the step; done == total is the last call of a step. */
+    void (*fn)(void *user, const char *what, uint64_t done, uint64_t total);
+    void *user;
+};
+
+/* Calls p->fn when p and p->fn are set. */
+void sp_progress_report(const struct sp_progress *p, const char *what, uint64_t done,
+                        uint64_t total);
+
+/* A line on stderr, redrawn at most ten times a second, only when stderr is
+ * a terminal: "what: 45% (62/138 MB), 1.2 s".  user: unused. */
+void sp_progress_stderr(void *user, const char *what, uint64_t done, uint64_t total);
+
+#endif
