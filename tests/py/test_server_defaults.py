@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from server_util import Server
+from server_util import Server, wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gguf"))
 from ggufgen import T_F32, T_U32, Model  # noqa: E402
@@ -118,7 +118,10 @@ def test_explain_extension(server):
 
 def test_request_log_lines(server, spindle_bin, smollm2_path):
     out = chat(server, max_tokens=6, temperature=0)
-    lines = [ln for ln in server.log_text().splitlines() if "id=" + out["id"] + " " in ln]
+    # the line is written once the response is complete, which may be just
+    # after the client has read it
+    lines = wait_for(lambda: [ln for ln in server.log_text().splitlines()
+                              if "id=" + out["id"] + " " in ln], 10, "the log line")
     assert len(lines) == 1, server.log_text()[-2000:]
     f = dict(kv.split("=", 1) for kv in lines[0].split()[2:])
     assert lines[0].startswith("spindle: request ")
@@ -130,15 +133,16 @@ def test_request_log_lines(server, spindle_bin, smollm2_path):
     assert "path=/health" not in server.log_text()
     r = server.post("/v1/chat/completions", {"messages": []})
     assert r.status_code == 400
-    assert "path=/v1/chat/completions status=400" in server.log_text()
+    wait_for(lambda: "path=/v1/chat/completions status=400" in server.log_text(), 10, "the 400")
 
     s = Server(spindle_bin, smollm2_path, "--ctx", "256", "--log-format", "json")
     try:
         r = s.post("/v1/completions", {"prompt": "Hello", "max_tokens": 3, "temperature": 0})
         rid = r.json()["id"]
-        recs = [json.loads(ln) for ln in s.log_text().splitlines() if ln.startswith("{")]
-        rec = [x for x in recs if x.get("id") == rid]
-        assert len(rec) == 1, recs
+        rec = wait_for(lambda: [x for x in (json.loads(ln) for ln in s.log_text().splitlines()
+                                            if ln.startswith("{")) if x.get("id") == rid],
+                       10, "the JSON log line")
+        assert len(rec) == 1, rec
         assert rec[0]["event"] == "request" and rec[0]["status"] == 200
         assert rec[0]["completion_tokens"] == 3 and rec[0]["tokens_per_s"] > 0
     finally:
