@@ -2,7 +2,8 @@
  * shapes of OpenAI's /v1/completions and /v1/chat/completions.
  *
  * Streams: one `data: {...}\n\n` chunk per token event that carries text, a
- * finish reason or logprobs; then, only when stream_options.include_usage
+ * finish reason, logprobs or an explain record (the `explain` extension,
+ * docs/api.md); then, only when stream_options.include_usage
  * was set, a chunk with empty choices and the usage; then `data: [DONE]`.
  * A request cut short by its deadline ends with finish_reason "length" and a
  * top-level "note" object saying so (not "error", which clients would raise
