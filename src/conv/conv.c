@@ -33,6 +33,8 @@ sp_status sp_conv_init(struct sp_conv **out)
 
 static void sp_conv_drop(struct sp_conv *c, size_t i, size_t k)
 {
+    if (k == 0)
+        return; /* msgs may still be NULL */
     for (size_t j = i; j < i + k; j++)
         free((char *)c->msgs[j].content);
     memmove(c->msgs + i, c->msgs + i + k, (c->n - i - k) * sizeof *c->msgs);
