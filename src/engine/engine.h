@@ -99,8 +99,9 @@ struct sp_token_event {
     const char *text;
     size_t len;
     const struct sp_token_logprobs *lp; /* NULL unless gp->logprobs >= 0 */
-    const struct sp_sampler_explain *explain; /* the step that chose id; NULL unless
-                                               * gp->explain (and on final events) */
+    const struct sp_sampler_explain *explain; /* the step that chose id (valid during the
+                                               * callback); NULL unless gp->explain, and
+                                               * on final events */
     enum sp_finish finish;
     /* usage, valid on every event */
     uint32_t n_prompt, n_cached, n_generated;

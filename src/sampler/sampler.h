@@ -44,7 +44,6 @@
 #ifndef SP_SAMPLER_SAMPLER_H
 #define SP_SAMPLER_SAMPLER_H
 
-#include <math.h>
 #include <stdio.h>
 
 #include "spindle.h"
