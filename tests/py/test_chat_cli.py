@@ -96,6 +96,11 @@ def test_two_turns_set_ctrl_c_save_load(tmux, spindle_bin, smollm2_path, run_spi
     stats = t.screen()
     assert "stop reason cancelled" in stats and "time to first token" in stats
     assert "tokens/s" in stats
+    # history: Up recalls the last line (libedit), Enter runs it again
+    t.keys("Up")
+    t.wait(lambda s: s.rstrip().endswith("> /stats"), "the recalled line")
+    t.keys("Enter")
+    t.wait(lambda s: s.count("context used:") == 2, "/stats run again from history")
 
     # /save, /clear, /load: the same six messages come back
     path = tmp_path / "conv.json"
