@@ -180,8 +180,8 @@ static void sp_chat_answer(struct sp_chat *c)
         printf("(the conversation outgrew the context of %d tokens: dropped the %zu oldest "
                "messages)\n", n_ctx, n_dropped);
     if (st != SP_OK) {
-        printf("error: %s\n", sp_error_message());
-        sp_conv_clear(c->conv);
+        printf("error: %s (the message is not kept)\n", sp_error_message());
+        sp_conv_pop(c->conv);
         return;
     }
     struct sp_request *req = NULL;
@@ -194,7 +194,8 @@ static void sp_chat_answer(struct sp_chat *c)
     st = sp_request_submit(c->e, toks, n_toks, &c->gp, sp_chat_event, c, &req);
     free(toks);
     if (st != SP_OK) {
-        printf("error: %s\n", sp_error_message());
+        printf("error: %s (the message is not kept)\n", sp_error_message());
+        sp_conv_pop(c->conv);
         return;
     }
     bool cancelled = false;

@@ -89,6 +89,12 @@ sp_status sp_conv_set_system(struct sp_conv *c, const char *text)
     return text && text[0] ? sp_conv_insert(c, 0, "system", text) : SP_OK;
 }
 
+void sp_conv_pop(struct sp_conv *c)
+{
+    if (c->n)
+        sp_conv_drop(c, c->n - 1, 1);
+}
+
 void sp_conv_clear(struct sp_conv *c)
 {
     size_t keep = c->n && !strcmp(c->msgs[0].role, "system");

@@ -24,6 +24,8 @@ sp_status sp_conv_add(struct sp_conv *c, const char *role, const char *content);
 /* Sets the system message (the first message, added when absent); NULL or ""
  * removes it. */
 sp_status sp_conv_set_system(struct sp_conv *c, const char *text);
+/* Removes the last message (none: nothing happens). */
+void sp_conv_pop(struct sp_conv *c);
 /* Removes every message but the system message. */
 void sp_conv_clear(struct sp_conv *c);
 size_t sp_conv_count(const struct sp_conv *c);

@@ -31,6 +31,8 @@ static void test_messages(void)
               !strcmp(sp_conv_messages(c)[1].content, "hi"), "system first");
     CHECK(sp_conv_set_system(c, "be kind") == SP_OK && sp_conv_count(c) == 3 &&
               !strcmp(sp_conv_messages(c)[0].content, "be kind"), "system replaced");
+    sp_conv_pop(c);
+    CHECK(sp_conv_count(c) == 2 && !strcmp(sp_conv_messages(c)[1].content, "hi"), "pop");
     sp_conv_clear(c);
     CHECK(sp_conv_count(c) == 1 && !strcmp(sp_conv_messages(c)[0].role, "system"),
           "clear keeps the system message");
