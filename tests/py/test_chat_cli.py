@@ -14,21 +14,27 @@ from server_util import wait_for
 
 
 class Tmux:
+    """A tmux server of its own (-L socket), so that no other tmux on the
+    machine, and no other test's server shutting down, can interfere."""
+
     def __init__(self, argv, width=160, height=50):
         self.name = "spindle-test-" + uuid.uuid4().hex[:8]
+        self.tmux = ["tmux", "-L", self.name]
         cmd = " ".join(shlex.quote(a) for a in argv) + "; echo EXIT=$?; sleep 600"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width),
-                        "-y", str(height), cmd], check=True)
+        r = subprocess.run(self.tmux + ["new-session", "-d", "-s", self.name, "-x", str(width),
+                                        "-y", str(height), cmd],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert r.returncode == 0, "tmux new-session failed: " + r.stdout
 
     def keys(self, *keys):
-        subprocess.run(["tmux", "send-keys", "-t", self.name] + list(keys), check=True)
+        subprocess.run(self.tmux + ["send-keys", "-t", self.name] + list(keys), check=True)
 
     def type(self, line):
         self.keys("-l", line)
         self.keys("Enter")
 
     def screen(self):
-        r = subprocess.run(["tmux", "capture-pane", "-p", "-J", "-S", "-2000", "-t", self.name],
+        r = subprocess.run(self.tmux + ["capture-pane", "-p", "-J", "-S", "-2000", "-t", self.name],
                            stdout=subprocess.PIPE, text=True, check=True)
         return r.stdout
 
@@ -39,7 +45,7 @@ class Tmux:
             raise AssertionError("%s; the screen:\n%s" % (e, self.screen()[-3000:])) from None
 
     def kill(self):
-        subprocess.run(["tmux", "kill-session", "-t", self.name], stderr=subprocess.DEVNULL)
+        subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
 
 
 def prompts(screen):
