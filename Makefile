@@ -20,6 +20,8 @@ endif
 PKGS    := libmicrohttpd jansson libpcre2-8 libutf8proc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# The CLI alone edits lines (spindle chat); the library does not link libedit.
+TOOL_LIBS  := $(shell pkg-config --libs libedit 2>/dev/null)
 
 OPT     ?= -O3
 ifeq ($(PORTABLE),1)
@@ -54,7 +56,7 @@ LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/webui_assets.o
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -80,7 +82,7 @@ $(BUILD)/libspindle.so: $(LIB_OBJ)
 	ln -sf libspindle.so.$(SOMAJOR) $@
 
 $(BUILD)/spindle: $(TOOL_OBJ) $(BUILD)/libspindle.a
-	$(CC) $(ALL_CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS) $(TOOL_LIBS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -91,6 +93,22 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libspindle.a tests/unit/check.h
 	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
 
 tests: $(TEST_BIN)
+
+# The chat page (src/server/webui.h): its files and the Debian packages'
+# marked and DOMPurify as C arrays, NAME:FILE -> sp_webui_NAME[], _len.
+WEBUI_FILES := index_html:src/server/webui/index.html app_js:src/server/webui/app.js \
+               marked_js:/usr/share/javascript/marked/marked.umd.min.js \
+               purify_js:/usr/share/nodejs/dompurify/dist/purify.min.js
+$(BUILD)/gen/webui_assets.c: $(foreach f,$(WEBUI_FILES),$(word 2,$(subst :, ,$(f))))
+	@mkdir -p $(@D)
+	@for f in $(WEBUI_FILES); do n=$${f%%:*}; p=$${f#*:}; \
+	    printf 'const unsigned char sp_webui_%s[] = {\n' $$n; xxd -i < $$p; \
+	    printf ', 0x00};\nconst unsigned long sp_webui_%s_len = %s;\n' $$n $$(wc -c < $$p); \
+	done > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/webui_assets.o: $(BUILD)/gen/webui_assets.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # Micro-benchmarks (bench/*.c: attention alone, one packed matmul tile),
 # built with the tests so they keep compiling; run by hand (docs/performance.md).
@@ -149,7 +167,8 @@ tsan:
 
 # The server tests against build-tsan/spindle; a data race kills the server
 # (halt_on_error), which fails the test that was running.
-TSAN_TESTS := tests/py/test_server.py tests/py/test_server_failures.py tests/py/test_server_faults.py
+TSAN_TESTS := tests/py/test_server.py tests/py/test_server_failures.py tests/py/test_server_faults.py \
+              tests/py/test_server_defaults.py
 test-tsan: tsan
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" SPINDLE=$(CURDIR)/build-tsan/spindle \
 	    build/venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 $(TSAN_TESTS)
@@ -195,6 +214,6 @@ bench: all
 	@$(BUILD)/spindle bench -m $$(scripts/fetch-model smollm2-135m)
 
 clean:
-	rm -rf build/obj build/libspindle.a build/libspindle.so* build/spindle build/tests build/xtarget-* build-asan
+	rm -rf build/obj build/gen build/libspindle.a build/libspindle.so* build/spindle build/tests build/xtarget-* build-asan
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)

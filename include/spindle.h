@@ -101,7 +101,17 @@ typedef struct sp_model_params {
                            capped by $SP_ISA), "scalar", "avx2", "avx512".
                            Process-wide: the first model loaded fixes it, and a
                            later load asking for another fails (SP_ERR_ARG) */
+    /* Progress of long loading steps (repacking the weights): called on the
+     * loading thread with the step's name; done == total on its last call.
+     * NULL: none.  sp_progress_stderr draws a line on a terminal. */
+    void (*progress)(void *user, const char *what, uint64_t done, uint64_t total);
+    void *progress_user;
 } sp_model_params;
+
+/* A progress callback for sp_model_params: one line on stderr, redrawn at
+ * most ten times a second, only when stderr is a terminal ("what: 45%
+ * (62/138 MB), 1.2 s"); user is unused. */
+SP_API void sp_progress_stderr(void *user, const char *what, uint64_t done, uint64_t total);
 
 /* path NULL, one thread per core, mmap on, mlock off, whole model, auto ISA. */
 SP_API void sp_model_params_default(sp_model_params *p);
@@ -231,6 +241,41 @@ SP_API sp_status sp_model_chat_apply(const sp_model *m, const sp_chat_msg *msgs,
 SP_API sp_status sp_model_chat_tokenize(const sp_model *m, const sp_chat_msg *msgs, size_t n, sp_token **out,
                                         size_t *n_out);
 
+/* ------------------------------------------------------------ conversation
+ * A chat front end's conversation: its messages, the prompt they make with
+ * the model's chat template, trimmed to fit the context, and their JSON form
+ * (OpenAI's messages array) for saving and loading.  Trimming drops whole
+ * turns, oldest first (a user message and the replies after it), never a
+ * system message and never the last user message.  One thread at a time. */
+
+typedef struct sp_conv sp_conv;
+SP_API sp_status sp_conv_create(sp_conv **out);
+SP_API void sp_conv_free(sp_conv *c);
+/* Appends a copy of (role, content).  Roles: system, user, assistant. */
+SP_API sp_status sp_conv_add(sp_conv *c, const char *role, const char *content);
+/* Sets the system message (the first message, added when absent); NULL or
+ * "" removes it. */
+SP_API sp_status sp_conv_set_system(sp_conv *c, const char *text);
+/* Removes the last message (none: nothing happens). */
+SP_API void sp_conv_pop(sp_conv *c);
+/* Removes every message but the system message. */
+SP_API void sp_conv_clear(sp_conv *c);
+SP_API size_t sp_conv_count(const sp_conv *c);
+/* The messages, valid until the next change. */
+SP_API const sp_chat_msg *sp_conv_messages(const sp_conv *c);
+/* Renders the conversation as sp_model_chat_tokenize does.  While the prompt
+ * is longer than max_tokens, the oldest turn is dropped from the
+ * conversation itself; *n_dropped counts the messages removed.
+ * SP_ERR_CONTEXT when even the system message and the last user message do
+ * not fit.  *out is the caller's (sp_free). */
+SP_API sp_status sp_conv_prompt(sp_conv *c, const sp_model *m, size_t max_tokens, sp_token **out,
+                                size_t *n_out, size_t *n_dropped);
+/* Writes the messages as a JSON array of {"role", "content"} objects. */
+SP_API sp_status sp_conv_save(const sp_conv *c, const char *path);
+/* Replaces the messages with those of a file in the same form (or an object
+ * with a "messages" array).  On error the conversation is unchanged. */
+SP_API sp_status sp_conv_load(sp_conv *c, const char *path);
+
 /* ------------------------------------------------------------------ engine */
 
 typedef struct sp_engine sp_engine;
@@ -334,6 +379,14 @@ typedef struct sp_sampler_params {
  * typical-p off, seed 0, no bias, no logprobs. */
 SP_API void sp_sampler_params_default(sp_sampler_params *p);
 
+/* The sampling settings a model recommends: sp_sampler_params_default()
+ * with the file's general.sampling.* keys (temp, top_k, top_p, min_p,
+ * penalty_repeat, penalty_last_n) laid over it; *n_from_model counts the
+ * keys used.  A key of the wrong type or out of range is left out and
+ * reported as SP_ERR_FORMAT naming it (the others still apply: *p is always
+ * usable).  A vocab_only model gives the defaults.  Thread-safe. */
+SP_API sp_status sp_model_sampling_defaults(const sp_model *m, sp_sampler_params *p, int *n_from_model);
+
 /* Everything about one request but its prompt. */
 typedef struct sp_gen_params {
     sp_sampler_params sampling;
@@ -347,7 +400,7 @@ typedef struct sp_gen_params {
     float length_penalty;       /* beam score = logprob / len^length_penalty */
     bool ignore_eos;            /* end-of-generation tokens do not stop */
     int logprobs;               /* < 0: none; K >= 0: each token's logprob and the top K */
-    FILE *explain;              /* if set, each step's decoding table is printed here */
+    bool explain;               /* each token event carries its sp_explain */
 } sp_gen_params;
 
 /* sp_sampler_params_default(), max_tokens -1, n 1, no beams, length
@@ -377,6 +430,41 @@ typedef struct sp_token_logprobs {
     } top[SP_MAX_LOGPROBS];
 } sp_token_logprobs;
 
+/* What one step of the chain did to the most likely tokens: the data behind
+ * `spindle run --explain` and the server's `explain` request extension.
+ * Rows are the top 8 of the raw logits and the top 8 after bias and
+ * penalties (up to 16 distinct tokens, most likely raw first).  Stages are
+ * the active ones in chain order; each has a name, its setting and, per
+ * row, the probability among the survivors after it (-1: removed there or
+ * earlier).  Names: "penalties" (logit bias and repeat/presence/frequency
+ * penalties, probabilities at temperature 1), "top-k", "temperature",
+ * "top-p", "min-p", "typical-p", and "greedy" (temperature 0: only the
+ * argmax survives). */
+#define SP_EXPLAIN_ROWS 16
+#define SP_EXPLAIN_STAGES 10
+
+typedef struct sp_explain_stage {
+    char name[16];
+    float param;            /* k, T or p; NAN for stages without one */
+    uint32_t kept;          /* candidates surviving this stage */
+    float p[SP_EXPLAIN_ROWS];
+} sp_explain_stage;
+
+typedef struct sp_sampler_explain {
+    sp_token chosen;        /* the token drawn */
+    uint32_t n_vocab;
+    uint32_t n_rows;
+    sp_token row[SP_EXPLAIN_ROWS];
+    float raw[SP_EXPLAIN_ROWS];   /* softmax of the unmodified logits */
+    uint32_t n_stages;
+    sp_explain_stage stage[SP_EXPLAIN_STAGES];
+} sp_explain;
+
+/* Prints *x as a table: one row per token (its text from m, which may be
+ * NULL) with its probability after each stage ("-" once filtered out), the
+ * survivors per stage, and the chosen token. */
+SP_API void sp_explain_print(const sp_explain *x, const sp_model *m, FILE *out);
+
 /* One event per generated token of one choice, and a final one per choice
  * (finish != SP_FINISH_NONE, id -1).  `text` is the text this token releases:
  * complete UTF-8, stop strings removed, possibly empty while held back; the
@@ -388,6 +476,8 @@ typedef struct sp_token_event {
     const char *text;
     size_t len;
     const sp_token_logprobs *lp;    /* NULL unless gp.logprobs >= 0 */
+    const sp_explain *explain;      /* the step that chose id; NULL unless
+                                          gp.explain, and on final events */
     sp_finish finish;
     /* usage, valid on every event */
     uint32_t n_prompt, n_cached, n_generated;
@@ -441,6 +531,17 @@ SP_API void sp_request_free(sp_request *r);
 /* An OpenAI-compatible HTTP server over one model (/v1/completions,
  * /v1/chat/completions, /v1/models, /tokenize, /detokenize, /health,
  * /metrics). */
+/* Sampling defaults given to the server; NAN (floats) or INT32_MIN (ints)
+ * is "not set": the model's recommendation (sp_model_sampling_defaults),
+ * else llama-server's, applies. */
+typedef struct sp_server_sampling {
+    float temperature, top_p, min_p, repeat_penalty;
+    int32_t top_k, repeat_last_n;
+} sp_server_sampling;
+
+/* One line per request on stderr (id, status, tokens, TTFT, tokens/s). */
+typedef enum sp_log_format { SP_LOG_TEXT = 0, SP_LOG_JSON } sp_log_format;
+
 typedef struct sp_server_config {
     const char *host;       /* numeric IPv4/IPv6 address to bind; default 127.0.0.1 */
     int port;               /* 0: pick a free port (printed on stderr) */
@@ -453,8 +554,11 @@ typedef struct sp_server_config {
     int max_queue;          /* waiting requests beyond this get 429 */
     size_t max_body;        /* request body cap in bytes */
     int max_n;              /* cap on `n` */
+    sp_server_sampling sampling; /* defaults for requests that leave a field unset */
+    sp_log_format log_format; /* the per-request log line on stderr */
 } sp_server_config;
-/* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8. */
+/* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8, sampling
+ * defaults not set, text log lines. */
 SP_API void sp_server_config_default(sp_server_config *c);
 
 /* Makes the engine, binds the port and serves until SIGINT or SIGTERM

@@ -13,7 +13,8 @@ struct sp_subcommand {
 
 static const struct sp_subcommand sp_subcommands[] = {
     {"run", sp_tool_run, "generate text from a prompt"},
-    {"serve", sp_tool_serve, "OpenAI-compatible HTTP server"},
+    {"chat", sp_tool_chat, "multi-turn chat in the terminal"},
+    {"serve", sp_tool_serve, "OpenAI-compatible HTTP server and chat page"},
     {"bench", sp_tool_bench, "prefill and decode speed"},
     {"info", sp_tool_info, "describe a model file"},
     {"logits", sp_tool_logits, "next-token logits for a prompt, as JSON"},

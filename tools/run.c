@@ -74,6 +74,8 @@ static void sp_run_event(void *user, const struct sp_token_event *ev)
 {
     struct sp_run_state *s = user;
     struct sp_run_choice *c = &s->choices[ev->choice];
+    if (ev->explain)
+        sp_explain_print(ev->explain, s->model, stderr);
     if (s->stream && ev->len) {
         fwrite(ev->text, 1, ev->len, stdout);
         fflush(stdout);
@@ -259,7 +261,7 @@ int sp_tool_run(int argc, char **argv)
         else if (sp_args_is(&a, "--chat", NULL)) chat = true;
         else if (sp_args_is(&a, "--special", NULL)) special = true;
         else if (sp_args_is(&a, "--json", NULL)) json = true;
-        else if (sp_args_is(&a, "--explain", NULL)) gp.explain = stderr;
+        else if (sp_args_is(&a, "--explain", NULL)) gp.explain = true;
         else if (sp_args_is(&a, "--ignore-eos", NULL)) gp.ignore_eos = true;
         else {
             sp_tool_fail("run: unknown option '%s' (see spindle run --help)", argv[a.i]);
@@ -293,6 +295,7 @@ int sp_tool_run(int argc, char **argv)
     gp.sampling.n_logit_bias = n_bias;
     ep.n_parallel = 1;
 
+    mp.progress = sp_progress_stderr;
     if (sp_model_load(&mp, &model) != SP_OK || sp_engine_create(model, &ep, &e) != SP_OK) {
         sp_tool_fail("%s", sp_error_message());
         goto done;

@@ -23,7 +23,22 @@ static const char sp_serve_usage[] =
     "  --queue N            waiting requests before 429 (default 64)\n"
     "  --max-body BYTES     request body cap (default 4194304)\n"
     "  --max-n N            largest `n` accepted (default 8)\n"
-    "  -t, --threads N      compute threads (default: one per core)\n";
+    "  -t, --threads N      compute threads (default: one per core)\n"
+    "  --log-format F       the per-request log line on stderr: text (default) or json\n"
+    "sampling defaults for requests that leave a field unset (default: the model's\n"
+    "recommendation from its GGUF metadata, else temp 0.8, top-k 40, top-p 0.95, min-p 0.05):\n"
+    "  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n";
+
+/* A float flag in [lo, hi]. */
+static bool sp_parse_float(const char *s, double lo, double hi, float *out)
+{
+    char *end = NULL;
+    double d = strtod(s, &end);
+    if (!s[0] || *end || !(d >= lo && d <= hi))
+        return false;
+    *out = (float)d;
+    return true;
+}
 
 static bool sp_parse_long(const char *s, long lo, long hi, long *out)
 {
@@ -94,6 +109,30 @@ int sp_tool_serve(int argc, char **argv)
             if (!sp_parse_long(v, 1, 128, &n))
                 return sp_tool_fail("serve: --max-n wants 1..128, got '%s'", v);
             cfg.max_n = (int)n;
+        } else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
+            if (!sp_parse_float(v, 0, 2, &cfg.sampling.temperature))
+                return sp_tool_fail("serve: --temp wants 0..2, got '%s'", v);
+        } else if (!strcmp(a, "--top-p")) {
+            if (!sp_parse_float(v, 0, 1, &cfg.sampling.top_p))
+                return sp_tool_fail("serve: --top-p wants 0..1, got '%s'", v);
+        } else if (!strcmp(a, "--min-p")) {
+            if (!sp_parse_float(v, 0, 1, &cfg.sampling.min_p))
+                return sp_tool_fail("serve: --min-p wants 0..1, got '%s'", v);
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            if (!sp_parse_float(v, 1e-3, 100, &cfg.sampling.repeat_penalty))
+                return sp_tool_fail("serve: --repeat-penalty wants 0.001..100, got '%s'", v);
+        } else if (!strcmp(a, "--top-k")) {
+            if (!sp_parse_long(v, 0, 1 << 24, &n))
+                return sp_tool_fail("serve: --top-k wants 0..16777216 (0: off), got '%s'", v);
+            cfg.sampling.top_k = (int32_t)n;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            if (!sp_parse_long(v, -1, 1 << 24, &n))
+                return sp_tool_fail("serve: --repeat-last-n wants -1..16777216, got '%s'", v);
+            cfg.sampling.repeat_last_n = (int32_t)n;
+        } else if (!strcmp(a, "--log-format")) {
+            if (strcmp(v, "text") && strcmp(v, "json"))
+                return sp_tool_fail("serve: --log-format wants text or json, got '%s'", v);
+            cfg.log_format = strcmp(v, "json") ? SP_LOG_TEXT : SP_LOG_JSON;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!sp_parse_long(v, 0, 1024, &n))
                 return sp_tool_fail("serve: --threads wants 0..1024, got '%s'", v);
@@ -106,6 +145,7 @@ int sp_tool_serve(int argc, char **argv)
         return sp_tool_fail("serve: -m MODEL is required (see spindle serve --help)");
     mp.n_threads = cfg.n_threads;
     sp_model *m = NULL;
+    mp.progress = sp_progress_stderr;
     if (sp_model_load(&mp, &m) != SP_OK)
         return sp_tool_fail("%s", sp_error_message());
     int rc = sp_server_run(m, &cfg) == SP_OK ? 0 : sp_tool_fail("%s", sp_error_message());

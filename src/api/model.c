@@ -7,9 +7,11 @@
 
 #include "api/internal.h"
 #include "core/error.h"
+#include "engine/engine.h"
 #include "engine/prompt.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 void sp_free(void *p) { free(p); }
@@ -52,7 +54,8 @@ sp_status sp_model_load(const sp_model_params *p, sp_model **out)
     m->n_threads = p->n_threads;
     unsigned flags = (p->use_mmap ? 0 : SP_MAP_READ) | (p->use_mlock ? SP_MAP_LOCK : 0);
     st = p->vocab_only ? sp_model_open_gguf(&m->map, &m->gguf, p->path, flags)
-                       : sp_model_open(&m->weights, p->path, flags);
+                       : sp_model_open(&m->weights, p->path, flags,
+                                       &(struct sp_progress){p->progress, p->progress_user});
     if (st != SP_OK)
         goto fail;
     const struct sp_gguf *g = sp_api_gguf(m);
@@ -90,6 +93,16 @@ void sp_model_free(sp_model *m)
     free(m->arch);
     free(m->path);
     free(m);
+}
+
+sp_status sp_model_sampling_defaults(const sp_model *m, sp_sampler_params *p, int *n_from_model)
+{
+    if (!m->weights) {
+        sp_sampler_params_default(p);
+        *n_from_model = 0;
+        return SP_OK;
+    }
+    return sp_engine_sampling_defaults(m->weights, p, n_from_model);
 }
 
 void sp_model_info_get(const sp_model *m, sp_model_info *o)
@@ -218,6 +231,28 @@ sp_token sp_model_token_eos(const sp_model *m) { return sp_vocab_eos(m->vocab); 
 bool sp_model_token_is_eog(const sp_model *m, sp_token t) { return sp_vocab_is_eog(m->vocab, t); }
 bool sp_model_token_is_control(const sp_model *m, sp_token t) { return sp_vocab_is_control(m->vocab, t); }
 const char *sp_model_token_text(const sp_model *m, sp_token t) { return sp_vocab_token_text(m->vocab, t); }
+
+/* Token texts for sp_explain_print: the decoded piece, one at a time. */
+struct sp_api_piece {
+    const sp_model *m;
+    char buf[256];
+};
+
+static const char *sp_api_piece_text(void *ctx, sp_token id)
+{
+    struct sp_api_piece *p = ctx;
+    size_t n;
+    if (sp_model_token_to_piece(p->m, id, false, p->buf, sizeof p->buf - 1, &n) != SP_OK)
+        return NULL;
+    p->buf[n] = '\0';
+    return p->buf;
+}
+
+void sp_explain_print(const sp_explain *x, const sp_model *m, FILE *out)
+{
+    struct sp_api_piece p = {.m = m};
+    sp_sampler_explain_print(x, out, m ? sp_api_piece_text : NULL, &p);
+}
 
 sp_status sp_model_tokenize(const sp_model *m, const char *text, size_t len, bool add_special, bool parse_special,
                             sp_token *out, size_t cap, size_t *n_out)

@@ -114,7 +114,8 @@ static void sp_beam_emit(struct sp_engine *e, struct sp_request *r)
             c->logprob_sum += h->lps[i];
             lp.logprob = h->lps[i];
             sp_stop_feed(&c->stop, e->text, len > 0 ? (size_t)len : 0, e->text2, &sr);
-            sp_choice_emit(c, h->tokens[i], e->text2, sr.n_emit, r->gp.logprobs >= 0 ? &lp : NULL, SP_FINISH_NONE);
+            sp_choice_emit(c, h->tokens[i], e->text2, sr.n_emit, r->gp.logprobs >= 0 ? &lp : NULL, NULL,
+                          SP_FINISH_NONE);
             if (sr.stopped) {
                 why = SP_FINISH_STOP;
                 break;
@@ -128,7 +129,7 @@ static void sp_beam_emit(struct sp_engine *e, struct sp_request *r)
                 m = sr.n_emit;
             m += sp_stop_flush(&c->stop, e->text2 + m);
         }
-        sp_choice_emit(c, -1, e->text2, m, NULL, why);
+        sp_choice_emit(c, -1, e->text2, m, NULL, NULL, why);
     }
     for (int i = 0; i < r->n_choices; i++) {
         sp_kv_seq_release(&e->kv, &r->choices[i].seq);

@@ -344,11 +344,13 @@ void sp_request_free(struct sp_request *r)
 /* ---- events ---- */
 
 void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t len,
-                           const struct sp_token_logprobs *lp, enum sp_finish finish)
+                    const struct sp_token_logprobs *lp, const struct sp_sampler_explain *explain,
+                    enum sp_finish finish)
 {
     struct sp_request *r = c->req;
     struct sp_token_event ev = {
-        .choice = c->idx, .id = id, .text = text, .len = len, .lp = lp, .finish = finish,
+        .choice = c->idx, .id = id, .text = text, .len = len, .lp = lp, .explain = explain,
+        .finish = finish,
         .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_generated = c->n_generated,
         .logprob_sum = c->logprob_sum,
     };
@@ -373,7 +375,7 @@ static void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_f
     c->done = true;
     c->req->n_open--;
     sp_kv_seq_release(&e->kv, &c->seq);
-    sp_choice_emit(c, -1, e->text2, n, NULL, why);
+    sp_choice_emit(c, -1, e->text2, n, NULL, NULL, why);
 }
 
 /* Ends every open choice of r with `why` (cancel, internal error). */
@@ -393,7 +395,7 @@ static void sp_request_end(struct sp_engine *e, struct sp_request *r, enum sp_fi
     for (int k = 0; k < r->gp.n; k++) {
         r->choices[k].idx = k;
         r->choices[k].n_generated = 0;
-        sp_choice_emit(&r->choices[k], -1, "", 0, NULL, why);
+        sp_choice_emit(&r->choices[k], -1, "", 0, NULL, NULL, why);
     }
     r->n_open = 0;
 }
@@ -403,8 +405,10 @@ static void sp_choice_advance(struct sp_engine *e, struct sp_choice *c, const fl
 {
     struct sp_request *r = c->req;
     struct sp_token_logprobs *lp = r->gp.logprobs >= 0 ? &e->lp : NULL;
-    if (r->gp.explain)
-        sp_sampler_explain(c->sampler, logits, c->tokens, c->n_tokens, r->gp.explain, NULL, NULL);
+    const struct sp_sampler_explain *xp = NULL;
+    if (r->gp.explain && sp_sampler_explain_data(c->sampler, logits, c->tokens, c->n_tokens,
+                                                 &e->explain) == SP_OK)
+        xp = &e->explain;
     sp_token t = sp_sampler_sample(c->sampler, logits, c->tokens, c->n_tokens, lp);
     if (t < 0) {
         sp_choice_finish(e, c, SP_FINISH_ERROR);
@@ -426,7 +430,7 @@ static void sp_choice_advance(struct sp_engine *e, struct sp_choice *c, const fl
     if (k < 0)
         k = 0;
     sp_stop_feed(&c->stop, e->text, (size_t)k, e->text2, &sr);
-    sp_choice_emit(c, t, e->text2, sr.n_emit, lp, SP_FINISH_NONE);
+    sp_choice_emit(c, t, e->text2, sr.n_emit, lp, xp, SP_FINISH_NONE);
     if (sr.stopped)
         sp_choice_finish(e, c, SP_FINISH_STOP);
     else if ((r->gp.max_tokens > 0 && c->n_generated >= (uint32_t)r->gp.max_tokens) || c->n_tokens >= (uint32_t)e->n_ctx)

@@ -34,4 +34,12 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
 const struct sp_vocab *sp_engine_vocab(const struct sp_engine *e);
 const struct sp_model *sp_engine_model(const struct sp_engine *e);
 
+/* The sampling settings a model recommends: llama-server's defaults
+ * (sp_sampler_params_default) with the file's general.sampling.* keys
+ * (temp, top_k, top_p, min_p, penalty_repeat, penalty_last_n) laid over
+ * them; *n_from_model counts the keys used.  A key of the wrong type or out
+ * of range is left out and reported as SP_ERR_FORMAT (the others still
+ * apply, *p is always usable).  Public as sp_model_sampling_defaults. */
+sp_status sp_engine_sampling_defaults(const struct sp_model *m, struct sp_sampler_params *p, int *n_from_model);
+
 #endif

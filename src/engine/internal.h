@@ -99,13 +99,15 @@ struct sp_engine {
     float *logits;                    /* [n_out_max][n_vocab] */
     char *text, *text2;               /* [SP_TEXT_CAP] event text */
     struct sp_token_logprobs lp;
+    struct sp_sampler_explain explain;
     struct sp_engine_timing timing;
 };
 
 
 double sp_engine_now(void);
 void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t len,
-                    const struct sp_token_logprobs *lp, enum sp_finish finish);
+                    const struct sp_token_logprobs *lp, const struct sp_sampler_explain *explain,
+                    enum sp_finish finish);
 
 /* Beam search (beam.c). */
 sp_status sp_beam_request_init(struct sp_request *r, const sp_token *prompt, uint32_t n_prompt);

@@ -207,7 +207,7 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
  * buffer in the packed layout (src/quant/packed.c); the file's pages for
  * them are not read again and leave the resident set.  Sizes are the
  * file's, already bounds-checked. */
-static sp_status sp_model_repack(struct sp_model *m)
+static sp_status sp_model_repack(struct sp_model *m, const struct sp_progress *progress)
 {
     sp_status st = SP_OK;
     struct sp_tensor **mats = malloc((1 + 7 * (size_t)m->hp.n_layer) * sizeof *mats);
@@ -226,6 +226,7 @@ static sp_status sp_model_repack(struct sp_model *m)
         m->packed_bytes = total;
     }
     uint8_t *dst = m->packed;
+    size_t done = 0;
     for (size_t i = 0; i < n; i++) {
         struct sp_tensor *t = mats[i];
         uint32_t pt = sp_type_packed_for(t->type, t->ne1);
@@ -237,6 +238,8 @@ static sp_status sp_model_repack(struct sp_model *m)
         t->type = pt;
         t->data = dst;
         dst += (t->row_bytes * (size_t)t->ne1 + 63) / 64 * 64;
+        done += (t->row_bytes * (size_t)t->ne1 + 63) / 64 * 64;
+        sp_progress_report(progress, "repacking weights", done, total);
         m->n_packed++;
     }
 free_mats:
@@ -244,7 +247,8 @@ free_mats:
     return st;
 }
 
-sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags)
+sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags,
+                        const struct sp_progress *progress)
 {
     struct sp_model *m;
     struct sp_gguf_str arch;
@@ -282,7 +286,7 @@ sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_fl
     for (uint32_t il = 0; il < hp->n_layer; il++)
         if ((st = sp_model_layer(m, il)) != SP_OK)
             goto fail;
-    if ((st = sp_model_repack(m)) != SP_OK)
+    if ((st = sp_model_repack(m, progress)) != SP_OK)
         goto fail;
     if ((map_flags & SP_MAP_LOCK) && m->packed && mlock(m->packed, m->packed_bytes) != 0) {
         st = sp_error_set(SP_ERR_NOMEM, "mlock of %zu bytes of repacked weights: %s (see ulimit -l)",

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/mmap.h"
+#include "core/progress.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 
@@ -64,8 +65,10 @@ struct sp_model {
 
 /* Opens and validates the model at `path`; map_flags (SP_MAP_READ,
  * SP_MAP_LOCK) say how the file is held in memory, and SP_MAP_LOCK also
- * locks the repacked weights. */
-sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags);
+ * locks the repacked weights.  progress (may be NULL) hears about the
+ * weight repacking. */
+sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags,
+                        const struct sp_progress *progress);
 void sp_model_close(struct sp_model *m);
 
 /* Opens the file for its vocabulary only (no architecture checks): for

@@ -9,9 +9,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 
-#define EXPLAIN_TOP 8                   /* rows per source in the explain table */
-#define EXPLAIN_MAX_ROWS (2 * EXPLAIN_TOP)
-#define EXPLAIN_MAX_STAGES 10
+#define EXPLAIN_TOP (SP_EXPLAIN_ROWS / 2) /* rows per source in the explain table */
 #define TOP_P_BINS 256                  /* histogram bins for large top-p */
 #define HEAP_MAX 1024                   /* largest k selected with a heap */
 
@@ -35,17 +33,8 @@ struct sp_sampler {
     double z;        /* sum of cand[0..n).p once probabilities exist */
 };
 
-/* Recording for sp_sampler_explain(); NULL on the hot path. */
-struct explain {
-    size_t n_rows;
-    sp_token row[EXPLAIN_MAX_ROWS];
-    size_t n_stages;
-    struct {
-        char name[32];
-        size_t kept;
-        float p[EXPLAIN_MAX_ROWS];   /* -1: filtered out */
-    } stage[EXPLAIN_MAX_STAGES];
-};
+/* Recording for explain: struct sp_sampler_explain, NULL on the hot path. */
+typedef struct sp_sampler_explain explain_rec;
 
 /* ---- parameters ---------------------------------------------------------- */
 
@@ -571,10 +560,10 @@ static void renormalise(struct sp_sampler *s)
 
 /* ---- explain recording ----------------------------------------------------- */
 
-static void explain_add_rows(struct explain *ex, struct sp_sampler *s)
+static void explain_add_rows(explain_rec *ex, struct sp_sampler *s)
 {
     ensure_sorted(s, EXPLAIN_TOP);
-    for (size_t i = 0; i < s->sorted && i < EXPLAIN_TOP && ex->n_rows < EXPLAIN_MAX_ROWS; i++) {
+    for (size_t i = 0; i < s->sorted && i < EXPLAIN_TOP && ex->n_rows < SP_EXPLAIN_ROWS; i++) {
         size_t r = 0;
         while (r < ex->n_rows && ex->row[r] != s->cand[i].id)
             r++;
@@ -586,13 +575,15 @@ static void explain_add_rows(struct explain *ex, struct sp_sampler *s)
 /* Snapshot the survivors' probabilities for the tracked rows.  Before the
  * softmax stage (use_p false) they are the softmax of the logits at T = 1
  * over the survivors. */
-static void explain_stage(struct explain *ex, struct sp_sampler *s, const char *name, bool use_p)
+static void explain_stage(explain_rec *ex, struct sp_sampler *s, const char *name, float param,
+                          bool use_p)
 {
-    if (!ex || ex->n_stages == EXPLAIN_MAX_STAGES)
+    if (!ex || ex->n_stages == SP_EXPLAIN_STAGES)
         return;
-    __typeof__(ex->stage[0]) *st = &ex->stage[ex->n_stages++];
+    struct sp_explain_stage *st = &ex->stage[ex->n_stages++];
     snprintf(st->name, sizeof st->name, "%s", name);
-    st->kept = s->n;
+    st->param = param;
+    st->kept = (uint32_t)s->n;
     float mx = s->cand[best_index(s)].logit;
     double z = 0.0;
     for (size_t i = 0; i < s->n; i++)
@@ -615,7 +606,7 @@ static void explain_stage(struct explain *ex, struct sp_sampler *s, const char *
  * with p summing to s->z.  lp's top[] is filled here, its logprob by the caller. */
 static sp_status run_chain(struct sp_sampler *s, const float *logits, const sp_token *hist,
                            size_t n_hist, struct sp_token_logprobs *lp, double *logz,
-                           struct explain *ex)
+                           explain_rec *ex)
 {
     if (!logits)
         return sp_error_set(SP_ERR_ARG, "sampler: no logits");
@@ -640,7 +631,7 @@ static sp_status run_chain(struct sp_sampler *s, const float *logits, const sp_t
     s->sorted = 1;
     if (ex) {
         explain_add_rows(ex, s);
-        explain_stage(ex, s, "bias+penalties", false);
+        explain_stage(ex, s, "penalties", NAN, false);
     }
     if (lp) {
         *logz = log_partition(s);
@@ -654,32 +645,26 @@ static sp_status run_chain(struct sp_sampler *s, const float *logits, const sp_t
         s->sorted = 1;
         s->cand[0].p = 1.0f;
         s->z = 1.0;
-        explain_stage(ex, s, "greedy", true);
+        explain_stage(ex, s, "greedy", NAN, true);
         return SP_OK;
     }
-    char name[32];
     if (s->p.top_k > 0) {
         top_k(s);
-        snprintf(name, sizeof name, "top-k %d", (int)s->p.top_k);
-        explain_stage(ex, s, name, false);
+        explain_stage(ex, s, "top-k", (float)s->p.top_k, false);
     }
     softmax_temp(s);
-    snprintf(name, sizeof name, "temp %.3g", (double)s->p.temperature);
-    explain_stage(ex, s, name, true);
+    explain_stage(ex, s, "temperature", s->p.temperature, true);
     if (s->p.top_p < 1.0f) {
         top_p(s);
-        snprintf(name, sizeof name, "top-p %.3g", (double)s->p.top_p);
-        explain_stage(ex, s, name, true);
+        explain_stage(ex, s, "top-p", s->p.top_p, true);
     }
     if (s->p.min_p > 0.0f) {
         min_p(s);
-        snprintf(name, sizeof name, "min-p %.3g", (double)s->p.min_p);
-        explain_stage(ex, s, name, true);
+        explain_stage(ex, s, "min-p", s->p.min_p, true);
     }
     if (s->p.typical_p < 1.0f) {
         typical_p(s);
-        snprintf(name, sizeof name, "typical %.3g", (double)s->p.typical_p);
-        explain_stage(ex, s, name, true);
+        explain_stage(ex, s, "typical-p", s->p.typical_p, true);
     }
     renormalise(s);
     return SP_OK;
@@ -751,17 +736,17 @@ sp_status sp_sampler_candidates(struct sp_sampler *s, const float *logits, const
     return SP_OK;
 }
 
-sp_status sp_sampler_explain(struct sp_sampler *s, const float *logits, const sp_token *history,
-                             size_t n_history, FILE *out, sp_sampler_token_text_fn token_text,
-                             void *ctx)
+sp_status sp_sampler_explain_data(struct sp_sampler *s, const float *logits,
+                                  const sp_token *history, size_t n_history,
+                                  struct sp_sampler_explain *ex)
 {
-    struct explain ex;
-    memset(&ex, 0, sizeof ex);
-    sp_status st = run_chain(s, logits, history, n_history, NULL, NULL, &ex);
+    memset(ex, 0, sizeof *ex);
+    sp_status st = run_chain(s, logits, history, n_history, NULL, NULL, ex);
     if (st != SP_OK)
         return st;
     struct sp_rng look = s->rng;   /* a copy: the sampler's sequence is untouched */
-    sp_token chosen = s->cand[draw(s, &look)].id;
+    ex->chosen = s->cand[draw(s, &look)].id;
+    ex->n_vocab = s->n_vocab;
 
     /* raw column: softmax of the unmodified logits */
     float raw_max = -INFINITY;
@@ -773,33 +758,55 @@ sp_status sp_sampler_explain(struct sp_sampler *s, const float *logits, const sp
     double raw_z = 0.0;
     for (uint32_t i = 0; i < s->n_vocab; i++)
         raw_z += expf(clamp_logit(logits[i]) - raw_max);
+    for (uint32_t r = 0; r < ex->n_rows; r++)
+        ex->raw[r] = (float)(expf(clamp_logit(logits[ex->row[r]]) - raw_max) / raw_z);
+    return SP_OK;
+}
 
+void sp_sampler_explain_print(const struct sp_sampler_explain *ex, FILE *out,
+                              sp_sampler_token_text_fn token_text, void *ctx)
+{
+    char head[32];
     fprintf(out, "%8s  %-16s %9s", "token", "text", "raw");
-    for (size_t k = 0; k < ex.n_stages; k++)
-        fprintf(out, " %14s", ex.stage[k].name);
+    for (uint32_t k = 0; k < ex->n_stages; k++) {
+        if (isnan(ex->stage[k].param))
+            snprintf(head, sizeof head, "%s", ex->stage[k].name);
+        else
+            snprintf(head, sizeof head, "%s %g", ex->stage[k].name, (double)ex->stage[k].param);
+        fprintf(out, " %15s", head);
+    }
     fprintf(out, "\n");
-    for (size_t r = 0; r < ex.n_rows; r++) {
-        const char *text = token_text ? token_text(ctx, ex.row[r]) : NULL;
+    for (uint32_t r = 0; r < ex->n_rows; r++) {
+        const char *text = token_text ? token_text(ctx, ex->row[r]) : NULL;
         char shown[17];
         size_t j = 0;
         for (; text && text[j] && j < sizeof shown - 1; j++)
             shown[j] = (text[j] >= 0x20 && text[j] < 0x7f) ? text[j] : '.';
         shown[j] = '\0';
-        double rp = expf(clamp_logit(logits[ex.row[r]]) - raw_max) / raw_z;
-        fprintf(out, "%8d%c %-16s %9.4f", (int)ex.row[r], ex.row[r] == chosen ? '*' : ' ',
-                shown, rp);
-        for (size_t k = 0; k < ex.n_stages; k++) {
-            if (ex.stage[k].p[r] < 0.0f)
-                fprintf(out, " %14s", "-");
+        fprintf(out, "%8d%c %-16s %9.4f", (int)ex->row[r], ex->row[r] == ex->chosen ? '*' : ' ',
+                shown, (double)ex->raw[r]);
+        for (uint32_t k = 0; k < ex->n_stages; k++) {
+            if (ex->stage[k].p[r] < 0.0f)
+                fprintf(out, " %15s", "-");
             else
-                fprintf(out, " %14.4f", (double)ex.stage[k].p[r]);
+                fprintf(out, " %15.4f", (double)ex->stage[k].p[r]);
         }
         fprintf(out, "\n");
     }
-    fprintf(out, "%8s  %-16s %9u", "kept", "", s->n_vocab);
-    for (size_t k = 0; k < ex.n_stages; k++)
-        fprintf(out, " %14zu", ex.stage[k].kept);
-    fprintf(out, "\nnext token: %d%s\n", (int)chosen,
-            s->p.temperature <= 0.0f ? " (greedy)" : "");
-    return SP_OK;
+    fprintf(out, "%8s  %-16s %9u", "kept", "", ex->n_vocab);
+    for (uint32_t k = 0; k < ex->n_stages; k++)
+        fprintf(out, " %15u", ex->stage[k].kept);
+    bool greedy = ex->n_stages && !strcmp(ex->stage[ex->n_stages - 1].name, "greedy");
+    fprintf(out, "\nnext token: %d%s\n", (int)ex->chosen, greedy ? " (greedy)" : "");
+}
+
+sp_status sp_sampler_explain(struct sp_sampler *s, const float *logits, const sp_token *history,
+                             size_t n_history, FILE *out, sp_sampler_token_text_fn token_text,
+                             void *ctx)
+{
+    struct sp_sampler_explain ex;
+    sp_status st = sp_sampler_explain_data(s, logits, history, n_history, &ex);
+    if (st == SP_OK)
+        sp_sampler_explain_print(&ex, out, token_text, ctx);
+    return st;
 }

@@ -90,17 +90,26 @@ sp_token sp_sampler_sample(struct sp_sampler *s, const float *logits, const sp_t
 sp_status sp_sampler_candidates(struct sp_sampler *s, const float *logits, const sp_token *history,
                                 size_t n_history, const struct sp_candidate **out, size_t *n_out);
 
-/* Optional token-to-text callback for sp_sampler_explain (may return NULL). */
+/* struct sp_sampler_explain (what one step did to the most likely tokens)
+ * is public: include/spindle.h. */
+
+/* Fills *out for the next token without advancing the random state: a
+ * following sp_sampler_sample() with the same inputs returns out->chosen.
+ * Not for the hot path (it scans the candidates once per row and stage). */
+sp_status sp_sampler_explain_data(struct sp_sampler *s, const float *logits,
+                                  const sp_token *history, size_t n_history,
+                                  struct sp_sampler_explain *out);
+
+/* Optional token-to-text callback for the table (may return NULL). */
 typedef const char *(*sp_sampler_token_text_fn)(void *ctx, sp_token id);
 
-/* For `spindle run --explain`: print to `out` a table of the most likely
- * tokens (the top 8 of the raw logits and of the biased/penalised logits)
- * with their probability after each active stage ("-" once filtered out),
- * the count of survivors per stage, and the token sp_sampler_sample() would
- * pick next.  Does not advance the random state: a following
- * sp_sampler_sample() with the same inputs returns the token shown.
- * token_text may be NULL.  Not for the hot path (it scans the vocabulary once
- * per shown token and stage). */
+/* Prints *x as a table: one row per token with its probability after each
+ * stage ("-" once filtered out), the survivors per stage, and the next
+ * token.  token_text may be NULL. */
+void sp_sampler_explain_print(const struct sp_sampler_explain *x, FILE *out,
+                              sp_sampler_token_text_fn token_text, void *ctx);
+
+/* sp_sampler_explain_data() then sp_sampler_explain_print(). */
 sp_status sp_sampler_explain(struct sp_sampler *s, const float *logits, const sp_token *history,
                              size_t n_history, FILE *out, sp_sampler_token_text_fn token_text,
                              void *ctx);

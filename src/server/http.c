@@ -22,6 +22,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 
 #include "core/error.h"
 #include "server/server.h"
+#include "server/webui.h"
 #include "tokenizer/tokenizer.h"
 
 #define SP_HTTP_IDLE_TIMEOUT_S 60u
@@ -47,6 +49,7 @@ enum sp_route {
     SP_ROUTE_CHAT,
     SP_ROUTE_TOKENIZE,
     SP_ROUTE_DETOKENIZE,
+    SP_ROUTE_PAGE,       /* the chat page's files (webui.h): served without the API key */
 };
 
 struct sp_http {
@@ -56,6 +59,7 @@ struct sp_http {
     struct sp_metrics *metrics;
     char *model_id;
     int port;
+    atomic_ullong n_requests; /* numbers the requests that have no completion id */
 
     pthread_mutex_t mu; /* guards draining and n_active */
     pthread_cond_t cv;
@@ -80,6 +84,9 @@ struct sp_conn {
     char *out;           /* stream bytes not yet handed to MHD */
     size_t out_len, out_cap, out_pos;
     bool stream_done;
+    double t_start;      /* monotonic, for the request log */
+    char method[8];
+    char path[96];       /* printable ASCII only, cut at 95 bytes */
 };
 
 static enum sp_route sp_route_of(const char *url, const char *method)
@@ -100,6 +107,9 @@ static enum sp_route sp_route_of(const char *url, const char *method)
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path))
             return strcmp(method, routes[i].method) ? SP_ROUTE_BAD_METHOD : routes[i].route;
+    struct sp_webui_asset a;
+    if (sp_webui_find(url, &a))
+        return strcmp(method, "GET") ? SP_ROUTE_BAD_METHOD : SP_ROUTE_PAGE;
     return SP_ROUTE_NOT_FOUND;
 }
 
@@ -275,6 +285,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     lim.max_n = h->cfg.max_n;
     lim.max_timeout_s = h->cfg.timeout_s;
     lim.model = sp_sched_model(h->sched);
+    lim.defaults = sp_sched_sampling(h->sched);
     enum sp_api_kind kind = c->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETIONS;
     if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_vocab(h->sched), &lim,
                              &err) != SP_OK)
@@ -357,12 +368,45 @@ static enum MHD_Result sp_handle_models(struct sp_conn *c)
     json_object_set_new(m, "created", json_integer(0));
     json_object_set_new(m, "owned_by", json_string("spindle"));
     json_object_set_new(m, "context_length", json_integer(sp_sched_n_ctx(c->h->sched)));
+    const struct sp_sampler_params *d = sp_sched_sampling(c->h->sched);
+    json_t *def = json_object();
+    json_object_set_new(def, "temperature", json_real(d->temperature));
+    json_object_set_new(def, "top_k", json_integer(d->top_k));
+    json_object_set_new(def, "top_p", json_real(d->top_p));
+    json_object_set_new(def, "min_p", json_real(d->min_p));
+    json_object_set_new(def, "repeat_penalty", json_real(d->repeat_penalty));
+    json_object_set_new(m, "sampling_defaults", def);
     json_t *data = json_array();
     json_array_append_new(data, m);
     json_t *o = json_object();
     json_object_set_new(o, "object", json_string("list"));
     json_object_set_new(o, "data", data);
-    return sp_respond(c, 200, "application/json", sp_json_dump_free(o), NULL, NULL);
+    /* 7 digits: the float settings print as given (0.8, not 0.800000011920929) */
+    char *body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(7));
+    json_decref(o);
+    return sp_respond(c, 200, "application/json", body, NULL, NULL);
+}
+
+/* The page and its scripts, from the binary.  The policy keeps anything the
+ * page renders from model output from loading or sending elsewhere. */
+static enum MHD_Result sp_handle_page(struct sp_conn *c, const char *url)
+{
+    struct sp_webui_asset a;
+    if (!sp_webui_find(url, &a))
+        return sp_fail(c, 404, "invalid_request_error", "not_found", "Unknown route.");
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(a.len, (void *)a.data, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, a.content_type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                            "img-src 'self' data:");
+    c->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c->con, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 static bool sp_auth_ok(struct sp_conn *c)
@@ -383,12 +427,15 @@ static bool sp_auth_ok(struct sp_conn *c)
     return diff == 0;
 }
 
-static enum MHD_Result sp_dispatch(struct sp_conn *c)
+static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
 {
     struct sp_http *h = c->h;
     struct sp_api_error err;
-    /* Authenticate before routing: a client without the key learns nothing
-     * about which routes or methods exist. */
+    /* The chat page is served without the key (it asks for one); every
+     * other route authenticates before routing, so a client without the key
+     * learns nothing about which routes or methods exist. */
+    if (c->route == SP_ROUTE_PAGE)
+        return sp_handle_page(c, url);
     if (c->route != SP_ROUTE_HEALTH && !sp_auth_ok(c))
         return sp_fail(c, 401, "invalid_request_error", "invalid_api_key",
                        "Incorrect or missing API key (send 'Authorization: Bearer KEY').");
@@ -437,6 +484,65 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c)
     }
 }
 
+/* ---- the request log: one line per request on stderr ---- */
+
+/* Copies src, replacing bytes outside printable ASCII, spaces, quotes and
+ * backslashes with '?', so a line cannot be forged or split by a client. */
+static void sp_log_copy(char *dst, size_t cap, const char *src)
+{
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < cap; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        dst[i] = (ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\') ? (char)ch : '?';
+    }
+    dst[i] = '\0';
+}
+
+/* id, route, status, and for generation requests the tokens in and out,
+ * the time to the first token and the decode rate.  Probes (/health,
+ * /metrics) are not logged. */
+static void sp_log_request(struct sp_http *h, struct sp_conn *c, int status)
+{
+    if (c->route == SP_ROUTE_HEALTH || c->route == SP_ROUTE_METRICS)
+        return;
+    char id[48];
+    if (c->resp_init)
+        snprintf(id, sizeof id, "%s", c->resp.id);
+    else
+        snprintf(id, sizeof id, "req-%llu", (unsigned long long)atomic_fetch_add(&h->n_requests, 1));
+    double now = sp_now(), t_first = 0, t_last = 0;
+    if (c->job) {
+        pthread_mutex_lock(&c->job->mu);
+        t_first = c->job->t_first;
+        t_last = c->job->t_last;
+        pthread_mutex_unlock(&c->job->mu);
+    }
+    const struct sp_api_usage *u = &c->resp.usage;
+    double ttft_ms = t_first > 0 ? (t_first - c->job->t_submit) * 1e3 : 0;
+    double tok_s = u->completion_tokens > 1 && t_last > t_first
+                       ? (u->completion_tokens - 1) / (t_last - t_first) : 0;
+    char line[512];
+    int n = 0;
+    if (h->cfg.log_format == SP_LOG_JSON)
+        n = snprintf(line, sizeof line,
+                     "{\"event\":\"request\",\"id\":\"%s\",\"method\":\"%s\",\"path\":\"%s\","
+                     "\"status\":%d,\"duration_ms\":%.1f", id, c->method, c->path, status,
+                     (now - c->t_start) * 1e3);
+    else
+        n = snprintf(line, sizeof line, "spindle: request id=%s method=%s path=%s status=%d "
+                     "duration_ms=%.1f", id, c->method, c->path, status, (now - c->t_start) * 1e3);
+    if (c->resp_init && n > 0 && (size_t)n < sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n,
+                      h->cfg.log_format == SP_LOG_JSON
+                          ? ",\"prompt_tokens\":%u,\"cached_tokens\":%u,\"completion_tokens\":%u,"
+                            "\"ttft_ms\":%.1f,\"tokens_per_s\":%.1f"
+                          : " prompt_tokens=%u cached_tokens=%u completion_tokens=%u ttft_ms=%.1f "
+                            "tokens_per_s=%.1f",
+                      u->prompt_tokens, u->cached_tokens, u->completion_tokens, ttft_ms, tok_s);
+    if (n > 0 && (size_t)n < sizeof line)
+        fprintf(stderr, "%s%s\n", line, h->cfg.log_format == SP_LOG_JSON ? "}" : "");
+}
+
 static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const char *url,
                                  const char *method, const char *version,
                                  const char *upload_data, size_t *upload_data_size,
@@ -452,13 +558,16 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
         c->h = h;
         c->con = con;
         c->route = sp_route_of(url, method);
+        c->t_start = sp_now();
+        sp_log_copy(c->method, sizeof c->method, method);
+        sp_log_copy(c->path, sizeof c->path, url);
         *con_cls = c;
         const char *cl = MHD_lookup_connection_value(con, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > h->cfg.max_body) {
             /* Refuse before reading it; MHD closes the connection after. */
             c->too_big = true;
-            return sp_dispatch(c);
+            return sp_dispatch(c, url);
         }
         return MHD_YES;
     }
@@ -491,7 +600,7 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
     }
     if (c->status)
         return MHD_YES; /* already answered (413 before the body) */
-    return sp_dispatch(c);
+    return sp_dispatch(c, url);
 }
 
 static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
@@ -508,11 +617,13 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
         if (st != SP_JOB_DONE && st != SP_JOB_FAILED)
             sp_sched_cancel(h->sched, c->job);
     }
-    if (c->status)
-        sp_metrics_count_status(h->metrics,
-                                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->status != 200
-                                    ? c->status
-                                    : 499 /* client went away mid-response */);
+    if (c->status) {
+        int status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->status != 200
+                         ? c->status
+                         : 499; /* client went away mid-response */
+        sp_metrics_count_status(h->metrics, status);
+        sp_log_request(h, c, status);
+    }
     if (c->resp_init)
         sp_resp_free(&c->resp);
     sp_job_unref(c->job);

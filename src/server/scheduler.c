@@ -9,6 +9,7 @@
  * the job's eventfd. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 
 struct sp_sched {
     struct sp_metrics *metrics;
+    struct sp_server_sampling overrides;
     int max_queue;
     int n_parallel;
     pthread_t thread;
@@ -38,6 +40,7 @@ struct sp_sched {
     const struct sp_vocab *vocab;
     const struct sp_model *model;
     int n_ctx;
+    struct sp_sampler_params sampling;
 
     /* scheduler thread only */
     struct sp_job *run_head;
@@ -77,6 +80,7 @@ void sp_job_buf_free(struct sp_job_buf *b)
 {
     free(b->ev);
     free(b->text);
+    free(b->xp);
     memset(b, 0, sizeof *b);
 }
 
@@ -103,6 +107,7 @@ enum sp_job_state sp_job_take(struct sp_job *j, struct sp_job_buf *mine, bool *t
 {
     mine->n_ev = 0;
     mine->n_text = 0;
+    mine->n_xp = 0;
     pthread_mutex_lock(&j->mu);
     *timed_out = j->timed_out;
     struct sp_job_buf t = j->buf;
@@ -149,6 +154,21 @@ static bool sp_buf_reserve(struct sp_job_buf *b, size_t text_len)
     return true;
 }
 
+/* Appends a copy of *x to b's explain records (false on allocation failure). */
+static bool sp_buf_add_explain(struct sp_job_buf *b, const struct sp_sampler_explain *x)
+{
+    if (b->n_xp == b->cap_xp) {
+        size_t cap = b->cap_xp ? b->cap_xp * 2 : 16;
+        struct sp_sampler_explain *xp = realloc(b->xp, cap * sizeof *xp);
+        if (!xp)
+            return false;
+        b->xp = xp;
+        b->cap_xp = cap;
+    }
+    b->xp[b->n_xp++] = *x;
+    return true;
+}
+
 static void sp_run_remove(struct sp_sched *s, struct sp_job *j)
 {
     if (j->prev)
@@ -183,6 +203,9 @@ static void sp_on_event(void *user, const struct sp_token_event *ev)
         e->n_cached = ev->n_cached;
         e->n_generated = ev->n_generated;
         e->has_lp = ev->lp != NULL;
+        e->explain = -1;
+        if (ev->explain && sp_buf_add_explain(b, ev->explain))
+            e->explain = (int32_t)(b->n_xp - 1);
         if (ev->lp)
             e->lp = *ev->lp;
         if (ev->len)
@@ -191,6 +214,11 @@ static void sp_on_event(void *user, const struct sp_token_event *ev)
         b->text[b->n_text] = '\0';
     } else {
         j->lost_events = true;
+    }
+    if (ev->id >= 0) {
+        if (j->t_first == 0)
+            j->t_first = now;
+        j->t_last = now;
     }
     if (ev->finish != SP_FINISH_NONE && ++j->n_final >= n_choices) {
         j->state = SP_JOB_DONE;
@@ -282,6 +310,34 @@ static void sp_admit(struct sp_sched *s, double now)
     }
 }
 
+/* The model's recommended sampling, then the command line's overrides. */
+static void sp_sched_sampling_init(struct sp_sched *s)
+{
+    struct sp_sampler_params *p = &s->sampling;
+    const struct sp_server_sampling *o = &s->overrides;
+    int n_model = 0;
+    if (sp_engine_sampling_defaults(s->model, p, &n_model) != SP_OK)
+        fprintf(stderr, "spindle: ignoring a sampling recommendation of the model: %s\n",
+                sp_error_message());
+    if (!isnan(o->temperature))
+        p->temperature = o->temperature;
+    if (!isnan(o->top_p))
+        p->top_p = o->top_p;
+    if (!isnan(o->min_p))
+        p->min_p = o->min_p;
+    if (!isnan(o->repeat_penalty))
+        p->repeat_penalty = o->repeat_penalty;
+    if (o->top_k != INT32_MIN)
+        p->top_k = o->top_k;
+    if (o->repeat_last_n != INT32_MIN)
+        p->repeat_last_n = o->repeat_last_n;
+    fprintf(stderr,
+            "spindle: sampling defaults: temperature %g, top_k %d, top_p %g, min_p %g, "
+            "repeat_penalty %g (%d from the model's metadata)\n",
+            (double)p->temperature, (int)p->top_k, (double)p->top_p, (double)p->min_p,
+            (double)p->repeat_penalty, n_model);
+}
+
 static void *sp_sched_main(void *arg)
 {
     struct sp_sched *s = arg;
@@ -325,6 +381,7 @@ static void *sp_sched_main(void *arg)
 }
 
 sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_queue, int n_parallel,
+                         const struct sp_server_sampling *sampling,
                          struct sp_metrics *m)
 {
     struct sp_sched *s = calloc(1, sizeof *s);
@@ -337,6 +394,8 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
     s->vocab = sp_engine_vocab(e);
     s->model = sp_engine_model(e);
     s->n_ctx = sp_engine_n_ctx(e);
+    s->overrides = *sampling;
+    sp_sched_sampling_init(s);
     struct sp_engine_stats stats;
     sp_engine_stats_get(e, &stats);
     sp_metrics_set_load(m, &stats, 0, 0);
@@ -364,6 +423,11 @@ const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s) { return s->voca
 const struct sp_model *sp_sched_model(const struct sp_sched *s) { return s->model; }
 
 int sp_sched_n_ctx(const struct sp_sched *s) { return s->n_ctx; }
+
+const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s)
+{
+    return &s->sampling;
+}
 
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j)
 {

@@ -452,11 +452,18 @@ static sp_status sp_parse_sampling(struct sp_api_request *r, const json_t *root,
     double d;
     json_int_t i;
     int got;
-    /* OpenAI's defaults, not llama.cpp's: temperature 1, no top-k/top-p/min-p. */
-    sp->temperature = 1.0f;
-    sp->top_k = 0;
-    sp->top_p = 1.0f;
-    sp->min_p = 0.0f;
+    /* Unset fields get the server's defaults (the model's recommendation or
+     * llama-server's), not OpenAI's temperature 1 without truncation. */
+    struct sp_sampler_params def;
+    sp_sampler_params_default(&def);
+    if (lim->defaults)
+        def = *lim->defaults;
+    sp->temperature = def.temperature;
+    sp->top_k = def.top_k;
+    sp->top_p = def.top_p;
+    sp->min_p = def.min_p;
+    sp->repeat_penalty = def.repeat_penalty;
+    sp->repeat_last_n = def.repeat_last_n;
     if ((got = sp_read_number(root, "temperature", 0.0, 2.0, &d, err)) < 0)
         return SP_ERR_ARG;
     if (got)
@@ -483,13 +490,16 @@ static sp_status sp_parse_sampling(struct sp_api_request *r, const json_t *root,
         sp->frequency_penalty = (float)d;
     if (sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f)
         sp->repeat_last_n = -1; /* OpenAI's penalties count the whole completion */
+    if ((got = sp_read_number(root, "repeat_penalty", 1e-3, 100.0, &d, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->repeat_penalty = (float)d; /* llama-server's extension */
     if ((got = sp_read_int(root, "seed", INT64_MIN, INT64_MAX, &i, err)) < 0)
         return SP_ERR_ARG;
     if (got) {
         sp->seed = (uint64_t)i;
         r->seed_set = true;
     }
-    (void)lim;
     return SP_OK;
 }
 
@@ -637,6 +647,9 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
     }
 
     if ((st = sp_parse_sampling(r, root, lim, err)) != SP_OK)
+        goto free_root;
+    /* spindle's extension (docs/server-api.md): each token's decoding stages */
+    if (sp_read_bool(root, "explain", &r->gp.explain, err) < 0)
         goto free_root;
     if ((st = sp_parse_logprobs(r, root, err)) != SP_OK)
         goto free_root;

@@ -37,6 +37,9 @@ struct sp_api_limits {
     int max_logit_bias;   /* most logit_bias entries */
     double max_timeout_s; /* per-request `timeout` is clamped to this; 0: no cap */
     const struct sp_model *model; /* for the built-in chat format; may be NULL */
+    /* What unset sampling fields get; NULL: llama-server's defaults
+     * (sp_sampler_params_default). */
+    const struct sp_sampler_params *defaults;
 };
 void sp_api_limits_default(struct sp_api_limits *lim);
 

@@ -1,6 +1,7 @@
 /* sp_server_run: wiring, signals and the graceful drain. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@ void sp_server_config_default(struct sp_server_config *c)
     c->max_queue = 64;
     c->max_body = 4u << 20;
     c->max_n = 8;
+    c->sampling = (struct sp_server_sampling){NAN, NAN, NAN, NAN, INT32_MIN, INT32_MIN};
 }
 
 /* The id clients send as `model`: the file name without directory or .gguf. */
@@ -65,7 +67,8 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     signal(SIGPIPE, SIG_IGN);
 
     sp_metrics_init(&metrics);
-    if ((st = sp_sched_start(&sched, engine, cfg->max_queue, cfg->n_parallel, &metrics)) != SP_OK)
+    if ((st = sp_sched_start(&sched, engine, cfg->max_queue, cfg->n_parallel, &cfg->sampling, &metrics)) !=
+        SP_OK)
         goto free_metrics; /* the scheduler freed the engine */
     if ((st = sp_http_start(&http, cfg, sched, &metrics, model_id)) != SP_OK)
         goto stop_sched;

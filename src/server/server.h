@@ -68,6 +68,7 @@ struct sp_job_event {
     uint32_t n_prompt, n_cached, n_generated;
     bool has_lp;
     struct sp_token_logprobs lp;
+    int32_t explain;          /* index into the buffer's xp, or -1 */
 };
 
 /* Events not yet taken by the HTTP thread.  The HTTP thread swaps its own
@@ -77,6 +78,8 @@ struct sp_job_buf {
     size_t n_ev, cap_ev;
     char *text;
     size_t n_text, cap_text;
+    struct sp_sampler_explain *xp; /* explain records of events that asked for them */
+    size_t n_xp, cap_xp;
 };
 void sp_job_buf_free(struct sp_job_buf *b);
 
@@ -112,6 +115,9 @@ struct sp_job {
     bool cancel_sent;
     bool first_token_seen;
     double t_last_token;
+
+    /* guarded by mu: for the request log */
+    double t_first, t_last;    /* monotonic times of the first and last token; 0: none */
 };
 
 /* A new job owning `api` (moved in; *api is zeroed).  NULL on allocation
@@ -127,11 +133,14 @@ struct sp_sched;
 /* Starts the scheduler thread, which owns `e` from then on (and frees it in
  * sp_sched_stop, also when starting fails). */
 sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_queue, int n_parallel,
-                         struct sp_metrics *m);
+                         const struct sp_server_sampling *sampling, struct sp_metrics *m);
 /* Immutable and safe to read from any thread. */
 const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s);
 const struct sp_model *sp_sched_model(const struct sp_sched *s);
 int sp_sched_n_ctx(const struct sp_sched *s);
+/* The sampling a request gets for the fields it leaves unset (see
+ * sp_engine_sampling_defaults and struct sp_server_sampling). */
+const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s);
 /* Enqueues j (taking a reference).  SP_ERR_FULL when max_queue jobs are
  * already waiting. */
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j);

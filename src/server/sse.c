@@ -2,11 +2,13 @@
  * shapes of OpenAI's /v1/completions and /v1/chat/completions.
  *
  * Streams: one `data: {...}\n\n` chunk per token event that carries text, a
- * finish reason or logprobs; then, only when stream_options.include_usage
+ * finish reason, logprobs or an explain record (the `explain` extension,
+ * docs/server-api.md); then, only when stream_options.include_usage
  * was set, a chunk with empty choices and the usage; then `data: [DONE]`.
  * A request cut short by its deadline ends with finish_reason "length" and a
  * top-level "note" object saying so (not "error", which clients would raise
  * on, discarding the text they already have). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@ struct sp_choice_acc {
     char *text;
     size_t len, cap;
     json_t *lp;             /* non-streaming logprobs being built, or NULL */
+    json_t *xp;             /* non-streaming explain records, or NULL */
     enum sp_finish finish;
     bool finished;
     bool role_sent;
@@ -55,6 +58,7 @@ void sp_resp_free(struct sp_resp *r)
     for (int i = 0; r->acc && i < r->n_choices; i++) {
         free(r->acc[i].text);
         json_decref(r->acc[i].lp);
+        json_decref(r->acc[i].xp);
     }
     free(r->acc);
     memset(r, 0, sizeof *r);
@@ -134,6 +138,54 @@ static json_t *sp_lp_chat_entry(struct sp_resp *r, const struct sp_job_event *e)
     return o;
 }
 
+/* The `explain` extension for one token (shape in docs/server-api.md): the stages
+ * that ran, and for each shown candidate its probability after each stage
+ * (null once removed) and the stage that removed it. */
+static json_t *sp_explain_json(struct sp_resp *r, const struct sp_sampler_explain *x)
+{
+    json_t *stages = json_array();
+    for (uint32_t k = 0; k < x->n_stages; k++) {
+        const struct sp_explain_stage *st = &x->stage[k];
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(st->name));
+        json_object_set_new(o, "param", isnan(st->param) ? json_null() : json_real(st->param));
+        json_object_set_new(o, "kept", json_integer(st->kept));
+        json_array_append_new(stages, o);
+    }
+    json_t *cands = json_array();
+    for (uint32_t i = 0; i < x->n_rows; i++) {
+        json_t *o = json_object(), *p = json_array();
+        const char *removed_by = NULL;
+        for (uint32_t k = 0; k < x->n_stages; k++) {
+            bool gone = x->stage[k].p[i] < 0.0f;
+            json_array_append_new(p, gone ? json_null() : json_real(x->stage[k].p[i]));
+            if (gone && !removed_by)
+                removed_by = x->stage[k].name;
+        }
+        json_object_set_new(o, "id", json_integer(x->row[i]));
+        json_object_set_new(o, "text", sp_token_json(r->vocab, x->row[i], NULL));
+        json_object_set_new(o, "raw", json_real(x->raw[i]));
+        json_object_set_new(o, "p", p);
+        json_object_set_new(o, "removed_by", removed_by ? json_string(removed_by) : json_null());
+        json_array_append_new(cands, o);
+    }
+    json_t *tok = json_object();
+    json_object_set_new(tok, "id", json_integer(x->chosen));
+    json_object_set_new(tok, "text", sp_token_json(r->vocab, x->chosen, NULL));
+    json_t *o = json_object();
+    json_object_set_new(o, "token", tok);
+    json_object_set_new(o, "n_vocab", json_integer(x->n_vocab));
+    json_object_set_new(o, "stages", stages);
+    json_object_set_new(o, "candidates", cands);
+    return o;
+}
+
+static const struct sp_sampler_explain *sp_event_explain(const struct sp_job_buf *b,
+                                                         const struct sp_job_event *e)
+{
+    return e->explain >= 0 && (size_t)e->explain < b->n_xp ? &b->xp[e->explain] : NULL;
+}
+
 static json_t *sp_note(const struct sp_resp *r)
 {
     char msg[160];
@@ -210,8 +262,8 @@ static void sp_track_usage(struct sp_resp *r, const struct sp_job_event *e)
 /* One streamed chunk for one choice: text, optional logprobs entry,
  * optional finish reason. */
 static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *text, size_t n,
-                                  json_t *lp, const char *finish, char **out, size_t *len,
-                                  size_t *cap)
+                                  json_t *lp, json_t *xp, const char *finish, char **out,
+                                  size_t *len, size_t *cap)
 {
     struct sp_choice_acc *a = &r->acc[choice];
     json_t *c = json_object();
@@ -229,6 +281,8 @@ static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *tex
         json_object_set_new(c, "text", sp_json_text(text, n));
     }
     json_object_set_new(c, "logprobs", lp ? lp : json_null());
+    if (xp)
+        json_object_set_new(c, "explain", xp);
     json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
     json_t *chunk = sp_chunk_base(r);
     json_t *choices = json_array();
@@ -264,10 +318,11 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
         }
         a->len += e->text_len; /* the text offset of the next token */
         const char *finish = e->finish != SP_FINISH_NONE ? sp_finish_reason(e->finish) : NULL;
-        if (!e->text_len && !lp && !finish)
+        const struct sp_sampler_explain *x = sp_event_explain(b, e);
+        if (!e->text_len && !lp && !finish && !x)
             continue;
         sp_status st = sp_stream_choice(r, e->choice, b->text + e->text_off, e->text_len, lp,
-                                        finish, out, len, cap);
+                                        x ? sp_explain_json(r, x) : NULL, finish, out, len, cap);
         if (st != SP_OK)
             return st;
     }
@@ -283,7 +338,7 @@ sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t 
             continue;
         r->acc[c].finished = true;
         r->acc[c].finish = SP_FINISH_LENGTH;
-        st = sp_stream_choice(r, c, "", 0, NULL, "length", out, len, cap);
+        st = sp_stream_choice(r, c, "", 0, NULL, NULL, "length", out, len, cap);
     }
     if (st == SP_OK && r->api->include_usage) {
         json_t *chunk = sp_chunk_base(r);
@@ -316,6 +371,12 @@ sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
                     a->lp = sp_lp_completion_new();
                 sp_lp_completion_add(r, a->lp, e, a->len);
             }
+        }
+        const struct sp_sampler_explain *x = sp_event_explain(b, e);
+        if (x) {
+            if (!a->xp)
+                a->xp = json_array();
+            json_array_append_new(a->xp, sp_explain_json(r, x));
         }
         if (sp_append(&a->text, &a->len, &a->cap, b->text + e->text_off, e->text_len) != SP_OK)
             return SP_ERR_NOMEM;
@@ -353,6 +414,8 @@ char *sp_resp_body(struct sp_resp *r)
             json_object_set_new(ch, "text", text);
             json_object_set(ch, "logprobs", a->lp ? a->lp : json_null());
         }
+        if (r->api->gp.explain)
+            json_object_set_new(ch, "explain", a->xp ? json_incref(a->xp) : json_array());
         json_object_set_new(ch, "finish_reason",
                             json_string(a->finished ? sp_finish_reason(a->finish) : "length"));
         json_array_append_new(choices, ch);

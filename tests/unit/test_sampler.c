@@ -609,6 +609,24 @@ static void test_explain(void)
     }
     CHECK(all_match, "explain does not disturb the random sequence");
     fclose(f);
+    /* the data behind the table: stages in chain order, and a row removed
+     * at one stage stays removed at every later one */
+    struct sp_sampler_explain x;
+    CHECK(sp_sampler_explain_data(s, wlogits, NULL, 0, &x) == SP_OK, "explain data");
+    const char *names[] = {"penalties", "top-k", "temperature", "top-p", "min-p"};
+    CHECK(x.n_stages == 5, "5 stages, got %u", x.n_stages);
+    for (uint32_t k = 0; k < x.n_stages && k < 5; k++)
+        CHECK(!strcmp(x.stage[k].name, names[k]), "stage %u is %s", k, x.stage[k].name);
+    CHECK(x.stage[1].param == 5.0f && x.stage[1].kept == 5 && isnan(x.stage[0].param),
+          "top-k param and kept");
+    int removed_stays = 1, chosen_alive = 0;
+    for (uint32_t r = 0; r < x.n_rows; r++) {
+        for (uint32_t k = 1; k < x.n_stages; k++)
+            removed_stays &= !(x.stage[k - 1].p[r] < 0 && x.stage[k].p[r] >= 0);
+        chosen_alive |= x.row[r] == x.chosen && x.stage[x.n_stages - 1].p[r] > 0;
+    }
+    CHECK(removed_stays && chosen_alive, "removed rows stay removed; the chosen token survives");
+    CHECK(x.chosen == sp_sampler_sample(ref, wlogits, NULL, 0, NULL), "explain data's chosen token");
     CHECK(text && strstr(text, "top-k 5") && strstr(text, "top-p 0.8") &&
               strstr(text, "min-p 0.3") && strstr(text, "seven") && strstr(text, "two.") &&
               strstr(text, "0.3200"),
