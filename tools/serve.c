@@ -21,7 +21,21 @@ static const char sp_serve_usage[] =
     "  --queue N            waiting requests before 429 (default 64)\n"
     "  --max-body BYTES     request body cap (default 4194304)\n"
     "  --max-n N            largest `n` accepted (default 8)\n"
-    "  -t, --threads N      compute threads (default: one per core)\n";
+    "  -t, --threads N      compute threads (default: one per core)\n"
+    "  --replica-id ID      name in the X-Spindle-Replica header and /metrics\n"
+    "                       (default: the host name)\n"
+    "  --drain-timeout SECONDS  on SIGTERM, how long requests in flight may\n"
+    "                       take to finish before they are ended (default 60; 0: no limit)\n";
+
+static bool sp_parse_seconds(const char *s, double *out)
+{
+    char *end = NULL;
+    double d = strtod(s, &end);
+    if (!s[0] || *end || !(d >= 0 && d <= 1e7))
+        return false;
+    *out = d;
+    return true;
+}
 
 static bool sp_parse_long(const char *s, long lo, long hi, long *out)
 {
@@ -73,11 +87,16 @@ int sp_tool_serve(int argc, char **argv)
                 return sp_tool_fail("serve: --api-key must not be empty");
             cfg.api_key = v;
         } else if (!strcmp(a, "--timeout")) {
-            char *end = NULL;
-            double d = strtod(v, &end);
-            if (!v[0] || *end || !(d >= 0 && d <= 1e7))
+            if (!sp_parse_seconds(v, &cfg.timeout_s))
                 return sp_tool_fail("serve: --timeout wants seconds >= 0, got '%s'", v);
-            cfg.timeout_s = d;
+        } else if (!strcmp(a, "--drain-timeout")) {
+            if (!sp_parse_seconds(v, &cfg.drain_timeout_s))
+                return sp_tool_fail("serve: --drain-timeout wants seconds >= 0, got '%s'", v);
+        } else if (!strcmp(a, "--replica-id")) {
+            if (!sp_server_replica_id_valid(v))
+                return sp_tool_fail("serve: --replica-id wants 1-%d characters of "
+                                    "[A-Za-z0-9._:-], got '%s'", SP_REPLICA_ID_MAX, v);
+            cfg.replica_id = v;
         } else if (!strcmp(a, "--queue")) {
             if (!sp_parse_long(v, 0, 1 << 20, &n))
                 return sp_tool_fail("serve: --queue wants 0..1048576, got '%s'", v);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "server/server.h"
@@ -19,6 +20,49 @@ void sp_server_config_default(struct sp_server_config *c)
     c->max_queue = 64;
     c->max_body = 4u << 20;
     c->max_n = 8;
+    c->drain_timeout_s = 60;
+}
+
+static const char sp_replica_chars[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
+
+bool sp_server_replica_id_valid(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    return n >= 1 && n <= SP_REPLICA_ID_MAX && strspn(id, sp_replica_chars) == n;
+}
+
+/* The default replica id: the host name (a pod's name under Kubernetes),
+ * with characters a replica id cannot hold replaced by '-'. */
+static void sp_default_replica_id(char *out, size_t size)
+{
+    char host[256] = {0};
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+        snprintf(host, sizeof host, "spindle");
+    snprintf(out, size, "%s", host);
+    for (char *p = out; *p; p++)
+        if (!strchr(sp_replica_chars, *p))
+            *p = '-';
+}
+
+#define SP_DRAIN_POLL_NS (50 * 1000 * 1000)
+/* Requests the drain ended still need their threads to send the error. */
+#define SP_ABORT_GRACE_S 10.0
+
+/* Waits until no request is in flight (true), or until timeout_s passes
+ * (0: no limit) or another SIGINT/SIGTERM arrives (false). */
+static bool sp_wait_idle(struct sp_http *http, const sigset_t *sigs, double timeout_s)
+{
+    double deadline = timeout_s > 0 ? sp_now() + timeout_s : 0;
+    while (sp_http_active(http) > 0) {
+        if (deadline > 0 && sp_now() >= deadline)
+            return false;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = SP_DRAIN_POLL_NS};
+        int sig = sigtimedwait(sigs, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM)
+            return false;
+    }
+    return true;
 }
 
 /* The id clients send as `model`: the file name without directory or .gguf. */
@@ -48,12 +92,23 @@ int sp_server_main(const struct sp_server_config *cfg)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    struct sp_server_config c = *cfg;
+    char replica[SP_REPLICA_ID_MAX + 1];
+    if (!c.replica_id) {
+        sp_default_replica_id(replica, sizeof replica);
+        c.replica_id = replica;
+    }
+    if (!sp_server_replica_id_valid(c.replica_id)) {
+        fprintf(stderr, "spindle: replica id '%s' is not 1-%d characters of [A-Za-z0-9._:-]\n",
+                c.replica_id, SP_REPLICA_ID_MAX);
+        return 1;
+    }
     char *model_id = sp_model_id(cfg->model_path);
     if (!model_id) {
         fprintf(stderr, "spindle: out of memory\n");
         return 1;
     }
-    sp_metrics_init(&metrics);
+    sp_metrics_init(&metrics, c.replica_id);
 
     struct sp_engine_params ep = {
         .model_path = cfg->model_path,
@@ -67,12 +122,12 @@ int sp_server_main(const struct sp_server_config *cfg)
         goto free_metrics;
     }
     /* Listen at once: /health says 503 until the model is loaded. */
-    if (sp_http_start(&http, cfg, sched, &metrics, model_id) != SP_OK) {
+    if (sp_http_start(&http, &c, sched, &metrics, model_id) != SP_OK) {
         fprintf(stderr, "spindle: %s\n", sp_error_message());
         goto stop_sched;
     }
-    fprintf(stderr, "spindle: listening on http://%s:%d (model '%s' loading)\n",
-            cfg->host ? cfg->host : "127.0.0.1", sp_http_port(http), model_id);
+    fprintf(stderr, "spindle: listening on http://%s:%d (replica '%s', model '%s' loading)\n",
+            cfg->host ? cfg->host : "127.0.0.1", sp_http_port(http), c.replica_id, model_id);
 
     bool announced = false;
     for (;;) {
@@ -91,9 +146,18 @@ int sp_server_main(const struct sp_server_config *cfg)
             announced = true;
         }
     }
-    fprintf(stderr, "spindle: shutting down: finishing requests in flight\n");
     sp_http_drain(http);
-    sp_http_wait_idle(http);
+    fprintf(stderr, "spindle: draining: finishing %d request(s) in flight\n",
+            sp_http_active(http));
+    if (!sp_wait_idle(http, &sigs, cfg->drain_timeout_s)) {
+        fprintf(stderr, "spindle: drain cut short: ending %d request(s) still in flight\n",
+                sp_http_active(http));
+        sp_sched_abort(sched);
+        if (!sp_wait_idle(http, &sigs, SP_ABORT_GRACE_S))
+            fprintf(stderr, "spindle: %d request(s) still sending; closing their connections\n",
+                    sp_http_active(http));
+    }
+    fprintf(stderr, "spindle: drained\n");
     rc = 0;
 stop_http:
     sp_http_stop(http);

@@ -9,6 +9,11 @@
  *     it loads the model, admits queued jobs, calls sp_engine_step() and
  *     copies each token event into the job's buffer.
  *   - the main thread waits for SIGINT/SIGTERM and drains (sp_server_main).
+ *
+ * Behind a load balancer: /health answers 503 {"status":"loading"} until the
+ * model is loaded and 503 {"status":"draining"} from SIGTERM on, every
+ * response carries `X-Spindle-Replica: <replica id>`, and /metrics has
+ * spindle_replica_info{replica="<id>"} 1.
  */
 #ifndef SP_SERVER_SERVER_H
 #define SP_SERVER_SERVER_H
@@ -35,12 +40,22 @@ struct sp_server_config {
     int max_queue;          /* waiting requests beyond this get 429 */
     size_t max_body;        /* request body cap in bytes */
     int max_n;              /* cap on `n` */
+    const char *replica_id; /* NULL: the host name; see sp_server_replica_id_valid */
+    double drain_timeout_s; /* how long SIGTERM waits for requests in flight; 0: no limit */
 };
 void sp_server_config_default(struct sp_server_config *c);
 
-/* Runs the server until SIGINT/SIGTERM, then stops accepting (503), lets the
- * requests in flight finish and returns 0.  Returns 1 (message on stderr)
- * when the port cannot be bound or the model fails to load. */
+#define SP_REPLICA_ID_MAX 64
+/* A replica id goes into a header and a Prometheus label value: 1 to
+ * SP_REPLICA_ID_MAX characters of [A-Za-z0-9._:-]. */
+bool sp_server_replica_id_valid(const char *id);
+
+/* Runs the server until SIGINT/SIGTERM, then drains: new requests and
+ * /health get 503, the requests in flight finish, and it returns 0.  When
+ * they have not finished after cfg->drain_timeout_s (or on a second signal)
+ * they are ended: a stream with an SSE error event, a non-streamed request
+ * with a 503, which a balancer may retry elsewhere.  Returns 1 (message on
+ * stderr) when the port cannot be bound or the model fails to load. */
 int sp_server_main(const struct sp_server_config *cfg);
 
 /* ---- metrics.c: Prometheus counters, gauges and histograms ---- */
@@ -57,6 +72,7 @@ struct sp_histogram {
 
 struct sp_metrics {
     pthread_mutex_t mu;
+    char replica[SP_REPLICA_ID_MAX + 1];
     int status_code[SP_METRICS_MAX_STATUS];
     uint64_t status_count[SP_METRICS_MAX_STATUS];
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
@@ -64,7 +80,8 @@ struct sp_metrics {
     uint64_t running, queued;
     struct sp_engine_stats engine;
 };
-void sp_metrics_init(struct sp_metrics *m);
+/* replica: a valid replica id (sp_server_replica_id_valid), copied. */
+void sp_metrics_init(struct sp_metrics *m, const char *replica);
 void sp_metrics_free(struct sp_metrics *m);
 void sp_metrics_count_status(struct sp_metrics *m, int http_status);
 void sp_metrics_count_tokens(struct sp_metrics *m, uint64_t prompt, uint64_t cached,
@@ -118,6 +135,7 @@ struct sp_job {
     char fail_msg[256];
     struct sp_job_buf buf;
     bool timed_out;
+    bool shut_down;            /* ended by the drain timeout (sp_sched_abort) */
     bool lost_events;          /* allocation failed while copying an event */
     int n_final;
 
@@ -129,6 +147,7 @@ struct sp_job {
     struct sp_request *er;
     struct sp_job *next, *prev;
     bool cancel_sent;
+    bool abort_sent;           /* the cancel came from sp_sched_abort */
     bool first_token_seen;
     double t_last_token;
 };
@@ -140,6 +159,9 @@ void sp_job_unref(struct sp_job *j);
 /* Swaps the job's pending events into *mine (emptied first) and returns
  * the job's state at that moment (*timed_out: the deadline fired). */
 enum sp_job_state sp_job_take(struct sp_job *j, struct sp_job_buf *mine, bool *timed_out);
+/* True once the job has ended because the server shut down before it
+ * finished (a job that finished by itself first never reports it). */
+bool sp_job_shut_down(struct sp_job *j);
 double sp_now(void);
 
 struct sp_sched;
@@ -159,6 +181,9 @@ int sp_sched_n_ctx(const struct sp_sched *s);
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j);
 /* Asks the scheduler to end j (client gone); safe in any state. */
 void sp_sched_cancel(struct sp_sched *s, struct sp_job *j);
+/* Ends every queued and running job now, marked shut down (the drain ran
+ * out of time); jobs submitted afterwards end the same way. */
+void sp_sched_abort(struct sp_sched *s);
 /* Ends the loop once nothing is queued or running, joins it, frees the engine. */
 void sp_sched_stop(struct sp_sched *s);
 
@@ -170,8 +195,8 @@ sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg
 int sp_http_port(const struct sp_http *h);
 /* New requests get 503 from now on. */
 void sp_http_drain(struct sp_http *h);
-/* Blocks until no generation request is in flight. */
-void sp_http_wait_idle(struct sp_http *h);
+/* Generation requests accepted and not yet completed. */
+int sp_http_active(struct sp_http *h);
 void sp_http_stop(struct sp_http *h);
 
 /* ---- sse.c: response bodies and stream chunks ---- */
@@ -198,6 +223,10 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
 /* Streaming: the end of the stream (final chunks for choices the engine never
  * finished, the usage chunk when asked, "data: [DONE]"). */
 sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t *cap);
+/* Streaming: an error event (`data: {"error": {...}}`) that ends a stream
+ * the server could not finish; OpenAI's clients raise it.  No [DONE] follows. */
+sp_status sp_resp_stream_error(const struct sp_api_error *err, char **out, size_t *len,
+                               size_t *cap);
 /* Non-streaming: accumulate, then build the whole body (malloc'd). */
 sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b);
 char *sp_resp_body(struct sp_resp *r);

@@ -193,7 +193,7 @@ def test_graceful_shutdown_finishes_streams(server):
     # New work is refused while the two streams finish.
     r = wait_for(lambda: (lambda r: r if r.status_code == 503 else None)(
         httpx.get(server.url + "/health")), what="503 health")
-    assert r.json()["status"] == "shutting down"
+    assert r.json()["status"] == "draining"
     r = server.post("/v1/completions", {"prompt": "late", "max_tokens": 2})
     assert_openai_error(r, 503)
     for t in threads:
