@@ -49,7 +49,7 @@ import httpx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
-from server_util import free_port, sse_events  # noqa: E402
+from server_util import free_port, sse_events, wait_for  # noqa: E402
 
 REPLICA_IDS = ("r1", "r2", "r3")
 # The addresses deploy/haproxy.cfg and deploy/prometheus.yml use, replaced by
@@ -76,7 +76,8 @@ SPECS = [
 
 
 class Fail(Exception):
-    """A check failed; the message says which."""
+    """A check failed; the message says which (as does wait_for's
+    AssertionError on a timeout)."""
 
 
 def check(cond, msg):
@@ -86,16 +87,6 @@ def check(cond, msg):
 
 def log(msg):
     print("cluster-test: " + msg, flush=True)
-
-
-def poll(pred, timeout, what, interval=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(interval)
-    raise Fail("timed out after %.0f s waiting for %s" % (timeout, what))
 
 
 def rewrite(text, mapping, name):
@@ -160,7 +151,7 @@ class Replica(Proc):
                 return httpx.get(self.url + "/health", timeout=5).status_code == 200
             except httpx.TransportError:
                 return False
-        poll(ready, timeout, "%s to load" % self.rid)
+        wait_for(ready, timeout, "%s to load" % self.rid)
 
     def metrics(self):
         out = {}
@@ -199,7 +190,8 @@ class HAProxy(Proc):
         return self.servers()[("spindle", rid)]["status"]
 
     def wait_status(self, rid, want, timeout=120):
-        poll(lambda: self.status(rid) == want, timeout, "HAProxy to see %s %s" % (rid, want), 0.2)
+        wait_for(lambda: self.status(rid) == want, timeout, "HAProxy to see %s %s" % (rid, want),
+                 0.2)
 
     def retries(self):
         """Retries and redispatches HAProxy has made, over both backends."""
@@ -447,7 +439,7 @@ class Cluster:
                 return httpx.get(self.prometheus.url + "/-/ready", timeout=5).status_code == 200
             except httpx.TransportError:
                 return False
-        poll(prometheus_ready, 60, "Prometheus to start")
+        wait_for(prometheus_ready, 60, "Prometheus to start")
         self.refs = references(self.replicas["r1"].url)
 
     def restart(self, rid):
@@ -531,7 +523,7 @@ def phase_kill(cl, args):
     victim = "r2"
     rep = cl.replicas[victim]
     load = Load(cl.haproxy.url, cl.refs, args.clients, seed=3).start()
-    poll(lambda: load.streams_on(victim) >= 2, 120, "two streams running on " + victim)
+    wait_for(lambda: load.streams_on(victim) >= 2, 120, "two streams running on " + victim)
     streams_running = load.streams_on(victim)
     rep.proc.kill()
     rep.proc.wait()
@@ -644,16 +636,16 @@ def phase_prometheus(cl, args):
     def all_up():
         res = cl.prometheus.query('up{job="spindle"}')
         return len(res) == len(REPLICA_IDS) and all(r["value"][1] == "1" for r in res)
-    poll(all_up, 60, "Prometheus to scrape every replica", 1)
+    wait_for(all_up, 60, "Prometheus to scrape every replica", 1)
     info = cl.prometheus.query("spindle_replica_info")
     replicas = sorted(r["metric"]["replica"] for r in info)
     check(replicas == list(REPLICA_IDS), "Prometheus sees replicas %s" % replicas)
     hap = cl.prometheus.query('up{job="haproxy"}')
     check(len(hap) == 1 and hap[0]["value"][1] == "1", "Prometheus: HAProxy not scraped: %s"
           % hap)
-    poll(lambda: cl.prometheus.query('haproxy_backend_active_servers{proxy="spindle"}'),
-         30, "HAProxy's backend metrics in Prometheus", 1)
-    active = cl.prometheus.query('haproxy_backend_active_servers{proxy="spindle"}')
+    active = wait_for(
+        lambda: cl.prometheus.query('haproxy_backend_active_servers{proxy="spindle"}'),
+        30, "HAProxy's backend metrics in Prometheus", 1)
     tokens = cl.prometheus.query("sum(spindle_generated_tokens_total)")
     check(tokens and float(tokens[0]["value"][1]) > 0, "Prometheus: no generated tokens")
     return {"spindle_targets_up": len(replicas), "replicas": replicas,
@@ -732,8 +724,8 @@ def main():
             report[name] = fn(cl, args)
             log("%s: passed in %.0f s: %s" % (name, time.monotonic() - t,
                                               json.dumps(report[name])))
-    except Fail as e:
-        failure = str(e)
+    except (Fail, AssertionError, httpx.HTTPError) as e:
+        failure = "%s: %s" % (type(e).__name__, e)
     finally:
         for p in cl.procs():
             code = p.stop()

@@ -80,12 +80,12 @@ def test_bad_replica_flags_exit_2(run_spindle, smollm2_path, flag, value):
 
 
 def test_drain_timeout_ends_requests_in_flight(spindle_bin, smollm2_path):
-    """SIGTERM with --drain-timeout 3: /health says draining; after 3 s the
+    """SIGTERM with --drain-timeout 5: /health says draining; after 5 s the
     stream still running ends with an error event the OpenAI client raises,
     the non-streamed request and the queued one get a 503, and the server
     exits 0."""
     s = Server(spindle_bin, smollm2_path, "--ctx", "2048", "--parallel", "2", "--queue", "4",
-               "--drain-timeout", "3", "--replica-id", "r1")
+               "--drain-timeout", "5", "--replica-id", "r1")
     try:
         out = {}
         got_tokens = threading.Event()
@@ -124,12 +124,12 @@ def test_drain_timeout_ends_requests_in_flight(spindle_bin, smollm2_path):
             httpx.get(s.url + "/health")), what="503 health")
         assert r.json() == {"status": "draining"}
         assert r.headers["x-spindle-replica"] == "r1"
-        assert time.monotonic() - t0 < 3, "the drain ended before the check"
+        assert time.monotonic() - t0 < 5, "the drain ended before the check"
         for t in threads:
             t.join(timeout=60)
         assert s.proc.wait(timeout=30) == 0
         elapsed = time.monotonic() - t0
-        assert 2.5 < elapsed < 20, elapsed
+        assert 4.5 < elapsed < 30, elapsed
 
         err, text = out["stream"]
         assert isinstance(err, openai.APIError), out["stream"]
