@@ -89,6 +89,12 @@ def log(msg):
     print("cluster-test: " + msg, flush=True)
 
 
+def find_tool(name):
+    """The path of a Debian-installed program (haproxy lives in /usr/sbin,
+    which a non-root PATH may lack), or None."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+
+
 def rewrite(text, mapping, name):
     for old, new in mapping.items():
         if old not in text:
@@ -171,7 +177,7 @@ class HAProxy(Proc):
         cfg = os.path.join(workdir, "haproxy.cfg")
         with open(src) as f, open(cfg, "w") as g:
             g.write(rewrite(f.read(), mapping, "deploy/haproxy.cfg"))
-        super().__init__("haproxy", ["haproxy", "-db", "-f", cfg], workdir)
+        super().__init__("haproxy", [find_tool("haproxy"), "-db", "-f", cfg], workdir)
         self.url = "http://127.0.0.1:%d" % api_port
         self.stats_url = "http://127.0.0.1:%d" % stats_port
 
@@ -194,10 +200,11 @@ class HAProxy(Proc):
                  0.2)
 
     def retries(self):
-        """Retries and redispatches HAProxy has made, over both backends."""
-        rows = self.servers()
-        return sum(int(r.get("wretr") or 0) + int(r.get("wredis") or 0)
-                   for (px, sv), r in rows.items() if sv in REPLICA_IDS)
+        """(retries, redispatches to another replica) HAProxy has made so
+        far, over both backends."""
+        rows = [r for (_, sv), r in self.servers().items() if sv in REPLICA_IDS]
+        return (sum(int(r.get("wretr") or 0) for r in rows),
+                sum(int(r.get("wredis") or 0) for r in rows))
 
 
 class Prometheus(Proc):
@@ -209,7 +216,7 @@ class Prometheus(Proc):
         with open(src) as f, open(cfg, "w") as g:
             g.write(rewrite(f.read(), mapping, "deploy/prometheus.yml"))
         super().__init__("prometheus", [
-            "prometheus", "--config.file=" + cfg,
+            find_tool("prometheus"), "--config.file=" + cfg,
             "--storage.tsdb.path=" + os.path.join(workdir, "prometheus-data"),
             "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"], workdir)
         self.url = "http://127.0.0.1:%d" % port
@@ -515,7 +522,9 @@ def phase_rolling(cl, args):
     check(sum(r["in_flight_at_sigterm"] for r in restarts) > 0,
           "rolling: no replica had a request in flight at SIGTERM; the drain went untested")
     s["restarts"] = restarts
-    s["haproxy_retries"] = cl.haproxy.retries() - retries0
+    retries1 = cl.haproxy.retries()
+    s["haproxy_retries"] = retries1[0] - retries0[0]
+    s["haproxy_redispatches"] = retries1[1] - retries0[1]
     return s
 
 
@@ -696,7 +705,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = ap.parse_args()
     for tool in ("haproxy", "prometheus"):
-        if not shutil.which(tool):
+        if not find_tool(tool):
             print("cluster-test: %s not found; run scripts/setup --cluster" % tool,
                   file=sys.stderr)
             return 2
