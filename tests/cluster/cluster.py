@@ -37,6 +37,7 @@ import concurrent.futures
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -192,6 +193,16 @@ class HAProxy(Proc):
             rows[(row["pxname"], row["svname"])] = row
         return rows
 
+    def server_of(self, request_id):
+        """The replica HAProxy's log names for a request (its X-Request-Id
+        is captured into the log line), or None."""
+        pat = re.compile(r" spindle(?:_affinity)?/(\S+) .*\{%s\}" % re.escape(request_id))
+        for line in self.log_text().splitlines():
+            m = pat.search(line)
+            if m:
+                return m.group(1)
+        return None
+
     def status(self, rid):
         return self.servers()[("spindle", rid)]["status"]
 
@@ -257,24 +268,26 @@ def delta_text(spec, choice):
 class Result:
     """One request: when, where (X-Spindle-Replica), and how it ended."""
 
-    def __init__(self, spec, stream, session):
-        self.spec, self.stream, self.session = spec, stream, session
+    def __init__(self, rid, spec, stream, session):
+        self.rid, self.spec, self.stream, self.session = rid, spec, stream, session
         self.t0 = time.monotonic()
         self.t1 = None
         self.replica = None
         self.status = None
-        self.streaming = False   # a 200 stream had begun
         self.err = None          # None: answered correctly
         self.err_code = None     # the OpenAI error code, when there was a body
         self.cut = False         # the connection broke (a transport error)
         self.tokens = 0
 
 
-def send(client, base, spec, ref, stream, session, inflight):
-    """One request through `base`; compares the answer with ref = (text,
-    completion_tokens).  Never raises: the Result says what happened."""
-    res = Result(spec, stream, session)
-    headers = {"X-Session-Id": session} if session else {}
+def send(client, base, rid, spec, ref, stream, session, inflight):
+    """One request (X-Request-Id: rid) through `base`; compares the answer
+    with ref = (text, completion_tokens).  Never raises: the Result says
+    what happened."""
+    res = Result(rid, spec, stream, session)
+    headers = {"X-Request-Id": rid}
+    if session:
+        headers["X-Session-Id"] = session
     body = request_body(spec, stream)
     url = base + request_path(spec)
     try:
@@ -284,7 +297,6 @@ def send(client, base, spec, ref, stream, session, inflight):
                 if r.status_code != 200:
                     r.read()
                     return error_result(res, r)
-                res.streaming = True
                 inflight[id(res)] = res
                 text, finish, done, usage = "", None, False, None
                 for ev in sse_events(r):
@@ -364,12 +376,14 @@ class Load:
 
     def _client(self, i):
         rng = random.Random(self.seed * 1000 + i)
+        n = 0
         with httpx.Client(timeout=HTTP_TIMEOUT) as client:
             while not self.halt.is_set():
+                n += 1
                 spec = rng.choice(SPECS)
                 session = "load-%d" % rng.randrange(16) if rng.random() < 0.25 else None
-                res = send(client, self.base, spec, self.refs[spec], rng.random() < 0.5,
-                           session, self.inflight)
+                res = send(client, self.base, "load%d-%d-%d" % (self.seed, i, n), spec,
+                           self.refs[spec], rng.random() < 0.5, session, self.inflight)
                 with self.mu:
                     self.results.append(res)
 
@@ -540,12 +554,18 @@ def phase_kill(cl, args):
     time.sleep(args.after_kill)
     results = load.stop()
     bad = [r for r in results if r.err is not None]
+    traced = 0
     for r in bad:
+        if r.replica is None:
+            # A stream cut before its headers reached the client: HAProxy's
+            # log says where it ran.
+            r.replica = cl.haproxy.server_of(r.rid)
+            traced += 1
         what = "[%s %s on %s] %s" % (r.spec[0], "stream" if r.stream else "plain", r.replica,
                                      r.err)
         check(r.t0 < t_kill, "kill: a request sent after the kill failed: " + what)
         check(r.replica == victim, "kill: a request on a surviving replica failed: " + what)
-        clear = ((r.stream and r.streaming and r.cut) or
+        clear = ((r.stream and r.cut) or
                  (r.status == 502 and r.err_code == "replica_failed"))
         check(clear, "kill: a failure without a clear error: " + what)
     check(bad, "kill: no request failed, so the kill hit nothing")
@@ -554,6 +574,7 @@ def phase_kill(cl, args):
     s = summarize(results, load.t1 - load.t0)
     s.update({"killed": victim, "streams_running_on_it": streams_running,
               "failed_streams": sum(1 for r in bad if r.stream),
+              "failed_streams_without_headers": traced,
               "failed_non_streamed_502": sum(1 for r in bad if not r.stream),
               "sent_after_kill": len(after),
               "sent_after_kill_ok": sum(1 for r in after if r.err is None)})
