@@ -683,8 +683,24 @@ def phase_prometheus(cl, args):
             "generated_tokens_now": float(tokens[0]["value"][1])}
 
 
+def cpu_seconds(pid):
+    """User plus system CPU seconds a process has used (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_now(cl):
+    """CPU seconds so far of the replicas running, HAProxy, and this process
+    (the clients)."""
+    reps = sum(cpu_seconds(r.proc.pid) for r in cl.replicas.values() if r.alive())
+    t = os.times()
+    return reps, cpu_seconds(cl.haproxy.proc.pid), t.user + t.system
+
+
 def phase_scaling(cl, args):
-    """Aggregate tokens/s through HAProxy with 3, then 2, then 1 replica up."""
+    """Aggregate tokens/s through HAProxy with 3, then 2, then 1 replica up,
+    and the cores the replicas, HAProxy and the clients used meanwhile."""
     rows = []
     for n in (3, 2, 1):
         if n < len(REPLICA_IDS):
@@ -694,18 +710,22 @@ def phase_scaling(cl, args):
         load = Load(cl.haproxy.url, cl.refs, args.clients, seed=10 + n).start()
         time.sleep(5)
         with load.mu:
-            k0, t0 = len(load.results), time.monotonic()
+            k0, t0, cpu0 = len(load.results), time.monotonic(), cpu_now(cl)
         time.sleep(args.scaling)
         with load.mu:
-            window, t1 = load.results[k0:], time.monotonic()
+            window, t1, cpu1 = load.results[k0:], time.monotonic(), cpu_now(cl)
         results = load.stop()
         check(all(r.err is None for r in results), "scaling (%d replicas): %s"
               % (n, failures_text(results)))
         row = summarize(window, t1 - t0)
         row["replicas"] = n
+        for k, a, b in zip(("replica_cores", "haproxy_cores", "client_cores"), cpu0, cpu1):
+            row[k] = round((b - a) / (t1 - t0), 2)
         rows.append(row)
-        log("scaling: %d replica(s): %.1f tokens/s (%d requests in %.0f s)"
-            % (n, row["tokens_per_s"], row["requests"], row["seconds"]))
+        log("scaling: %d replica(s): %.1f tokens/s (%d requests in %.0f s; cores used: "
+            "replicas %.2f, HAProxy %.2f, clients %.2f)"
+            % (n, row["tokens_per_s"], row["requests"], row["seconds"], row["replica_cores"],
+               row["haproxy_cores"], row["client_cores"]))
     return rows
 
 
