@@ -34,12 +34,14 @@ bool sp_server_replica_id_valid(const char *id)
 
 /* The default replica id: the host name (a pod's name under Kubernetes),
  * with characters a replica id cannot hold replaced by '-'. */
-static void sp_default_replica_id(char *out, size_t size)
+static void sp_default_replica_id(char out[SP_REPLICA_ID_MAX + 1])
 {
     char host[256] = {0};
     if (gethostname(host, sizeof host - 1) != 0 || !host[0])
         snprintf(host, sizeof host, "spindle");
-    snprintf(out, size, "%s", host);
+    size_t n = strnlen(host, SP_REPLICA_ID_MAX);
+    memcpy(out, host, n);
+    out[n] = '\0';
     for (char *p = out; *p; p++)
         if (!strchr(sp_replica_chars, *p))
             *p = '-';
@@ -95,7 +97,7 @@ int sp_server_main(const struct sp_server_config *cfg)
     struct sp_server_config c = *cfg;
     char replica[SP_REPLICA_ID_MAX + 1];
     if (!c.replica_id) {
-        sp_default_replica_id(replica, sizeof replica);
+        sp_default_replica_id(replica);
         c.replica_id = replica;
     }
     if (!sp_server_replica_id_valid(c.replica_id)) {
