@@ -556,10 +556,20 @@ typedef struct sp_server_config {
     int max_n;              /* cap on `n` */
     sp_server_sampling sampling; /* defaults for requests that leave a field unset */
     sp_log_format log_format; /* the per-request log line on stderr */
+    const char *replica_id; /* this replica's name in the X-Spindle-Replica
+                               header and /metrics: 1 to 64 of [A-Za-z0-9._:-];
+                               NULL: the host name */
+    double drain_timeout_s; /* how long SIGTERM waits for requests in flight;
+                               0: no limit (a second signal ends the wait) */
 } sp_server_config;
 /* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8, sampling
- * defaults not set, text log lines. */
+ * defaults not set, text log lines, replica id from the host name, drain
+ * timeout 60 s. */
 SP_API void sp_server_config_default(sp_server_config *c);
+
+/* Whether id can name a replica: 1 to 64 characters of [A-Za-z0-9._:-]
+ * (it goes into a response header and a Prometheus label). */
+SP_API bool sp_server_replica_id_valid(const char *id);
 
 /* Makes the engine, binds the port and serves until SIGINT or SIGTERM
  * arrives (the calling thread blocks both and waits for them; its signal

@@ -25,9 +25,23 @@ static const char sp_serve_usage[] =
     "  --max-n N            largest `n` accepted (default 8)\n"
     "  -t, --threads N      compute threads (default: one per core)\n"
     "  --log-format F       the per-request log line on stderr: text (default) or json\n"
+    "  --replica-id ID      name in the X-Spindle-Replica header and /metrics\n"
+    "                       (default: the host name)\n"
+    "  --drain-timeout SECONDS  on SIGTERM, how long requests in flight may\n"
+    "                       take to finish before they are ended (default 60; 0: no limit)\n"
     "sampling defaults for requests that leave a field unset (default: the model's\n"
     "recommendation from its GGUF metadata, else temp 0.8, top-k 40, top-p 0.95, min-p 0.05):\n"
     "  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n";
+
+static bool sp_parse_seconds(const char *s, double *out)
+{
+    char *end = NULL;
+    double d = strtod(s, &end);
+    if (!s[0] || *end || !(d >= 0 && d <= 1e7))
+        return false;
+    *out = d;
+    return true;
+}
 
 /* A float flag in [lo, hi]. */
 static bool sp_parse_float(const char *s, double lo, double hi, float *out)
@@ -92,11 +106,15 @@ int sp_tool_serve(int argc, char **argv)
                 return sp_tool_fail("serve: --api-key must not be empty");
             cfg.api_key = v;
         } else if (!strcmp(a, "--timeout")) {
-            char *end = NULL;
-            double d = strtod(v, &end);
-            if (!v[0] || *end || !(d >= 0 && d <= 1e7))
+            if (!sp_parse_seconds(v, &cfg.timeout_s))
                 return sp_tool_fail("serve: --timeout wants seconds >= 0, got '%s'", v);
-            cfg.timeout_s = d;
+        } else if (!strcmp(a, "--drain-timeout")) {
+            if (!sp_parse_seconds(v, &cfg.drain_timeout_s))
+                return sp_tool_fail("serve: --drain-timeout wants seconds >= 0, got '%s'", v);
+        } else if (!strcmp(a, "--replica-id")) {
+            if (!sp_server_replica_id_valid(v))
+                return sp_tool_fail("serve: --replica-id wants 1-64 characters of [A-Za-z0-9._:-], got '%s'", v);
+            cfg.replica_id = v;
         } else if (!strcmp(a, "--queue")) {
             if (!sp_parse_long(v, 0, 1 << 20, &n))
                 return sp_tool_fail("serve: --queue wants 0..1048576, got '%s'", v);

@@ -58,11 +58,11 @@ struct sp_http {
     struct sp_sched *sched;
     struct sp_metrics *metrics;
     char *model_id;
+    char replica[SP_REPLICA_ID_MAX + 1]; /* sent as X-Spindle-Replica */
     int port;
     atomic_ullong n_requests; /* numbers the requests that have no completion id */
 
     pthread_mutex_t mu; /* guards draining and n_active */
-    pthread_cond_t cv;
     bool draining;
     int n_active;       /* generation requests accepted and not yet completed */
 };
@@ -113,6 +113,8 @@ static enum sp_route sp_route_of(const char *url, const char *method)
     return SP_ROUTE_NOT_FOUND;
 }
 
+#define SP_HTTP_REPLICA_HEADER "X-Spindle-Replica"
+
 /* Queues `body` (malloc'd, taken) with the given status. */
 static enum MHD_Result sp_respond(struct sp_conn *c, int status, const char *content_type,
                                   char *body, const char *hdr, const char *hdr_value)
@@ -132,6 +134,7 @@ static enum MHD_Result sp_respond(struct sp_conn *c, int status, const char *con
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    MHD_add_response_header(r, SP_HTTP_REPLICA_HEADER, c->h->replica);
     if (hdr)
         MHD_add_response_header(r, hdr, hdr_value);
     c->status = status;
@@ -159,6 +162,14 @@ static enum MHD_Result sp_fail(struct sp_conn *c, int status, const char *type, 
     struct sp_api_error err;
     sp_api_fail(&err, status, type, code, NULL, "%s", msg);
     return sp_respond_error(c, &err);
+}
+
+/* A request the drain ended (sp_sched_abort).  503: nothing of it was
+ * answered yet, so a balancer may replay it on another replica. */
+static void sp_shutdown_error(struct sp_api_error *err)
+{
+    sp_api_fail(err, 503, "server_error", "shutting_down", NULL,
+                "The server shut down before this request finished; retry it.");
 }
 
 /* ---- waiting for the scheduler ---- */
@@ -236,7 +247,15 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (sp_resp_stream_events(&c->resp, &c->buf, &c->out, &c->out_len, &c->out_cap) != SP_OK)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (st == SP_JOB_DONE || st == SP_JOB_FAILED) {
-            if (sp_resp_stream_end(&c->resp, &c->out, &c->out_len, &c->out_cap) != SP_OK)
+            struct sp_api_error err;
+            sp_status ss;
+            if (sp_job_shut_down(c->job)) {
+                sp_shutdown_error(&err);
+                ss = sp_resp_stream_error(&err, &c->out, &c->out_len, &c->out_cap);
+            } else {
+                ss = sp_resp_stream_end(&c->resp, &c->out, &c->out_len, &c->out_cap);
+            }
+            if (ss != SP_OK)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             c->stream_done = true;
             continue;
@@ -327,6 +346,10 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     }
     if (st == SP_JOB_FAILED)
         return sp_fail_admission(c);
+    if (sp_job_shut_down(j)) {
+        sp_shutdown_error(&err);
+        return sp_respond_error(c, &err);
+    }
 
     if (j->api.stream) {
         struct MHD_Response *r =
@@ -336,6 +359,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
             return MHD_NO;
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(r, SP_HTTP_REPLICA_HEADER, h->replica);
         c->status = 200;
         enum MHD_Result ret = MHD_queue_response(c->con, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
@@ -355,6 +379,10 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
         }
     }
     MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S);
+    if (sp_job_shut_down(j)) {
+        sp_shutdown_error(&err);
+        return sp_respond_error(c, &err);
+    }
     return sp_respond(c, 200, "application/json", sp_resp_body(&c->resp), NULL, NULL);
 }
 
@@ -455,8 +483,8 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
     switch (c->route) {
     case SP_ROUTE_HEALTH:
         if (draining)
-            return sp_respond(c, 503, "application/json",
-                              strdup("{\"status\":\"shutting down\"}"), NULL, NULL);
+            return sp_respond(c, 503, "application/json", strdup("{\"status\":\"draining\"}"),
+                              NULL, NULL);
         return sp_respond(c, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL, NULL);
     case SP_ROUTE_METRICS:
         return sp_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8",
@@ -633,7 +661,6 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
     if (c->active) {
         pthread_mutex_lock(&h->mu);
         h->n_active--;
-        pthread_cond_broadcast(&h->cv);
         pthread_mutex_unlock(&h->mu);
     }
     free(c);
@@ -652,8 +679,8 @@ sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg
     h->sched = sched;
     h->metrics = m;
     h->model_id = strdup(model_id);
+    snprintf(h->replica, sizeof h->replica, "%s", cfg->replica_id ? cfg->replica_id : "");
     pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, NULL);
     if (!h->model_id) {
         sp_http_stop(h);
         return sp_error_set(SP_ERR_NOMEM, "http: out of memory");
@@ -704,12 +731,12 @@ void sp_http_drain(struct sp_http *h)
     pthread_mutex_unlock(&h->mu);
 }
 
-void sp_http_wait_idle(struct sp_http *h)
+int sp_http_active(struct sp_http *h)
 {
     pthread_mutex_lock(&h->mu);
-    while (h->n_active > 0)
-        pthread_cond_wait(&h->cv, &h->mu);
+    int n = h->n_active;
     pthread_mutex_unlock(&h->mu);
+    return n;
 }
 
 void sp_http_stop(struct sp_http *h)
@@ -718,7 +745,6 @@ void sp_http_stop(struct sp_http *h)
         return;
     if (h->daemon)
         MHD_stop_daemon(h->daemon);
-    pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h->model_id);
     free(h);

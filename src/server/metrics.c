@@ -15,10 +15,11 @@ static const double sp_ttft_bounds[SP_METRICS_BUCKETS] = {
 static const double sp_itl_bounds[SP_METRICS_BUCKETS] = {
     0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5};
 
-void sp_metrics_init(struct sp_metrics *m)
+void sp_metrics_init(struct sp_metrics *m, const char *replica)
 {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
+    snprintf(m->replica, sizeof m->replica, "%s", replica);
     m->ttft.bounds = sp_ttft_bounds;
     m->itl.bounds = sp_itl_bounds;
 }
@@ -153,6 +154,11 @@ char *sp_metrics_render(struct sp_metrics *m)
         return NULL;
     t.s[0] = '\0';
     pthread_mutex_lock(&m->mu);
+    /* The id needs no escaping: sp_server_replica_id_valid admits no quote,
+     * backslash or newline. */
+    sp_text_printf(&t, "# HELP spindle_replica_info This replica's id (--replica-id).\n"
+                       "# TYPE spindle_replica_info gauge\n"
+                       "spindle_replica_info{replica=\"%s\"} 1\n", m->replica);
     sp_text_printf(&t, "# HELP spindle_requests_total HTTP requests answered, by status.\n"
                        "# TYPE spindle_requests_total counter\n");
     for (int i = 0; i < SP_METRICS_MAX_STATUS && m->status_code[i]; i++)

@@ -34,6 +34,7 @@ struct sp_sched {
     size_t n_queued;
     atomic_size_t n_jobs;     /* submitted and not yet released by the scheduler */
     bool quit;
+    bool abort;               /* sp_sched_abort: end every job as shut down */
 
     /* set before the thread starts; immutable afterwards */
     struct sp_engine *engine;
@@ -118,15 +119,24 @@ enum sp_job_state sp_job_take(struct sp_job *j, struct sp_job_buf *mine, bool *t
     return st;
 }
 
+bool sp_job_shut_down(struct sp_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    bool v = j->shut_down;
+    pthread_mutex_unlock(&j->mu);
+    return v;
+}
+
 /* Ends a job that never reached the engine (or failed admission). */
 static void sp_job_finish_unrun(struct sp_job *j, enum sp_job_state state, sp_status st,
-                                const char *msg, bool timed_out)
+                                const char *msg, bool timed_out, bool shut_down)
 {
     pthread_mutex_lock(&j->mu);
     j->state = state;
     j->fail_status = st;
     snprintf(j->fail_msg, sizeof j->fail_msg, "%s", msg ? msg : "");
     j->timed_out = timed_out;
+    j->shut_down = shut_down;
     pthread_mutex_unlock(&j->mu);
     sp_job_signal(j);
 }
@@ -220,6 +230,9 @@ static void sp_on_event(void *user, const struct sp_token_event *ev)
             j->t_first = now;
         j->t_last = now;
     }
+    /* Only a choice the abort actually cut short counts as shut down. */
+    if (ev->finish == SP_FINISH_CANCELLED && j->abort_sent)
+        j->shut_down = true;
     if (ev->finish != SP_FINISH_NONE && ++j->n_final >= n_choices) {
         j->state = SP_JOB_DONE;
         done = true;
@@ -261,17 +274,17 @@ static void sp_queue_remove(struct sp_sched *s, struct sp_job *j, struct sp_job 
     s->n_queued--;
 }
 
-/* Admits queued jobs (s->mu held).  Cancelled or expired queued jobs end
- * here without running. */
+/* Admits queued jobs (s->mu held).  Cancelled or expired queued jobs, and
+ * all of them after sp_sched_abort, end here without running. */
 static void sp_admit(struct sp_sched *s, double now)
 {
     struct sp_job *prev = NULL, *j = s->q_head;
     while (j) {
         struct sp_job *next = j->next;
         bool expired = j->deadline > 0 && now >= j->deadline;
-        if (atomic_load(&j->cancel) || expired) {
+        if (atomic_load(&j->cancel) || expired || s->abort) {
             sp_queue_remove(s, j, prev);
-            sp_job_finish_unrun(j, SP_JOB_DONE, SP_OK, NULL, expired);
+            sp_job_finish_unrun(j, SP_JOB_DONE, SP_OK, NULL, expired, s->abort);
             atomic_fetch_sub(&s->n_jobs, 1);
             sp_job_unref(j);
             j = next;
@@ -289,7 +302,7 @@ static void sp_admit(struct sp_sched *s, double now)
         if (st != SP_OK) {
             /* FULL with nothing running means the pool is held elsewhere:
              * treat it as a refusal rather than wait forever. */
-            sp_job_finish_unrun(j, SP_JOB_FAILED, st, sp_error_message(), false);
+            sp_job_finish_unrun(j, SP_JOB_FAILED, st, sp_error_message(), false, false);
             atomic_fetch_sub(&s->n_jobs, 1);
             sp_job_unref(j);
         } else {
@@ -354,13 +367,14 @@ static void *sp_sched_main(void *arg)
         double now = sp_now();
         sp_admit(s, now);
         size_t n_queued = s->n_queued;
+        bool abort = s->abort;
         pthread_mutex_unlock(&s->mu);
 
         for (struct sp_job *j = s->run_head; j; j = j->next) {
             if (j->cancel_sent)
                 continue;
             bool expired = j->deadline > 0 && now >= j->deadline;
-            if (atomic_load(&j->cancel) || expired) {
+            if (atomic_load(&j->cancel) || expired || abort) {
                 if (expired) {
                     pthread_mutex_lock(&j->mu);
                     j->timed_out = true;
@@ -368,6 +382,7 @@ static void *sp_sched_main(void *arg)
                 }
                 sp_request_cancel(j->er);
                 j->cancel_sent = true;
+                j->abort_sent = abort;
             }
         }
         if (s->run_head && sp_engine_step(e) < 0)
@@ -456,6 +471,14 @@ void sp_sched_cancel(struct sp_sched *s, struct sp_job *j)
 {
     atomic_store(&j->cancel, true);
     pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sp_sched_abort(struct sp_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->abort = true;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }

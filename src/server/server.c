@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "server/server.h"
@@ -20,6 +22,52 @@ void sp_server_config_default(struct sp_server_config *c)
     c->max_body = 4u << 20;
     c->max_n = 8;
     c->sampling = (struct sp_server_sampling){NAN, NAN, NAN, NAN, INT32_MIN, INT32_MIN};
+    c->drain_timeout_s = 60;
+}
+
+static const char sp_replica_chars[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
+
+bool sp_server_replica_id_valid(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    return n >= 1 && n <= SP_REPLICA_ID_MAX && strspn(id, sp_replica_chars) == n;
+}
+
+/* The default replica id: the host name (a pod's name under Kubernetes),
+ * with characters a replica id cannot hold replaced by '-'. */
+static void sp_default_replica_id(char out[SP_REPLICA_ID_MAX + 1])
+{
+    char host[256] = {0};
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+        snprintf(host, sizeof host, "spindle");
+    size_t n = strnlen(host, SP_REPLICA_ID_MAX);
+    memcpy(out, host, n);
+    out[n] = '\0';
+    for (char *p = out; *p; p++)
+        if (!strchr(sp_replica_chars, *p))
+            *p = '-';
+}
+
+#define SP_DRAIN_POLL_NS (50 * 1000 * 1000)
+/* Requests the drain ended still need their threads to send the error. */
+#define SP_ABORT_GRACE_S 10.0
+
+/* Waits until no request is in flight (true), or until timeout_s passes
+ * (0: no limit) or another SIGINT/SIGTERM arrives (false). */
+static bool sp_wait_idle(struct sp_http *http, const sigset_t *sigs, double timeout_s)
+{
+    double deadline = timeout_s > 0 ? sp_now() + timeout_s : 0;
+    while (sp_http_active(http) > 0) {
+        if (deadline > 0 && sp_now() >= deadline)
+            return false;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = SP_DRAIN_POLL_NS};
+        int sig = sigtimedwait(sigs, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM)
+            return false;
+    }
+    return true;
+>>>>>>> cluster
 }
 
 /* The id clients send as `model`: the file name without directory or .gguf. */
@@ -42,7 +90,16 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     struct sp_engine *engine = NULL;
     sigset_t sigs, old_sigs;
     sp_model_info info;
+    struct sp_server_config c = *cfg;
+    char replica[SP_REPLICA_ID_MAX + 1];
 
+    if (!c.replica_id) {
+        sp_default_replica_id(replica);
+        c.replica_id = replica;
+    }
+    if (!sp_server_replica_id_valid(c.replica_id))
+        return sp_error_set(SP_ERR_ARG, "replica id '%s' is not 1-%d characters of [A-Za-z0-9._:-]",
+                            c.replica_id, SP_REPLICA_ID_MAX);
     sp_model_info_get(model, &info);
     char *model_id = sp_model_id(info.path);
     if (!model_id)
@@ -54,35 +111,43 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
         .kv_mem_mib = cfg->kv_mem_mib,
     };
     /* Everything that can refuse the configuration happens before the
-     * port is bound: a server that listens can serve. */
+     * port is bound: a server that listens can serve (a balancer's health
+     * check fails on a replica still loading as it would on a 503). */
     if ((st = sp_engine_create(model, &ep, &engine)) != SP_OK)
         goto free_id;
 
     /* Every thread started below inherits this mask, so SIGINT/SIGTERM are
-     * only ever taken by sigtimedwait() here. */
+     * only ever taken by sigwaitinfo()/sigtimedwait() here. */
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, &old_sigs);
     signal(SIGPIPE, SIG_IGN);
 
-    sp_metrics_init(&metrics);
-    if ((st = sp_sched_start(&sched, engine, cfg->max_queue, cfg->n_parallel, &cfg->sampling, &metrics)) !=
-        SP_OK)
+    sp_metrics_init(&metrics, c.replica_id);
+    if ((st = sp_sched_start(&sched, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics)) != SP_OK)
         goto free_metrics; /* the scheduler freed the engine */
-    if ((st = sp_http_start(&http, cfg, sched, &metrics, model_id)) != SP_OK)
+    if ((st = sp_http_start(&http, &c, sched, &metrics, model_id)) != SP_OK)
         goto stop_sched;
-    fprintf(stderr, "spindle: listening on http://%s:%d (model '%s', context %d tokens, %d parallel)\n",
-            cfg->host ? cfg->host : "127.0.0.1", sp_http_port(http), model_id, sp_sched_n_ctx(sched),
-            cfg->n_parallel);
+    fprintf(stderr,
+            "spindle: listening on http://%s:%d (replica '%s', model '%s', context %d tokens, %d parallel)\n",
+            c.host ? c.host : "127.0.0.1", sp_http_port(http), c.replica_id, model_id, sp_sched_n_ctx(sched),
+            c.n_parallel);
     for (;;) {
         int sig = sigwaitinfo(&sigs, NULL);
         if (sig == SIGINT || sig == SIGTERM)
             break;
     }
-    fprintf(stderr, "spindle: shutting down: finishing requests in flight\n");
     sp_http_drain(http);
-    sp_http_wait_idle(http);
+    fprintf(stderr, "spindle: draining: finishing %d request(s) in flight\n", sp_http_active(http));
+    if (!sp_wait_idle(http, &sigs, c.drain_timeout_s)) {
+        fprintf(stderr, "spindle: drain cut short: ending %d request(s) still in flight\n", sp_http_active(http));
+        sp_sched_abort(sched);
+        if (!sp_wait_idle(http, &sigs, SP_ABORT_GRACE_S))
+            fprintf(stderr, "spindle: %d request(s) still sending; closing their connections\n",
+                    sp_http_active(http));
+    }
+    fprintf(stderr, "spindle: drained\n");
     sp_http_stop(http);
 stop_sched:
     sp_sched_stop(sched);

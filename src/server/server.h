@@ -11,6 +11,12 @@
  *     each token event into the job's buffer.
  *   - the calling thread makes the engine before anything listens, then
  *     waits for SIGINT/SIGTERM and drains (sp_server_run).
+ *
+ * Behind a load balancer: nothing listens until the model is loaded (a
+ * balancer's health check fails as it would on a 503), /health answers 503
+ * {"status":"draining"} from SIGTERM on, every response carries
+ * `X-Spindle-Replica: <replica id>`, and /metrics has
+ * spindle_replica_info{replica="<id>"} 1.
  */
 #ifndef SP_SERVER_SERVER_H
 #define SP_SERVER_SERVER_H
@@ -24,6 +30,8 @@
 #include "engine/engine.h"
 #include "server/schema.h"
 
+/* The longest replica id (sp_server_replica_id_valid, public). */
+#define SP_REPLICA_ID_MAX 64
 /* ---- metrics.c: Prometheus counters, gauges and histograms ---- */
 
 #define SP_METRICS_MAX_STATUS 24
@@ -38,6 +46,7 @@ struct sp_histogram {
 
 struct sp_metrics {
     pthread_mutex_t mu;
+    char replica[SP_REPLICA_ID_MAX + 1];
     int status_code[SP_METRICS_MAX_STATUS];
     uint64_t status_count[SP_METRICS_MAX_STATUS];
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
@@ -45,7 +54,8 @@ struct sp_metrics {
     uint64_t running, queued;
     struct sp_engine_stats engine;
 };
-void sp_metrics_init(struct sp_metrics *m);
+/* replica: a valid replica id (sp_server_replica_id_valid), copied. */
+void sp_metrics_init(struct sp_metrics *m, const char *replica);
 void sp_metrics_free(struct sp_metrics *m);
 void sp_metrics_count_status(struct sp_metrics *m, int http_status);
 void sp_metrics_count_tokens(struct sp_metrics *m, uint64_t prompt, uint64_t cached,
@@ -102,6 +112,7 @@ struct sp_job {
     char fail_msg[256];
     struct sp_job_buf buf;
     bool timed_out;
+    bool shut_down;            /* ended by the drain timeout (sp_sched_abort) */
     bool lost_events;          /* allocation failed while copying an event */
     int n_final;
 
@@ -113,6 +124,7 @@ struct sp_job {
     struct sp_request *er;
     struct sp_job *next, *prev;
     bool cancel_sent;
+    bool abort_sent;           /* the cancel came from sp_sched_abort */
     bool first_token_seen;
     double t_last_token;
 
@@ -127,6 +139,9 @@ void sp_job_unref(struct sp_job *j);
 /* Swaps the job's pending events into *mine (emptied first) and returns
  * the job's state at that moment (*timed_out: the deadline fired). */
 enum sp_job_state sp_job_take(struct sp_job *j, struct sp_job_buf *mine, bool *timed_out);
+/* True once the job has ended because the server shut down before it
+ * finished (a job that finished by itself first never reports it). */
+bool sp_job_shut_down(struct sp_job *j);
 double sp_now(void);
 
 struct sp_sched;
@@ -146,6 +161,9 @@ const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s);
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j);
 /* Asks the scheduler to end j (client gone); safe in any state. */
 void sp_sched_cancel(struct sp_sched *s, struct sp_job *j);
+/* Ends every queued and running job now, marked shut down (the drain ran
+ * out of time); jobs submitted afterwards end the same way. */
+void sp_sched_abort(struct sp_sched *s);
 /* Ends the loop once nothing is queued or running, joins it, frees the engine. */
 void sp_sched_stop(struct sp_sched *s);
 
@@ -157,8 +175,8 @@ sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg
 int sp_http_port(const struct sp_http *h);
 /* New requests get 503 from now on. */
 void sp_http_drain(struct sp_http *h);
-/* Blocks until no generation request is in flight. */
-void sp_http_wait_idle(struct sp_http *h);
+/* Generation requests accepted and not yet completed. */
+int sp_http_active(struct sp_http *h);
 void sp_http_stop(struct sp_http *h);
 
 /* ---- sse.c: response bodies and stream chunks ---- */
@@ -185,6 +203,10 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
 /* Streaming: the end of the stream (final chunks for choices the engine never
  * finished, the usage chunk when asked, "data: [DONE]"). */
 sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t *cap);
+/* Streaming: an error event (`data: {"error": {...}}`) that ends a stream
+ * the server could not finish; OpenAI's clients raise it.  No [DONE] follows. */
+sp_status sp_resp_stream_error(const struct sp_api_error *err, char **out, size_t *len,
+                               size_t *cap);
 /* Non-streaming: accumulate, then build the whole body (malloc'd). */
 sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b);
 char *sp_resp_body(struct sp_resp *r);

@@ -7,7 +7,9 @@
  * was set, a chunk with empty choices and the usage; then `data: [DONE]`.
  * A request cut short by its deadline ends with finish_reason "length" and a
  * top-level "note" object saying so (not "error", which clients would raise
- * on, discarding the text they already have). */
+ * on, discarding the text they already have).  A stream the server itself
+ * cannot finish (shut down mid-stream) does end in an "error" event and no
+ * [DONE]: the answer is incomplete and the client must know. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,9 +233,10 @@ static sp_status sp_append(char **out, size_t *len, size_t *cap, const char *s, 
     return SP_OK;
 }
 
-static sp_status sp_append_chunk(json_t *chunk, char **out, size_t *len, size_t *cap)
+/* Appends "data: <payload>\n\n"; payload is malloc'd and taken (NULL: out
+ * of memory). */
+static sp_status sp_append_event(char *s, char **out, size_t *len, size_t *cap)
 {
-    char *s = sp_json_dump_free(chunk);
     if (!s)
         return SP_ERR_NOMEM;
     sp_status st = sp_append(out, len, cap, "data: ", 6);
@@ -243,6 +246,11 @@ static sp_status sp_append_chunk(json_t *chunk, char **out, size_t *len, size_t 
         st = sp_append(out, len, cap, "\n\n", 2);
     free(s);
     return st;
+}
+
+static sp_status sp_append_chunk(json_t *chunk, char **out, size_t *len, size_t *cap)
+{
+    return sp_append_event(sp_json_dump_free(chunk), out, len, cap);
 }
 
 static void sp_track_usage(struct sp_resp *r, const struct sp_job_event *e)
@@ -349,6 +357,12 @@ sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t 
     if (st == SP_OK)
         st = sp_append(out, len, cap, "data: [DONE]\n\n", 14);
     return st;
+}
+
+sp_status sp_resp_stream_error(const struct sp_api_error *err, char **out, size_t *len,
+                               size_t *cap)
+{
+    return sp_append_event(sp_api_error_body(err), out, len, cap);
 }
 
 sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
