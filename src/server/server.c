@@ -67,7 +67,6 @@ static bool sp_wait_idle(struct sp_http *http, const sigset_t *sigs, double time
             return false;
     }
     return true;
->>>>>>> cluster
 }
 
 /* The id clients send as `model`: the file name without directory or .gguf. */
