@@ -10,7 +10,6 @@
 #include "sampler/beam.h"
 #include "tokenizer/tokenizer.h"
 
-#define SP_KV_BLOCK_TOKENS 16
 #define SP_MAX_CHOICES 16
 #define SP_TEXT_CAP 65536
 
@@ -68,7 +67,7 @@ struct sp_engine {
     struct sp_model *model;
     struct sp_vocab *vocab;
     struct sp_pool *pool;
-    struct sp_kv kv;
+    struct sp_kv *kv;
     struct sp_forward_scratch fs;
     int n_ctx, n_batch, n_parallel, n_out_max;
     uint32_t committed_blocks;

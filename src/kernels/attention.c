@@ -6,8 +6,9 @@
  * side by side (sp_attn_block; units claimed dynamically); any other token is a (token, KV head) group of
  * query heads, or a single (token, query head) when there are fewer groups
  * than threads, and a unit handles the heads of a group together so each
- * K/V row is streamed once per group (sp_attn_group).  The cache is walked
- * run by run with sp_kv_run, the only way this file reads it.  Every
+ * K/V row is streamed once per group (sp_attn_group).  The cache is read
+ * through a view (sp_kv_view: key tiles, value rows, runs), the only way
+ * this file sees it.  Every
  * head's arithmetic is the same on every path: scores over positions
  * ascending (each q·k one sequential FMA chain over d), softmax with
  * sp_exp and its denominator in sp_attn_tree16's order, then V summed over
@@ -260,9 +261,8 @@ static inline void sp_attn_axpy(float *out, const float *p, int nh, const uint16
 static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf)
 {
     const int D = a->head_dim, hk = h0 / (a->n_head / a->n_head_kv);
-    const struct sp_kv_seq *seq = a->seqs[t];
-    const uint32_t rs = (uint32_t)D;                   /* row stride: a head's rows are contiguous */
-    const size_t hs = sp_kv_head_stride(a->kv, a->layer); /* head stride */
+    const struct sp_kv_view w = sp_kv_view(a->kv, a->seqs[t], a->layer);
+    const uint32_t rs = (uint32_t)D; /* row stride: a head's rows are contiguous */
     const int pos = a->pos[t];
     const int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
     const int n = pos - j0 + 1;
@@ -281,7 +281,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
     if (D % 2 == 0) { /* the keys a tile (16 positions) at a time */
         for (int j = j0; j <= pos;) {
             const int off = j % SP_KV_TILE, m = SP_KV_TILE - off < pos + 1 - j ? SP_KV_TILE - off : pos + 1 - j;
-            const uint16_t *tile = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)j) + (size_t)hk * hs - off;
+            const uint16_t *tile = sp_kv_view_k(&w, (uint32_t)j, (uint32_t)hk) - off;
             /* lane i: position j - off + i; the masked store writes lanes
              * in [off, off + m) only */
             sp_attn_dots16(qf, nh, D, tile, (__mmask16)(((1u << m) - 1) << off), scale, scores + (j - j0) - off,
@@ -291,15 +291,14 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
     } else
 #endif
         for (int j = j0; j <= pos;) {
-            const uint16_t *k, *v;
-            uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
+            const uint32_t run = sp_kv_view_run(&w, (uint32_t)j, (uint32_t)(pos + 1 - j));
             /* the run in groups of up to 4 keys within key tiles: keys
              * [off, off + m) of the tile at kt */
             for (uint32_t r = 0; r < run;) {
                 const int off = (int)((j + (int)r) % SP_KV_TILE);
                 const int left = SP_KV_TILE - off < 4 ? SP_KV_TILE - off : 4;
                 const int m = (int)(run - r) < left ? (int)(run - r) : left;
-                const uint16_t *kt = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)(j + (int)r)) + (size_t)hk * hs;
+                const uint16_t *kt = sp_kv_view_k(&w, (uint32_t)(j + (int)r), (uint32_t)hk);
                 float s4[SP_ATTN_GMAX * 4];
                 for (int h = 0; h < nh; h++)
                     sp_attn_dots(qf + (size_t)h * D, kt, m, D, s4 + (size_t)h * 4);
@@ -324,11 +323,11 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         sp_attn_softmax(scores + (size_t)h * n, n, mx[h], j0);
     memset(qf, 0, (size_t)nh * D * sizeof *qf); /* reused as the output accumulator */
     for (int j = j0; j <= pos;) {
-        const uint16_t *k, *v;
-        uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
+        const uint32_t run = sp_kv_view_run(&w, (uint32_t)j, (uint32_t)(pos + 1 - j));
+        const uint16_t *v = sp_kv_view_v(&w, (uint32_t)j, (uint32_t)hk);
 #if SP_ATTN_WIDE == 16
         if (D % 32 == 0) {
-            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * hs, rs, (int)run, D);
+            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v, rs, (int)run, D);
             j += (int)run;
             continue;
         }
@@ -336,7 +335,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         for (uint32_t r = 0; r < run; r++) {
             for (int h = 0; h < nh; h++)
                 p[h] = scores[(size_t)h * n + (j - j0) + r];
-            sp_attn_axpy(qf, p, nh, v + (size_t)r * rs + (size_t)hk * hs, D);
+            sp_attn_axpy(qf, p, nh, v + (size_t)r * rs, D);
         }
         j += (int)run;
     }
@@ -415,9 +414,8 @@ static void sp_attn_block_prefetch(const struct sp_attn_args *a, int t0, int nq,
 static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, float *scratch)
 {
     const int D = a->head_dim, hk = h / (a->n_head / a->n_head_kv);
-    const struct sp_kv_seq *seq = a->seqs[t0];
-    const uint32_t rs = (uint32_t)D;                   /* row stride: a head's rows are contiguous */
-    const size_t hs = sp_kv_head_stride(a->kv, a->layer); /* head stride */
+    const struct sp_kv_view w = sp_kv_view(a->kv, a->seqs[t0], a->layer);
+    const uint32_t rs = (uint32_t)D; /* row stride: a head's rows are contiguous */
     const int p0 = a->pos[t0], plast = p0 + nq - 1;
     int j0[16];
     for (int i = 0; i < nq; i++) {
@@ -445,7 +443,7 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
         vmx[i] = _mm512_set1_ps(-INFINITY);
     for (int jt = jb; jt <= plast; jt += SP_KV_TILE) {
         const int js = jt > jlo ? jt : jlo; /* first position of the tile read */
-        const uint16_t *tile = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)js) + (size_t)hk * hs - (js - jt);
+        const uint16_t *tile = sp_kv_view_k(&w, (uint32_t)js, (uint32_t)hk) - (js - jt);
         const __mmask16 in = sp_attn_lanes(js - jt, plast - jt);
         __m512 s[16];
         for (int i = 0; i < 16; i++)
@@ -493,11 +491,11 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
     }
     memset(o, 0, (size_t)16 * D * sizeof *o);
     for (int j = jlo; j <= plast;) {
-        const uint16_t *k, *v;
-        uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
+        const uint32_t run = sp_kv_view_run(&w, (uint32_t)j, (uint32_t)(plast + 1 - j));
+        const uint16_t *v = sp_kv_view_v(&w, (uint32_t)j, (uint32_t)hk);
         for (uint32_t r = 0; r < run; r += 16) { /* 16 rows at a time: they stay in L1 for all queries */
             const int m = run - r < 16 ? (int)(run - r) : 16;
-            const uint16_t *vr = v + (size_t)r * rs + (size_t)hk * hs;
+            const uint16_t *vr = v + (size_t)r * rs;
             const float *pb = sct + (j + (int)r - jb); /* probabilities of these rows' keys */
             for (int i = 0; i < nq; i += 4) {
                 const int qn = nq - i < 4 ? nq - i : 4;
