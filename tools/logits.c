@@ -10,7 +10,6 @@
 #include "args.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/prompt.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools.h"
@@ -119,7 +118,7 @@ int sp_tool_logits(int argc, char **argv)
         return sp_tool_fail("%s", sp_error_message());
     const struct sp_vocab *v = sp_engine_vocab(e);
     uint32_t n_vocab = sp_engine_model(e)->hp.n_vocab;
-    sp_status st = ids ? sp_logits_ids(ids, &toks, &n_toks) : sp_prompt_tokens(v, prompt, strlen(prompt), special, &toks, &n_toks);
+    sp_status st = ids ? sp_logits_ids(ids, &toks, &n_toks) : sp_tokenize_alloc(v, prompt, strlen(prompt), true, special, &toks, &n_toks);
     if (st != SP_OK) {
         sp_tool_fail("%s", sp_error_message());
         goto done;

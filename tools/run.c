@@ -9,10 +9,10 @@
 #include <sys/resource.h>
 
 #include "args.h"
+#include "chat/chat.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "engine/engine.h"
-#include "engine/prompt.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools.h"
@@ -301,9 +301,9 @@ int sp_tool_run(int argc, char **argv)
         if (system)
             msgs[n++] = (struct sp_chat_msg){"system", system};
         msgs[n++] = (struct sp_chat_msg){"user", prompt};
-        st = sp_prompt_chat(v, sp_engine_model(e), msgs, n, &toks, &n_toks);
+        st = sp_chat_prompt(v, sp_model_chat_format(sp_engine_model(e)), msgs, n, &toks, &n_toks);
     } else {
-        st = sp_prompt_tokens(v, prompt, strlen(prompt), special, &toks, &n_toks);
+        st = sp_tokenize_alloc(v, prompt, strlen(prompt), true, special, &toks, &n_toks);
     }
     if (st != SP_OK) {
         sp_tool_fail("%s", sp_error_message());

@@ -64,6 +64,8 @@ struct sp_model {
 
 sp_status sp_model_init(struct sp_model **out, const char *path);
 void sp_model_free(struct sp_model *m);
+/* The built-in chat format of the model's architecture ("chatml", "gemma"). */
+const char *sp_model_chat_format(const struct sp_model *m);
 
 /* Opens the file for its vocabulary only (no architecture checks): for
  * `tokenize` on vocabulary-only files. */
