@@ -33,9 +33,9 @@
 /* The softmax denominator's order, shared by every path: S[r] sums the
  * exponentials of the positions j with j % 16 == r, j ascending, and the
  * sixteen S[r] are added as a tree, halves first:
- * ((S[r] + S[r+8]) + (S[r+4] + S[r+12])) ... = sp_attn_tree16(S).  One
- * sequential chain over a 2,048-token context cost 8,000 cycles a head;
- * this order is sixteen shorter chains, one vector add per 16 keys. */
+ * ((S[r] + S[r+8]) + (S[r+4] + S[r+12])) ... = sp_attn_tree16(S): sixteen
+ * short chains, one vector add per 16 keys, instead of one sequential chain
+ * whose add latency grows with the context. */
 static inline float sp_attn_tree16(const float S[16])
 {
     float t8[8], t4[4];
@@ -125,10 +125,9 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, int n, int D,
 /* m heads' scaled dots with the keys of lanes `in` of one tile (tile: its
  * first value row): per d one load gives value d of all 16 keys.  Lane i
  * goes to out[h * out_stride + i] (lanes in `in` only) and into the
- * running maximum vmx[h] (x > max ? x : max, as the scalar form).  (Two
- * tiles per call, for twice the independent FMA chains, measured slower:
- * the loop is bound by the FP pipes, conversions included, not by FMA
- * latency.) */
+ * running maximum vmx[h] (x > max ? x : max, as the scalar form).  One
+ * tile per call: the loop is bound by the FP pipes, conversions included,
+ * not by FMA latency, so more independent chains would not help. */
 static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *qh, int D, const uint16_t *tile,
                                                                     __mmask16 in, __m512 scale, float *out,
                                                                     size_t out_stride, __m512 *vmx, const int m)
@@ -255,9 +254,7 @@ static inline void sp_attn_axpy(float *out, const float *p, int nh, const uint16
  * nh * (window length) floats, qf nh * D.  No software prefetch: a
  * sequence's blocks are consecutive in runs of up to an extent (src/kv), so
  * each head's keys and values are two streams the hardware prefetcher
- * follows; paced prefetches for every line cost 15-20 % here, and asking
- * for a block two ahead at each jump between runs gained nothing
- * (bench/attention.c, docs/performance.md). */
+ * follows, and prefetch instructions would only add to the work. */
 static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf)
 {
     const int D = a->head_dim, hk = h0 / (a->n_head / a->n_head_kv);
@@ -530,11 +527,9 @@ static void sp_attn_run(void *arg, int ith, int nth)
     /* Units are whole groups when they divide evenly among the chunks (one
      * per thread; batched decode of an even number of SmolLM2 tokens),
      * else each chunk takes one run of heads, a group split between two
-     * chunks being read by both: one-token decode of Gemma 3 (one KV head,
-     * read twice, not once per query head) or of SmolLM2 (3 groups on 2
-     * threads: 5 and 4 heads, not 6 and 3; bench/attention.c, one token,
-     * fastest runs at 256 / 512 / 1,024 / 2,048 positions: 173 -> 159,
-     * 328 -> 295, 747 -> 668, 1,628 -> 1,576 us).
+     * chunks being read by both, so the threads' shares stay even: one-token
+     * decode of Gemma 3 (one KV head, read twice, not once per query head)
+     * or of SmolLM2 (3 groups on 2 threads: 5 and 4 heads, not 6 and 3).
      * Either way each head's result is the same; only how K/V reads are
      * shared changes. */
     if ((long)a->n_tok * a->n_head_kv % nth == 0) {
@@ -593,8 +588,7 @@ static void sp_attn_plan_run(void *arg, int ith, int nth)
     const int group = a->n_head / a->n_head_kv;
     /* claimed one at a time from the last: a prompt's later blocks cost
      * more, so the cheap ones are left for the end, and a thread the
-     * machine slows down takes fewer (with units fixed per thread, the
-     * other waited up to 30-40 % of prompt attention in some runs) */
+     * machine slows down takes fewer instead of holding the others up */
     for (;;) {
         const int u = atomic_fetch_sub_explicit(&pl->left, 1, memory_order_relaxed) - 1;
         if (u < 0)
