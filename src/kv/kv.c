@@ -17,6 +17,7 @@
  * tiles), small enough that copy-on-write and the prefix cache's whole
  * blocks waste little. */
 #define SP_KV_BLOCK 16u
+_Static_assert(SP_KV_BLOCK % SP_KV_TILE == 0, "a block holds whole key tiles");
 
 struct sp_kv {
     uint32_t n_layer, kv_dim, head_dim, block_tokens, n_blocks; /* kv_dim = KV heads x head_dim; block_tokens = SP_KV_BLOCK */

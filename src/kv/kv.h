@@ -1,12 +1,12 @@
 /* KV cache: one pool of fixed-size blocks shared by every sequence.
  *
  * A block holds a fixed number of positions (sp_kv_stats: block_tokens) of
- * K and V for every layer, as f16.
- * A sequence owns a block table (logical block i -> pool block).  Blocks
- * are reference-counted: forks (n > 1, beam search) share blocks and copy a
- * shared block only when writing into it; the prefix cache keeps full
- * prompt blocks keyed by a hash of their tokens and of every token before
- * them, and evicts idle ones least-recently-used.
+ * K and V for every layer, as f16.  A sequence owns a block table (logical
+ * block i -> pool block).  Blocks are reference-counted: forks (n > 1,
+ * beam search) share blocks and copy a shared block only when writing into
+ * it; the prefix cache keeps full prompt blocks keyed by a hash of their
+ * tokens and of every token before them, and evicts idle ones
+ * least-recently-used.
  *
  * Sliding-window (local) layers keep only what their window needs: instead
  * of blocks, each sequence owns a ring of `ring_len` positions (window + the
