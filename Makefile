@@ -1,8 +1,9 @@
 # spindle — one plain Makefile.
-#   make            build/spindle (optimised for this host; ISA kernels chosen at run time)
+#   make            build/spindle (optimised for this host; ISA kernels chosen at run time);
+#                   only compiles: the packages it needs come from scripts/setup
 #   make PORTABLE=1 generic binary (no -march=native; runtime dispatch keeps scalar fallbacks)
-#   make run        fetch the default model and run the chat demo
-#   make test       every test (unit, golden, CLI, server)
+#   make run        scripts/setup, fetch the default model and run the chat demo
+#   make test       scripts/setup, then every test (unit, golden, CLI, server)
 #   make asan       build-asan/spindle with AddressSanitizer + UBSan
 #   make fuzz       libFuzzer targets (clang)
 #   make bench      spindle bench on the default model
@@ -10,13 +11,8 @@
 
 CC      ?= cc
 BUILD   ?= build
-# Install what the build needs before pkg-config is asked (idempotent, ~0.1 s).
-ifneq ($(MAKECMDGOALS),clean)
-SETUP_STATUS := $(shell scripts/setup --quiet >&2 && echo ok)
-ifneq ($(SETUP_STATUS),ok)
-$(error scripts/setup failed)
-endif
-endif
+# The C libraries come from Debian packages that scripts/setup installs;
+# `make` itself installs nothing (the `deps` check below says what to run).
 PKGS    := libmicrohttpd jansson libpcre2-8 libutf8proc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -64,7 +60,17 @@ TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
         compile-all xtarget install
 all: $(BUILD)/spindle $(BUILD)/libspindle.so
 
-deps: ;
+# Every compile waits for this check: a clear message instead of a missing
+# header when the packages are not installed.
+deps:
+	@pkg-config --exists $(PKGS) libedit 2>/dev/null || { \
+	    echo "make: the C libraries $(PKGS) libedit are not installed (pkg-config cannot find them);" \
+	         "run scripts/setup first (make test and make run run it for you)" >&2; exit 2; }
+
+# Installs the Debian packages and the test venv (idempotent, well under a
+# second when all is present).
+setup:
+	@scripts/setup --quiet
 
 $(BUILD)/libspindle.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -84,7 +90,7 @@ $(BUILD)/libspindle.so: $(LIB_OBJ)
 $(BUILD)/spindle: $(TOOL_OBJ) $(BUILD)/libspindle.a
 	$(CC) $(ALL_CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS) $(TOOL_LIBS)
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(FLAGS_$(notdir $*)) -c $< -o $@
 
@@ -118,7 +124,8 @@ $(BUILD)/bench_%: bench/%.c $(BUILD)/libspindle.a
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
 
-run: all
+run: setup
+	@$(MAKE) --no-print-directory all
 	@scripts/demo
 
 # Everything that compiles: library, tools, unit tests, micro-benchmarks.
@@ -133,7 +140,9 @@ XTARGET ?= $(if $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),x8
 xtarget:
 	@$(MAKE) --no-print-directory BUILD=build/xtarget-$(XTARGET) ARCH=-march=$(XTARGET) compile-all
 
-test: compile-all xtarget
+# scripts/setup first, then a fresh make that sees what it installed.
+test: setup
+	@$(MAKE) --no-print-directory compile-all xtarget
 	@echo "make test: compiled for the host (-march=native) and for -march=$(XTARGET)"
 	@scripts/run-tests $(BUILD)
 

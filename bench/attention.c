@@ -42,27 +42,35 @@ int main(int argc, char **argv)
     const int NQ0 = argc > 7 ? atoi(argv[7]) : 1, NS = argc > 9 ? atoi(argv[9]) : 1;
     const int IL0 = argc > 8 ? atoi(argv[8]) : 1, IL = IL0 > NS ? IL0 : NS, NQ = NS > 1 ? NS : NQ0;
     struct sp_pool *pool;
-    struct sp_kv kv;
+    struct sp_kv *kv;
     struct sp_kv_seq seq = {0}, other[64] = {{0}};
     if (P < 1 || NQ < 1 || (NS == 1 && NQ > P) || (NS > 1 && NQ0 != 1) || IL < 1 || IL > 65 || HKV < 1 || H % HKV ||
         D % 16 || L < 1 || sp_pool_init(&pool, nth) != SP_OK ||
-        sp_kv_init(&kv, (uint32_t)L, (uint32_t)(HKV * D), (uint32_t)D, 16, (uint32_t)((P / 16 + 1) * IL), NULL, 0, 0) != SP_OK) {
+        sp_kv_new(&kv, &(struct sp_kv_shape){.n_layer = (uint32_t)L, .n_head_kv = (uint32_t)HKV, .head_dim = (uint32_t)D},
+                  (uint32_t)((sp_kv_blocks_for((uint64_t)P) + 1) * IL)) != SP_OK) {
         fprintf(stderr, "usage: %s [context] [threads] [kv heads] [heads] [head dim] [layers] [queries] [interleave] "
                         "[sequences]\n", argv[0]);
         return 2;
     }
     for (uint32_t n = 16; n < (uint32_t)P + 16; n += 16) /* a block each, in turn */
         for (int s = 0; s < IL; s++)
-            if (sp_kv_seq_reserve(&kv, s ? &other[s - 1] : &seq, n < (uint32_t)P ? n : (uint32_t)P) != SP_OK)
+            if (sp_kv_seq_reserve(kv, s ? &other[s - 1] : &seq, n < (uint32_t)P ? n : (uint32_t)P) != SP_OK)
                 return 1;
-    seq.n_pos = (uint32_t)P;
-    for (int s = 1; s < IL; s++)
-        other[s - 1].n_pos = (uint32_t)P;
-    size_t kv_vals = (size_t)L * kv.layer_stride;
-    for (size_t i = 0; i < kv_vals; i++) { /* small f16 values: 0x2000 + noise */
-        kv.k[i] = (uint16_t)(0x2000 + (i * 2654435761u >> 22));
-        kv.v[i] = (uint16_t)(0x2000 + (i * 40503u >> 6 & 0x3ff));
-    }
+    /* small values, 1/8 + noise */
+    float *kr = malloc(sizeof(float) * HKV * D), *vr = malloc(sizeof(float) * HKV * D);
+    if (!kr || !vr)
+        return 1;
+    for (int s = 0; s < IL; s++)
+        for (int l = 0; l < L; l++)
+            for (int p = 0; p < P; p++) {
+                for (uint32_t i = 0; i < (uint32_t)(HKV * D); i++) {
+                    const uint32_t x = ((uint32_t)((s * L + l) * P + p) * (uint32_t)(HKV * D) + i) * 2654435761u;
+                    kr[i] = 0.125f + (float)(x >> 22) / 8192.0f;
+                    vr[i] = 0.125f + (float)(x >> 12 & 0x3ff) / 8192.0f;
+                }
+                sp_kv_store(kv, s ? &other[s - 1] : &seq, (uint32_t)l, (uint32_t)p, kr, vr);
+            }
+    free(kr), free(vr);
     size_t per = sp_attention_scratch_floats(P, D);
     float *q = malloc(sizeof(float) * NQ * H * D), *out = malloc(sizeof(float) * NQ * H * D);
     float *scratch = malloc(sizeof(float) * per * (size_t)sp_pool_chunks_for(nth));
@@ -76,7 +84,7 @@ int main(int argc, char **argv)
         seqs[t] = NS > 1 && t > 0 ? &other[t - 1] : &seq;
         pos[t] = NS > 1 ? P - 1 : P - NQ + t;
     }
-    struct sp_attn_args a = {.kv = &kv, .n_tok = NQ, .q = q, .q_stride = (size_t)H * D, .seqs = seqs, .pos = pos,
+    struct sp_attn_args a = {.kv = kv, .n_tok = NQ, .q = q, .q_stride = (size_t)H * D, .seqs = seqs, .pos = pos,
                              .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f, .out = out,
                              .out_stride = (size_t)H * D, .scratch = scratch, .scratch_per_thread = per,
                              .max_pos = P, .plan = plan};
@@ -98,10 +106,10 @@ int main(int argc, char **argv)
     printf("context %d, %d queries, %d sequences, %d threads, %d/%d heads, D %d, %d layers: %.1f us per batch, "
            "%.1f GB/s of K/V\n", P, NQ, NS, nth, HKV, H, D, L, best * 1e6, bytes / best / 1e9);
     free(q), free(out), free(scratch), free(seqs), free(pos), free(plan);
-    sp_kv_seq_release(&kv, &seq);
+    sp_kv_seq_release(kv, &seq);
     for (int s = 1; s < IL; s++)
-        sp_kv_seq_release(&kv, &other[s - 1]);
-    sp_kv_free(&kv);
+        sp_kv_seq_release(kv, &other[s - 1]);
+    sp_kv_free(kv);
     sp_pool_free(pool);
     return 0;
 }

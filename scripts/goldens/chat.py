@@ -3,7 +3,7 @@
 
 Renders every template in ../shared/testdata/chat-templates/, the extra
 templates in tests/goldens/chat/templates/ (spindle's built-in Gemma turn
-format, src/engine/prompt.c: the local Gemma 3 GGUF carries no template) and the templates
+format, src/chat/prompt.c: the local Gemma 3 GGUF carries no template) and the templates
 stored in the GGUF metadata (tokenizer.chat_template) of the local models with Python's jinja2, configured as HF transformers does
 (ImmutableSandboxedEnvironment, trim_blocks=True, lstrip_blocks=True,
 loopcontrols, HF's tojson filter, globals

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/pool.h"
 #include "engine/engine.h"
-#include "engine/prompt.h"
+#include "tokenizer/tokenizer.h"
 
 sp_status sp_engine_create(const sp_model *m, const sp_engine_params *p, sp_engine **out)
 {
@@ -35,7 +35,7 @@ sp_status sp_request_submit_text(sp_engine *e, const char *text, size_t len, boo
     size_t n = 0;
     if (out)
         *out = NULL;
-    sp_status st = sp_prompt_tokens(sp_engine_vocab(e), text, len, parse_special, &toks, &n);
+    sp_status st = sp_tokenize_alloc(sp_engine_vocab(e), text, len, true, parse_special, &toks, &n);
     if (st == SP_OK)
         st = sp_request_submit(e, toks, n, gp, fn, user, out);
     free(toks);

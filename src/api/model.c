@@ -8,7 +8,7 @@
 #include "api/internal.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/prompt.h"
+#include "chat/chat.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "sampler/sampler.h"
@@ -318,15 +318,24 @@ void sp_detokenizer_free(sp_detokenizer *d) { free(d); }
 
 /* ---- chat ---- */
 
-const char *sp_model_chat_template(const sp_model *m) { return sp_prompt_template(m->vocab, m->weights); }
+/* The architecture's built-in chat format (NULL for vocab_only: ChatML). */
+static const char *sp_api_chat_format(const sp_model *m)
+{
+    return m->weights ? sp_model_chat_format(m->weights) : NULL;
+}
+
+const char *sp_model_chat_template(const sp_model *m)
+{
+    return sp_chat_template_for(m->vocab, sp_api_chat_format(m));
+}
 
 sp_status sp_model_chat_apply(const sp_model *m, const sp_chat_msg *msgs, size_t n, bool add_generation_prompt,
                               char **text)
 {
-    return sp_prompt_render_chat(m->vocab, m->weights, msgs, n, add_generation_prompt, text);
+    return sp_chat_prompt_text(m->vocab, sp_api_chat_format(m), msgs, n, add_generation_prompt, text);
 }
 
 sp_status sp_model_chat_tokenize(const sp_model *m, const sp_chat_msg *msgs, size_t n, sp_token **out, size_t *n_out)
 {
-    return sp_prompt_chat(m->vocab, m->weights, msgs, n, out, n_out);
+    return sp_chat_prompt(m->vocab, sp_api_chat_format(m), msgs, n, out, n_out);
 }

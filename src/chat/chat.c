@@ -5,6 +5,8 @@
 
 #include "chat/chat.h"
 #include "chat/jinja.h"
+#include "chat/jinja_eval.h"
+#include "chat/jinja_parse.h"
 #include "core/error.h"
 
 static const char chatml[] =

@@ -48,4 +48,26 @@ sp_status sp_chat_render_at(const char *tmpl, const struct sp_chat_msg *msgs, si
  *   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... [<|im_start|>assistant\n] */
 const char *sp_chat_chatml_template(void);
 
+/* ---- a model's chat prompts (prompt.c) ----
+ * `v` is the model's vocabulary; `arch_format` the built-in format its
+ * architecture names (sp_model_chat_format: "gemma", "chatml"; NULL:
+ * ChatML), used when the file has no tokenizer.chat_template.  They read
+ * only immutable data: any thread may call them. */
+struct sp_vocab;
+
+/* The template the model's chat prompts render with. */
+const char *sp_chat_template_for(const struct sp_vocab *v, const char *arch_format);
+
+/* Renders msgs (with the assistant's opening when add_generation_prompt)
+ * and the model's BOS/EOS texts; *text is malloc'd. */
+sp_status sp_chat_prompt_text(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs,
+                              size_t n, bool add_generation_prompt, char **text);
+
+/* Renders and tokenizes with special tokens recognised; BOS is added
+ * unless the template already wrote it.  *out is malloc'd.  The one path
+ * from chat messages to prompt tokens (`spindle run --chat` and the
+ * server's /v1/chat/completions). */
+sp_status sp_chat_prompt(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs, size_t n,
+                         sp_token **out, size_t *n_out);
+
 #endif

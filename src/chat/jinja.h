@@ -1,4 +1,12 @@
-/* Internal interface of the Jinja2-subset interpreter behind chat.h.
+/* Internal interface of the Jinja2-subset interpreter behind chat.h: the
+ * types every part shares and the value layer (jinja_value.c).
+ *
+ * The parts stack without cycles, each calling only those below it:
+ *   jinja_value.c    arena, errors, values, access   (this header)
+ *   jinja_filters.c  filters, tests, methods         (jinja_filters.h)
+ *   jinja_parse.c    lexer and parser                (jinja_parse.h)
+ *   jinja_eval.c     evaluator                       (jinja_eval.h)
+ *   chat.c           the environment and sp_chat_render.
  *
  * Everything a render allocates (tokens, AST, values, scopes) lives in one
  * arena freed at the end of the render, so values are plain structs holding
@@ -118,20 +126,14 @@ struct jctx {
     int loop_ctl;       /* 1 break, 2 continue pending */
 };
 
+/* Records the first error of a render (at a node's or a source position;
+ * line 0: none) and returns -1. */
 int jerr(struct jctx *c, const struct jnode *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int jerr_pos(struct jctx *c, int line, int col, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-
-/* Parses NUL-terminated source (already newline-normalised by the caller) into
- * a root statement list. */
-int jparse(struct jctx *c, const char *src, struct jnode **root);
-
-/* Binds name to v in scope s (replacing an existing binding there). */
-int jscope_define(struct jctx *c, struct jscope *s, const char *name, struct jval v);
-
-/* Runs the root node, appending output to c->out. */
-int jexec_root(struct jctx *c, struct jnode *root);
+/* The error of using undefined value v where a value is needed. */
+int jerr_undef(struct jctx *c, const struct jnode *at, struct jval v);
 
 /* ---- value helpers (jinja_value.c) ----------------------------------------- */
 struct jval jv_undef(const char *name);
@@ -165,9 +167,12 @@ int jv_to_json(struct jctx *c, const struct jnode *at, struct jval v, int indent
 /* Python float repr. */
 void jfloat_repr(double f, char *buf, size_t cap);
 
-/* ---- shared by the evaluator and the filters --------------------------------- */
+/* ---- access ------------------------------------------------------------------ */
 struct jmacro { const struct jnode *def; struct jscope *closure; };
 struct jloop { struct jlist *items; size_t i; };
+
+/* An int or bool as an index. */
+bool jv_index(struct jval k, int64_t *i);
 
 /* Python-style iteration: list/tuple items, dict keys, string characters;
  * undefined iterates as empty; anything else is an error. */
@@ -178,24 +183,6 @@ int jv_getattr(struct jctx *c, const struct jnode *at, struct jval obj, const ch
 /* obj[key] as jinja2's getitem does it (undefined when missing). */
 int jv_getitem(struct jctx *c, const struct jnode *at, struct jval obj, struct jval key,
                struct jval *out);
-
-struct jargs {
-    struct jval *pos; size_t npos;
-    const char **kwn; struct jval *kw; size_t nkw;
-};
-int jfilter_apply(struct jctx *c, const struct jnode *at, const char *name, struct jval v,
-                  const struct jargs *a, struct jval *out);
-int jtest_apply(struct jctx *c, const struct jnode *at, const char *name, struct jval v,
-                const struct jargs *a, bool *out);
-/* Whether jinja2 has a built-in filter/test of that name. */
-bool jfilter_known(const char *name);
-bool jtest_known(const char *name);
-/* Methods of str, dict and loop objects: s.strip(), d.get(k), loop.cycle(...). */
-int jmethod_call(struct jctx *c, const struct jnode *at, struct jval obj, const char *name,
-                 const struct jargs *a, struct jval *out);
-/* Returns 1 and sets *out when v is a str whose case was mapped (mode 'u', 'l',
- * 'c' capitalize, 't' Python str.title, 'j' jinja title filter). */
-int jstr_case(struct jctx *c, struct jval v, char mode, struct jval *out);
 
 /* UTF-8 code point helpers: count and byte offset of code point i. */
 size_t jutf8_len(const char *p, size_t n);

@@ -15,39 +15,12 @@
 
 #include "chat/chat.h"
 #include "chat/jinja.h"
+#include "chat/jinja_eval.h"
+#include "chat/jinja_filters.h"
 
 #define JMAX_DEPTH 400
 #define JMAX_MACRO_DEPTH 48
 #define JMAX_RANGE 100000
-
-int jerr_pos(struct jctx *c, int line, int col, const char *fmt, ...)
-{
-    if (c->failed)
-        return -1;
-    char msg[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (line > 0)
-        snprintf(c->err, sizeof(c->err), "chat template %d:%d: %s", line, col, msg);
-    else
-        snprintf(c->err, sizeof(c->err), "chat template: %s", msg);
-    c->failed = true;
-    return -1;
-}
-
-int jerr(struct jctx *c, const struct jnode *at, const char *fmt, ...)
-{
-    if (c->failed)
-        return -1;
-    char msg[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return jerr_pos(c, at ? at->line : 0, at ? at->col : 0, "%s", msg);
-}
 
 /* ---- scopes ------------------------------------------------------------------ */
 static struct jscope *scope_new(struct jctx *c, struct jscope *parent)
@@ -102,156 +75,6 @@ int jscope_define(struct jctx *c, struct jscope *s, const char *name, struct jva
     return scope_set(c, s, name, v);
 }
 
-/* ---- generic object access --------------------------------------------------- */
-static int undef_err(struct jctx *c, const struct jnode *at, struct jval v)
-{
-    if (v.uname)
-        return jerr(c, at, "'%s' is undefined", v.uname);
-    return jerr(c, at, "undefined value used");
-}
-
-int jv_iterate(struct jctx *c, const struct jnode *at, struct jval v, struct jlist **out)
-{
-    struct jlist *l;
-    switch (v.t) {
-    case JV_LIST:
-        if (v.u.l->poison)
-            return jerr(c, at, "%s", v.u.l->poison);
-        *out = v.u.l;
-        return 0;
-    case JV_UNDEF:
-        return (*out = jlist_new(c, 0)) ? 0 : -1;
-    case JV_DICT:
-        if (!(l = jlist_new(c, v.u.d->n)))
-            return -1;
-        for (size_t i = 0; i < v.u.d->n; i++)
-            l->v[l->n++] = v.u.d->k[i];
-        *out = l;
-        return 0;
-    case JV_STR: {
-        size_t cps = jutf8_len(v.u.s.p, v.u.s.n);
-        if (!(l = jlist_new(c, cps)))
-            return -1;
-        size_t i = 0;
-        while (i < v.u.s.n) {
-            size_t j = i + 1;
-            while (j < v.u.s.n && ((unsigned char)v.u.s.p[j] & 0xC0) == 0x80)
-                j++;
-            l->v[l->n++] = jv_strn(v.u.s.p + i, j - i);
-            i = j;
-        }
-        *out = l;
-        return 0;
-    }
-    default:
-        return jerr(c, at, "'%s' object is not iterable", jv_type_name(v));
-    }
-}
-
-static int loop_attr(struct jctx *c, struct jloop *lp, const char *name, struct jval *out)
-{
-    int64_t n = (int64_t)lp->items->n, i = (int64_t)lp->i;
-    if (!strcmp(name, "index")) *out = jv_int(i + 1);
-    else if (!strcmp(name, "index0")) *out = jv_int(i);
-    else if (!strcmp(name, "revindex")) *out = jv_int(n - i);
-    else if (!strcmp(name, "revindex0")) *out = jv_int(n - i - 1);
-    else if (!strcmp(name, "first")) *out = jv_bool(i == 0);
-    else if (!strcmp(name, "last")) *out = jv_bool(i == n - 1);
-    else if (!strcmp(name, "length")) *out = jv_int(n);
-    else if (!strcmp(name, "depth")) *out = jv_int(1);
-    else if (!strcmp(name, "depth0")) *out = jv_int(0);
-    else if (!strcmp(name, "previtem")) *out = i > 0 ? lp->items->v[i - 1] : jv_undef("previtem");
-    else if (!strcmp(name, "nextitem")) *out = i + 1 < n ? lp->items->v[i + 1] : jv_undef("nextitem");
-    else *out = jv_undef(name);
-    (void)c;
-    return 0;
-}
-
-int jv_getattr(struct jctx *c, const struct jnode *at, struct jval obj, const char *name,
-               struct jval *out)
-{
-    switch (obj.t) {
-    case JV_UNDEF:
-        return undef_err(c, at, obj);
-    case JV_DICT:
-    case JV_NS: {
-        struct jval *v = jdict_gets(obj.u.d, name);
-        *out = v ? *v : jv_undef(name);
-        return 0;
-    }
-    case JV_LOOP:
-        return loop_attr(c, obj.u.loop, name, out);
-    default:
-        *out = jv_undef(name);
-        return 0;
-    }
-}
-
-static bool jv_as_index(struct jval k, int64_t *i)
-{
-    if (k.t == JV_INT) { *i = k.u.i; return true; }
-    if (k.t == JV_BOOL) { *i = k.u.b; return true; }
-    return false;
-}
-
-int jv_getitem(struct jctx *c, const struct jnode *at, struct jval obj, struct jval key,
-               struct jval *out)
-{
-    int64_t i;
-    switch (obj.t) {
-    case JV_UNDEF:
-        return undef_err(c, at, obj);
-    case JV_DICT:
-    case JV_NS: {
-        struct jval *v = jdict_get(obj.u.d, key);
-        *out = v ? *v : jv_undef(NULL);
-        return 0;
-    }
-    case JV_LIST:
-        if (obj.u.l->gen || !jv_as_index(key, &i)) {
-            *out = jv_undef(NULL);
-            return 0;
-        }
-        if (i < 0)
-            i += (int64_t)obj.u.l->n;
-        *out = (i >= 0 && (uint64_t)i < obj.u.l->n) ? obj.u.l->v[i] : jv_undef(NULL);
-        return 0;
-    case JV_STR: {
-        if (!jv_as_index(key, &i)) {
-            *out = jv_undef(NULL);
-            return 0;
-        }
-        int64_t n = (int64_t)jutf8_len(obj.u.s.p, obj.u.s.n);
-        if (i < 0)
-            i += n;
-        if (i < 0 || i >= n) {
-            *out = jv_undef(NULL);
-            return 0;
-        }
-        size_t a = jutf8_offset(obj.u.s.p, obj.u.s.n, (size_t)i);
-        size_t b = jutf8_offset(obj.u.s.p, obj.u.s.n, (size_t)i + 1);
-        *out = jv_strn(obj.u.s.p + a, b - a);
-        return 0;
-    }
-    case JV_LOOP:
-        if (key.t == JV_STR) {
-            char nm[32];
-            if (key.u.s.n >= sizeof(nm)) {
-                *out = jv_undef(NULL);
-                return 0;
-            }
-            memcpy(nm, key.u.s.p, key.u.s.n);
-            nm[key.u.s.n] = 0;
-            return loop_attr(c, obj.u.loop, nm, out);
-        }
-        *out = jv_undef(NULL);
-        return 0;
-    default:
-        *out = jv_undef(NULL);
-        return 0;
-    }
-}
-
 /* Python slice index normalisation. */
 static int64_t slice_bound(struct jval v, int64_t n, int64_t step, bool is_start, bool *ok)
 {
@@ -259,7 +82,7 @@ static int64_t slice_bound(struct jval v, int64_t n, int64_t step, bool is_start
     *ok = true;
     if (v.t == JV_NONE || v.t == JV_UNDEF)
         return step > 0 ? (is_start ? 0 : n) : (is_start ? n - 1 : -1);
-    if (!jv_as_index(v, &x)) {
+    if (!jv_index(v, &x)) {
         *ok = false;
         return 0;
     }
@@ -279,13 +102,13 @@ static int do_slice(struct jctx *c, const struct jnode *at, struct jval obj, str
     int64_t step = 1;
     bool ok1, ok2;
     if (obj.t == JV_UNDEF)
-        return undef_err(c, at, obj);
+        return jerr_undef(c, at, obj);
     /* jinja2 compiles a slice as a plain Python subscript: errors propagate. */
     if (obj.t == JV_DICT || obj.t == JV_NS)
         return jerr(c, at, "unhashable type: 'slice'");
     if ((obj.t != JV_LIST && obj.t != JV_STR) || (obj.t == JV_LIST && obj.u.l->gen))
         return jerr(c, at, "'%s' object is not subscriptable", jv_type_name(obj));
-    if (st.t != JV_NONE && st.t != JV_UNDEF && !jv_as_index(st, &step))
+    if (st.t != JV_NONE && st.t != JV_UNDEF && !jv_index(st, &step))
         return jerr(c, at, "slice indices must be integers or None");
     if (step == 0)
         return jerr(c, at, "slice step cannot be zero");
@@ -468,7 +291,7 @@ static int call_func(struct jctx *c, const struct jnode *at, int fn, const struc
         if (a->npos < 1 || a->npos > 3 || a->nkw)
             return jerr(c, at, "range() takes 1 to 3 integer arguments");
         for (size_t i = 0; i < a->npos; i++)
-            if (!jv_as_index(a->pos[i], &v[a->npos == 1 ? 1 : i]))
+            if (!jv_index(a->pos[i], &v[a->npos == 1 ? 1 : i]))
                 return jerr(c, at, "range() arguments must be integers");
         if (v[2] == 0)
             return jerr(c, at, "range() arg 3 must not be zero");
@@ -511,7 +334,7 @@ static int eval_call(struct jctx *c, struct jscope *sc, const struct jnode *n, s
     switch (callee.t) {
     case JV_MACRO: return call_macro(c, sc, n, callee.u.m, &a, out);
     case JV_FUNC: return call_func(c, n, callee.u.fn, &a, out);
-    case JV_UNDEF: return undef_err(c, n, callee);
+    case JV_UNDEF: return jerr_undef(c, n, callee);
     default: return jerr(c, n, "'%s' object is not callable", jv_type_name(callee));
     }
 }
@@ -586,9 +409,9 @@ static int binary(struct jctx *c, const struct jnode *at, int op, struct jval a,
         return str_concat(c, x.u.s.p, x.u.s.n, y.u.s.p, y.u.s.n, out);
     }
     if (a.t == JV_UNDEF)
-        return undef_err(c, at, a);
+        return jerr_undef(c, at, a);
     if (b.t == JV_UNDEF)
-        return undef_err(c, at, b);
+        return jerr_undef(c, at, b);
     if (op == JO_ADD && a.t == JV_STR && b.t == JV_STR)
         return str_concat(c, a.u.s.p, a.u.s.n, b.u.s.p, b.u.s.n, out);
     if (op == JO_ADD && a.t == JV_LIST && b.t == JV_LIST && a.u.l->tuple == b.u.l->tuple &&
@@ -716,9 +539,9 @@ static int compare(struct jctx *c, const struct jnode *at, int op, struct jval a
         return 0;
     }
     if (a.t == JV_UNDEF)
-        return undef_err(c, at, a);
+        return jerr_undef(c, at, a);
     if (b.t == JV_UNDEF)
-        return undef_err(c, at, b);
+        return jerr_undef(c, at, b);
     int r = jv_compare(a, b);
     if (r == -2)
         return jerr(c, at, "'%s' not supported between instances of '%s' and '%s'",
@@ -812,7 +635,7 @@ static int eval_inner(struct jctx *c, struct jscope *sc, const struct jnode *n, 
         if (eval(c, sc, n->a, &a))
             return -1;
         if (a.t == JV_UNDEF)
-            return undef_err(c, n, a);
+            return jerr_undef(c, n, a);
         if (!is_num(a))
             return jerr(c, n, "bad operand type for unary %s: '%s'", op_name(n->op), jv_type_name(a));
         if (n->op == JO_POS)

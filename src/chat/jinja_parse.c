@@ -15,6 +15,8 @@
 
 #include "chat/chat.h"
 #include "chat/jinja.h"
+#include "chat/jinja_filters.h"
+#include "chat/jinja_parse.h"
 
 #define JMAX_PARSE_DEPTH 100
 
@@ -1070,205 +1072,271 @@ static int parse_targets(struct jparser *P, struct svec *tg)
     return 0;
 }
 
-static struct jnode *parse_statement(struct jparser *P)
+/* ---- tags: each parses from its name (the current token) through the
+ * end of its last block, and leaves the closing '%}' to parse_statement */
+
+static struct jnode *parse_if(struct jparser *P)
 {
     static const char *const if_ends[] = { "elif", "else", "endif", NULL };
     static const char *const endif[] = { "endif", NULL };
-    static const char *const for_ends[] = { "else", "endfor", NULL };
-    static const char *const endfor[] = { "endfor", NULL };
-    static const char *const endset[] = { "endset", NULL };
-    static const char *const endmacro[] = { "endmacro", NULL };
-    static const char *const endfilter[] = { "endfilter", NULL };
-    static const char *const endgen[] = { "endgeneration", NULL };
     struct nvec body = { 0 }, alt = { 0 };
     struct jnode *n;
+    P->pos++;
+    if (!(n = mk(P, JN_IF)) || !(n->a = parse_tuple(P, true, false)) || expect_block_end(P) ||
+        parse_body(P, &body, if_ends))
+        return NULL;
+    struct jnode *tail = n;
+    for (;;) {
+        tail->body = body.v;
+        tail->nbody = body.n;
+        memset(&body, 0, sizeof(body));
+        if (skip_name(P, "elif")) {
+            struct jnode *e = mk(P, JN_IF);
+            if (!e || !(e->a = parse_tuple(P, true, false)) || expect_block_end(P) ||
+                parse_body(P, &body, if_ends))
+                return NULL;
+            tail->alt = jarena_alloc(&P->c->arena, sizeof(struct jnode *));
+            if (!tail->alt) {
+                perr(P, "template too large");
+                return NULL;
+            }
+            tail->alt[0] = e;
+            tail->nalt = 1;
+            tail = e;
+            continue;
+        }
+        if (skip_name(P, "else")) {
+            if (expect_block_end(P) || parse_body(P, &alt, endif))
+                return NULL;
+            tail->alt = alt.v;
+            tail->nalt = alt.n;
+        }
+        P->pos++; /* endif */
+        return n;
+    }
+}
+
+static struct jnode *parse_for(struct jparser *P)
+{
+    static const char *const for_ends[] = { "else", "endfor", NULL };
+    static const char *const endfor[] = { "endfor", NULL };
+    struct nvec body = { 0 }, alt = { 0 };
+    struct svec tg = { 0 };
+    struct jnode *n;
+    P->pos++;
+    if (!(n = mk(P, JN_FOR)) || parse_targets(P, &tg))
+        return NULL;
+    if (!skip_name(P, "in")) {
+        perr(P, "expected 'in' in for loop");
+        return NULL;
+    }
+    if (!(n->a = parse_tuple(P, false, false)))
+        return NULL;
+    if (skip_name(P, "if") && !(n->b = parse_expr(P, true)))
+        return NULL;
+    if (is_name(P, "recursive")) {
+        perr(P, "recursive loops are not supported");
+        return NULL;
+    }
+    P->loop_depth++;
+    if (expect_block_end(P) || parse_body(P, &body, for_ends))
+        return NULL;
+    P->loop_depth--;
+    if (skip_name(P, "else") && (expect_block_end(P) || parse_body(P, &alt, endfor)))
+        return NULL;
+    P->pos++;
+    n->targets = tg.v;
+    n->ntargets = tg.n;
+    n->body = body.v;
+    n->nbody = body.n;
+    n->alt = alt.v;
+    n->nalt = alt.n;
+    return n;
+}
+
+/* {% set x = ... %}, {% set ns.attr = ... %}, {% set x | filters %}...{% endset %} */
+static struct jnode *parse_set(struct jparser *P)
+{
+    static const char *const endset[] = { "endset", NULL };
+    struct nvec body = { 0 };
+    struct svec tg = { 0 };
+    struct jnode *n;
+    P->pos++;
+    if (!(n = mk(P, JN_SET)))
+        return NULL;
+    if (cur(P)->kind == JT_NAME && P->toks[P->pos + 1].kind == JT_OP &&
+        P->toks[P->pos + 1].n == 1 && P->toks[P->pos + 1].p[0] == '.') {
+        if (svec_push(P, &tg, cur(P)->p))
+            return NULL;
+        P->pos += 2;
+        if (cur(P)->kind != JT_NAME) {
+            perr(P, "expected an attribute name");
+            return NULL;
+        }
+        n->name = cur(P)->p;
+        P->pos++;
+    } else if (parse_targets(P, &tg)) {
+        return NULL;
+    }
+    n->targets = tg.v;
+    n->ntargets = tg.n;
+    if (skip_op(P, "=")) {
+        if (!(n->b = parse_tuple(P, true, false)))
+            return NULL;
+        return n;
+    }
+    if (n->name || tg.n != 1) {
+        perr(P, "expected '='");
+        return NULL;
+    }
+    n->kind = JN_SETBLOCK;
+    struct nvec chain = { 0 };
+    if (skip_op(P, "|") && parse_filter_chain(P, &chain))
+        return NULL;
+    n->args = chain.v;
+    n->nargs = chain.n;
+    if (expect_block_end(P) || parse_body(P, &body, endset))
+        return NULL;
+    P->pos++;
+    n->body = body.v;
+    n->nbody = body.n;
+    return n;
+}
+
+static struct jnode *parse_macro(struct jparser *P)
+{
+    static const char *const endmacro[] = { "endmacro", NULL };
+    struct nvec body = { 0 }, defs = { 0 };
+    struct svec params = { 0 };
+    struct jnode *n;
+    P->pos++;
+    if (!(n = mk(P, JN_MACRO)))
+        return NULL;
+    if (cur(P)->kind != JT_NAME) {
+        perr(P, "expected a macro name");
+        return NULL;
+    }
+    n->name = cur(P)->p;
+    P->pos++;
+    if (expect_op(P, "("))
+        return NULL;
+    while (!skip_op(P, ")")) {
+        if (params.n && expect_op(P, ","))
+            return NULL;
+        if (skip_op(P, ")"))
+            break;
+        if (cur(P)->kind != JT_NAME) {
+            perr(P, "expected a parameter name");
+            return NULL;
+        }
+        if (svec_push(P, &params, cur(P)->p))
+            return NULL;
+        P->pos++;
+        struct jnode *d = NULL;
+        if (skip_op(P, "=") && !(d = parse_expr(P, true)))
+            return NULL;
+        if (!d && defs.n && defs.v[defs.n - 1]) {
+            perr(P, "non-default argument follows default argument");
+            return NULL;
+        }
+        if (nvec_push(P, &defs, d))
+            return NULL;
+    }
+    int saved = P->loop_depth;
+    P->loop_depth = 0;
+    if (expect_block_end(P) || parse_body(P, &body, endmacro))
+        return NULL;
+    P->loop_depth = saved;
+    P->pos++;
+    n->targets = params.v;
+    n->ntargets = params.n;
+    n->args = defs.v;
+    n->nargs = defs.n;
+    n->body = body.v;
+    n->nbody = body.n;
+    return n;
+}
+
+/* {% filter f | g %}...{% endfilter %} */
+static struct jnode *parse_filter_block(struct jparser *P)
+{
+    static const char *const endfilter[] = { "endfilter", NULL };
+    struct nvec body = { 0 }, chain = { 0 };
+    struct jnode *n;
+    P->pos++;
+    if (!(n = mk(P, JN_FILTERBLOCK)) || parse_filter_chain(P, &chain) ||
+        expect_block_end(P) || parse_body(P, &body, endfilter))
+        return NULL;
+    P->pos++;
+    n->args = chain.v;
+    n->nargs = chain.n;
+    n->body = body.v;
+    n->nbody = body.n;
+    return n;
+}
+
+/* HF's {% generation %} marks assistant text; it renders its body. */
+static struct jnode *parse_generation(struct jparser *P)
+{
+    static const char *const endgen[] = { "endgeneration", NULL };
+    struct nvec body = { 0 };
+    struct jnode *n;
+    P->pos++;
+    if (!(n = mk(P, JN_IF)) || !(n->a = mk(P, JN_LIT)) || expect_block_end(P) ||
+        parse_body(P, &body, endgen))
+        return NULL;
+    P->pos++;
+    n->a->lit = jv_bool(true);
+    n->body = body.v;
+    n->nbody = body.n;
+    return n;
+}
+
+static struct jnode *parse_loop_control(struct jparser *P, enum jnode_kind kind)
+{
+    struct jnode *n;
+    if (P->loop_depth == 0) {
+        perr(P, "'%s' outside of a loop", cur(P)->p);
+        return NULL;
+    }
+    if (!(n = mk(P, kind)))
+        return NULL;
+    P->pos++;
+    return n;
+}
+
+static struct jnode *parse_break(struct jparser *P) { return parse_loop_control(P, JN_BREAK); }
+static struct jnode *parse_continue(struct jparser *P) { return parse_loop_control(P, JN_CONTINUE); }
+
+static const struct {
+    const char *name;
+    struct jnode *(*parse)(struct jparser *P);
+} jtags[] = {
+    {"if", parse_if},         {"for", parse_for},
+    {"set", parse_set},       {"macro", parse_macro},
+    {"filter", parse_filter_block}, {"generation", parse_generation},
+    {"break", parse_break},   {"continue", parse_continue},
+};
+
+/* One {% tag %} (past its '{%') through its closing '%}'. */
+static struct jnode *parse_statement(struct jparser *P)
+{
+    const size_t n_tags = sizeof jtags / sizeof jtags[0];
+    size_t i = 0;
     if (cur(P)->kind != JT_NAME) {
         perr(P, "expected a statement name after '{%%'");
         return NULL;
     }
     if (enter(P))
         return NULL;
-    if (skip_name(P, "if")) {
-        if (!(n = mk(P, JN_IF)) || !(n->a = parse_tuple(P, true, false)) || expect_block_end(P) ||
-            parse_body(P, &body, if_ends))
-            return NULL;
-        struct jnode *tail = n;
-        for (;;) {
-            tail->body = body.v;
-            tail->nbody = body.n;
-            memset(&body, 0, sizeof(body));
-            if (skip_name(P, "elif")) {
-                struct jnode *e = mk(P, JN_IF);
-                if (!e || !(e->a = parse_tuple(P, true, false)) || expect_block_end(P) ||
-                    parse_body(P, &body, if_ends))
-                    return NULL;
-                tail->alt = jarena_alloc(&P->c->arena, sizeof(struct jnode *));
-                if (!tail->alt) {
-                    perr(P, "template too large");
-                    return NULL;
-                }
-                tail->alt[0] = e;
-                tail->nalt = 1;
-                tail = e;
-                continue;
-            }
-            if (skip_name(P, "else")) {
-                if (expect_block_end(P) || parse_body(P, &alt, endif))
-                    return NULL;
-                tail->alt = alt.v;
-                tail->nalt = alt.n;
-            }
-            P->pos++; /* endif */
-            break;
-        }
-    } else if (skip_name(P, "for")) {
-        struct svec tg = { 0 };
-        if (!(n = mk(P, JN_FOR)) || parse_targets(P, &tg))
-            return NULL;
-        if (!skip_name(P, "in")) {
-            perr(P, "expected 'in' in for loop");
-            return NULL;
-        }
-        if (!(n->a = parse_tuple(P, false, false)))
-            return NULL;
-        if (skip_name(P, "if") && !(n->b = parse_expr(P, true)))
-            return NULL;
-        if (is_name(P, "recursive")) {
-            perr(P, "recursive loops are not supported");
-            return NULL;
-        }
-        P->loop_depth++;
-        if (expect_block_end(P) || parse_body(P, &body, for_ends))
-            return NULL;
-        P->loop_depth--;
-        if (skip_name(P, "else") && (expect_block_end(P) || parse_body(P, &alt, endfor)))
-            return NULL;
-        P->pos++;
-        n->targets = tg.v;
-        n->ntargets = tg.n;
-        n->body = body.v;
-        n->nbody = body.n;
-        n->alt = alt.v;
-        n->nalt = alt.n;
-    } else if (skip_name(P, "set")) {
-        struct svec tg = { 0 };
-        if (!(n = mk(P, JN_SET)))
-            return NULL;
-        if (cur(P)->kind == JT_NAME && P->toks[P->pos + 1].kind == JT_OP &&
-            P->toks[P->pos + 1].n == 1 && P->toks[P->pos + 1].p[0] == '.') {
-            if (svec_push(P, &tg, cur(P)->p))
-                return NULL;
-            P->pos += 2;
-            if (cur(P)->kind != JT_NAME) {
-                perr(P, "expected an attribute name");
-                return NULL;
-            }
-            n->name = cur(P)->p;
-            P->pos++;
-        } else if (parse_targets(P, &tg)) {
-            return NULL;
-        }
-        n->targets = tg.v;
-        n->ntargets = tg.n;
-        if (skip_op(P, "=")) {
-            if (!(n->b = parse_tuple(P, true, false)))
-                return NULL;
-        } else {
-            if (n->name || tg.n != 1) {
-                perr(P, "expected '='");
-                return NULL;
-            }
-            n->kind = JN_SETBLOCK;
-            struct nvec chain = { 0 };
-            if (skip_op(P, "|") && parse_filter_chain(P, &chain))
-                return NULL;
-            n->args = chain.v;
-            n->nargs = chain.n;
-            if (expect_block_end(P) || parse_body(P, &body, endset))
-                return NULL;
-            P->pos++;
-            n->body = body.v;
-            n->nbody = body.n;
-        }
-    } else if (skip_name(P, "macro")) {
-        struct svec params = { 0 };
-        struct nvec defs = { 0 };
-        if (!(n = mk(P, JN_MACRO)))
-            return NULL;
-        if (cur(P)->kind != JT_NAME) {
-            perr(P, "expected a macro name");
-            return NULL;
-        }
-        n->name = cur(P)->p;
-        P->pos++;
-        if (expect_op(P, "("))
-            return NULL;
-        while (!skip_op(P, ")")) {
-            if (params.n && expect_op(P, ","))
-                return NULL;
-            if (skip_op(P, ")"))
-                break;
-            if (cur(P)->kind != JT_NAME) {
-                perr(P, "expected a parameter name");
-                return NULL;
-            }
-            if (svec_push(P, &params, cur(P)->p))
-                return NULL;
-            P->pos++;
-            struct jnode *d = NULL;
-            if (skip_op(P, "=") && !(d = parse_expr(P, true)))
-                return NULL;
-            if (!d && defs.n && defs.v[defs.n - 1]) {
-                perr(P, "non-default argument follows default argument");
-                return NULL;
-            }
-            if (nvec_push(P, &defs, d))
-                return NULL;
-        }
-        int saved = P->loop_depth;
-        P->loop_depth = 0;
-        if (expect_block_end(P) || parse_body(P, &body, endmacro))
-            return NULL;
-        P->loop_depth = saved;
-        P->pos++;
-        n->targets = params.v;
-        n->ntargets = params.n;
-        n->args = defs.v;
-        n->nargs = defs.n;
-        n->body = body.v;
-        n->nbody = body.n;
-    } else if (skip_name(P, "filter")) {
-        struct nvec chain = { 0 };
-        if (!(n = mk(P, JN_FILTERBLOCK)) || parse_filter_chain(P, &chain) ||
-            expect_block_end(P) || parse_body(P, &body, endfilter))
-            return NULL;
-        P->pos++;
-        n->args = chain.v;
-        n->nargs = chain.n;
-        n->body = body.v;
-        n->nbody = body.n;
-    } else if (skip_name(P, "generation")) {
-        /* HF's {% generation %} marks assistant text; it renders its body. */
-        if (!(n = mk(P, JN_IF)) || !(n->a = mk(P, JN_LIT)) || expect_block_end(P) ||
-            parse_body(P, &body, endgen))
-            return NULL;
-        P->pos++;
-        n->a->lit = jv_bool(true);
-        n->body = body.v;
-        n->nbody = body.n;
-    } else if (is_name(P, "break") || is_name(P, "continue")) {
-        if (P->loop_depth == 0) {
-            perr(P, "'%s' outside of a loop", cur(P)->p);
-            return NULL;
-        }
-        if (!(n = mk(P, is_name(P, "break") ? JN_BREAK : JN_CONTINUE)))
-            return NULL;
-        P->pos++;
-    } else {
+    while (i < n_tags && !is_name(P, jtags[i].name))
+        i++;
+    if (i == n_tags) {
         perr(P, "unknown or unexpected tag '%s'", cur(P)->p);
         return NULL;
     }
-    if (expect_block_end(P))
+    struct jnode *n = jtags[i].parse(P);
+    if (!n || expect_block_end(P))
         return NULL;
     P->depth--;
     return n;

@@ -1,5 +1,7 @@
-/* Values of the Jinja2 subset: arena, constructors, Python-compatible
- * truthiness, equality, ordering, str()/repr() and json.dumps() output. */
+/* Values of the Jinja2 subset: arena, errors, constructors, Python-compatible
+ * truthiness, equality, ordering, iteration and item/attribute access,
+ * str()/repr() and json.dumps() output.  The bottom layer of the
+ * interpreter: it calls nothing above it. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,6 +62,36 @@ void jarena_free(struct jarena *a)
     }
     a->head = NULL;
     a->used_total = 0;
+}
+
+/* ---- errors ------------------------------------------------------------------ */
+int jerr_pos(struct jctx *c, int line, int col, const char *fmt, ...)
+{
+    if (c->failed)
+        return -1;
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (line > 0)
+        snprintf(c->err, sizeof(c->err), "chat template %d:%d: %s", line, col, msg);
+    else
+        snprintf(c->err, sizeof(c->err), "chat template: %s", msg);
+    c->failed = true;
+    return -1;
+}
+
+int jerr(struct jctx *c, const struct jnode *at, const char *fmt, ...)
+{
+    if (c->failed)
+        return -1;
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return jerr_pos(c, at ? at->line : 0, at ? at->col : 0, "%s", msg);
 }
 
 /* ---- constructors ---------------------------------------------------------- */
@@ -271,6 +303,168 @@ const char *jv_type_name(struct jval v)
     if (v.t == JV_LIST && v.u.l->gen)
         return "generator";
     return names[v.t];
+}
+
+/* ---- generic object access --------------------------------------------------- */
+int jerr_undef(struct jctx *c, const struct jnode *at, struct jval v)
+{
+    if (v.uname)
+        return jerr(c, at, "'%s' is undefined", v.uname);
+    return jerr(c, at, "undefined value used");
+}
+
+int jv_iterate(struct jctx *c, const struct jnode *at, struct jval v, struct jlist **out)
+{
+    struct jlist *l;
+    switch (v.t) {
+    case JV_LIST:
+        if (v.u.l->poison)
+            return jerr(c, at, "%s", v.u.l->poison);
+        *out = v.u.l;
+        return 0;
+    case JV_UNDEF:
+        return (*out = jlist_new(c, 0)) ? 0 : -1;
+    case JV_DICT:
+        if (!(l = jlist_new(c, v.u.d->n)))
+            return -1;
+        for (size_t i = 0; i < v.u.d->n; i++)
+            l->v[l->n++] = v.u.d->k[i];
+        *out = l;
+        return 0;
+    case JV_STR: {
+        size_t cps = jutf8_len(v.u.s.p, v.u.s.n);
+        if (!(l = jlist_new(c, cps)))
+            return -1;
+        size_t i = 0;
+        while (i < v.u.s.n) {
+            size_t j = i + 1;
+            while (j < v.u.s.n && ((unsigned char)v.u.s.p[j] & 0xC0) == 0x80)
+                j++;
+            l->v[l->n++] = jv_strn(v.u.s.p + i, j - i);
+            i = j;
+        }
+        *out = l;
+        return 0;
+    }
+    default:
+        return jerr(c, at, "'%s' object is not iterable", jv_type_name(v));
+    }
+}
+
+/* loop.NAME of a for loop; anything else is undefined */
+static int loop_attr(struct jctx *c, struct jloop *lp, const char *name, struct jval *out)
+{
+    enum { INDEX, INDEX0, REVINDEX, REVINDEX0, FIRST, LAST, LENGTH, DEPTH, DEPTH0, PREVITEM, NEXTITEM, N_ATTR };
+    static const char *const attrs[N_ATTR] = {
+        [INDEX] = "index", [INDEX0] = "index0", [REVINDEX] = "revindex", [REVINDEX0] = "revindex0",
+        [FIRST] = "first", [LAST] = "last", [LENGTH] = "length", [DEPTH] = "depth", [DEPTH0] = "depth0",
+        [PREVITEM] = "previtem", [NEXTITEM] = "nextitem",
+    };
+    int64_t n = (int64_t)lp->items->n, i = (int64_t)lp->i;
+    int k = 0;
+    while (k < N_ATTR && strcmp(attrs[k], name))
+        k++;
+    switch (k) {
+    case INDEX: *out = jv_int(i + 1); break;
+    case INDEX0: *out = jv_int(i); break;
+    case REVINDEX: *out = jv_int(n - i); break;
+    case REVINDEX0: *out = jv_int(n - i - 1); break;
+    case FIRST: *out = jv_bool(i == 0); break;
+    case LAST: *out = jv_bool(i == n - 1); break;
+    case LENGTH: *out = jv_int(n); break;
+    case DEPTH: *out = jv_int(1); break;
+    case DEPTH0: *out = jv_int(0); break;
+    case PREVITEM: *out = i > 0 ? lp->items->v[i - 1] : jv_undef("previtem"); break;
+    case NEXTITEM: *out = i + 1 < n ? lp->items->v[i + 1] : jv_undef("nextitem"); break;
+    default: *out = jv_undef(name); break;
+    }
+    (void)c;
+    return 0;
+}
+
+int jv_getattr(struct jctx *c, const struct jnode *at, struct jval obj, const char *name,
+               struct jval *out)
+{
+    switch (obj.t) {
+    case JV_UNDEF:
+        return jerr_undef(c, at, obj);
+    case JV_DICT:
+    case JV_NS: {
+        struct jval *v = jdict_gets(obj.u.d, name);
+        *out = v ? *v : jv_undef(name);
+        return 0;
+    }
+    case JV_LOOP:
+        return loop_attr(c, obj.u.loop, name, out);
+    default:
+        *out = jv_undef(name);
+        return 0;
+    }
+}
+
+bool jv_index(struct jval k, int64_t *i)
+{
+    if (k.t == JV_INT) { *i = k.u.i; return true; }
+    if (k.t == JV_BOOL) { *i = k.u.b; return true; }
+    return false;
+}
+
+int jv_getitem(struct jctx *c, const struct jnode *at, struct jval obj, struct jval key,
+               struct jval *out)
+{
+    int64_t i;
+    switch (obj.t) {
+    case JV_UNDEF:
+        return jerr_undef(c, at, obj);
+    case JV_DICT:
+    case JV_NS: {
+        struct jval *v = jdict_get(obj.u.d, key);
+        *out = v ? *v : jv_undef(NULL);
+        return 0;
+    }
+    case JV_LIST:
+        if (obj.u.l->gen || !jv_index(key, &i)) {
+            *out = jv_undef(NULL);
+            return 0;
+        }
+        if (i < 0)
+            i += (int64_t)obj.u.l->n;
+        *out = (i >= 0 && (uint64_t)i < obj.u.l->n) ? obj.u.l->v[i] : jv_undef(NULL);
+        return 0;
+    case JV_STR: {
+        if (!jv_index(key, &i)) {
+            *out = jv_undef(NULL);
+            return 0;
+        }
+        int64_t n = (int64_t)jutf8_len(obj.u.s.p, obj.u.s.n);
+        if (i < 0)
+            i += n;
+        if (i < 0 || i >= n) {
+            *out = jv_undef(NULL);
+            return 0;
+        }
+        size_t a = jutf8_offset(obj.u.s.p, obj.u.s.n, (size_t)i);
+        size_t b = jutf8_offset(obj.u.s.p, obj.u.s.n, (size_t)i + 1);
+        *out = jv_strn(obj.u.s.p + a, b - a);
+        return 0;
+    }
+    case JV_LOOP:
+        if (key.t == JV_STR) {
+            char nm[32];
+            if (key.u.s.n >= sizeof(nm)) {
+                *out = jv_undef(NULL);
+                return 0;
+            }
+            memcpy(nm, key.u.s.p, key.u.s.n);
+            nm[key.u.s.n] = 0;
+            return loop_attr(c, obj.u.loop, nm, out);
+        }
+        *out = jv_undef(NULL);
+        return 0;
+    default:
+        *out = jv_undef(NULL);
+        return 0;
+    }
 }
 
 /* ---- output buffers ---------------------------------------------------------- */

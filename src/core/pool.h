@@ -6,15 +6,13 @@
  * belongs to thread ith (the caller is thread 0), so runs that split their
  * work the same way find their data in the same core's caches; a thread
  * that has finished its own chunk takes any chunk still unclaimed (a late
- * or descheduled thread's).  Four chunks per thread (so a descheduled
- * worker would delay a run by one small chunk, not its whole share)
- * measured slower on this shared 2-core machine: every claim and
- * completion moves a cache line between the cores, a forward pass makes
- * ~150 runs per token, and one chunk per thread gave decode +7.5 %,
- * 16-sequence decode +6 %, pp512 +2 % (docs/performance.md); long runs
- * ask for more (sp_pool_run_split).  fn must derive its work from (ith,
- * nth) only; per-chunk scratch is indexed by ith (never used by two
- * threads at once).
+ * or descheduled thread's).  One chunk per thread by default, because
+ * every claim and completion moves a cache line between cores and a
+ * forward pass makes a few hundred runs per token; long runs, where a
+ * descheduled worker would hold up a whole share, ask for more
+ * (sp_pool_run_split).  fn must derive its work from (ith, nth) only;
+ * per-chunk scratch is indexed by ith (never used by two threads at
+ * once).
  * Between runs the workers spin briefly on an atomic generation counter (a
  * forward pass issues hundreds of runs back to back) and then sleep on a
  * condition variable, so an idle engine costs no CPU.

@@ -132,7 +132,7 @@ static void sp_beam_emit(struct sp_engine *e, struct sp_request *r)
         sp_choice_emit(c, -1, e->text2, m, NULL, NULL, why);
     }
     for (int i = 0; i < r->n_choices; i++) {
-        sp_kv_seq_release(&e->kv, &r->choices[i].seq);
+        sp_kv_seq_release(e->kv, &r->choices[i].seq);
         r->choices[i].done = true;
     }
     r->n_open = 0;
@@ -159,7 +159,7 @@ void sp_beam_advance(struct sp_engine *e, struct sp_request *r)
             continue;
         }
         struct sp_choice *c = &nxt[n_new++];
-        if (sp_kv_seq_fork(&e->kv, &c->seq, &par->seq) != SP_OK) {
+        if (sp_kv_seq_fork(e->kv, &c->seq, &par->seq) != SP_OK) {
             n_new--;
             continue;
         }
@@ -175,7 +175,7 @@ void sp_beam_advance(struct sp_engine *e, struct sp_request *r)
             at_limit = true;
     }
     for (int b = 0; b < r->n_live; b++) {
-        sp_kv_seq_release(&e->kv, &live[b].seq);
+        sp_kv_seq_release(e->kv, &live[b].seq);
         live[b].done = true;
     }
     r->live = next;

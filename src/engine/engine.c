@@ -78,31 +78,30 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
         e->n_out_max = e->n_batch;
     if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
         goto free_engine;
-    uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
     /* sliding-window layers keep a ring of window + batch positions per
      * sequence; the paged blocks hold the global layers only */
     bool local[4096] = {false};
-    uint32_t n_local = 0, ring_len = 0;
+    uint32_t ring_len = 0;
     if (hp->n_swa && !p->swa_full && hp->n_swa + (uint32_t)e->n_batch < (uint32_t)e->n_ctx) {
         for (uint32_t l = 0; l < hp->n_layer; l++)
-            n_local += local[l] = e->model->layers[l].swa;
+            local[l] = e->model->layers[l].swa;
         ring_len = hp->n_swa + (uint32_t)e->n_batch;
     }
-    uint32_t n_paged = hp->n_layer - n_local ? hp->n_layer - n_local : 1;
-    uint32_t n_rings = (uint32_t)e->n_parallel * 2 * SP_MAX_CHOICES;
-    uint64_t block_bytes = (uint64_t)SP_KV_BLOCK_TOKENS * kv_dim * 2 * 2 * n_paged;
+    const struct sp_kv_shape shape = {
+        .n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .local = local,
+        .ring_len = ring_len, .n_rings = (uint32_t)e->n_parallel * 2 * SP_MAX_CHOICES,
+    };
     uint64_t n_blocks;
     if (p->kv_mem_mib)
-        n_blocks = ((uint64_t)p->kv_mem_mib << 20) / block_bytes;
+        n_blocks = ((uint64_t)p->kv_mem_mib << 20) / sp_kv_block_bytes(&shape);
     else
-        n_blocks = ((uint64_t)e->n_ctx * e->n_parallel + SP_KV_BLOCK_TOKENS - 1) / SP_KV_BLOCK_TOKENS +
+        n_blocks = sp_kv_blocks_for((uint64_t)e->n_ctx * e->n_parallel) +
                    (uint64_t)e->n_parallel; /* one spare per request for copy-on-write */
     if (n_blocks < 1 || n_blocks > UINT32_MAX / 2) {
         st = sp_error_set(SP_ERR_ARG, "KV cache of %llu blocks is out of range", (unsigned long long)n_blocks);
         goto free_pool;
     }
-    if ((st = sp_kv_init(&e->kv, hp->n_layer, kv_dim, hp->head_dim, SP_KV_BLOCK_TOKENS, (uint32_t)n_blocks, local, ring_len,
-                         n_rings)) != SP_OK)
+    if ((st = sp_kv_new(&e->kv, &shape, (uint32_t)n_blocks)) != SP_OK)
         goto free_pool;
     if ((st = sp_forward_scratch_init(&e->fs, e->model, e->n_batch, e->n_ctx, sp_pool_size(e->pool))) != SP_OK)
         goto free_kv;
@@ -125,7 +124,7 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
     return SP_OK;
 
 free_kv:
-    sp_kv_free(&e->kv);
+    sp_kv_free(e->kv);
 free_pool:
     sp_pool_free(e->pool);
 free_engine:
@@ -151,7 +150,7 @@ void sp_engine_free(struct sp_engine *e)
     free(e->b_tokens); free(e->b_pos); free(e->b_out_idx); free(e->b_seqs); free(e->b_out_choice);
     free(e->logits); free(e->text); free(e->text2);
     sp_forward_scratch_free(&e->fs);
-    sp_kv_free(&e->kv);
+    sp_kv_free(e->kv);
     sp_pool_free(e->pool);
     free(e);
 }
@@ -163,14 +162,16 @@ int sp_engine_n_threads(const struct sp_engine *e) { return sp_pool_size(e->pool
 
 void sp_engine_stats_get(const struct sp_engine *e, struct sp_engine_stats *o)
 {
+    struct sp_kv_stats ks;
+    sp_kv_stats(e->kv, (uint32_t)e->n_parallel, &ks);
     memset(o, 0, sizeof *o);
-    o->kv_blocks_total = e->kv.n_blocks;
-    o->kv_blocks_used = e->kv.n_blocks - sp_kv_available(&e->kv);
-    o->kv_blocks_cached = e->kv.n_cached_idle;
-    o->kv_block_tokens = e->kv.block_tokens;
-    o->kv_bytes = sp_kv_bytes(&e->kv, (uint32_t)e->n_parallel);
-    o->prefix_hits = e->kv.hits;
-    o->prefix_tokens_reused = e->kv.tokens_reused;
+    o->kv_blocks_total = ks.blocks_total;
+    o->kv_blocks_used = ks.blocks_used;
+    o->kv_blocks_cached = ks.blocks_cached;
+    o->kv_block_tokens = ks.block_tokens;
+    o->kv_bytes = ks.bytes;
+    o->prefix_hits = ks.prefix_hits;
+    o->prefix_tokens_reused = ks.prefix_tokens_reused;
     o->n_running = e->n_running;
 }
 
@@ -188,7 +189,7 @@ static void sp_request_release(struct sp_request *r)
         return;
     for (int i = 0; i < r->n_choices; i++) {
         struct sp_choice *c = &r->choices[i];
-        sp_kv_seq_release(&e->kv, &c->seq);
+        sp_kv_seq_release(e->kv, &c->seq);
         sp_sampler_free(c->sampler);
         free(c->tokens);
     }
@@ -242,17 +243,20 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     uint64_t total = n_prompt + (gp->max_tokens > 0 ? (uint64_t)gp->max_tokens : (uint64_t)e->n_ctx);
     if (total > (uint64_t)e->n_ctx)
         total = (uint64_t)e->n_ctx;
-    uint32_t per_choice = sp_kv_blocks_for(&e->kv, total);
+    struct sp_kv_stats ks;
+    sp_kv_stats(e->kv, 0, &ks);
+    const uint32_t kv_blocks = ks.blocks_total;
+    uint32_t per_choice = (uint32_t)sp_kv_blocks_for(total);
     uint32_t budget = per_choice * (uint32_t)n_seqs + (n_seqs > 1 ? (uint32_t)n_seqs : 0);
-    uint32_t min_budget = sp_kv_blocks_for(&e->kv, n_prompt + 1) + (uint32_t)n_seqs;
-    if (min_budget > e->kv.n_blocks)
+    uint32_t min_budget = (uint32_t)sp_kv_blocks_for(n_prompt + 1) + (uint32_t)n_seqs;
+    if (min_budget > kv_blocks)
         return sp_error_set(SP_ERR_CONTEXT, "the prompt (%zu tokens, %d choices) can never fit the KV cache of %u tokens",
-                            n_prompt, n, e->kv.n_blocks * e->kv.block_tokens);
-    if (budget > e->kv.n_blocks)
-        budget = e->kv.n_blocks;
-    if (e->n_running >= (uint32_t)e->n_parallel || e->committed_blocks + budget > e->kv.n_blocks)
+                            n_prompt, n, kv_blocks * ks.block_tokens);
+    if (budget > kv_blocks)
+        budget = kv_blocks;
+    if (e->n_running >= (uint32_t)e->n_parallel || e->committed_blocks + budget > kv_blocks)
         return sp_error_set(SP_ERR_FULL, "busy: %u requests running, %u of %u KV blocks committed", e->n_running,
-                            e->committed_blocks, e->kv.n_blocks);
+                            e->committed_blocks, kv_blocks);
 
     r = calloc(1, sizeof *r);
     if (!r)
@@ -300,7 +304,7 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     if (width && (st = sp_beam_request_init(r, prompt, (uint32_t)n_prompt)) != SP_OK)
         goto fail;
     /* reuse cached prompt blocks (never the last prompt token: its logits are needed) */
-    r->n_cached = sp_kv_prefix_attach(&e->kv, &r->choices[0].seq, prompt, (uint32_t)n_prompt - 1);
+    r->n_cached = sp_kv_prefix_attach(e->kv, &r->choices[0].seq, prompt, (uint32_t)n_prompt - 1);
     r->n_prefilled = r->n_cached;
     r->budget_blocks = budget;
     e->committed_blocks += budget;
@@ -374,7 +378,7 @@ static void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_f
     }
     c->done = true;
     c->req->n_open--;
-    sp_kv_seq_release(&e->kv, &c->seq);
+    sp_kv_seq_release(e->kv, &c->seq);
     sp_choice_emit(c, -1, e->text2, n, NULL, NULL, why);
 }
 
@@ -389,7 +393,7 @@ static void sp_request_end(struct sp_engine *e, struct sp_request *r, enum sp_fi
     if (r->n_open == 0)
         return;
     for (int i = 0; i < r->n_choices; i++) {
-        sp_kv_seq_release(&e->kv, &r->choices[i].seq);
+        sp_kv_seq_release(e->kv, &r->choices[i].seq);
         r->choices[i].done = true;
     }
     for (int k = 0; k < r->gp.n; k++) {
@@ -443,7 +447,7 @@ static sp_status sp_request_fork(struct sp_engine *e, struct sp_request *r)
     if (r->width)
         return SP_OK; /* beams fork as they are chosen */
     for (int i = 1; i < r->n_choices; i++) {
-        sp_status st = sp_kv_seq_fork(&e->kv, &r->choices[i].seq, &r->choices[0].seq);
+        sp_status st = sp_kv_seq_fork(e->kv, &r->choices[i].seq, &r->choices[0].seq);
         if (st != SP_OK)
             return st;
     }
@@ -454,10 +458,8 @@ static sp_status sp_request_fork(struct sp_engine *e, struct sp_request *r)
 
 static bool sp_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_kv_seq *seq)
 {
-    if (sp_kv_seq_reserve(&e->kv, seq, (uint32_t)pos + 1) != SP_OK)
+    if (sp_kv_seq_reserve(e->kv, seq, (uint32_t)pos + 1) != SP_OK)
         return false;
-    if ((uint32_t)pos + 1 > seq->n_pos)
-        seq->n_pos = (uint32_t)pos + 1;
     e->b_tokens[*n] = tok;
     e->b_pos[*n] = pos;
     e->b_seqs[*n] = seq;
@@ -544,7 +546,7 @@ int sp_engine_step(struct sp_engine *e)
         return (int)e->n_running;
     }
     struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out};
-    if (sp_forward(e->model, &e->kv, &e->fs, e->pool, &fb, e->logits) != SP_OK) {
+    if (sp_forward(e->model, e->kv, &e->fs, e->pool, &fb, e->logits) != SP_OK) {
         for (struct sp_request *r = e->active; r; r = r->next)
             sp_request_end(e, r, SP_FINISH_ERROR);
         sp_engine_reap(e);
@@ -554,7 +556,7 @@ int sp_engine_step(struct sp_engine *e)
     for (struct sp_request *r = e->active; r; r = r->next)
         for (int i = 0; i < r->n_choices; i++)
             if (!r->choices[i].done)
-                sp_kv_prefix_commit(&e->kv, &r->choices[i].seq, r->choices[i].tokens);
+                sp_kv_prefix_commit(e->kv, &r->choices[i].seq, r->choices[i].tokens);
     for (int o = 0; o < n_out; o++) {
         struct sp_choice *c = e->b_out_choice[o];
         struct sp_request *r = c->req;
@@ -611,13 +613,13 @@ sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n
                 e->b_out_idx[n_out++] = n - 1;
         }
         struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out};
-        if ((st = sp_forward(e->model, &e->kv, &e->fs, e->pool, &fb, e->logits)) != SP_OK)
+        if ((st = sp_forward(e->model, e->kv, &e->fs, e->pool, &fb, e->logits)) != SP_OK)
             goto release;
         for (int o = 0; o < n_out; o++)
             fn(user, done + (size_t)e->b_out_idx[o], e->logits + (size_t)o * n_vocab);
         done += take;
     }
 release:
-    sp_kv_seq_release(&e->kv, &seq);
+    sp_kv_seq_release(e->kv, &seq);
     return st;
 }

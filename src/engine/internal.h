@@ -10,7 +10,6 @@
 #include "sampler/beam.h"
 #include "tokenizer/tokenizer.h"
 
-#define SP_KV_BLOCK_TOKENS 16
 #define SP_MAX_CHOICES 16
 #define SP_TEXT_CAP 65536
 
@@ -85,7 +84,7 @@ struct sp_engine {
     const struct sp_model *model;   /* borrowed */
     const struct sp_vocab *vocab;   /* borrowed */
     struct sp_pool *pool;
-    struct sp_kv kv;
+    struct sp_kv *kv;
     struct sp_forward_scratch fs;
     int n_ctx, n_batch, n_parallel, n_out_max;
     uint32_t committed_blocks;

@@ -6,8 +6,9 @@
  * side by side (sp_attn_block; units claimed dynamically); any other token is a (token, KV head) group of
  * query heads, or a single (token, query head) when there are fewer groups
  * than threads, and a unit handles the heads of a group together so each
- * K/V row is streamed once per group (sp_attn_group).  The cache is walked
- * run by run with sp_kv_run, the only way this file reads it.  Every
+ * K/V row is streamed once per group (sp_attn_group).  The cache is read
+ * through a view (sp_kv_view: key tiles, value rows, runs), the only way
+ * this file sees it.  Every
  * head's arithmetic is the same on every path: scores over positions
  * ascending (each q·k one sequential FMA chain over d), softmax with
  * sp_exp and its denominator in sp_attn_tree16's order, then V summed over
@@ -32,9 +33,9 @@
 /* The softmax denominator's order, shared by every path: S[r] sums the
  * exponentials of the positions j with j % 16 == r, j ascending, and the
  * sixteen S[r] are added as a tree, halves first:
- * ((S[r] + S[r+8]) + (S[r+4] + S[r+12])) ... = sp_attn_tree16(S).  One
- * sequential chain over a 2,048-token context cost 8,000 cycles a head;
- * this order is sixteen shorter chains, one vector add per 16 keys. */
+ * ((S[r] + S[r+8]) + (S[r+4] + S[r+12])) ... = sp_attn_tree16(S): sixteen
+ * short chains, one vector add per 16 keys, instead of one sequential chain
+ * whose add latency grows with the context. */
 static inline float sp_attn_tree16(const float S[16])
 {
     float t8[8], t4[4];
@@ -124,10 +125,9 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, int n, int D,
 /* m heads' scaled dots with the keys of lanes `in` of one tile (tile: its
  * first value row): per d one load gives value d of all 16 keys.  Lane i
  * goes to out[h * out_stride + i] (lanes in `in` only) and into the
- * running maximum vmx[h] (x > max ? x : max, as the scalar form).  (Two
- * tiles per call, for twice the independent FMA chains, measured slower:
- * the loop is bound by the FP pipes, conversions included, not by FMA
- * latency.) */
+ * running maximum vmx[h] (x > max ? x : max, as the scalar form).  One
+ * tile per call: the loop is bound by the FP pipes, conversions included,
+ * not by FMA latency, so more independent chains would not help. */
 static inline __attribute__((always_inline)) void sp_attn_dots16_m(const float *qh, int D, const uint16_t *tile,
                                                                     __mmask16 in, __m512 scale, float *out,
                                                                     size_t out_stride, __m512 *vmx, const int m)
@@ -254,15 +254,12 @@ static inline void sp_attn_axpy(float *out, const float *p, int nh, const uint16
  * nh * (window length) floats, qf nh * D.  No software prefetch: a
  * sequence's blocks are consecutive in runs of up to an extent (src/kv), so
  * each head's keys and values are two streams the hardware prefetcher
- * follows; paced prefetches for every line cost 15-20 % here, and asking
- * for a block two ahead at each jump between runs gained nothing
- * (bench/attention.c, docs/performance.md). */
+ * follows, and prefetch instructions would only add to the work. */
 static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf)
 {
     const int D = a->head_dim, hk = h0 / (a->n_head / a->n_head_kv);
-    const struct sp_kv_seq *seq = a->seqs[t];
-    const uint32_t rs = (uint32_t)D;                   /* row stride: a head's rows are contiguous */
-    const size_t hs = sp_kv_head_stride(a->kv, a->layer); /* head stride */
+    const struct sp_kv_view w = sp_kv_view(a->kv, a->seqs[t], a->layer);
+    const uint32_t rs = (uint32_t)D; /* row stride: a head's rows are contiguous */
     const int pos = a->pos[t];
     const int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
     const int n = pos - j0 + 1;
@@ -281,7 +278,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
     if (D % 2 == 0) { /* the keys a tile (16 positions) at a time */
         for (int j = j0; j <= pos;) {
             const int off = j % SP_KV_TILE, m = SP_KV_TILE - off < pos + 1 - j ? SP_KV_TILE - off : pos + 1 - j;
-            const uint16_t *tile = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)j) + (size_t)hk * hs - off;
+            const uint16_t *tile = sp_kv_view_k(&w, (uint32_t)j, (uint32_t)hk) - off;
             /* lane i: position j - off + i; the masked store writes lanes
              * in [off, off + m) only */
             sp_attn_dots16(qf, nh, D, tile, (__mmask16)(((1u << m) - 1) << off), scale, scores + (j - j0) - off,
@@ -291,15 +288,14 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
     } else
 #endif
         for (int j = j0; j <= pos;) {
-            const uint16_t *k, *v;
-            uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
+            const uint32_t run = sp_kv_view_run(&w, (uint32_t)j, (uint32_t)(pos + 1 - j));
             /* the run in groups of up to 4 keys within key tiles: keys
              * [off, off + m) of the tile at kt */
             for (uint32_t r = 0; r < run;) {
                 const int off = (int)((j + (int)r) % SP_KV_TILE);
                 const int left = SP_KV_TILE - off < 4 ? SP_KV_TILE - off : 4;
                 const int m = (int)(run - r) < left ? (int)(run - r) : left;
-                const uint16_t *kt = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)(j + (int)r)) + (size_t)hk * hs;
+                const uint16_t *kt = sp_kv_view_k(&w, (uint32_t)(j + (int)r), (uint32_t)hk);
                 float s4[SP_ATTN_GMAX * 4];
                 for (int h = 0; h < nh; h++)
                     sp_attn_dots(qf + (size_t)h * D, kt, m, D, s4 + (size_t)h * 4);
@@ -324,11 +320,11 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         sp_attn_softmax(scores + (size_t)h * n, n, mx[h], j0);
     memset(qf, 0, (size_t)nh * D * sizeof *qf); /* reused as the output accumulator */
     for (int j = j0; j <= pos;) {
-        const uint16_t *k, *v;
-        uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(pos + 1 - j), &k, &v);
+        const uint32_t run = sp_kv_view_run(&w, (uint32_t)j, (uint32_t)(pos + 1 - j));
+        const uint16_t *v = sp_kv_view_v(&w, (uint32_t)j, (uint32_t)hk);
 #if SP_ATTN_WIDE == 16
         if (D % 32 == 0) {
-            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v + (size_t)hk * hs, rs, (int)run, D);
+            sp_attn_group_pv(qf, scores + (j - j0), (size_t)n, nh, v, rs, (int)run, D);
             j += (int)run;
             continue;
         }
@@ -336,7 +332,7 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         for (uint32_t r = 0; r < run; r++) {
             for (int h = 0; h < nh; h++)
                 p[h] = scores[(size_t)h * n + (j - j0) + r];
-            sp_attn_axpy(qf, p, nh, v + (size_t)r * rs + (size_t)hk * hs, D);
+            sp_attn_axpy(qf, p, nh, v + (size_t)r * rs, D);
         }
         j += (int)run;
     }
@@ -415,9 +411,8 @@ static void sp_attn_block_prefetch(const struct sp_attn_args *a, int t0, int nq,
 static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, float *scratch)
 {
     const int D = a->head_dim, hk = h / (a->n_head / a->n_head_kv);
-    const struct sp_kv_seq *seq = a->seqs[t0];
-    const uint32_t rs = (uint32_t)D;                   /* row stride: a head's rows are contiguous */
-    const size_t hs = sp_kv_head_stride(a->kv, a->layer); /* head stride */
+    const struct sp_kv_view w = sp_kv_view(a->kv, a->seqs[t0], a->layer);
+    const uint32_t rs = (uint32_t)D; /* row stride: a head's rows are contiguous */
     const int p0 = a->pos[t0], plast = p0 + nq - 1;
     int j0[16];
     for (int i = 0; i < nq; i++) {
@@ -445,7 +440,7 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
         vmx[i] = _mm512_set1_ps(-INFINITY);
     for (int jt = jb; jt <= plast; jt += SP_KV_TILE) {
         const int js = jt > jlo ? jt : jlo; /* first position of the tile read */
-        const uint16_t *tile = sp_kv_k_at(a->kv, seq, a->layer, (uint32_t)js) + (size_t)hk * hs - (js - jt);
+        const uint16_t *tile = sp_kv_view_k(&w, (uint32_t)js, (uint32_t)hk) - (js - jt);
         const __mmask16 in = sp_attn_lanes(js - jt, plast - jt);
         __m512 s[16];
         for (int i = 0; i < 16; i++)
@@ -493,11 +488,11 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
     }
     memset(o, 0, (size_t)16 * D * sizeof *o);
     for (int j = jlo; j <= plast;) {
-        const uint16_t *k, *v;
-        uint32_t run = sp_kv_run(a->kv, seq, a->layer, (uint32_t)j, (uint32_t)(plast + 1 - j), &k, &v);
+        const uint32_t run = sp_kv_view_run(&w, (uint32_t)j, (uint32_t)(plast + 1 - j));
+        const uint16_t *v = sp_kv_view_v(&w, (uint32_t)j, (uint32_t)hk);
         for (uint32_t r = 0; r < run; r += 16) { /* 16 rows at a time: they stay in L1 for all queries */
             const int m = run - r < 16 ? (int)(run - r) : 16;
-            const uint16_t *vr = v + (size_t)r * rs + (size_t)hk * hs;
+            const uint16_t *vr = v + (size_t)r * rs;
             const float *pb = sct + (j + (int)r - jb); /* probabilities of these rows' keys */
             for (int i = 0; i < nq; i += 4) {
                 const int qn = nq - i < 4 ? nq - i : 4;
@@ -532,11 +527,9 @@ static void sp_attn_run(void *arg, int ith, int nth)
     /* Units are whole groups when they divide evenly among the chunks (one
      * per thread; batched decode of an even number of SmolLM2 tokens),
      * else each chunk takes one run of heads, a group split between two
-     * chunks being read by both: one-token decode of Gemma 3 (one KV head,
-     * read twice, not once per query head) or of SmolLM2 (3 groups on 2
-     * threads: 5 and 4 heads, not 6 and 3; bench/attention.c, one token,
-     * fastest runs at 256 / 512 / 1,024 / 2,048 positions: 173 -> 159,
-     * 328 -> 295, 747 -> 668, 1,628 -> 1,576 us).
+     * chunks being read by both, so the threads' shares stay even: one-token
+     * decode of Gemma 3 (one KV head, read twice, not once per query head)
+     * or of SmolLM2 (3 groups on 2 threads: 5 and 4 heads, not 6 and 3).
      * Either way each head's result is the same; only how K/V reads are
      * shared changes. */
     if ((long)a->n_tok * a->n_head_kv % nth == 0) {
@@ -595,8 +588,7 @@ static void sp_attn_plan_run(void *arg, int ith, int nth)
     const int group = a->n_head / a->n_head_kv;
     /* claimed one at a time from the last: a prompt's later blocks cost
      * more, so the cheap ones are left for the end, and a thread the
-     * machine slows down takes fewer (with units fixed per thread, the
-     * other waited up to 30-40 % of prompt attention in some runs) */
+     * machine slows down takes fewer instead of holding the others up */
     for (;;) {
         const int u = atomic_fetch_sub_explicit(&pl->left, 1, memory_order_relaxed) - 1;
         if (u < 0)

@@ -110,10 +110,9 @@ static void sp_mm_job_run(void *arg, int ith, int nth)
 void sp_matmul_multi(struct sp_pool *pool, int n_mat, const struct sp_tensor *const *w, const void *q, int n_tok,
                      float *const *out, const size_t *out_stride)
 {
-    /* a long batch (a prompt) in column parts of SP_MM_COLS tokens: with
-     * one chunk per thread, a thread slowed by the machine made the engine
-     * thread wait 0.9-22.7 % of a prompt's matmul time, in parts 1.1-3.6 %
-     * (docs/performance.md) */
+    /* a long batch (a prompt) in column parts of SP_MM_COLS tokens, so a
+     * thread the machine slows down hands its later parts to the others
+     * instead of holding up the run with a whole share */
     int parts = n_tok / SP_MM_COLS < SP_POOL_MAX_SPLIT ? n_tok / SP_MM_COLS : SP_POOL_MAX_SPLIT;
     struct sp_mm_job j = {.n_mat = n_mat, .q = q, .q_stride = sp_act_row_bytes(w[0]), .n_tok = n_tok,
                           .col_parts = parts > 1 ? parts : 1};

@@ -16,9 +16,9 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
     /* The sum of squares in double, as llama.cpp, so long rows keep
      * precision; in eight partial sums (element i into part[i % 8],
      * ascending) added as a fixed tree: the same order for every row and
-     * batch, without one add chain through all n elements (4 cycles an
-     * element: 3 % of a 512-token prefill).  x * x is exact in double, so
-     * fused or not rounds the same. */
+     * batch, without one add chain through all n elements (whose latency
+     * would bound a long row).  x * x is exact in double, so fused or not
+     * rounds the same. */
     double part[8] = {0};
     int64_t i = 0;
 #if defined(__AVX512F__)

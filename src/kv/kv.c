@@ -1,3 +1,9 @@
+/* The KV pool (see kv.h).  Layout: the arrays are layer-major and
+ * head-major with the blocks inside, v[layer][head][block][slot][head_dim]
+ * and the keys the same but in tiles (SP_KV_TILE), so what attention reads
+ * for one KV head of a block is contiguous, and a sequence holding
+ * consecutive blocks (the allocator prefers the block after a sequence's
+ * last one) is one stream per head, which the hardware prefetcher follows. */
 #include "kv/kv.h"
 
 #include <stdlib.h>
@@ -6,17 +12,74 @@
 #include "core/checked.h"
 #include "core/error.h"
 
-sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t head_dim,
-                     uint32_t block_tokens, uint32_t n_blocks, const bool *local, uint32_t ring_len,
-                     uint32_t n_rings)
+#define SP_KV_NONE UINT32_MAX
+/* Positions per block: a multiple of SP_KV_TILE (blocks hold whole key
+ * tiles), small enough that copy-on-write and the prefix cache's whole
+ * blocks waste little. */
+#define SP_KV_BLOCK 16u
+_Static_assert(SP_KV_BLOCK % SP_KV_TILE == 0, "a block holds whole key tiles");
+
+struct sp_kv {
+    uint32_t n_layer, kv_dim, head_dim, block_tokens, n_blocks; /* kv_dim = KV heads x head_dim; block_tokens = SP_KV_BLOCK */
+    uint32_t n_global, n_local;  /* paged layers, ring layers */
+    uint32_t *layer_index;       /* [n_layer] index among its kind */
+    bool *layer_local;           /* [n_layer] */
+    size_t block_stride;   /* elements between blocks: SP_KV_BLOCK * head_dim */
+    size_t head_stride;    /* elements between KV heads: n_blocks * block_stride */
+    size_t layer_stride;   /* elements between paged layers: n_head_kv * head_stride */
+    size_t paged_bytes;    /* bytes of each of k and v */
+    uint16_t *k, *v;       /* f16 [n_global][n_head_kv][n_blocks][SP_KV_BLOCK][head_dim], keys in tiles */
+    /* local layers: ring slots, allocated on first use, reused after */
+    uint32_t ring_len, n_rings;
+    uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][head_dim], keys in tiles */
+    uint32_t *ring_free;         /* stack of free slots */
+    uint32_t n_ring_free;
+    uint32_t *refs;        /* [n_blocks] sequences using the block */
+    uint64_t *free_bits;   /* [n_blocks / 64 rounded up] bit b set: block b unreferenced and uncached */
+    uint64_t *tail_bits;   /* the same shape: block b is the last a sequence took (it may grow past it) */
+    uint32_t n_free;
+    /* prefix cache */
+    uint64_t *hash;        /* [n_blocks] hash of a cached block (0: not cached) */
+    sp_token *tokens;      /* [n_blocks][SP_KV_BLOCK] to verify a hit */
+    uint32_t *gen;         /* [n_blocks] times the block was registered: names one registration */
+    uint32_t *parent;      /* [n_blocks] cached block holding the tokens before (SP_KV_NONE: first) */
+    uint32_t *parent_gen;  /* [n_blocks] the parent's gen when this block was registered */
+    uint64_t *lru;         /* [n_blocks] last use stamp */
+    uint64_t clock;
+    uint32_t *table;       /* open addressing: hash -> block id (SP_KV_NONE = empty) */
+    uint32_t table_mask;
+    uint32_t n_cached_idle; /* cached blocks with refs == 0 */
+    uint64_t hits, tokens_reused;
+};
+
+static uint32_t sp_kv_paged_layers(const struct sp_kv_shape *s)
+{
+    uint32_t n = s->n_layer;
+    for (uint32_t l = 0; s->local && s->ring_len && l < s->n_layer; l++)
+        n -= s->local[l];
+    return n ? n : 1;
+}
+
+uint64_t sp_kv_block_bytes(const struct sp_kv_shape *s)
+{
+    return (uint64_t)SP_KV_BLOCK * s->n_head_kv * s->head_dim * 2 * 2 * sp_kv_paged_layers(s);
+}
+
+uint64_t sp_kv_blocks_for(uint64_t n_pos) { return (n_pos + SP_KV_BLOCK - 1) / SP_KV_BLOCK; }
+
+sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_t n_blocks)
 {
     uint64_t elems, bytes;
-    memset(kv, 0, sizeof *kv);
-    if (!n_layer || !kv_dim || !head_dim || kv_dim % head_dim != 0 || !block_tokens || !n_blocks)
+    uint32_t n_layer = shape->n_layer, head_dim = shape->head_dim, ring_len = shape->ring_len;
+    *out = NULL;
+    if (!n_layer || !shape->n_head_kv || !head_dim || !n_blocks || shape->n_head_kv > UINT32_MAX / head_dim)
         return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
-    if (block_tokens % SP_KV_TILE != 0 || ring_len > UINT32_MAX - SP_KV_TILE)
-        return sp_error_set(SP_ERR_ARG, "kv cache: blocks of %u and rings of %u positions (blocks must be a "
-                            "multiple of %d)", block_tokens, ring_len, SP_KV_TILE);
+    if (ring_len > UINT32_MAX - SP_KV_TILE)
+        return sp_error_set(SP_ERR_ARG, "kv cache: rings of %u positions", ring_len);
+    const uint32_t kv_dim = shape->n_head_kv * head_dim;
+    struct sp_kv *kv = calloc(1, sizeof *kv);
+    if (!kv)
+        return sp_error_set(SP_ERR_NOMEM, "kv cache: no memory");
     ring_len = (ring_len + SP_KV_TILE - 1) / SP_KV_TILE * SP_KV_TILE; /* whole key tiles */
     kv->layer_index = calloc(n_layer, sizeof *kv->layer_index);
     kv->layer_local = calloc(n_layer, sizeof *kv->layer_local);
@@ -25,12 +88,12 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
         return sp_error_set(SP_ERR_NOMEM, "kv cache: no memory");
     }
     for (uint32_t l = 0; l < n_layer; l++) {
-        kv->layer_local[l] = local && local[l] && ring_len > 0;
+        kv->layer_local[l] = shape->local && shape->local[l] && ring_len > 0;
         kv->layer_index[l] = kv->layer_local[l] ? kv->n_local++ : kv->n_global++;
     }
     if (kv->n_local) {
         kv->ring_len = ring_len;
-        kv->n_rings = n_rings ? n_rings : 1;
+        kv->n_rings = shape->n_rings ? shape->n_rings : 1;
         kv->ring_k = calloc(kv->n_rings, sizeof *kv->ring_k);
         kv->ring_v = calloc(kv->n_rings, sizeof *kv->ring_v);
         kv->ring_free = malloc(kv->n_rings * sizeof *kv->ring_free);
@@ -43,7 +106,7 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
         kv->n_ring_free = kv->n_rings;
     }
     uint32_t n_paged = kv->n_global ? kv->n_global : 1;
-    if (!sp_mul_u64((uint64_t)n_blocks * block_tokens, kv_dim, &elems) ||
+    if (!sp_mul_u64((uint64_t)n_blocks * SP_KV_BLOCK, kv_dim, &elems) ||
         !sp_mul_u64(elems, (uint64_t)n_paged * 2, &bytes) || bytes > ((uint64_t)1 << 40)) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: size overflows");
@@ -51,26 +114,25 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     kv->n_layer = n_layer;
     kv->kv_dim = kv_dim;
     kv->head_dim = head_dim;
-    kv->block_tokens = block_tokens;
+    kv->block_tokens = SP_KV_BLOCK;
     kv->n_blocks = n_blocks;
-    kv->block_stride = (size_t)block_tokens * head_dim;
+    kv->block_stride = (size_t)kv->block_tokens * head_dim;
     kv->head_stride = kv->block_stride * n_blocks;
-    kv->layer_stride = kv->head_stride * (kv_dim / head_dim);
+    kv->layer_stride = kv->head_stride * shape->n_head_kv;
     kv->paged_bytes = (size_t)bytes;
     uint32_t cap = 16;
     while (cap < 2 * n_blocks)
         cap <<= 1;
     kv->table_mask = cap - 1;
-    /* ordinary pages: on 2 MiB pages a new block's first touch stalled for
-     * a page fault and compaction (up to 10 ms of first-token latency) and
-     * decode gained under 5 % once attention paced its prefetches */
+    /* ordinary pages: a 2 MiB page's first touch can stall for a fault and
+     * compaction, which would land on a request's first token */
     kv->k = aligned_alloc(64, (kv->paged_bytes + 63) / 64 * 64);
     kv->v = aligned_alloc(64, (kv->paged_bytes + 63) / 64 * 64);
     kv->refs = calloc(n_blocks, sizeof *kv->refs);
     kv->free_bits = calloc((n_blocks + 63) / 64, sizeof *kv->free_bits);
     kv->tail_bits = calloc((n_blocks + 63) / 64, sizeof *kv->tail_bits);
     kv->hash = calloc(n_blocks, sizeof *kv->hash);
-    kv->tokens = malloc((size_t)n_blocks * block_tokens * sizeof *kv->tokens);
+    kv->tokens = malloc((size_t)n_blocks * SP_KV_BLOCK * sizeof *kv->tokens);
     kv->gen = calloc(n_blocks, sizeof *kv->gen);
     kv->parent = calloc(n_blocks, sizeof *kv->parent);
     kv->parent_gen = calloc(n_blocks, sizeof *kv->parent_gen);
@@ -86,18 +148,14 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
     for (uint32_t i = 0; i < n_blocks; i++)
         kv->free_bits[i / 64] |= 1ull << (i % 64);
     kv->n_free = n_blocks;
+    *out = kv;
     return SP_OK;
-}
-
-uint64_t sp_kv_bytes(const struct sp_kv *kv, uint32_t rings)
-{
-    uint64_t paged = (uint64_t)kv->paged_bytes * 2;
-    uint64_t ring = (uint64_t)kv->n_local * kv->ring_len * kv->kv_dim * 2 * 2;
-    return paged + ring * rings;
 }
 
 void sp_kv_free(struct sp_kv *kv)
 {
+    if (!kv)
+        return;
     for (uint32_t i = 0; kv->ring_k && i < kv->n_rings; i++) {
         free(kv->ring_k[i]);
         free(kv->ring_v[i]);
@@ -119,10 +177,61 @@ void sp_kv_free(struct sp_kv *kv)
     free(kv->parent_gen);
     free(kv->lru);
     free(kv->table);
-    memset(kv, 0, sizeof *kv);
+    free(kv);
 }
 
 uint32_t sp_kv_available(const struct sp_kv *kv) { return kv->n_free + kv->n_cached_idle; }
+
+void sp_kv_stats(const struct sp_kv *kv, uint32_t rings, struct sp_kv_stats *o)
+{
+    uint64_t ring = (uint64_t)kv->n_local * kv->ring_len * kv->kv_dim * 2 * 2;
+    o->block_tokens = kv->block_tokens;
+    o->blocks_total = kv->n_blocks;
+    o->blocks_used = kv->n_blocks - sp_kv_available(kv);
+    o->blocks_cached = kv->n_cached_idle;
+    o->bytes = (uint64_t)kv->paged_bytes * 2 + ring * rings;
+    o->prefix_hits = kv->hits;
+    o->prefix_tokens_reused = kv->tokens_reused;
+}
+
+/* ---- reading and writing ---- */
+
+struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer)
+{
+    const size_t li = kv->layer_index[layer];
+    struct sp_kv_view w = {.head_dim = kv->head_dim};
+    if (kv->layer_local[layer]) {
+        const size_t at = li * kv->ring_len * kv->kv_dim;
+        w.k = kv->ring_k[seq->ring - 1] + at;
+        w.v = kv->ring_v[seq->ring - 1] + at;
+        w.head_stride = (size_t)kv->ring_len * kv->head_dim;
+        w.span = kv->ring_len;
+    } else {
+        w.k = kv->k + li * kv->layer_stride;
+        w.v = kv->v + li * kv->layer_stride;
+        w.blocks = seq->blocks;
+        w.block_stride = kv->block_stride;
+        w.head_stride = kv->head_stride;
+        w.span = kv->block_tokens;
+    }
+    return w;
+}
+
+void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, uint32_t pos, const float *k,
+                 const float *v)
+{
+    const struct sp_kv_view w = sp_kv_view(kv, seq, layer);
+    const uint32_t D = kv->head_dim, n_head = kv->kv_dim / D;
+    for (uint32_t h = 0; h < n_head; h++) {
+        /* the view's pointers are into this room's own arrays */
+        _Float16 *kd = (_Float16 *)(uintptr_t)sp_kv_view_k(&w, pos, h);
+        _Float16 *vd = (_Float16 *)(uintptr_t)sp_kv_view_v(&w, pos, h);
+        for (uint32_t d = 0; d < D; d++) {
+            kd[(size_t)d * SP_KV_TILE] = (_Float16)k[(size_t)h * D + d];
+            vd[d] = (_Float16)v[(size_t)h * D + d];
+        }
+    }
+}
 
 /* ---- prefix-cache hash table (linear probing with backward-shift delete) ---- */
 
@@ -177,13 +286,10 @@ static bool sp_kv_is_tail(const struct sp_kv *kv, uint32_t b)
 
 /* Extents: a sequence that cannot continue where its last block is starts
  * over at the lowest wholly free extent of 64 blocks (one word of the free
- * bitmap, 1,024 positions), so sequences growing side by side (batched
- * decode, one block each in turn) keep runs of up to 64 blocks instead of
- * interleaving block by block.  One-token attention over 2,048 positions
- * of a sequence interleaved with 15 others (bench/attention.c 2048 2 3 9 64
- * 30 1 16): 6.1 ms block by block, 2.6 with extents of 16 blocks, 2.1 with
- * 32, 1.8 with 64, 1.6 unshared: the hardware prefetcher restarts at every
- * jump. */
+ * bitmap), so sequences growing side by side (batched decode, one block
+ * each in turn) keep runs of up to 64 blocks instead of interleaving block
+ * by block: the hardware prefetcher restarts at every jump, and
+ * bench/attention.c's interleave argument shows what a jump costs. */
 static uint32_t sp_kv_free_extent(const struct sp_kv *kv)
 {
     for (uint32_t w = 0; w < kv->n_blocks / 64; w++) /* whole words only */
@@ -198,9 +304,7 @@ static uint32_t sp_kv_free_extent(const struct sp_kv *kv)
  * a sequence took (that one may grow into the run's first half), else from
  * its start.  So B sequences growing side by side split the free space into
  * runs instead of interleaving block by block, and a prompt filled alone
- * takes the whole run (bench/attention.c 512 2 3 9 64 30 1 1 8, eight
- * sequences in a cache of their size: 5.8 ms at 16 GB/s block by block,
- * 3.2 at 30 GB/s in runs).  SP_KV_NONE when no block is free. */
+ * takes the whole run.  SP_KV_NONE when no block is free. */
 static uint32_t sp_kv_free_run(const struct sp_kv *kv)
 {
     uint32_t best = SP_KV_NONE, best_len = 0, start = 0, len = 0;
@@ -345,7 +449,7 @@ sp_status sp_kv_seq_reserve(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_
     sp_status rst = sp_kv_ring_take(kv, seq);
     if (rst != SP_OK)
         return rst;
-    uint32_t need = sp_kv_blocks_for(kv, n_pos);
+    uint32_t need = (uint32_t)sp_kv_blocks_for(n_pos);
     uint32_t first_write = seq->n_pos / kv->block_tokens; /* block of the first new position */
     bool cow = n_pos > seq->n_pos && first_write < seq->n_blocks && kv->refs[seq->blocks[first_write]] > 1;
     uint32_t extra = (need > seq->n_blocks ? need - seq->n_blocks : 0) + (cow ? 1 : 0);
@@ -366,6 +470,8 @@ sp_status sp_kv_seq_reserve(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_
         seq->blocks[seq->n_blocks] = sp_kv_take(kv, seq->n_blocks ? seq->blocks[seq->n_blocks - 1] : SP_KV_NONE);
         seq->n_blocks++;
     }
+    if (n_pos > seq->n_pos)
+        seq->n_pos = n_pos;
     return SP_OK;
 }
 

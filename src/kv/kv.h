@@ -1,31 +1,26 @@
 /* KV cache: one pool of fixed-size blocks shared by every sequence.
  *
- * A block holds `block_tokens` consecutive positions of K and V for every
- * layer, as f16.  The arrays are layer-major and head-major, blocks inside:
- * v[layer][head][block][slot][head_dim], and the keys the same but
- * transposed in tiles of 16 positions ([d][16], SP_KV_TILE), so one load
- * gives one value of 16 keys.  What attention reads for one KV head of a
- * block is contiguous (2 KiB of keys and 2 KiB of values for a 16-position
- * block of a 64-wide head), and a sequence holding consecutive blocks (the
- * allocator prefers the block after a sequence's last one, else the
- * lowest free) is one stream per head, which the hardware prefetcher
- * follows.  A sequence owns a block table
- * (logical block i -> pool block).  Blocks are reference-counted: forks (n > 1,
- * beam search) share blocks and copy a shared block only when writing into it;
- * the prefix cache keeps full prompt blocks, found through a hash of their
- * tokens and of every token before them but matched on the tokens themselves
- * (a block's own, and its parent block's identity), and evicts idle ones
- * least-recently-used.
+ * A block holds a fixed number of positions (sp_kv_stats: block_tokens) of
+ * K and V for every layer, as f16.  A sequence owns a block table (logical
+ * block i -> pool block).  Blocks are reference-counted: forks (n > 1,
+ * beam search) share blocks and copy a shared block only when writing into
+ * it; the prefix cache keeps full prompt blocks, found through a hash of
+ * their tokens and of every token before them but matched on the tokens
+ * themselves (a block's own, and its parent block's identity), and evicts
+ * idle ones least-recently-used.
  *
- * Sliding-window (local) layers keep only what their window needs: instead of
- * blocks, each sequence owns a ring of `ring_len` positions (window + the
- * largest batch) for every local layer, so their memory does not grow with the
- * context.  A ring cannot be rebuilt from a cached prefix, so models with
- * local layers do not use the prefix cache (as llama.cpp without swa_full).
+ * Sliding-window (local) layers keep only what their window needs: instead
+ * of blocks, each sequence owns a ring of `ring_len` positions (window + the
+ * largest batch) for every local layer, so their memory does not grow with
+ * the context.  A ring cannot be rebuilt from a cached prefix, so models
+ * with local layers do not use the prefix cache (as llama.cpp without
+ * swa_full).
  *
- * Running out of blocks is a normal condition: functions return SP_ERR_FULL.
- * Owned by the engine's thread; not thread-safe.
- */
+ * The pool (struct sp_kv) is opaque.  Its users write through sp_kv_store,
+ * read through a view (sp_kv_view: the one part of the layout readers see,
+ * described there), and ask sp_kv_stats for sizes and counters.  Running
+ * out of blocks is a normal condition: functions return SP_ERR_FULL.
+ * Owned by the engine's thread; not thread-safe. */
 #ifndef SP_KV_H
 #define SP_KV_H
 
@@ -35,8 +30,19 @@
 
 #include "spindle.h"
 
-#define SP_KV_NONE UINT32_MAX
+struct sp_kv;
 
+/* What a cache holds, apart from how many blocks. */
+struct sp_kv_shape {
+    uint32_t n_layer, n_head_kv, head_dim;
+    const bool *local; /* [n_layer] sliding-window layers; NULL: none */
+    uint32_t ring_len; /* positions a local layer keeps per sequence (window + largest batch) */
+    uint32_t n_rings;  /* most sequences alive at once that need rings */
+};
+
+/* A sequence's place in the cache.  The caller owns the storage (zeroed
+ * before first use) and passes it to the sp_kv_seq_* functions; its fields
+ * belong to this room. */
 struct sp_kv_seq {
     uint32_t *blocks;    /* [cap] pool block ids */
     uint32_t n_blocks, cap;
@@ -48,63 +54,32 @@ struct sp_kv_seq {
     uint32_t ring;       /* ring slot + 1 for local layers (0: none yet) */
 };
 
-struct sp_kv {
-    uint32_t n_layer, kv_dim, head_dim, block_tokens, n_blocks; /* kv_dim = KV heads x head_dim */
-    uint32_t n_global, n_local;  /* paged layers, ring layers */
-    uint32_t *layer_index;       /* [n_layer] index among its kind */
-    bool *layer_local;           /* [n_layer] */
-    /* Layer- and head-major: one KV head's blocks of one layer lie side by
-     * side, so a sequence given consecutive blocks reads each head's keys
-     * and values as one stream the hardware prefetcher follows. */
-    size_t block_stride;   /* elements between blocks: block_tokens * head_dim */
-    size_t head_stride;    /* elements between KV heads: n_blocks * block_stride */
-    size_t layer_stride;   /* elements between paged layers: n_head_kv * head_stride */
-    size_t paged_bytes;    /* bytes of each of k and v */
-    uint16_t *k, *v;       /* f16 [n_global][n_head_kv][n_blocks][block_tokens][head_dim], keys in
-                              tiles (sp_kv_k_at) */
-    /* local layers: ring slots, allocated on first use, reused after */
-    uint32_t ring_len, n_rings;
-    uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][head_dim], keys in tiles */
-    uint32_t *ring_free;         /* stack of free slots */
-    uint32_t n_ring_free;
-    uint32_t *refs;        /* [n_blocks] sequences using the block */
-    uint64_t *free_bits;   /* [n_blocks / 64 rounded up] bit b set: block b unreferenced and uncached */
-    uint64_t *tail_bits;   /* the same shape: block b is the last a sequence took (it may grow past it) */
-    uint32_t n_free;
-    /* prefix cache */
-    uint64_t *hash;        /* [n_blocks] hash of a cached block (0: not cached) */
-    sp_token *tokens;      /* [n_blocks][block_tokens] to verify a hit */
-    uint32_t *gen;         /* [n_blocks] times the block was registered: names one registration */
-    uint32_t *parent;      /* [n_blocks] cached block holding the tokens before (SP_KV_NONE: first) */
-    uint32_t *parent_gen;  /* [n_blocks] the parent's gen when this block was registered */
-    uint64_t *lru;         /* [n_blocks] last use stamp */
-    uint64_t clock;
-    uint32_t *table;       /* open addressing: hash -> block id (SP_KV_NONE = empty) */
-    uint32_t table_mask;
-    uint32_t n_cached_idle; /* cached blocks with refs == 0 */
-    uint64_t hits, tokens_reused;
+struct sp_kv_stats {
+    uint32_t block_tokens;                          /* positions per block */
+    uint32_t blocks_total, blocks_used, blocks_cached; /* cached: idle in the prefix cache */
+    uint64_t bytes;                                 /* K/V memory: the blocks plus the rings asked for */
+    uint64_t prefix_hits, prefix_tokens_reused;
 };
 
-/* local: [n_layer] flags of sliding-window layers (NULL: none); ring_len:
- * positions a local layer keeps per sequence (window + largest batch);
- * n_rings: most sequences alive at once that need rings. */
-sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32_t head_dim,
-                     uint32_t block_tokens, uint32_t n_blocks, const bool *local, uint32_t ring_len,
-                     uint32_t n_rings);
-/* Bytes of K/V memory: paged blocks plus `rings` ring slots. */
-uint64_t sp_kv_bytes(const struct sp_kv *kv, uint32_t rings);
+/* Bytes one block takes (K and V of every paged layer). */
+uint64_t sp_kv_block_bytes(const struct sp_kv_shape *shape);
+/* Blocks that hold n_pos positions. */
+uint64_t sp_kv_blocks_for(uint64_t n_pos);
+
+/* A cache of n_blocks blocks of this shape.  SP_ERR_ARG for an empty
+ * geometry, SP_ERR_NOMEM when it does not fit. */
+sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_t n_blocks);
 void sp_kv_free(struct sp_kv *kv);
 
 /* Blocks not held by any sequence (free or idle in the prefix cache). */
 uint32_t sp_kv_available(const struct sp_kv *kv);
-static inline uint32_t sp_kv_blocks_for(const struct sp_kv *kv, uint64_t n_pos)
-{
-    return (uint32_t)((n_pos + kv->block_tokens - 1) / kv->block_tokens);
-}
+/* Sizes and counters; `rings`: sliding-window rings to count in bytes. */
+void sp_kv_stats(const struct sp_kv *kv, uint32_t rings, struct sp_kv_stats *out);
 
-/* Makes positions [seq->n_pos, n_pos) writable: allocates blocks and copies a
- * shared partial block before it is written.  SP_ERR_FULL if short of blocks
- * (nothing is changed then).  Does not advance seq->n_pos. */
+/* Makes positions [0, n_pos) of seq writable and counts them as written
+ * (the caller stores them, sp_kv_store, before the next prefix commit):
+ * allocates blocks and copies a shared partial block before it is
+ * written.  SP_ERR_FULL if short of blocks (nothing is changed then). */
 sp_status sp_kv_seq_reserve(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_pos);
 /* Drops the sequence's references; its blocks become free (or stay cached). */
 void sp_kv_seq_release(struct sp_kv *kv, struct sp_kv_seq *seq);
@@ -113,69 +88,67 @@ sp_status sp_kv_seq_fork(struct sp_kv *kv, struct sp_kv_seq *dst, const struct s
 
 /* Prefix cache: attaches to an empty `seq` the cached blocks matching the
  * longest prefix of tokens[0, max_tokens) in whole blocks; returns the
- * positions covered (seq->n_pos is set to it). */
+ * positions covered (they count as written). */
 uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens,
                              uint32_t max_tokens);
-/* Registers every full block of `seq` whose tokens (tokens[0, seq->n_pos))
- * are now written and not yet registered. */
+/* Registers every full block of `seq` whose tokens (tokens[0, written
+ * positions)) are not yet registered. */
 void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens);
 
-/* Keys are stored transposed in tiles of SP_KV_TILE positions, a tile of a
- * head being [head_dim][SP_KV_TILE]: one load gives one value of 16 keys,
- * so the key pass needs no transpose.  Blocks and rings hold whole tiles. */
+/* Stores the key and value of position `pos` (reserved) of seq in `layer`:
+ * k and v are [n_head_kv][head_dim] f32, rounded to f16 as C's cast does. */
+void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, uint32_t pos, const float *k,
+                 const float *v);
+
+/* ---- reading: the layout readers see ----
+ * Keys lie transposed in tiles of SP_KV_TILE consecutive positions (those
+ * with equal pos / SP_KV_TILE), a tile of one KV head being
+ * [head_dim][SP_KV_TILE] f16: one load gives one value of 16 keys, so a
+ * key pass needs no transpose.  Values lie as rows of head_dim f16.  A run
+ * (sp_kv_view_run) is a stretch of positions stored one after another:
+ * whole tiles of keys, rows of values head_dim apart; runs hold whole
+ * tiles.  The addresses are valid until seq's blocks change (its next
+ * reserve, fork or release). */
 #define SP_KV_TILE 16
 
-/* Offset (in f16 values) of `pos` of `seq` in `layer`, head 0, in kv->k/v
- * (paged) or in the sequence's ring arrays (local): a value row (`tiled`
- * false) or a key's place in its tile (true). */
-static inline size_t sp_kv_offset(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, uint32_t pos,
-                                  bool tiled)
+/* One sequence's keys and values in one layer.  Its fields are for the
+ * inline functions below. */
+struct sp_kv_view {
+    const uint16_t *k, *v;  /* the layer's block 0 (paged) or the sequence's ring */
+    const uint32_t *blocks; /* the sequence's block table; NULL for a ring */
+    size_t block_stride;    /* f16 values from one pool block to the next */
+    size_t head_stride;     /* f16 values from one KV head to the next */
+    uint32_t span;          /* positions in a block, or in the ring */
+    uint32_t head_dim;
+};
+
+struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer);
+
+static inline size_t sp_kv_view_at(const struct sp_kv_view *w, uint32_t pos, bool tiled)
 {
-    uint32_t li = kv->layer_index[layer];
-    uint32_t slot = kv->layer_local[layer] ? pos % kv->ring_len : pos % kv->block_tokens;
-    size_t in = tiled ? (size_t)(slot / SP_KV_TILE) * SP_KV_TILE * kv->head_dim + slot % SP_KV_TILE
-                      : (size_t)slot * kv->head_dim;
-    if (kv->layer_local[layer])
-        return (size_t)li * kv->ring_len * kv->kv_dim + in;
-    uint32_t b = seq->blocks[pos / kv->block_tokens];
-    return (size_t)b * kv->block_stride + li * kv->layer_stride + in;
+    uint32_t slot = pos % w->span;
+    size_t in = tiled ? (size_t)(slot / SP_KV_TILE) * SP_KV_TILE * w->head_dim + slot % SP_KV_TILE
+                      : (size_t)slot * w->head_dim;
+    return w->blocks ? (size_t)w->blocks[pos / w->span] * w->block_stride + in : in;
 }
 
-/* Values between one KV head's row of a position and the next head's. */
-static inline size_t sp_kv_head_stride(const struct sp_kv *kv, uint32_t layer)
+/* The key of `pos` in KV head `head`: its value d at + d * SP_KV_TILE;
+ * its tile starts pos % SP_KV_TILE values before. */
+static inline const uint16_t *sp_kv_view_k(const struct sp_kv_view *w, uint32_t pos, uint32_t head)
 {
-    return kv->layer_local[layer] ? (size_t)kv->ring_len * kv->head_dim : kv->head_stride;
+    return w->k + head * w->head_stride + sp_kv_view_at(w, pos, true);
 }
 
-/* Address of position `pos` of `seq` in layer `layer`: head h's head_dim
- * f16 values start at + h * sp_kv_head_stride(), one after another for a
- * value, SP_KV_TILE apart for a key.  The position must be reserved (and,
- * for a local layer, inside its ring). */
-static inline uint16_t *sp_kv_k_at(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
-                                   uint32_t pos)
+/* The value row of `pos` in KV head `head` (head_dim values). */
+static inline const uint16_t *sp_kv_view_v(const struct sp_kv_view *w, uint32_t pos, uint32_t head)
 {
-    uint16_t *base = kv->layer_local[layer] ? kv->ring_k[seq->ring - 1] : kv->k;
-    return base + sp_kv_offset(kv, seq, layer, pos, true);
-}
-static inline uint16_t *sp_kv_v_at(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
-                                   uint32_t pos)
-{
-    uint16_t *base = kv->layer_local[layer] ? kv->ring_v[seq->ring - 1] : kv->v;
-    return base + sp_kv_offset(kv, seq, layer, pos, false);
+    return w->v + head * w->head_stride + sp_kv_view_at(w, pos, false);
 }
 
-/* The run of positions [pos, pos + n) of `seq` in `layer` that is contiguous
- * in memory (values: row stride head_dim; keys: whole tiles after pos's;
- * heads sp_kv_head_stride() apart), with n the largest such count <=
- * max_n: *k and *v point at position pos, head 0.  Attention walks the
- * cache run by run. */
-static inline uint32_t sp_kv_run(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer,
-                                 uint32_t pos, uint32_t max_n, const uint16_t **k, const uint16_t **v)
+/* The length of the run that starts at `pos`, at most max_n. */
+static inline uint32_t sp_kv_view_run(const struct sp_kv_view *w, uint32_t pos, uint32_t max_n)
 {
-    uint32_t left = kv->layer_local[layer] ? kv->ring_len - pos % kv->ring_len
-                                           : kv->block_tokens - pos % kv->block_tokens;
-    *k = sp_kv_k_at(kv, seq, layer, pos);
-    *v = sp_kv_v_at(kv, seq, layer, pos);
+    uint32_t left = w->span - pos % w->span;
     return left < max_n ? left : max_n;
 }
 

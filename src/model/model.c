@@ -317,3 +317,5 @@ void sp_model_close(struct sp_model *m)
     sp_mapping_free(&m->map);
     free(m);
 }
+
+const char *sp_model_chat_format(const struct sp_model *m) { return m->arch->chat_format; }

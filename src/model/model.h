@@ -70,6 +70,8 @@ struct sp_model {
 sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags,
                         const struct sp_progress *progress);
 void sp_model_close(struct sp_model *m);
+/* The built-in chat format of the model's architecture ("chatml", "gemma"). */
+const char *sp_model_chat_format(const struct sp_model *m);
 
 /* Opens the file for its vocabulary only (no architecture checks): for
  * `tokenize` on vocabulary-only files. */

@@ -24,14 +24,11 @@
 /* The first tile over a row group (the one that reads it from memory) of
  * nc >= 4 columns asks for [p, p + bytes): the bytes it is about to read,
  * P16_PF_BYTES further on (groups are contiguous, so past a group's end
- * this is the next group's start).  With the hardware prefetcher alone an
- * 8-column tile read memory at 5-6 GB/s a thread (25-28 cycles per block
- * and column against 12 in L2); asked 2.5 KB ahead it took 13.5 (Q4_1), 18
- * (Q8_0) and 15 (Q5_0).  A K-quant super-block (2.3 and 3.4 KB) asks a
- * quarter at a time, at least one super-block ahead (asked all at once,
- * Q4_K took 22 cycles per 32 elements and column, paced 14.4).  One or two
- * columns stream faster without it (Q4_1, one column: 40 cycles without,
- * 51 with). */
+ * this is the next group's start): with the hardware prefetcher alone an
+ * 8-column tile waits on memory for about half its time.  A K-quant
+ * super-block (2.3 and 3.4 KB) asks a quarter at a time, at least one
+ * super-block ahead: asked all at once, the requests bunch up and stall
+ * the tile.  One or two columns stream faster without it. */
 #define P16_PF_BYTES 2560
 ALWAYS_INLINE void p16_prefetch(const int nc, const uint8_t *p, size_t bytes)
 {
@@ -72,10 +69,9 @@ ALWAYS_INLINE __m512i p16_dot8(const int nc, __m512i init, const __m512i *lo, co
 /* isum[c] += the 32 products of one block with column c's activations
  * (y, a_stride apart), for c < nc.  With six or more columns the columns'
  * chains are interleaved in program order, so independent vpdpbusd sit
- * side by side for the scheduler: Q4_1 and Q5_0 tiles of 8 columns went
- * from 15 and 17 to 12 and 14 cycles per block and column (in L2, min of
- * six alternating runs); Q8_0 and fewer columns did not gain, so they keep
- * p16_dot8's chain per column.  Same integers either way. */
+ * side by side for the scheduler (Q4_1 and Q5_0 tiles of 8 columns gain
+ * from it); Q8_0 and fewer columns do not, so they keep p16_dot8's chain
+ * per column.  Same integers either way. */
 ALWAYS_INLINE void p16_dots(const int nc, __m512i *isum, const __m512i *lo, const __m512i *hi, const uint8_t *y,
                             size_t a_stride)
 {

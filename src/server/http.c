@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "model/model.h"
 #include "server/server.h"
 #include "server/webui.h"
 #include "tokenizer/tokenizer.h"
@@ -303,7 +304,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     lim.n_ctx = sp_sched_n_ctx(h->sched);
     lim.max_n = h->cfg.max_n;
     lim.max_timeout_s = h->cfg.timeout_s;
-    lim.model = sp_sched_model(h->sched);
+    lim.chat_format = sp_model_chat_format(sp_sched_model(h->sched));
     lim.defaults = sp_sched_sampling(h->sched);
     enum sp_api_kind kind = c->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETIONS;
     if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_vocab(h->sched), &lim,

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "chat/chat.h"
 #include "core/error.h"
-#include "server/chat_glue.h"
 #include "tokenizer/tokenizer.h"
 
 #define SP_API_INVALID "invalid_request_error"
@@ -350,7 +350,11 @@ static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
     return SP_OK;
 }
 
-/* Checks the messages array and renders it with the model's template. */
+/* Checks the messages array and renders it with the model's template into
+ * prompt tokens (sp_chat_prompt: the same path as `spindle run --chat`).
+ * This runs on the HTTP thread, as the completions prompt's tokenization
+ * does: it reads only the immutable vocabulary, its errors are the
+ * request's 400, and the scheduler's thread stays free for the step. */
 static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
                                    const struct sp_vocab *vocab,
                                    const struct sp_api_limits *lim, struct sp_api_error *err)
@@ -363,10 +367,13 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "messages",
                            "Invalid value for 'messages': expected a non-empty array.");
     size_t n = json_array_size(m);
-    struct sp_chat_glue_msg *msgs = calloc(n, sizeof *msgs);
+    struct sp_chat_msg *msgs = calloc(n, sizeof *msgs);
+    char **joined = calloc(n, sizeof *joined); /* contents this function built from text parts */
     sp_status st = SP_OK;
-    if (!msgs)
-        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!msgs || !joined) {
+        st = sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        goto free_msgs;
+    }
     static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
     for (size_t i = 0; i < n; i++) {
         json_t *msg = json_array_get(m, i);
@@ -393,7 +400,6 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         snprintf(param, sizeof param, "messages[%zu].content", i);
         if (json_is_string(content)) {
             msgs[i].content = json_string_value(content);
-            msgs[i].content_len = json_string_length(content);
             continue;
         }
         if ((!content || json_is_null(content)) && !strcmp(msgs[i].role, "assistant"))
@@ -419,28 +425,31 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
             }
             total += json_string_length(text);
         }
-        char *joined = malloc(total + 1);
-        if (!joined) {
+        if (!(joined[i] = malloc(total + 1))) {
             st = sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
             goto free_msgs;
         }
         size_t o = 0;
         for (size_t k = 0; k < json_array_size(content); k++) {
             json_t *text = json_object_get(json_array_get(content, k), "text");
-            memcpy(joined + o, json_string_value(text), json_string_length(text));
+            memcpy(joined[i] + o, json_string_value(text), json_string_length(text));
             o += json_string_length(text);
         }
-        joined[o] = '\0';
-        msgs[i].content = joined;
-        msgs[i].content_len = o;
-        msgs[i].owned = true;
+        joined[i][o] = '\0';
+        msgs[i].content = joined[i];
     }
-    if (vocab)
-        st = sp_chat_glue_tokens(vocab, lim->model, msgs, n, &r->prompt, &r->n_prompt, err);
+    if (vocab) {
+        st = sp_chat_prompt(vocab, lim->chat_format, msgs, n, &r->prompt, &r->n_prompt);
+        if (st == SP_ERR_NOMEM)
+            sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        else if (st != SP_OK)
+            st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "messages",
+                             "The chat template failed on these messages: %s", sp_error_message());
+    }
 free_msgs:
-    for (size_t i = 0; i < n; i++)
-        if (msgs[i].owned)
-            free((char *)msgs[i].content);
+    for (size_t i = 0; joined && i < n; i++)
+        free(joined[i]);
+    free(joined);
     free(msgs);
     return st;
 }

@@ -36,7 +36,7 @@ struct sp_api_limits {
     size_t max_stop_len;  /* longest stop string in bytes */
     int max_logit_bias;   /* most logit_bias entries */
     double max_timeout_s; /* per-request `timeout` is clamped to this; 0: no cap */
-    const struct sp_model *model; /* for the built-in chat format; may be NULL */
+    const char *chat_format; /* the model's built-in chat format (sp_model_chat_format); NULL: ChatML */
     /* What unset sampling fields get; NULL: llama-server's defaults
      * (sp_sampler_params_default). */
     const struct sp_sampler_params *defaults;

@@ -453,8 +453,9 @@ static sp_status partition(const struct sp_vocab *v, const char *text, size_t n,
 
 /* ---- entry point ----------------------------------------------------------------------------- */
 
-sp_status sp_tokenize(const struct sp_vocab *v, const char *text, size_t len, bool add_special,
-                      bool parse_special, sp_token *out, size_t cap, size_t *n_out)
+/* Encodes into o (o->ids malloc'd; the caller frees it, also on failure). */
+static sp_status sp_tokenize_out(const struct sp_vocab *v, const char *text, size_t len, bool add_special,
+                                 bool parse_special, struct sp_tok_out *out)
 {
     sp_status st = SP_OK;
     struct sp_tok_out o = {0};
@@ -462,7 +463,7 @@ sp_status sp_tokenize(const struct sp_vocab *v, const char *text, size_t len, bo
     uint8_t *state = NULL;
     sp_token *tok_at = NULL;
     char *spm_buf = NULL;
-    *n_out = 0;
+    *out = o;
     if (len && !text)
         return sp_error_set(SP_ERR_ARG, "tokenize: NULL text");
     if (len) {
@@ -541,23 +542,46 @@ sp_status sp_tokenize(const struct sp_vocab *v, const char *text, size_t len, bo
             sp_tok_out_push(&o, v->eos);
         }
     }
-    if (o.oom || s.oom) {
+    if (o.oom || s.oom)
         st = sp_error_set(SP_ERR_NOMEM, "tokenize: out of memory");
-        goto done;
-    }
-    *n_out = o.n;
-    if (o.n > cap) {
-        st = sp_error_set(SP_ERR_ARG, "tokenize: %zu tokens do not fit in %zu", o.n, cap);
-        goto done;
-    }
-    if (o.n)
-        memcpy(out, o.ids, o.n * sizeof *out);
 done:
-    free(o.ids);
+    *out = o;
     free(s.syms);
     free(s.heap.a);
     free(state);
     free(tok_at);
     free(spm_buf);
     return st;
+}
+
+sp_status sp_tokenize(const struct sp_vocab *v, const char *text, size_t len, bool add_special,
+                      bool parse_special, sp_token *out, size_t cap, size_t *n_out)
+{
+    struct sp_tok_out o;
+    sp_status st = sp_tokenize_out(v, text, len, add_special, parse_special, &o);
+    *n_out = st == SP_OK ? o.n : 0;
+    if (st == SP_OK && o.n > cap)
+        st = sp_error_set(SP_ERR_ARG, "tokenize: %zu tokens do not fit in %zu", o.n, cap);
+    else if (st == SP_OK && o.n)
+        memcpy(out, o.ids, o.n * sizeof *out);
+    free(o.ids);
+    return st;
+}
+
+sp_status sp_tokenize_alloc(const struct sp_vocab *v, const char *text, size_t len, bool add_special,
+                            bool parse_special, sp_token **out, size_t *n_out)
+{
+    struct sp_tok_out o;
+    sp_status st = sp_tokenize_out(v, text, len, add_special, parse_special, &o);
+    *out = NULL;
+    *n_out = 0;
+    if (st != SP_OK) {
+        free(o.ids);
+        return st;
+    }
+    if (!o.ids && !(o.ids = malloc(sizeof *o.ids))) /* no tokens: still a pointer to free */
+        return sp_error_set(SP_ERR_NOMEM, "tokenize: out of memory");
+    *out = o.ids;
+    *n_out = o.n;
+    return SP_OK;
 }

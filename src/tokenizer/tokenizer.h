@@ -54,6 +54,10 @@ const char *sp_vocab_chat_template(const struct sp_vocab *v);
 sp_status sp_tokenize(const struct sp_vocab *v, const char *text, size_t len,
                       bool add_special, bool parse_special,
                       sp_token *out, size_t cap, size_t *n_out);
+/* As sp_tokenize, into a malloc'd array of all the ids (*out, which the
+ * caller frees; NULL on failure). */
+sp_status sp_tokenize_alloc(const struct sp_vocab *v, const char *text, size_t len, bool add_special,
+                            bool parse_special, sp_token **out, size_t *n_out);
 
 /* The bytes token `t` stands for (byte tokens give their byte, SentencePiece
  * '▁' becomes ' ', byte-level BPE is un-mapped).  Control tokens give "" unless

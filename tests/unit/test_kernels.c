@@ -203,21 +203,20 @@ static void test_matmul(struct sp_pool *p1, struct sp_pool *p2)
 static void test_attention(struct sp_pool *pool, const int HKV)
 {
     const int H = 4, D = 64, P = 40;
-    struct sp_kv kv;
+    struct sp_kv *kv;
     struct sp_kv_seq seq = {0};
-    CHECK(sp_kv_init(&kv, 1, HKV * D, D, 16, 8, NULL, 0, 0) == SP_OK, "kv init");
-    CHECK(sp_kv_seq_reserve(&kv, &seq, P) == SP_OK, "reserve");
-    seq.n_pos = P;
+    const struct sp_kv_shape shape = {.n_layer = 1, .n_head_kv = (uint32_t)HKV, .head_dim = D};
+    CHECK(sp_kv_new(&kv, &shape, 8) == SP_OK, "kv init");
+    CHECK(sp_kv_seq_reserve(kv, &seq, P) == SP_OK, "reserve");
     float *K = malloc(sizeof(float) * P * HKV * D), *V = malloc(sizeof(float) * P * HKV * D);
     unsigned s = 3;
-    for (int p = 0; p < P; p++)
+    for (int p = 0; p < P; p++) {
         for (int i = 0; i < HKV * D; i++) {
             K[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
             V[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
-            size_t at = (size_t)(i / D) * sp_kv_head_stride(&kv, 0) + (size_t)(i % D);
-            sp_kv_k_at(&kv, &seq, 0, p)[at - i % D + (size_t)(i % D) * SP_KV_TILE] = sp_f32_to_f16(K[p * HKV * D + i]);
-            sp_kv_v_at(&kv, &seq, 0, p)[at] = sp_f32_to_f16(V[p * HKV * D + i]);
         }
+        sp_kv_store(kv, &seq, 0, (uint32_t)p, K + p * HKV * D, V + p * HKV * D);
+    }
     float q[2 * 4 * 64], out[2 * 4 * 64];
     size_t per = sp_attention_scratch_floats(P, D);
     float *scratch = malloc(sizeof(float) * per * (size_t)sp_pool_chunks_for(sp_pool_size(pool)));
@@ -226,7 +225,7 @@ static void test_attention(struct sp_pool *pool, const int HKV)
     const struct sp_kv_seq *seqs[2] = {&seq, &seq};
     int32_t pos[2] = {P - 1, 20};
     for (int window = 0; window <= 8; window += 8) {
-        struct sp_attn_args a = {.kv = &kv, .layer = 0, .n_tok = 2, .q = q, .q_stride = H * D, .seqs = seqs,
+        struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = 2, .q = q, .q_stride = H * D, .seqs = seqs,
                                  .pos = pos, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
                                  .window = window, .out = out, .out_stride = H * D, .scratch = scratch,
                                  .scratch_per_thread = per, .max_pos = P};
@@ -268,7 +267,7 @@ static void test_attention(struct sp_pool *pool, const int HKV)
         const int NT = run < 2 ? 24 : 37, window = run % 2 ? 8 : 0;
         for (int t = 0; t < NT; t++)
             seqb[t] = &seq, posb[t] = P - NT + t;
-        struct sp_attn_args a = {.kv = &kv, .layer = 0, .n_tok = NT, .q = qb, .q_stride = H * D, .seqs = seqb,
+        struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = NT, .q = qb, .q_stride = H * D, .seqs = seqb,
                                  .pos = posb, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
                                  .window = window, .out = ob, .out_stride = H * D, .scratch = scratch,
                                  .scratch_per_thread = per, .max_pos = P, .plan = plan};
@@ -289,8 +288,8 @@ static void test_attention(struct sp_pool *pool, const int HKV)
     free(K);
     free(V);
     free(scratch);
-    sp_kv_seq_release(&kv, &seq);
-    sp_kv_free(&kv);
+    sp_kv_seq_release(kv, &seq);
+    sp_kv_free(kv);
 }
 
 int main(void)

@@ -1,9 +1,10 @@
 /* KV cache: every (layer, head, position, element) has its own place in the
- * layout; copy-on-write copies a shared block of every layer and head; a
- * sequence gets consecutive blocks, ascending, also after others were
- * released (what lets a long context stream through the hardware
- * prefetcher), and sequences growing side by side keep runs of an extent,
- * or a few runs each in a cache of their size. */
+ * layout, written by sp_kv_store and read back through a view (blocks and
+ * a sliding-window ring); copy-on-write copies a shared block of every
+ * layer and head; a sequence gets consecutive blocks, ascending, also after
+ * others were released (what lets a long context stream through the
+ * hardware prefetcher), and sequences growing side by side keep runs of an
+ * extent, or a few runs each in a cache of their size. */
 #include <string.h>
 
 #include "check.h"
@@ -14,41 +15,50 @@
 #define D 32  /* head size */
 #define BT 16 /* positions per block */
 
-/* a value unique to (seq tag, layer, head, position, element, key or value) */
+/* a value unique to (seq tag, layer, head, position, element, key or
+ * value) within one seq tag, as the bits of a finite f16 (so it survives
+ * the f32 -> f16 store exactly) */
 static uint16_t tag(int s, int l, int h, int p, int d, int is_v)
 {
-    return (uint16_t)(((((s * NL + l) * HKV + h) * 128 + p) * D + d) * 2 + is_v);
+    uint32_t t = (uint32_t)(((((s * NL + l) * HKV + h) * 128 + p) * D + d) * 2 + is_v) % (2 * 0x7c00);
+    return (uint16_t)(t < 0x7c00 ? t : t - 0x7c00 + 0x8000);
+}
+
+static float f16_value(uint16_t bits)
+{
+    _Float16 h;
+    memcpy(&h, &bits, sizeof h);
+    return (float)h;
 }
 
 static void write_seq(struct sp_kv *kv, struct sp_kv_seq *seq, int s, int p0, int p1)
 {
+    float k[HKV * D], v[HKV * D];
     for (int l = 0; l < NL; l++)
         for (int p = p0; p < p1; p++) {
-            uint16_t *k = sp_kv_k_at(kv, seq, (uint32_t)l, (uint32_t)p);
-            uint16_t *v = sp_kv_v_at(kv, seq, (uint32_t)l, (uint32_t)p);
-            size_t hs = sp_kv_head_stride(kv, (uint32_t)l);
             for (int h = 0; h < HKV; h++)
                 for (int d = 0; d < D; d++) {
-                    k[h * hs + (size_t)d * SP_KV_TILE] = tag(s, l, h, p, d, 0);
-                    v[h * hs + (size_t)d] = tag(s, l, h, p, d, 1);
+                    k[h * D + d] = f16_value(tag(s, l, h, p, d, 0));
+                    v[h * D + d] = f16_value(tag(s, l, h, p, d, 1));
                 }
+            sp_kv_store(kv, seq, (uint32_t)l, (uint32_t)p, k, v);
         }
 }
 
-/* positions [p0, p1) of seq read back as written with tag s */
+/* positions [p0, p1) of seq read back through a view as written with tag s */
 static int seq_matches(struct sp_kv *kv, struct sp_kv_seq *seq, int s, int p0, int p1)
 {
     int bad = 0;
-    for (int l = 0; l < NL; l++)
-        for (int p = p0; p < p1; p++) {
-            const uint16_t *k = sp_kv_k_at(kv, seq, (uint32_t)l, (uint32_t)p);
-            const uint16_t *v = sp_kv_v_at(kv, seq, (uint32_t)l, (uint32_t)p);
-            size_t hs = sp_kv_head_stride(kv, (uint32_t)l);
-            for (int h = 0; h < HKV; h++)
+    for (int l = 0; l < NL; l++) {
+        const struct sp_kv_view w = sp_kv_view(kv, seq, (uint32_t)l);
+        for (int p = p0; p < p1; p++)
+            for (int h = 0; h < HKV; h++) {
+                const uint16_t *k = sp_kv_view_k(&w, (uint32_t)p, (uint32_t)h);
+                const uint16_t *v = sp_kv_view_v(&w, (uint32_t)p, (uint32_t)h);
                 for (int d = 0; d < D; d++)
-                    bad += k[h * hs + (size_t)d * SP_KV_TILE] != tag(s, l, h, p, d, 0) ||
-                           v[h * hs + (size_t)d] != tag(s, l, h, p, d, 1);
-        }
+                    bad += k[(size_t)d * SP_KV_TILE] != tag(s, l, h, p, d, 0) || v[d] != tag(s, l, h, p, d, 1);
+            }
+    }
     return bad;
 }
 
@@ -60,52 +70,66 @@ static int consecutive(const struct sp_kv_seq *seq)
     return 1;
 }
 
+static struct sp_kv *new_kv(uint32_t n_blocks)
+{
+    const struct sp_kv_shape shape = {.n_layer = NL, .n_head_kv = HKV, .head_dim = D};
+    struct sp_kv *kv = NULL;
+    CHECK(sp_kv_new(&kv, &shape, n_blocks) == SP_OK, "init %u blocks", n_blocks);
+    return kv;
+}
+
 int main(void)
 {
-    struct sp_kv kv;
-    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, 12, NULL, 0, 0) == SP_OK, "init");
+    struct sp_kv *kv = new_kv(12);
+    struct sp_kv_stats ks;
+    sp_kv_stats(kv, 0, &ks);
+    CHECK(ks.block_tokens == BT && ks.blocks_total == 12 && sp_kv_blocks_for(BT + 1) == 2, "blocks of %d positions",
+          BT);
+    CHECK(ks.bytes == (uint64_t)12 * BT * NL * HKV * D * 2 * 2, "bytes: K and V of every layer, f16");
     struct sp_kv_seq a = {0}, b = {0}, c = {0};
 
     /* a: 40 positions, 3 blocks; every place written once reads back */
-    CHECK(sp_kv_seq_reserve(&kv, &a, 40) == SP_OK, "reserve a");
+    CHECK(sp_kv_seq_reserve(kv, &a, 40) == SP_OK, "reserve a");
     CHECK(a.n_blocks == 3 && consecutive(&a), "a's blocks are consecutive");
-    write_seq(&kv, &a, 1, 0, 40);
-    a.n_pos = 40;
-    CHECK(seq_matches(&kv, &a, 1, 0, 40) == 0, "a reads back: no two places overlap");
-    /* a run of a head's keys and values is contiguous across consecutive blocks */
-    CHECK(sp_kv_k_at(&kv, &a, 1, 16) == sp_kv_k_at(&kv, &a, 1, 0) + BT * D, "keys: next block follows");
-    CHECK(sp_kv_v_at(&kv, &a, 2, 32) == sp_kv_v_at(&kv, &a, 2, 16) + BT * D, "values: next block follows");
+    write_seq(kv, &a, 1, 0, 40);
+    CHECK(seq_matches(kv, &a, 1, 0, 40) == 0, "a reads back: no two places overlap");
+    /* a run of a head's keys and values is contiguous across consecutive
+     * blocks; a view's run ends at a block's end */
+    const struct sp_kv_view w1 = sp_kv_view(kv, &a, 1), w2 = sp_kv_view(kv, &a, 2);
+    CHECK(sp_kv_view_k(&w1, 16, 1) == sp_kv_view_k(&w1, 0, 1) + BT * D, "keys: next block follows");
+    CHECK(sp_kv_view_v(&w2, 32, 0) == sp_kv_view_v(&w2, 16, 0) + BT * D, "values: next block follows");
+    CHECK(sp_kv_view_run(&w1, 3, 100) == BT - 3 && sp_kv_view_run(&w1, 3, 5) == 5, "runs end with the block");
 
     /* b forks a, then writes position 40: the shared third block is copied
      * for every layer and head, and a is untouched */
-    CHECK(sp_kv_seq_fork(&kv, &b, &a) == SP_OK, "fork");
-    CHECK(sp_kv_seq_reserve(&kv, &b, 41) == SP_OK, "reserve b");
+    CHECK(sp_kv_seq_fork(kv, &b, &a) == SP_OK, "fork");
+    CHECK(sp_kv_seq_reserve(kv, &b, 41) == SP_OK, "reserve b");
     CHECK(b.blocks[2] != a.blocks[2] && b.blocks[0] == a.blocks[0], "copy on write of the last block only");
-    CHECK(seq_matches(&kv, &b, 1, 0, 40) == 0, "b reads a's positions after the copy");
-    write_seq(&kv, &b, 2, 32, 41);
-    CHECK(seq_matches(&kv, &a, 1, 0, 40) == 0, "a unchanged by b's writes");
-    CHECK(seq_matches(&kv, &b, 2, 32, 41) == 0, "b's own writes");
+    CHECK(seq_matches(kv, &b, 1, 0, 40) == 0, "b reads a's positions after the copy");
+    write_seq(kv, &b, 2, 32, 41);
+    CHECK(seq_matches(kv, &a, 1, 0, 40) == 0, "a unchanged by b's writes");
+    CHECK(seq_matches(kv, &b, 2, 32, 41) == 0, "b's own writes");
 
     /* after both are released, a new sequence's blocks are consecutive again */
-    sp_kv_seq_release(&kv, &a);
-    sp_kv_seq_release(&kv, &b);
-    CHECK(sp_kv_available(&kv) == 12, "all blocks back");
-    CHECK(sp_kv_seq_reserve(&kv, &c, 5 * BT) == SP_OK, "reserve c");
+    sp_kv_seq_release(kv, &a);
+    sp_kv_seq_release(kv, &b);
+    CHECK(sp_kv_available(kv) == 12, "all blocks back");
+    CHECK(sp_kv_seq_reserve(kv, &c, 5 * BT) == SP_OK, "reserve c");
     CHECK(c.n_blocks == 5 && consecutive(&c), "c's blocks are consecutive and ascending (%u %u %u %u %u)",
           c.blocks[0], c.blocks[1], c.blocks[2], c.blocks[3], c.blocks[4]);
-    write_seq(&kv, &c, 3, 0, 5 * BT);
-    CHECK(seq_matches(&kv, &c, 3, 0, 5 * BT) == 0, "c reads back");
-    sp_kv_seq_release(&kv, &c);
-    sp_kv_free(&kv);
+    write_seq(kv, &c, 3, 0, 5 * BT);
+    CHECK(seq_matches(kv, &c, 3, 0, 5 * BT) == 0, "c reads back");
+    sp_kv_seq_release(kv, &c);
+    sp_kv_free(kv);
 
     /* two sequences growing side by side, a block each in turn (batched
      * decode), do not interleave: each keeps a run of 64 consecutive blocks
      * (an extent), and only then moves on, to a run of its own again; a
      * cache too small for whole extents still hands out every block */
-    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, 256, NULL, 0, 0) == SP_OK, "init 256 blocks");
+    kv = new_kv(256);
     for (uint32_t n = BT; n <= 96 * BT; n += BT) {
-        CHECK(sp_kv_seq_reserve(&kv, &a, n) == SP_OK, "reserve a to %u", n);
-        CHECK(sp_kv_seq_reserve(&kv, &b, n) == SP_OK, "reserve b to %u", n);
+        CHECK(sp_kv_seq_reserve(kv, &a, n) == SP_OK, "reserve a to %u", n);
+        CHECK(sp_kv_seq_reserve(kv, &b, n) == SP_OK, "reserve b to %u", n);
     }
     int runs_a = 1, runs_b = 1;
     for (uint32_t i = 1; i < a.n_blocks; i++) {
@@ -114,18 +138,18 @@ int main(void)
     }
     CHECK(runs_a == 2 && runs_b == 2 && a.blocks[63] == a.blocks[0] + 63 && b.blocks[63] == b.blocks[0] + 63,
           "side by side: runs of 64 blocks (a in %d runs, b in %d)", runs_a, runs_b);
-    sp_kv_seq_release(&kv, &a);
-    sp_kv_seq_release(&kv, &b);
-    sp_kv_free(&kv);
-    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, 40, NULL, 0, 0) == SP_OK, "init 40 blocks");
+    sp_kv_seq_release(kv, &a);
+    sp_kv_seq_release(kv, &b);
+    sp_kv_free(kv);
+    kv = new_kv(40);
     for (uint32_t n = BT; n <= 20 * BT; n += BT) {
-        CHECK(sp_kv_seq_reserve(&kv, &a, n) == SP_OK, "small cache: reserve a to %u", n);
-        CHECK(sp_kv_seq_reserve(&kv, &b, n) == SP_OK, "small cache: reserve b to %u", n);
+        CHECK(sp_kv_seq_reserve(kv, &a, n) == SP_OK, "small cache: reserve a to %u", n);
+        CHECK(sp_kv_seq_reserve(kv, &b, n) == SP_OK, "small cache: reserve b to %u", n);
     }
-    CHECK(sp_kv_available(&kv) == 0, "small cache: every block used");
-    sp_kv_seq_release(&kv, &a);
-    sp_kv_seq_release(&kv, &b);
-    sp_kv_free(&kv);
+    CHECK(sp_kv_available(kv) == 0, "small cache: every block used");
+    sp_kv_seq_release(kv, &a);
+    sp_kv_seq_release(kv, &b);
+    sp_kv_free(kv);
 
     /* eight sequences side by side in a cache of their size (the engine
      * sizes it so; four whole extents at most): the ones without an extent
@@ -135,11 +159,11 @@ int main(void)
     enum { NS = 8, NB = 33 };
     struct sp_kv_seq side[NS];
     memset(side, 0, sizeof side);
-    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, NS * NB, NULL, 0, 0) == SP_OK, "init %d blocks", NS * NB);
+    kv = new_kv(NS * NB);
     for (uint32_t n = BT; n <= NB * BT; n += BT)
         for (int i = 0; i < NS; i++)
-            CHECK(sp_kv_seq_reserve(&kv, &side[i], n) == SP_OK, "side by side: reserve %d to %u", i, n);
-    CHECK(sp_kv_available(&kv) == 0, "side by side: every block used");
+            CHECK(sp_kv_seq_reserve(kv, &side[i], n) == SP_OK, "side by side: reserve %d to %u", i, n);
+    CHECK(sp_kv_available(kv) == 0, "side by side: every block used");
     int worst = 0;
     for (int i = 0; i < NS; i++) {
         int runs = 1;
@@ -149,8 +173,8 @@ int main(void)
     }
     CHECK(worst <= 2, "side by side in a full cache: at most 2 runs a sequence (worst %d)", worst);
     for (int i = 0; i < NS; i++)
-        sp_kv_seq_release(&kv, &side[i]);
-    sp_kv_free(&kv);
+        sp_kv_seq_release(kv, &side[i]);
+    sp_kv_free(kv);
 
     /* a full cache of idle prefixes: a new sequence does not evict the block
      * right after another's last one (that one would have to jump) while
@@ -158,18 +182,36 @@ int main(void)
     sp_token toks[64 * BT];
     for (int i = 0; i < 64 * BT; i++)
         toks[i] = 1000 + i;
-    CHECK(sp_kv_init(&kv, NL, HKV * D, D, BT, 64, NULL, 0, 0) == SP_OK, "init 64 blocks");
-    CHECK(sp_kv_seq_reserve(&kv, &a, 64 * BT) == SP_OK, "fill the cache");
-    a.n_pos = 64 * BT;
-    sp_kv_prefix_commit(&kv, &a, toks); /* block i last used i-th: block 0 is the least recent */
-    sp_kv_seq_release(&kv, &a);
-    CHECK(sp_kv_available(&kv) == 64, "all blocks idle and cached");
-    CHECK(sp_kv_seq_reserve(&kv, &b, BT) == SP_OK && b.blocks[0] == 0, "b evicts the least recently used block");
-    CHECK(sp_kv_seq_reserve(&kv, &c, BT) == SP_OK && c.blocks[0] == 2, "c passes over block 1, after b's (%u)",
+    kv = new_kv(64);
+    CHECK(sp_kv_seq_reserve(kv, &a, 64 * BT) == SP_OK, "fill the cache");
+    sp_kv_prefix_commit(kv, &a, toks); /* block i last used i-th: block 0 is the least recent */
+    sp_kv_seq_release(kv, &a);
+    CHECK(sp_kv_available(kv) == 64, "all blocks idle and cached");
+    CHECK(sp_kv_seq_reserve(kv, &b, BT) == SP_OK && b.blocks[0] == 0, "b evicts the least recently used block");
+    CHECK(sp_kv_seq_reserve(kv, &c, BT) == SP_OK && c.blocks[0] == 2, "c passes over block 1, after b's (%u)",
           c.blocks[0]);
-    CHECK(sp_kv_seq_reserve(&kv, &b, 2 * BT) == SP_OK && b.blocks[1] == 1, "b grows into block 1 (%u)", b.blocks[1]);
-    sp_kv_seq_release(&kv, &b);
-    sp_kv_seq_release(&kv, &c);
-    sp_kv_free(&kv);
+    CHECK(sp_kv_seq_reserve(kv, &b, 2 * BT) == SP_OK && b.blocks[1] == 1, "b grows into block 1 (%u)", b.blocks[1]);
+    sp_kv_seq_release(kv, &b);
+    sp_kv_seq_release(kv, &c);
+    sp_kv_free(kv);
+
+    /* a sliding-window layer keeps the last ring_len positions (rounded up
+     * to whole key tiles: 20 -> 32) in a ring of its own, beside the paged
+     * layers; the blocks then hold only the paged layers */
+    const bool local[NL] = {false, true, false};
+    const struct sp_kv_shape ring_shape = {.n_layer = NL, .n_head_kv = HKV, .head_dim = D, .local = local,
+                                           .ring_len = 20, .n_rings = 1};
+    CHECK(sp_kv_block_bytes(&ring_shape) == (uint64_t)BT * (NL - 1) * HKV * D * 2 * 2, "ring layers take no blocks");
+    CHECK(sp_kv_new(&kv, &ring_shape, 8) == SP_OK, "init with a ring layer");
+    CHECK(sp_kv_seq_reserve(kv, &a, 41) == SP_OK, "reserve with a ring");
+    write_seq(kv, &a, 1, 0, 41);
+    CHECK(seq_matches(kv, &a, 1, 41 - 32, 41) == 0, "the ring and the blocks read back the last 32 positions");
+    const struct sp_kv_view wr = sp_kv_view(kv, &a, 1);
+    CHECK(sp_kv_view_run(&wr, 40, 100) == 24 && sp_kv_view_k(&wr, 40, 0) == sp_kv_view_k(&wr, 8, 0),
+          "a ring's run ends at its end; position 40 is 8's slot");
+    CHECK(sp_kv_seq_reserve(kv, &b, 1) == SP_ERR_FULL, "one ring: a second sequence waits");
+    sp_kv_seq_release(kv, &a);
+    sp_kv_seq_release(kv, &b);
+    sp_kv_free(kv);
     return sp_check_report("test_kv");
 }
