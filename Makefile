@@ -44,6 +44,8 @@ FLAGS_avx512    := $(AVX512_FLAGS)
 FLAGS_attention := -ffp-contract=off
 # the packed oracle must round as the packed kernels do
 FLAGS_packed    := -ffp-contract=off
+# file quantisers reproduce llama.cpp's rounding exactly, whatever -march
+FLAGS_quantize  := -ffp-contract=off
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
