@@ -16,6 +16,7 @@ static const struct sp_subcommand sp_subcommands[] = {
     {"serve", sp_tool_serve, "OpenAI-compatible HTTP server"},
     {"bench", sp_tool_bench, "prefill and decode speed"},
     {"info", sp_tool_info, "describe a model file"},
+    {"quantize", sp_tool_quantize, "convert a model file to another weight type"},
     {"logits", sp_tool_logits, "next-token logits for a prompt, as JSON"},
     {"tokenize", sp_tool_tokenize, "text to token ids"},
     {"detokenize", sp_tool_detokenize, "token ids to text"},
