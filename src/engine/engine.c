@@ -79,6 +79,8 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *
     e->n_parallel = p->n_parallel > 0 ? p->n_parallel : 1;
     e->n_batch = p->n_batch > 0 ? p->n_batch : 512;
     e->n_out_max = e->n_parallel * 4 > SP_BEAM_MAX ? e->n_parallel * 4 : SP_BEAM_MAX;
+    if (p->n_outputs > e->n_out_max)
+        e->n_out_max = p->n_outputs;
     if (e->n_out_max > e->n_batch)
         e->n_out_max = e->n_batch;
     if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
@@ -579,6 +581,12 @@ sp_status sp_engine_logits_each(struct sp_engine *e, const sp_token *prompt, siz
 release:
     sp_kv_seq_release(&e->kv, &seq);
     return st;
+}
+
+void sp_engine_observe(struct sp_engine *e, sp_matmul_observer fn, void *user)
+{
+    e->fs.observe = fn;
+    e->fs.observe_ud = user;
 }
 
 static void sp_engine_copy_logits(void *user, size_t pos, const float *logits)

@@ -35,6 +35,8 @@ struct sp_engine_params {
     size_t kv_mem_mib;   /* KV pool size; 0: n_ctx × n_parallel positions */
     int n_batch;         /* most tokens in one forward; 0: 512 */
     bool swa_full;       /* keep every position of sliding-window layers (no rings) */
+    int n_outputs;       /* most positions with logits in one forward (sp_engine_logits_each);
+                            0: 16 or 4 per parallel request, capped at n_batch */
 };
 
 /* Loads the model and allocates everything a step needs.  Errors name the
@@ -112,6 +114,12 @@ void sp_request_cancel(struct sp_request *r);
  * -1 with an error set (an internal failure; requests are finished with
  * SP_FINISH_ERROR). */
 int sp_engine_step(struct sp_engine *e);
+
+/* Calls fn(user, w, x, x_stride, n) with the float input rows of every
+ * matrix product of later forwards, on the engine's thread (NULL: stop). */
+struct sp_tensor;
+typedef void (*sp_matmul_observer)(void *user, const struct sp_tensor *w, const float *x, size_t x_stride, int n);
+void sp_engine_observe(struct sp_engine *e, sp_matmul_observer fn, void *user);
 
 /* Timing of the last request finished (for the CLI's summary). */
 struct sp_engine_timing {

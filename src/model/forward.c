@@ -74,6 +74,8 @@ static void sp_fwd_mm(struct sp_forward_scratch *s, struct sp_pool *pool, struct
                       size_t out_stride)
 {
     uint32_t at = sp_type_get(w->type)->vec_dot_type;
+    if (s->observe)
+        s->observe(s->observe_ud, w, x, x_stride, n);
     if (c->src != x || c->type != at) {
         sp_act_quantize(pool, w, x, x_stride, n, s->act);
         c->src = x;
@@ -97,6 +99,8 @@ static void sp_fwd_mm_multi(struct sp_forward_scratch *s, struct sp_pool *pool, 
             sp_fwd_mm(s, pool, c, w[i], x, x_stride, n, out[i], out_stride[i]);
         return;
     }
+    for (int i = 0; s->observe && i < n_mat; i++)
+        s->observe(s->observe_ud, w[i], x, x_stride, n);
     if (c->src != x || c->type != at) {
         sp_act_quantize(pool, w[0], x, x_stride, n, s->act);
         c->src = x;

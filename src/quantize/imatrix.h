@@ -33,3 +33,20 @@ const char *sp_imatrix_dataset(const struct sp_imatrix *im);
 const char *sp_imatrix_path(const struct sp_imatrix *im);
 
 #endif
+
+/* ---- collecting (spindle imatrix) ---- */
+
+struct sp_model;
+struct sp_tensor;
+struct sp_imatrix_acc;
+
+/* Sums of squared inputs for every layer matrix of m (the output head and
+ * embeddings are left out, as llama-imatrix does by default). */
+sp_status sp_imatrix_acc_init(struct sp_imatrix_acc **out, const struct sp_model *m);
+void sp_imatrix_acc_free(struct sp_imatrix_acc *a);
+/* A matmul observer (sp_engine_observe): adds x[i]^2 of each of the n rows
+ * to w's sums and n to its count; other matrices are ignored. */
+void sp_imatrix_acc_observe(void *acc, const struct sp_tensor *w, const float *x, size_t x_stride, int n);
+/* Writes the imatrix GGUF (atomically). */
+sp_status sp_imatrix_acc_write(const struct sp_imatrix_acc *a, const char *path, const char *dataset,
+                               uint32_t n_chunks, uint32_t chunk_size);
