@@ -4,41 +4,74 @@
 
 #include "args.h"
 #include "core/error.h"
+#include "core/mem.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
 #include "tools.h"
 
+/* The memory table: what the engine allocates for these settings (all of
+ * it resident from init but the sliding-window rings, allocated when a
+ * request first needs one), and the rest of this process's resident memory
+ * (code, libraries, tokenizer) and its peak while loading, which a run or
+ * server process with the same settings also has. */
+static void sp_info_memory(const struct sp_engine *e, int n_parallel, int n_batch)
+{
+    struct sp_engine_memory mem;
+    sp_engine_memory(e, &mem);
+    uint64_t rss = sp_mem_rss(), peak = sp_mem_peak_rss();
+    uint64_t resident = mem.weights + mem.kv - mem.kv_rings + mem.scratch;
+    uint64_t runtime = rss > resident ? rss - resident : 0, total = (peak > rss ? peak : rss) + mem.kv_rings;
+    const double MiB = 1048576.0;
+    printf("memory:          %d tokens of context x %d parallel, batch %d\n", sp_engine_n_ctx(e), n_parallel, n_batch);
+    printf("  weights        %8.1f MiB\n", mem.weights / MiB);
+    printf("  KV cache       %8.1f MiB (f16", mem.kv / MiB);
+    if (mem.kv_rings)
+        printf("; %.1f MiB of it sliding-window rings, allocated as requests start", mem.kv_rings / MiB);
+    printf(")\n");
+    printf("  scratch        %8.1f MiB\n", mem.scratch / MiB);
+    printf("  runtime        %8.1f MiB (code, libraries, tokenizer)\n", runtime / MiB);
+    if (peak > rss)
+        printf("  loading        %8.1f MiB more while the model loads\n", (peak - rss) / MiB);
+    printf("  peak           %8.1f MiB resident for run/serve with these settings\n", total / MiB);
+}
+
 int sp_tool_info(int argc, char **argv)
 {
     struct sp_args a = {argc, argv, 1, false};
-    const char *path = NULL;
-    int n_ctx = 0;
-    struct sp_model *m = NULL;
-    struct sp_vocab *v = NULL;
+    struct sp_engine_params ep = {0};
+    const char *cache_k = "f16", *cache_v = "f16";
+    struct sp_engine *e = NULL;
     int rc = 2;
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
-            puts("usage: spindle info -m MODEL [--ctx N]");
+            puts("usage: spindle info -m MODEL [--ctx N] [--parallel P] [--batch N] [--cache-type-k f16]\n"
+                 "                    [--cache-type-v f16] [-t N]\n"
+                 "  describes the model and the memory run/serve will take with these settings");
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) path = sp_args_value(&a);
-        else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &n_ctx);
+        } else if (sp_args_is(&a, "-m", "--model")) ep.model_path = sp_args_value(&a);
+        else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
+        else if (sp_args_is(&a, "--parallel", "-np")) sp_args_int(&a, 1, 1024, &ep.n_parallel);
+        else if (sp_args_is(&a, "--batch", "-b")) sp_args_int(&a, 1, 1 << 16, &ep.n_batch);
+        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
+        else if (sp_args_is(&a, "--cache-type-k", "-ctk")) cache_k = sp_args_value(&a);
+        else if (sp_args_is(&a, "--cache-type-v", "-ctv")) cache_v = sp_args_value(&a);
         else
             return sp_tool_fail("info: unknown option '%s'", argv[a.i]);
     }
     if (a.failed)
         return 2;
-    if (!path)
+    if (!ep.model_path)
         return sp_tool_fail("info: -m MODEL is required");
-    if (sp_model_init(&m, path) != SP_OK)
+    if (strcmp(cache_k, "f16") || strcmp(cache_v, "f16"))
+        return sp_tool_fail("info: KV cache type '%s': only f16 is supported", strcmp(cache_k, "f16") ? cache_k : cache_v);
+    if (sp_engine_init(&e, &ep) != SP_OK)
         return sp_tool_fail("%s", sp_error_message());
-    if (sp_vocab_init(&v, &m->gguf) != SP_OK) {
-        sp_tool_fail("%s: %s", path, sp_error_message());
-        goto done;
-    }
+    const struct sp_model *m = sp_engine_model(e);
+    const struct sp_vocab *v = sp_engine_vocab(e);
     const struct sp_hparams *hp = &m->hp;
-    if (n_ctx <= 0)
-        n_ctx = (int)(hp->n_ctx_train < 8192 ? hp->n_ctx_train : 8192);
+    const char *path = ep.model_path;
     printf("file:            %s (%.1f MiB, GGUF v%u, %llu tensors, %llu keys)\n", path, m->file_bytes / 1048576.0,
            m->gguf.version, (unsigned long long)m->gguf.n_tensors, (unsigned long long)m->gguf.n_kv);
     printf("architecture:    %s\n", m->arch->name);
@@ -67,29 +100,15 @@ int sp_tool_info(int argc, char **argv)
             printf(" %s×%u", sp_type_get(t)->name, counts[t]);
     printf("\n");
     printf("weights read per token: %.1f MiB\n", m->weights_bytes / 1048576.0);
-    uint64_t kv_dim = (uint64_t)hp->n_head_kv * hp->head_dim;
-    uint64_t per_pos = kv_dim * 2 * 2; /* K and V, f16 */
-    /* sliding-window layers keep window + batch (512) positions, as the engine does */
-    uint32_t n_local = 0;
-    uint64_t ring = hp->n_swa ? (uint64_t)hp->n_swa + 512 : 0;
-    if (ring && ring < (uint64_t)n_ctx)
-        for (uint32_t l = 0; l < hp->n_layer; l++)
-            n_local += m->layers[l].swa;
-    uint64_t kv_bytes = per_pos * ((hp->n_layer - n_local) * (uint64_t)n_ctx + n_local * ring);
-    printf("KV cache:        %.1f MiB for %d tokens of context (f16, %llu bytes per token per layer)", kv_bytes / 1048576.0,
-           n_ctx, (unsigned long long)per_pos);
-    if (n_local)
-        printf("; %u sliding-window layers keep %llu positions (full cache would be %.1f MiB)", n_local,
-               (unsigned long long)ring, per_pos * hp->n_layer * (uint64_t)n_ctx / 1048576.0);
-    printf("\n");
+    uint64_t per_pos = (uint64_t)hp->n_head_kv * hp->head_dim * 2 * 2; /* K and V, f16 */
+    printf("KV cache:        %llu bytes per token per layer (f16)\n", (unsigned long long)per_pos);
     printf("kernels:         %s", sp_quant_isa());
     if (m->n_packed)
         printf("; %u matrices repacked into 16-row tiles at load (%.1f MiB)", m->n_packed,
                m->packed_bytes / 1048576.0);
     printf("\n");
+    sp_info_memory(e, ep.n_parallel > 0 ? ep.n_parallel : 1, ep.n_batch > 0 ? ep.n_batch : 512);
     rc = 0;
-done:
-    sp_vocab_free(v);
-    sp_model_free(m);
+    sp_engine_free(e);
     return rc;
 }

@@ -31,7 +31,7 @@ static const char sp_run_usage[] =
     "  --logit-bias ID=BIAS (repeatable)   --stop STR (repeatable)   --ignore-eos\n"
     "  --n N                N independent samples   --beams B   --logprobs K\n"
     "  --json               one JSON object on stdout   --explain  print each decoding step\n"
-    "  --ctx N  -t THREADS\n";
+    "  --ctx N  -t THREADS  --mlock (keep the model and caches in RAM)\n";
 
 struct sp_run_token {
     sp_token id;
@@ -252,6 +252,7 @@ int sp_tool_run(int argc, char **argv)
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
         else if (sp_args_is(&a, "--swa-full", NULL)) ep.swa_full = true;
+        else if (sp_args_is(&a, "--mlock", NULL)) ep.mlock = true;
         else if (sp_args_is(&a, "--chat", NULL)) chat = true;
         else if (sp_args_is(&a, "--special", NULL)) special = true;
         else if (sp_args_is(&a, "--json", NULL)) json = true;

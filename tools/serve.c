@@ -21,7 +21,8 @@ static const char sp_serve_usage[] =
     "  --queue N            waiting requests before 429 (default 64)\n"
     "  --max-body BYTES     request body cap (default 4194304)\n"
     "  --max-n N            largest `n` accepted (default 8)\n"
-    "  -t, --threads N      compute threads (default: one per core)\n";
+    "  -t, --threads N      compute threads (default: one per core)\n"
+    "  --mlock              keep the model and caches in RAM (no paging out)\n";
 
 static bool sp_parse_long(const char *s, long lo, long hi, long *out)
 {
@@ -43,6 +44,10 @@ int sp_tool_serve(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(sp_serve_usage, stdout);
             return 0;
+        }
+        if (!strcmp(a, "--mlock")) {
+            cfg.mlock = true;
+            continue;
         }
         if (i + 1 >= argc)
             return sp_tool_fail("serve: unknown option or missing value: '%s'", a);

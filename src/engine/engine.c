@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/mem.h"
 #include "core/pool.h"
 #include "engine/stop.h"
 #include "kv/kv.h"
@@ -128,6 +129,13 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_engine_params *
         sp_engine_free(e);
         return st;
     }
+    /* resident from the start, as spindle info reports it */
+    sp_kv_touch(&e->kv);
+    memset(e->logits, 0, (size_t)e->n_out_max * hp->n_vocab * sizeof(float));
+    if (p->mlock && (st = sp_mem_lock()) != SP_OK) {
+        sp_engine_free(e);
+        return st;
+    }
     *out = e;
     return SP_OK;
 
@@ -181,6 +189,39 @@ void sp_engine_stats(const struct sp_engine *e, struct sp_engine_stats *o)
     o->prefix_hits = e->kv.hits;
     o->prefix_tokens_reused = e->kv.tokens_reused;
     o->n_running = e->n_running;
+    struct sp_engine_memory m;
+    sp_engine_memory(e, &m);
+    o->mem_weights = m.weights;
+    o->mem_kv = m.kv;
+    o->mem_scratch = m.scratch;
+    o->mem_resident = sp_mem_rss();
+}
+
+static uint64_t sp_tensor_bytes(const struct sp_tensor *t)
+{
+    return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne1 : 0;
+}
+
+void sp_engine_memory(const struct sp_engine *e, struct sp_engine_memory *o)
+{
+    const struct sp_model *m = e->model;
+    /* the embedding table is read a row per token: resident as tokens are
+     * seen, so counted only when it is also the (tied) output head */
+    o->weights = sp_tensor_bytes(&m->output) + sp_tensor_bytes(&m->out_norm);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct sp_layer *L = &m->layers[l];
+        const struct sp_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->q_norm, &L->k_norm,
+                                        &L->post_attn_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
+                                        &L->post_ffn_norm};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            o->weights += sp_tensor_bytes(ts[i]);
+    }
+    o->kv = sp_kv_bytes(&e->kv, (uint32_t)e->n_parallel);
+    o->kv_rings = o->kv - sp_kv_bytes(&e->kv, 0);
+    size_t B = (size_t)e->n_batch;
+    o->scratch = e->fs.bytes + (uint64_t)e->n_out_max * m->hp.n_vocab * sizeof(float) +
+                 B * (sizeof *e->b_tokens + sizeof *e->b_pos + sizeof *e->b_out_idx + sizeof *e->b_seqs) +
+                 (uint64_t)e->n_out_max * sizeof *e->b_out_choice + 2 * SP_TEXT_CAP + SP_STOP_MAX_LEN;
 }
 
 void sp_engine_timing(const struct sp_engine *e, struct sp_engine_timing *out) { *out = e->timing; }

@@ -37,6 +37,7 @@ struct sp_engine_params {
     bool swa_full;       /* keep every position of sliding-window layers (no rings) */
     int n_outputs;       /* most positions with logits in one forward (sp_engine_logits_each);
                             0: 16 or 4 per parallel request, capped at n_batch */
+    bool mlock;          /* lock the process's memory in RAM (mlockall) once loaded */
 };
 
 /* Loads the model and allocates everything a step needs.  Errors name the
@@ -55,8 +56,24 @@ struct sp_engine_stats {
     uint64_t kv_bytes;              /* KV pool size */
     uint64_t prefix_hits, prefix_tokens_reused;
     uint32_t n_running;             /* requests admitted and not finished */
+    uint64_t mem_weights, mem_kv, mem_scratch; /* sp_engine_memory */
+    uint64_t mem_resident;          /* the process's resident bytes now */
 };
 void sp_engine_stats(const struct sp_engine *e, struct sp_engine_stats *out);
+
+/* What the engine holds in memory, all of it written at init so it is
+ * resident from the start: weights (repacked copies plus the file data read
+ * in place; the embedding table only when it is also the output head, as
+ * otherwise only the rows of tokens seen are read), the KV pool with one
+ * sliding-window ring
+ * per parallel request, and scratch (forward buffers, logits, step
+ * buffers).  The rest of a process's resident memory is code, libraries and
+ * the tokenizer (spindle info measures it). */
+struct sp_engine_memory {
+    uint64_t weights, kv, scratch;
+    uint64_t kv_rings; /* part of kv: the rings, allocated when a request first needs one */
+};
+void sp_engine_memory(const struct sp_engine *e, struct sp_engine_memory *out);
 
 enum sp_finish {
     SP_FINISH_NONE = 0,

@@ -452,3 +452,9 @@ void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token
         kv->table[s] = b;
     }
 }
+
+void sp_kv_touch(struct sp_kv *kv)
+{
+    memset(kv->k, 0, kv->paged_bytes);
+    memset(kv->v, 0, kv->paged_bytes);
+}

@@ -86,6 +86,9 @@ sp_status sp_kv_init(struct sp_kv *kv, uint32_t n_layer, uint32_t kv_dim, uint32
                      uint32_t n_rings);
 /* Bytes of K/V memory: paged blocks plus `rings` ring slots. */
 uint64_t sp_kv_bytes(const struct sp_kv *kv, uint32_t rings);
+/* Writes the paged pool once so its pages are resident from the start
+ * (predictable memory; see spindle info). */
+void sp_kv_touch(struct sp_kv *kv);
 void sp_kv_free(struct sp_kv *kv);
 
 /* Blocks not held by any sequence (free or idle in the prefix cache). */

@@ -61,6 +61,7 @@ int sp_server_main(const struct sp_server_config *cfg)
         .n_ctx = cfg->n_ctx,
         .n_parallel = cfg->n_parallel,
         .kv_mem_mib = cfg->kv_mem_mib,
+        .mlock = cfg->mlock,
     };
     if (sp_sched_start(&sched, &ep, cfg->max_queue, cfg->n_parallel, &metrics) != SP_OK) {
         fprintf(stderr, "spindle: %s\n", sp_error_message());

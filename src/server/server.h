@@ -35,6 +35,7 @@ struct sp_server_config {
     int max_queue;          /* waiting requests beyond this get 429 */
     size_t max_body;        /* request body cap in bytes */
     int max_n;              /* cap on `n` */
+    bool mlock;             /* lock memory in RAM */
 };
 void sp_server_config_default(struct sp_server_config *c);
 
