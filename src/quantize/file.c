@@ -71,8 +71,8 @@ struct sp_qrun {
     struct sp_pool *pool;
     float *f32;
     uint8_t *dst;
-    sp_status status[256];
-    int64_t bad_row[256];
+    sp_status *status;   /* per pool chunk */
+    int64_t *bad_row;    /* per pool chunk */
 };
 
 static void sp_tensor_name(const struct sp_gguf_tensor *t, char name[64])
@@ -197,11 +197,13 @@ static sp_status sp_qrun_all(struct sp_qrun *q)
     if ((st = sp_gguf_writer_init(&q->w, (uint32_t)q->g.alignment)) != SP_OK || (st = sp_qrun_layout(q)) != SP_OK ||
         (st = sp_qrun_alloc(q)) != SP_OK)
         return st;
-    int n_threads = p->n_threads > 0 && p->n_threads < 256 ? p->n_threads : 0;
-    if ((st = sp_pool_init(&q->pool, n_threads)) != SP_OK)
+    if ((st = sp_pool_init(&q->pool, p->n_threads > 0 ? p->n_threads : 0)) != SP_OK)
         return st;
-    if (sp_pool_chunks_for(sp_pool_size(q->pool)) > 256)
-        return sp_error_set(SP_ERR_ARG, "at most 256 threads");
+    size_t chunks = (size_t)sp_pool_chunks_for(sp_pool_size(q->pool));
+    q->status = calloc(chunks, sizeof *q->status);
+    q->bad_row = calloc(chunks, sizeof *q->bad_row);
+    if (!q->status || !q->bad_row)
+        return sp_error_set(SP_ERR_NOMEM, "no memory");
     if ((st = sp_gguf_writer_open(q->w, p->out_path)) != SP_OK)
         return st;
     for (uint64_t i = 0; i < q->g.n_tensors; i++)
@@ -243,6 +245,8 @@ sp_status sp_quantize_file(const struct sp_quantize_params *p, struct sp_quantiz
     free(q.dst);
     free(q.order);
     free(q.types);
+    free(q.status);
+    free(q.bad_row);
     if (q.have_g) {
         sp_gguf_free(&q.g);
         sp_mapping_free(&q.map);

@@ -3,7 +3,8 @@
 Perplexity is held to llama-perplexity's method computed with llama.cpp
 (tests/goldens/perplexity.json, scripts/goldens/perplexity.py) on the first
 8 windows of 512 tokens of scripts/fetch-text's text: within 0.5 % for
-SmolLM2 and Gemma 3.  KL divergence: a model against its own saved
+SmolLM2 and Gemma 3 with the file-layout kernels, 1 % with the repacked
+ones (see the test).  KL divergence: a model against its own saved
 log-probabilities is ~0 with every top token the same; a quantized model is
 further away, and an importance matrix (collected on another part of the
 text) brings a 3-bit quantization closer.  Bad input: one line, exit 2, no
@@ -41,18 +42,26 @@ def _kl(r):
 
 
 @pytest.mark.parametrize("model", ["smollm2", "gemma3"])
-def test_perplexity_matches_llama_cpp(run_spindle, text_path, smollm2_path, gemma3_path, model):
+@pytest.mark.parametrize("kernels", ["file-layout", "repacked"])
+def test_perplexity_matches_llama_cpp(run_spindle, text_path, smollm2_path, gemma3_path, model, kernels):
+    """Within 0.5 % of llama.cpp with the kernels that read the file's
+    layout, whose activation blocks are llama.cpp's (SmolLM2 +0.13 %, Gemma 3
+    -0.02 % when the golden was made).  The repacked 16-row kernels (the
+    default) quantize activations in 32-element blocks with half-float
+    scales, which moves Gemma 3's perplexity up by 0.76 % (SmolLM2 +0.32 %):
+    bounded at 1 % here, a known gap of those kernels."""
     path = smollm2_path if model == "smollm2" else gemma3_path
     with open(GOLDEN_PATH) as f:
         GOLDEN = json.load(f)
     want = GOLDEN["models"][os.path.basename(path)]["short"]
     r = run_spindle("perplexity", "-m", path, "-f", text_path, "--ctx", GOLDEN["ctx"], "--chunks", want["windows"],
-                    "-t", "2", timeout=900)
+                    "-t", "2", timeout=900, env={"SP_REPACK": "0" if kernels == "file-layout" else "1"})
     assert r.returncode == 0, r.stderr
     ppl, err = _ppl(r)
     assert "%d tokens scored" % want["scored"] in r.stdout
     assert "(%d tokens in the text)" % want["n_tokens"] in r.stdout
-    assert abs(ppl / want["ppl"] - 1) < 0.005, (ppl, want["ppl"])
+    bound = 0.005 if kernels == "file-layout" else 0.01
+    assert abs(ppl / want["ppl"] - 1) < bound, (ppl, want["ppl"])
     assert abs(err / want["ppl_err"] - 1) < 0.05, (err, want["ppl_err"])
 
 
