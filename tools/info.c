@@ -22,7 +22,8 @@ static void sp_info_memory(const struct sp_engine *e, int n_parallel, int n_batc
     sp_engine_memory(e, &mem);
     uint64_t rss = sp_mem_rss(), peak = sp_mem_peak_rss();
     uint64_t resident = mem.weights + mem.kv - mem.kv_rings + mem.scratch;
-    uint64_t runtime = rss > resident ? rss - resident : 0, total = (peak > rss ? peak : rss) + mem.kv_rings;
+    uint64_t runtime = rss > resident ? rss - resident : 0;
+    uint64_t total = peak > rss + mem.kv_rings ? peak : rss + mem.kv_rings; /* the rings come after loading */
     const double MiB = 1048576.0;
     printf("memory:          %d tokens of context x %d parallel, batch %d\n", sp_engine_n_ctx(e), n_parallel, n_batch);
     printf("  weights        %8.1f MiB\n", mem.weights / MiB);

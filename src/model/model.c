@@ -242,6 +242,40 @@ free_mats:
     return st;
 }
 
+/* Copies the vectors (norm weights) into one owned buffer.  Read in place
+ * they sit between matrices whose pages were dropped after repacking, and
+ * each one read maps its whole page-cache folio back in (up to megabytes of
+ * matrix data on kernels with large folios): resident memory would depend
+ * on how the file came into the page cache. */
+static sp_status sp_model_own_vectors(struct sp_model *m)
+{
+    size_t n = 0, total = 0;
+    struct sp_tensor *v[1 + 6 * 4096];
+    v[n++] = &m->out_norm;
+    for (uint32_t il = 0; il < m->hp.n_layer && n + 6 <= sizeof v / sizeof v[0]; il++) {
+        struct sp_layer *L = &m->layers[il];
+        struct sp_tensor *lv[] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->post_attn_norm, &L->ffn_norm,
+                                  &L->post_ffn_norm};
+        for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++)
+            if (lv[i]->data)
+                v[n++] = lv[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        total += (v[i]->row_bytes * (size_t)v[i]->ne1 + 63) / 64 * 64;
+    if (!total)
+        return SP_OK;
+    uint8_t *dst = m->vectors = aligned_alloc(64, total);
+    if (!dst)
+        return sp_error_set(SP_ERR_NOMEM, "model: no memory for %zu bytes of norm weights", total);
+    for (size_t i = 0; i < n; i++) {
+        size_t bytes = v[i]->row_bytes * (size_t)v[i]->ne1;
+        memcpy(dst, v[i]->data, bytes);
+        v[i]->data = dst;
+        dst += (bytes + 63) / 64 * 64;
+    }
+    return SP_OK;
+}
+
 sp_status sp_model_init(struct sp_model **out, const char *path)
 {
     struct sp_model *m;
@@ -280,14 +314,21 @@ sp_status sp_model_init(struct sp_model **out, const char *path)
     for (uint32_t il = 0; il < hp->n_layer; il++)
         if ((st = sp_model_layer(m, il)) != SP_OK)
             goto fail;
-    if ((st = sp_model_repack(m)) != SP_OK)
+    if ((st = sp_model_repack(m)) != SP_OK || (st = sp_model_own_vectors(m)) != SP_OK)
         goto fail;
+    /* Reading a tensor can map a whole huge page-cache folio (2 MiB and
+     * more) that spans tensors already repacked and dropped; drop the data
+     * section once more, so what stays resident is what the forward pass
+     * reads in place (it maps back as it is read), whatever state the page
+     * cache was in. */
+    sp_mapping_drop(&m->map, m->map.data + m->gguf.data_offset, m->map.size - m->gguf.data_offset);
     *out = m;
     return SP_OK;
 
 fail:
     sp_error_wrap(st, "%s", path);
     sp_huge_free(m->packed, m->packed_bytes);
+    free(m->vectors);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
@@ -301,6 +342,7 @@ void sp_model_free(struct sp_model *m)
     if (!m)
         return;
     sp_huge_free(m->packed, m->packed_bytes);
+    free(m->vectors);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
