@@ -65,10 +65,9 @@ void sp_engine_stats(const struct sp_engine *e, struct sp_engine_stats *out);
  * resident from the start: weights (repacked copies plus the file data read
  * in place; the embedding table only when it is also the output head, as
  * otherwise only the rows of tokens seen are read), the KV pool with one
- * sliding-window ring
- * per parallel request, and scratch (forward buffers, logits, step
- * buffers).  The rest of a process's resident memory is code, libraries and
- * the tokenizer (spindle info measures it). */
+ * sliding-window ring per parallel request, and scratch (forward buffers,
+ * logits, step buffers).  The rest of a process's resident memory is code,
+ * libraries and the tokenizer (spindle info measures it). */
 struct sp_engine_memory {
     uint64_t weights, kv, scratch;
     uint64_t kv_rings; /* part of kv: the rings, allocated when a request first needs one */

@@ -249,29 +249,31 @@ free_mats:
  * on how the file came into the page cache. */
 static sp_status sp_model_own_vectors(struct sp_model *m)
 {
-    size_t n = 0, total = 0;
-    struct sp_tensor *v[1 + 6 * 4096];
-    v[n++] = &m->out_norm;
-    for (uint32_t il = 0; il < m->hp.n_layer && n + 6 <= sizeof v / sizeof v[0]; il++) {
-        struct sp_layer *L = &m->layers[il];
-        struct sp_tensor *lv[] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->post_attn_norm, &L->ffn_norm,
-                                  &L->post_ffn_norm};
-        for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++)
-            if (lv[i]->data)
-                v[n++] = lv[i];
-    }
-    for (size_t i = 0; i < n; i++)
-        total += (v[i]->row_bytes * (size_t)v[i]->ne1 + 63) / 64 * 64;
-    if (!total)
-        return SP_OK;
-    uint8_t *dst = m->vectors = aligned_alloc(64, total);
-    if (!dst)
-        return sp_error_set(SP_ERR_NOMEM, "model: no memory for %zu bytes of norm weights", total);
-    for (size_t i = 0; i < n; i++) {
-        size_t bytes = v[i]->row_bytes * (size_t)v[i]->ne1;
-        memcpy(dst, v[i]->data, bytes);
-        v[i]->data = dst;
-        dst += (bytes + 63) / 64 * 64;
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) { /* sizes, then copies */
+        uint8_t *dst = m->vectors;
+        for (uint32_t il = 0; il <= m->hp.n_layer; il++) {
+            struct sp_layer *L = il < m->hp.n_layer ? &m->layers[il] : NULL;
+            struct sp_tensor *lv[] = {L ? &L->attn_norm : &m->out_norm, L ? &L->q_norm : NULL,
+                                      L ? &L->k_norm : NULL, L ? &L->post_attn_norm : NULL,
+                                      L ? &L->ffn_norm : NULL, L ? &L->post_ffn_norm : NULL};
+            for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
+                if (!lv[i] || !lv[i]->data)
+                    continue;
+                size_t bytes = lv[i]->row_bytes * (size_t)lv[i]->ne1;
+                if (pass == 0) {
+                    total += (bytes + 63) / 64 * 64;
+                    continue;
+                }
+                memcpy(dst, lv[i]->data, bytes);
+                lv[i]->data = dst;
+                dst += (bytes + 63) / 64 * 64;
+            }
+        }
+        if (pass == 0 && total && !(m->vectors = aligned_alloc(64, total)))
+            return sp_error_set(SP_ERR_NOMEM, "model: no memory for %zu bytes of norm weights", total);
+        if (!total)
+            return SP_OK;
     }
     return SP_OK;
 }
