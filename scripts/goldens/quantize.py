@@ -6,7 +6,9 @@ tests/py/test_quantize.py holds `spindle quantize` to, with the reference
 implementation llama-cpp-python (run it with the python printed by
 scripts/ref-venv): for each input model and each file type, llama.cpp's
 llama_model_quantize writes the file and we record every tensor's type and
-the sha256 of its data.
+the sha256 of its data, and the sha256 of the whole file (without an
+importance matrix; with one, llama-quantize adds keys the library call does
+not).
 
 Inputs:
   tiny     tests/gguf/quantmodel.py's small F32 model (built here and by
@@ -74,13 +76,17 @@ def llama_quantize(src, dst, ftype, imatrix=None):
         raise SystemExit("llama_model_quantize %s -> %d failed" % (src, ftype))
 
 
-def golden(src, types, imatrix=None):
+def golden(src, types, imatrix=None, files=None):
+    """{type: tensor summary}; with `files`, also files[type] = the whole
+    file's sha256."""
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in types:
             dst = os.path.join(tmp, name + ".gguf")
             llama_quantize(src, dst, FTYPES[name], imatrix)
             out[name] = summarize(dst)
+            if files is not None:
+                files[name] = sha(open(dst, "rb").read())
             os.unlink(dst)
             print("  %s" % name, file=sys.stderr)
     return out
@@ -105,8 +111,9 @@ def main():
         with open(tiny, "wb") as f:
             f.write(quantmodel.tiny_f32_model())
         print("tiny", file=sys.stderr)
+        files = {}
         g = dict(common, input="tests/gguf/quantmodel.py tiny_f32_model()", input_sha256=sha(open(tiny, "rb").read()),
-                 types=golden(tiny, list(FTYPES)))
+                 types=golden(tiny, list(FTYPES), files=files), files=files)
         if "--imatrix" in sys.argv:
             g["imatrix_types"] = golden(tiny, IMATRIX_TYPES, quantmodel.tiny_imatrix())
         write_json(os.path.join(out_dir, "quantize-tiny.json"), g)
@@ -120,9 +127,10 @@ def main():
             same = summarize(ref16) == summarize(f16)
             print(base, "F16 from llama.cpp identical:", same, file=sys.stderr)
             types = ["Q4_0", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "BF16"]
+            files = {}
             g = dict(common, input="spindle quantize --allow-requantize %s F16" % base,
                      input_sha256=sha(open(f16, "rb").read()), llama_cpp_f16_identical=same,
-                     types=golden(f16, types))
+                     types=golden(f16, types, files=files), files=files)
             stem = base.split(".")[0].split("-")[0].lower()
             write_json(os.path.join(out_dir, "quantize-%s.json" % stem), g)
 

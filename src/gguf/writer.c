@@ -134,10 +134,12 @@ static sp_status sp_gguf_writer_put(struct sp_gguf_writer *w, const char *key, s
     }
     for (size_t i = 0; i < w->n_kv; i++)
         if (strlen(w->kv[i].key) == key_len && !memcmp(w->kv[i].key, key, key_len)) {
+            /* an existing key moves to the end, as ggml's gguf writer does it */
+            free(w->kv[i].key);
             free(w->kv[i].val);
-            w->kv[i].val = b->p;
-            w->kv[i].val_len = b->n;
-            return SP_OK;
+            memmove(&w->kv[i], &w->kv[i + 1], (w->n_kv - i - 1) * sizeof *w->kv);
+            w->n_kv--;
+            break;
         }
     if (w->n_kv == w->cap_kv) {
         size_t cap = w->cap_kv ? 2 * w->cap_kv : 32;

@@ -24,7 +24,9 @@ sp_status sp_gguf_writer_init(struct sp_gguf_writer **out, uint32_t alignment);
 /* Removes the temporary file unless finished. */
 void sp_gguf_writer_free(struct sp_gguf_writer *w);
 
-/* Key/values, in order; setting an existing key replaces its value in place. */
+/* Key/values, in order; setting an existing key removes it and appends the
+ * new value (ggml's gguf writer does the same, so a file quantised here
+ * has llama.cpp's key order). */
 sp_status sp_gguf_writer_copy_kv(struct sp_gguf_writer *w, const struct sp_gguf_kv *kv);
 sp_status sp_gguf_writer_set_u32(struct sp_gguf_writer *w, const char *key, uint32_t v);
 sp_status sp_gguf_writer_set_str(struct sp_gguf_writer *w, const char *key, const char *s);

@@ -1,8 +1,8 @@
 """spindle quantize against llama.cpp's quantizer (tests/goldens/quantize-*.json,
 made by scripts/goldens/quantize.py with llama-cpp-python): for every file
-type, each tensor gets the same type and byte-identical data, on a small F32
-model (tests/gguf/quantmodel.py) and on SmolLM2 converted to F16; with an
-importance matrix too.  Bad input is one line on stderr, exit 2 and no file
+type, each tensor gets the same type and byte-identical data and the whole
+file is byte-identical, on a small F32 model (tests/gguf/quantmodel.py) and
+on SmolLM2 converted to F16; with an importance matrix, every tensor too.  Bad input is one line on stderr, exit 2 and no file
 left behind."""
 import hashlib
 import json
@@ -61,6 +61,8 @@ def test_tiny_matches_llama_cpp(tmp_path, run_spindle, tiny, ftype):
     r = _quantize(run_spindle, tiny, out, ftype)
     got = _summary(out)
     assert got == TINY["types"][ftype], _diff(got, TINY["types"][ftype])
+    with open(out, "rb") as f:  # key order and padding too: the whole file is llama.cpp's
+        assert _sha(f.read()) == TINY["files"][ftype]
     kv, _ = quantmodel.read_gguf(out)
     src_kv, _ = quantmodel.read_gguf(tiny)
     assert kv["general.quantization_version"] == (4, 2)
@@ -103,6 +105,8 @@ def test_smollm2_matches_llama_cpp(tmp_path, run_spindle, smol_f16, ftype):
     _quantize(run_spindle, smol_f16, out, ftype)
     got = _summary(out)
     assert got == SMOL["types"][ftype], _diff(got, SMOL["types"][ftype])
+    with open(out, "rb") as f:
+        assert _sha(f.read()) == SMOL["files"][ftype]
 
 
 def test_smollm2_f16_same_as_llama_cpp():
