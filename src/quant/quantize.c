@@ -35,20 +35,26 @@ static inline int round_k(float v)
 
 /* ------------------------------------------------------ scale searches */
 
+/* The value of largest magnitude (the first one when several tie); 0 for
+ * an all-zero group. */
+static float signed_absmax(const float *x, int n)
+{
+    float amax = 0, max = 0;
+    for (int j = 0; j < n; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    return max;
+}
+
 /* Symmetric levels in [-nmax, nmax): the scale minimising sum w (x - s l)^2
  * over 19 candidate inverse scales around -nmax / max.  w = qw, or x^2 when
  * qw is NULL.  L receives l + nmax. */
 static float search_sym(int n, int nmax, const float *x, int8_t *L, const float *qw)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < SP_GROUP_EPS) {
+    float max = signed_absmax(x, n);
+    if (fabsf(max) < SP_GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
@@ -89,15 +95,8 @@ static float search_sym(int n, int nmax, const float *x, int8_t *L, const float 
  * (sum w x l)^2 / sum w l^2, w = x^2.  L receives l + nmax. */
 static float search_q3(int n, int nmax, const float *x, int8_t *L)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < SP_GROUP_EPS) {
+    float max = signed_absmax(x, n);
+    if (fabsf(max) < SP_GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
@@ -296,19 +295,6 @@ static float row_sum_sq(const float *x, int64_t n)
 }
 
 /* ------------------------------------------------- 32-element blocks */
-
-/* Absolute maximum of a block and the signed value that has it (the first
- * one when several do). */
-static float signed_absmax(const float *x, int n)
-{
-    float amax = 0, max = 0;
-    for (int j = 0; j < n; j++)
-        if (amax < fabsf(x[j])) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    return max;
-}
 
 static void pack_q5(const uint8_t q[32], uint8_t qs[16], uint8_t qh_out[4])
 {
