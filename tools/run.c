@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "args.h"
 #include "core/error.h"
+#include "core/mem.h"
 #include "core/utf8.h"
 #include "engine/engine.h"
 #include "engine/prompt.h"
@@ -363,9 +363,7 @@ int sp_tool_run(int argc, char **argv)
         fputc('\n', stderr);
     else if (!json && n_choices == 1)
         fputs(s->choices[0].text ? s->choices[0].text : "", stdout);
-    struct rusage ru;
     struct sp_engine_stats es;
-    getrusage(RUSAGE_SELF, &ru);
     sp_engine_stats(e, &es);
     fprintf(stderr,
             "prompt tokens: %u (cached %u) | generated tokens: %u | time to first token: %.1f ms | "
@@ -373,7 +371,9 @@ int sp_tool_run(int argc, char **argv)
             "stop reason: %s\n",
             s->n_prompt, s->n_cached, s->n_generated, tm.t_first_token_s * 1e3,
             tm.t_prefill_s > 0 ? tm.n_prefill / tm.t_prefill_s : 0.0,
-            tm.t_decode_s > 0 && tm.n_decode > 1 ? (tm.n_decode - 1) / tm.t_decode_s : 0.0, ru.ru_maxrss / 1024.0,
+            tm.t_decode_s > 0 && tm.n_decode > 1 ? (tm.n_decode - 1) / tm.t_decode_s : 0.0,
+            /* VmHWM: getrusage's maxrss also counts the parent's memory at fork */
+            sp_mem_peak_rss() / 1048576.0,
             es.kv_bytes / 1048576.0, sp_engine_n_ctx(e), sp_finish_name(s->choices[0].finish));
     rc = 0;
 done:
