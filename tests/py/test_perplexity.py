@@ -103,7 +103,8 @@ def test_kl_of_a_model_with_itself_is_zero(run_spindle, text_path, smol_f16, kl_
     mean, p99, top1 = _kl_run(run_spindle, smol_f16, text_path, kl_base)
     # only the base file's half-float rounding of log-probabilities remains
     assert abs(mean) < 2e-4 and abs(p99) < 1e-3, (mean, p99)
-    assert top1 == 100.0
+    # the saved half floats can turn a near tie for the top token either way
+    assert top1 >= 99.0
 
 
 def test_imatrix_brings_q3_closer(tmp_path, run_spindle, text_path, smol_f16, kl_base):
