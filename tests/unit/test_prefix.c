@@ -24,8 +24,7 @@ static const sp_token COLLIDE_B[BT] = {1000, 1001, 1002, 1003, 1004, 1005, 1006,
 static void cache_prompt(struct sp_kv *kv, const sp_token *toks, uint32_t n)
 {
     struct sp_kv_seq s = {0};
-    CHECK(sp_kv_seq_reserve(kv, &s, n) == SP_OK, "reserve %u", n);
-    s.n_pos = n;
+    CHECK(sp_kv_seq_reserve(kv, &s, n) == SP_OK, "reserve %u", n); /* counts as written */
     sp_kv_prefix_commit(kv, &s, toks);
     sp_kv_seq_release(kv, &s);
 }
@@ -40,9 +39,13 @@ static uint32_t attach(struct sp_kv *kv, const sp_token *toks, uint32_t n)
 
 int main(void)
 {
-    struct sp_kv kv;
+    const struct sp_kv_shape shape = {.n_layer = 2, .n_head_kv = 2, .head_dim = 32};
+    struct sp_kv *kv = NULL;
     sp_token a[3 * BT], b[3 * BT], c[3 * BT];
-    CHECK(sp_kv_init(&kv, 2, 64, 32, BT, 32, NULL, 0, 0) == SP_OK, "init");
+    CHECK(sp_kv_new(&kv, &shape, 32) == SP_OK, "init");
+    struct sp_kv_stats st;
+    sp_kv_stats(kv, 0, &st);
+    CHECK(st.block_tokens == BT, "blocks of %u positions", st.block_tokens);
     for (int i = 0; i < BT; i++) {
         a[i] = COLLIDE_A[i];
         b[i] = COLLIDE_B[i];
@@ -52,31 +55,30 @@ int main(void)
     memcpy(c, a, sizeof c);
     c[2 * BT - 1] = 99;      /* differs from a in its second block */
 
-    cache_prompt(&kv, a, 3 * BT);  /* A, then two blocks after A */
-    cache_prompt(&kv, b, BT);      /* the block B alone */
-    CHECK(attach(&kv, a, 3 * BT) == 3 * BT, "a's own prefix is found whole");
-    CHECK(attach(&kv, b, 3 * BT) == BT,
+    cache_prompt(kv, a, 3 * BT);  /* A, then two blocks after A */
+    cache_prompt(kv, b, BT);      /* the block B alone */
+    CHECK(attach(kv, a, 3 * BT) == 3 * BT, "a's own prefix is found whole");
+    CHECK(attach(kv, b, 3 * BT) == BT,
           "only B's own block is reused: the blocks cached after A hold another prefix (got %u)",
-          attach(&kv, b, 3 * BT));
-    CHECK(attach(&kv, c, 3 * BT) == BT, "a prompt differing in block 2 reuses block 1 only");
+          attach(kv, b, 3 * BT));
+    CHECK(attach(kv, c, 3 * BT) == BT, "a prompt differing in block 2 reuses block 1 only");
 
     /* b's full prompt registered too: both chains are cached side by side */
-    cache_prompt(&kv, b, 3 * BT);
-    CHECK(attach(&kv, b, 3 * BT) == 3 * BT, "b's own chain is found whole");
-    CHECK(attach(&kv, a, 3 * BT) == 3 * BT, "a's chain is still found whole");
+    cache_prompt(kv, b, 3 * BT);
+    CHECK(attach(kv, b, 3 * BT) == 3 * BT, "b's own chain is found whole");
+    CHECK(attach(kv, a, 3 * BT) == 3 * BT, "a's chain is still found whole");
 
     /* evicting a parent makes its children unreachable even when the
      * parent's block is taken again for other tokens */
-    sp_kv_free(&kv);
-    CHECK(sp_kv_init(&kv, 2, 64, 32, BT, 3, NULL, 0, 0) == SP_OK, "init small");
-    cache_prompt(&kv, a, 3 * BT);  /* all three blocks cached, idle */
+    sp_kv_free(kv);
+    CHECK(sp_kv_new(&kv, &shape, 3) == SP_OK, "init small");
+    cache_prompt(kv, a, 3 * BT);  /* all three blocks cached, idle */
     struct sp_kv_seq s = {0};
-    CHECK(sp_kv_seq_reserve(&kv, &s, BT) == SP_OK, "take one block (evicts A's first)");
-    s.n_pos = BT;
-    sp_kv_prefix_commit(&kv, &s, b);  /* that block now holds B */
-    sp_kv_seq_release(&kv, &s);
-    CHECK(attach(&kv, b, 3 * BT) == BT, "a reused block does not adopt the evicted one's children (got %u)",
-          attach(&kv, b, 3 * BT));
-    sp_kv_free(&kv);
+    CHECK(sp_kv_seq_reserve(kv, &s, BT) == SP_OK, "take one block (evicts A's first)");
+    sp_kv_prefix_commit(kv, &s, b);  /* that block now holds B */
+    sp_kv_seq_release(kv, &s);
+    CHECK(attach(kv, b, 3 * BT) == BT, "a reused block does not adopt the evicted one's children (got %u)",
+          attach(kv, b, 3 * BT));
+    sp_kv_free(kv);
     return sp_check_report("test_prefix");
 }
