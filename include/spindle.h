@@ -280,6 +280,21 @@ SP_API sp_status sp_conv_load(sp_conv *c, const char *path);
 
 typedef struct sp_engine sp_engine;
 
+/* How the KV cache stores keys or values: f16, or llama.cpp's Q8_0 / Q4_0
+ * blocks (32 values and one f16 scale: 8.5 and 4.5 bits a value), which
+ * attention reads directly.  Q8_0 keys and values change perplexity by
+ * about 0.01 %, Q4_0 by about 1 % (docs/quantization.md). */
+typedef enum sp_cache_type {
+    SP_CACHE_F16 = 0,
+    SP_CACHE_Q8_0,
+    SP_CACHE_Q4_0,
+} sp_cache_type;
+/* "f16", "q8_0", "q4_0"; NULL for an unknown value. */
+SP_API const char *sp_cache_type_name(sp_cache_type t);
+/* The type named `name` (as sp_cache_type_name writes it, any case);
+ * SP_ERR_ARG naming it and the choices when unknown. */
+SP_API sp_status sp_cache_type_parse(const char *name, sp_cache_type *out);
+
 typedef struct sp_engine_params {
     int n_threads;       /* compute threads; 0: the model's n_threads */
     int n_ctx;           /* per-request context limit; 0: the model's training
@@ -289,6 +304,12 @@ typedef struct sp_engine_params {
     int n_batch;         /* most tokens in one forward pass; 0: 512 */
     bool swa_full;       /* keep every position of sliding-window layers
                             (no rings; lets such models use the prefix cache) */
+    int n_outputs;       /* most positions with logits in one forward pass
+                            (sp_engine_logits over many positions, perplexity);
+                            0: 4 per parallel request, at least 16; capped at
+                            n_batch */
+    sp_cache_type cache_type_k; /* how the KV cache stores keys; 0: f16 */
+    sp_cache_type cache_type_v; /* and values */
 } sp_engine_params;
 
 /* All zero: every field takes the default its comment names. */
@@ -315,6 +336,19 @@ typedef struct sp_engine_stats {
     uint64_t kv_bytes;              /* KV cache size */
     uint64_t prefix_hits, prefix_tokens_reused;
     uint32_t n_running;             /* requests admitted and not finished */
+    /* Memory the engine holds, all of it written when the engine is made
+     * (resident from the start, so `spindle info` can predict a process's
+     * peak): */
+    uint64_t mem_weights;           /* weights read in place or repacked (the
+                                       embedding table only when it is also the
+                                       output head: otherwise only the rows of
+                                       tokens seen are read) */
+    uint64_t mem_kv;                /* the KV cache, with a sliding-window ring
+                                       per parallel request */
+    uint64_t mem_kv_rings;          /* part of mem_kv: the rings, allocated when
+                                       a request first needs one */
+    uint64_t mem_scratch;           /* forward-pass buffers, logits, step buffers */
+    uint64_t mem_resident;          /* the process's resident memory now */
 } sp_engine_stats;
 SP_API void sp_engine_stats_get(const sp_engine *e, sp_engine_stats *out);
 
@@ -561,6 +595,7 @@ typedef struct sp_server_config {
                                NULL: the host name */
     double drain_timeout_s; /* how long SIGTERM waits for requests in flight;
                                0: no limit (a second signal ends the wait) */
+    sp_cache_type cache_type_k, cache_type_v; /* the KV cache's (sp_engine_params) */
 } sp_server_config;
 /* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8, sampling
  * defaults not set, text log lines, replica id from the host name, drain
@@ -581,7 +616,121 @@ SP_API bool sp_server_replica_id_valid(const char *id);
  * outlive the call. */
 SP_API sp_status sp_server_run(const sp_model *m, const sp_server_config *cfg);
 
+/* -------------------------------------------------------------- quality
+ * How well a model predicts a text, as llama-perplexity measures it, and
+ * how far a quantized model's predictions move from the original's.  Texts
+ * are tokenized as llama-perplexity does (BOS first when the vocabulary
+ * adds one, special-token texts not parsed) and cut into non-overlapping
+ * windows; each window runs from an empty cache, its first token replaced
+ * by BOS when the vocabulary adds one, and the positions of its second half
+ * predict their next token.  The engine needs n_ctx >= the window (make it
+ * with n_ctx = n_batch = n_outputs = the window for the fewest passes).  It
+ * runs to completion inside the call, on the engine's thread. */
+
+typedef struct sp_perplexity_result {
+    size_t n_tokens;    /* tokens of the whole text */
+    size_t n_windows;   /* evaluated so far */
+    size_t n_scored;    /* positions scored */
+    double ppl, ppl_err; /* exp(mean -log p) and its standard error */
+    /* against a saved base (kl_base_in), otherwise 0: */
+    double base_ppl;    /* the base model's perplexity on the same positions */
+    double kl_mean, kl_err, kl_p99, kl_max; /* KL(base || this model) per position */
+    double top1_same;   /* fraction of positions whose most likely token is the base's */
+} sp_perplexity_result;
+
+typedef struct sp_perplexity_params {
+    int n_window;             /* tokens per window, >= 4 (default 512) */
+    size_t max_windows;       /* 0: every full window of the text */
+    const char *kl_base_out;  /* save this model's log-probabilities here
+                                 (2 bytes a vocabulary entry a position; NULL: no) */
+    const char *kl_base_in;   /* compare with a file saved so (NULL: no); it must
+                                 come from the same text, window and vocabulary */
+    /* After each window with the running values (KL: mean only); NULL: none. */
+    void (*progress)(void *user, const sp_perplexity_result *r, size_t n_windows_total);
+    void *progress_user;
+} sp_perplexity_params;
+
+/* Window 512, every window, no KL files, no progress. */
+SP_API void sp_perplexity_params_default(sp_perplexity_params *p);
+
+/* Perplexity of text[0..len) (and KL divergence against a saved base).
+ * Errors: SP_ERR_ARG when the text holds no full window or the window does
+ * not fit the engine's context; SP_ERR_IO / SP_ERR_FORMAT for the KL files
+ * (a base file from another text, window or vocabulary is refused).  An
+ * output file is written under a temporary name and renamed at the end:
+ * nothing is left behind on failure. */
+SP_API sp_status sp_engine_perplexity(sp_engine *e, const char *text, size_t len, const sp_perplexity_params *p,
+                                      sp_perplexity_result *r);
+
+/* An importance matrix for sp_model_quantize: for every layer matrix, the
+ * sum over the text's tokens of each input column's squared activation
+ * (the output head and embeddings are left out), in llama.cpp's imatrix
+ * GGUF format, over the same windows as sp_engine_perplexity. */
+typedef struct sp_imatrix_params {
+    int n_window;             /* tokens per window, >= 4 (default 512) */
+    size_t max_windows;       /* 0: every full window */
+    const char *dataset;      /* the text's name, recorded in the file; NULL: "" */
+    /* After each window (done, total in windows); NULL: none. */
+    void (*progress)(void *user, const char *what, uint64_t done, uint64_t total);
+    void *progress_user;
+} sp_imatrix_params;
+SP_API void sp_imatrix_params_default(sp_imatrix_params *p);
+/* Writes out_path (atomically); *n_windows (optional): windows evaluated.
+ * Errors as sp_engine_perplexity's. */
+SP_API sp_status sp_engine_imatrix(sp_engine *e, const char *text, size_t len, const char *out_path,
+                                   const sp_imatrix_params *p, size_t *n_windows);
+
+/* ------------------------------------------------------------ quantization
+ * A model file to another weight type, as llama.cpp's llama_model_quantize
+ * does it: the same per-tensor rules (output head, embeddings, attention V,
+ * FFN down, the fallbacks when a row does not split into a type's blocks),
+ * byte-identical output without an importance matrix.  Metadata and
+ * tokenizer are copied; general.file_type and the quantization version set.
+ * docs/quantization.md lists the types with their size and quality. */
+
+typedef struct sp_quantize_params {
+    const char *type;         /* file type: "Q4_K_M", "Q8_0", "F16", ... (any case;
+                                 Q3_K, Q4_K, Q5_K mean the _M mixes; see
+                                 sp_quantize_type_name) */
+    int n_threads;            /* <= 0: one per core */
+    bool allow_requantize;    /* accept quantized input (Q8_0 and below): each
+                                 requantization loses quality */
+    const char *imatrix;      /* importance matrix (sp_engine_imatrix or
+                                 llama-imatrix) for the K-quants; NULL: none */
+    /* After each tensor (done, total in input bytes); NULL: none.
+     * sp_progress_stderr draws a line on a terminal. */
+    void (*progress)(void *user, const char *what, uint64_t done, uint64_t total);
+    void *progress_user;
+} sp_quantize_params;
+
+typedef struct sp_quantize_stats {
+    uint64_t bytes_in, bytes_out;   /* tensor data */
+    uint64_t n_elements;
+    uint32_t n_tensors, n_converted;
+    uint32_t n_fallback;            /* tensors given a fallback type */
+    uint32_t n_imatrix;             /* tensors quantized with importance weights */
+} sp_quantize_stats;
+
+/* Type NULL (required), one thread per core, no requantizing, no imatrix. */
+SP_API void sp_quantize_params_default(sp_quantize_params *p);
+/* The i-th file type's name ("Q4_K_M") and, through `about` (optional), a
+ * line describing it; NULL past the last. */
+SP_API const char *sp_quantize_type_name(size_t i, const char **about);
+/* Writes out_path under a temporary name renamed at the end (nothing is
+ * left behind on failure).  Errors: SP_ERR_ARG (an unknown type,
+ * requantizing without allow_requantize, an importance matrix that does not
+ * fit the model), SP_ERR_IO (cannot read or write), SP_ERR_FORMAT (not a
+ * GGUF model, a malformed importance matrix).  stats may be NULL.
+ * Thread-safe. */
+SP_API sp_status sp_model_quantize(const char *in_path, const char *out_path, const sp_quantize_params *p,
+                                   sp_quantize_stats *stats);
+
 /* ---------------------------------------------------------------- machine */
+
+/* This process's resident memory now and its peak so far, in bytes (0 where
+ * /proc does not tell). */
+SP_API void sp_process_memory(uint64_t *resident, uint64_t *peak);
+
 
 /* Memory read bandwidth in GB/s (best of 5 passes over 1 GiB) with the
  * compute pool of n_threads threads (<= 0: one per core): the ceiling for

@@ -24,6 +24,19 @@ const char *sp_args_value(struct sp_args *a)
     return a->argv[++a->i];
 }
 
+bool sp_args_cache_type(struct sp_args *a, sp_cache_type *k, sp_cache_type *v)
+{
+    bool is_k = sp_args_is(a, "--cache-type-k", "-ctk");
+    if (!is_k && !sp_args_is(a, "--cache-type-v", "-ctv"))
+        return false;
+    const char *flag = a->argv[a->i], *val = sp_args_value(a);
+    if (val && sp_cache_type_parse(val, is_k ? k : v) != SP_OK) {
+        sp_tool_fail("%s: %s", flag, sp_error_message());
+        a->failed = true;
+    }
+    return true;
+}
+
 bool sp_args_long(struct sp_args *a, long long lo, long long hi, long long *out)
 {
     const char *flag = a->argv[a->i], *v = sp_args_value(a);

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "spindle.h"
+
 struct sp_args {
     int argc;
     char **argv;
@@ -22,6 +24,12 @@ bool sp_args_long(struct sp_args *a, long long lo, long long hi, long long *out)
 bool sp_args_int(struct sp_args *a, int lo, int hi, int *out);
 bool sp_args_float(struct sp_args *a, double lo, double hi, float *out);
 bool sp_args_u64(struct sp_args *a, uint64_t *out);
+
+/* The KV cache flags run, serve, bench, info and perplexity share:
+ * --cache-type-k/-ctk T and --cache-type-v/-ctv T (f16, q8_0, q4_0).  True
+ * when argv[i] is one of them; its value goes into *k or *v (a bad one is
+ * reported and sets failed). */
+bool sp_args_cache_type(struct sp_args *a, sp_cache_type *k, sp_cache_type *v);
 
 /* Reads a whole file ("-" = stdin) into a malloc'd buffer (NUL added). */
 char *sp_read_file(const char *path, size_t *len);

@@ -6,19 +6,58 @@
 #include "spindle.h"
 #include "tools.h"
 
+/* The memory table: what an engine with these settings allocates (all of it
+ * resident from its creation but the sliding-window rings, allocated when a
+ * request first needs one), and the rest of this process's resident memory
+ * (code, libraries, tokenizer) and its peak while loading, which a run or
+ * server process with the same settings also has. */
+static void sp_info_memory(const sp_engine *e, const sp_engine_params *ep)
+{
+    sp_engine_stats es;
+    uint64_t rss, peak;
+    sp_engine_stats_get(e, &es);
+    sp_process_memory(&rss, &peak);
+    uint64_t resident = es.mem_weights + es.mem_kv - es.mem_kv_rings + es.mem_scratch;
+    uint64_t runtime = rss > resident ? rss - resident : 0;
+    uint64_t total = peak > rss + es.mem_kv_rings ? peak : rss + es.mem_kv_rings; /* the rings come after loading */
+    const double MiB = 1048576.0;
+    printf("memory:          %d tokens of context x %d parallel, batch %d\n", sp_engine_n_ctx(e),
+           ep->n_parallel > 0 ? ep->n_parallel : 1, ep->n_batch > 0 ? ep->n_batch : 512);
+    printf("  weights        %8.1f MiB\n", es.mem_weights / MiB);
+    printf("  KV cache       %8.1f MiB (keys %s, values %s", es.mem_kv / MiB, sp_cache_type_name(ep->cache_type_k),
+           sp_cache_type_name(ep->cache_type_v));
+    if (es.mem_kv_rings)
+        printf("; %.1f MiB of it sliding-window rings, allocated as requests start", es.mem_kv_rings / MiB);
+    printf(")\n");
+    printf("  scratch        %8.1f MiB\n", es.mem_scratch / MiB);
+    printf("  runtime        %8.1f MiB (code, libraries, tokenizer)\n", runtime / MiB);
+    if (peak > rss)
+        printf("  loading        %8.1f MiB more while the model loads\n", (peak - rss) / MiB);
+    printf("  peak           %8.1f MiB resident for run/serve with these settings\n", total / MiB);
+}
+
 int sp_tool_info(int argc, char **argv)
 {
     struct sp_args a = {argc, argv, 1, false};
     sp_model_params mp;
-    int n_ctx = 0;
+    sp_engine_params ep;
     sp_model *m = NULL;
+    sp_engine *e = NULL;
     sp_model_params_default(&mp);
+    sp_engine_params_default(&ep);
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
-            puts("usage: spindle info -m MODEL [--ctx N]");
+            puts("usage: spindle info -m MODEL [--ctx N] [--parallel P] [--batch N] [--cache-type-k T]\n"
+                 "                    [--cache-type-v T] [-t N]\n"
+                 "  describes the model and the memory run/serve will take with these settings\n"
+                 "  (cache types: f16, q8_0, q4_0)");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
-        else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &n_ctx);
+        else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
+        else if (sp_args_is(&a, "--parallel", "-np")) sp_args_int(&a, 1, 1024, &ep.n_parallel);
+        else if (sp_args_is(&a, "--batch", "-b")) sp_args_int(&a, 1, 1 << 16, &ep.n_batch);
+        else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &mp.n_threads);
+        else if (sp_args_cache_type(&a, &ep.cache_type_k, &ep.cache_type_v)) continue;
         else
             return sp_tool_fail("info: unknown option '%s'", argv[a.i]);
     }
@@ -28,10 +67,12 @@ int sp_tool_info(int argc, char **argv)
         return sp_tool_fail("info: -m MODEL is required");
     if (sp_model_load(&mp, &m) != SP_OK)
         return sp_tool_fail("%s", sp_error_message());
+    if (sp_engine_create(m, &ep, &e) != SP_OK) {
+        sp_model_free(m);
+        return sp_tool_fail("%s", sp_error_message());
+    }
     sp_model_info in;
     sp_model_info_get(m, &in);
-    if (n_ctx <= 0)
-        n_ctx = (int)(in.n_ctx_train < 8192 ? in.n_ctx_train : 8192);
     printf("file:            %s (%.1f MiB, GGUF v%u, %llu tensors, %llu keys)\n", mp.path, in.file_bytes / 1048576.0,
            in.gguf_version, (unsigned long long)in.n_tensors, (unsigned long long)in.n_meta);
     printf("architecture:    %s\n", in.architecture);
@@ -68,24 +109,13 @@ int sp_tool_info(int argc, char **argv)
             printf(" %s×%u", names[t], counts[t]);
     printf("\n");
     printf("weights read per token: %.1f MiB\n", in.weights_bytes / 1048576.0);
-    uint64_t per_pos = (uint64_t)in.n_head_kv * in.head_dim * 2 * 2; /* K and V, f16 */
-    /* sliding-window layers keep window + batch (512) positions, as the engine does */
-    uint32_t n_local = 0;
-    uint64_t ring = in.n_swa ? (uint64_t)in.n_swa + 512 : 0;
-    if (ring && ring < (uint64_t)n_ctx)
-        n_local = in.n_swa_layers;
-    uint64_t kv_bytes = per_pos * ((in.n_layer - n_local) * (uint64_t)n_ctx + n_local * ring);
-    printf("KV cache:        %.1f MiB for %d tokens of context (f16, %llu bytes per token per layer)", kv_bytes / 1048576.0,
-           n_ctx, (unsigned long long)per_pos);
-    if (n_local)
-        printf("; %u sliding-window layers keep %llu positions (full cache would be %.1f MiB)", n_local,
-               (unsigned long long)ring, per_pos * in.n_layer * (uint64_t)n_ctx / 1048576.0);
-    printf("\n");
     printf("kernels:         %s", in.isa);
     if (in.n_packed)
         printf("; %u matrices repacked into 16-row tiles at load (%.1f MiB)", in.n_packed,
                in.packed_bytes / 1048576.0);
     printf("\n");
+    sp_info_memory(e, &ep);
+    sp_engine_free(e);
     sp_model_free(m);
     return 0;
 }

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "args.h"
 #include "spindle.h"
@@ -26,7 +25,8 @@ static const char sp_run_usage[] =
     "  --logit-bias ID=BIAS (repeatable)   --stop STR (repeatable)   --ignore-eos\n"
     "  --n N                N independent samples   --beams B   --logprobs K\n"
     "  --json               one JSON object on stdout   --explain  print each decoding step\n"
-    "  --ctx N  -t THREADS\n";
+    "  --ctx N  -t THREADS  --mlock (keep the weights in RAM)\n"
+    "  --cache-type-k T  --cache-type-v T   KV cache keys/values: f16 (default), q8_0, q4_0\n";
 
 struct sp_run_token {
     sp_token id;
@@ -258,6 +258,8 @@ int sp_tool_run(int argc, char **argv)
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &mp.n_threads);
         else if (sp_args_is(&a, "--swa-full", NULL)) ep.swa_full = true;
+        else if (sp_args_is(&a, "--mlock", NULL)) mp.use_mlock = true;
+        else if (sp_args_cache_type(&a, &ep.cache_type_k, &ep.cache_type_v)) continue;
         else if (sp_args_is(&a, "--chat", NULL)) chat = true;
         else if (sp_args_is(&a, "--special", NULL)) special = true;
         else if (sp_args_is(&a, "--json", NULL)) json = true;
@@ -365,17 +367,19 @@ int sp_tool_run(int argc, char **argv)
         fputc('\n', stderr);
     else if (!json && n_choices == 1)
         fputs(s->choices[0].text ? s->choices[0].text : "", stdout);
-    struct rusage ru;
     sp_engine_stats es;
-    getrusage(RUSAGE_SELF, &ru);
+    uint64_t rss, peak;
     sp_engine_stats_get(e, &es);
+    sp_process_memory(&rss, &peak);
     fprintf(stderr,
             "prompt tokens: %u (cached %u) | generated tokens: %u | time to first token: %.1f ms | "
             "prefill: %.1f tokens/s | decode: %.1f tokens/s | peak memory: %.1f MiB | KV cache: %.1f MiB for %d tokens | "
             "stop reason: %s\n",
             s->n_prompt, s->n_cached, s->n_generated, tm.t_first_token_s * 1e3,
             tm.t_prefill_s > 0 ? tm.n_prefill / tm.t_prefill_s : 0.0,
-            tm.t_decode_s > 0 && tm.n_decode > 1 ? (tm.n_decode - 1) / tm.t_decode_s : 0.0, ru.ru_maxrss / 1024.0,
+            tm.t_decode_s > 0 && tm.n_decode > 1 ? (tm.n_decode - 1) / tm.t_decode_s : 0.0,
+            /* VmHWM: getrusage's maxrss also counts the parent's memory at fork */
+            peak / 1048576.0,
             es.kv_bytes / 1048576.0, sp_engine_n_ctx(e), sp_finish_name(s->choices[0].finish));
     rc = 0;
 done:

@@ -24,6 +24,9 @@ static const char sp_serve_usage[] =
     "  --max-body BYTES     request body cap (default 4194304)\n"
     "  --max-n N            largest `n` accepted (default 8)\n"
     "  -t, --threads N      compute threads (default: one per core)\n"
+    "  --mlock              keep the weights in RAM (no paging out)\n"
+    "  --cache-type-k T     how the KV cache stores keys: f16 (default), q8_0, q4_0\n"
+    "  --cache-type-v T     and values\n"
     "  --log-format F       the per-request log line on stderr: text (default) or json\n"
     "  --replica-id ID      name in the X-Spindle-Replica header and /metrics\n"
     "                       (default: the host name)\n"
@@ -76,6 +79,10 @@ int sp_tool_serve(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(sp_serve_usage, stdout);
             return 0;
+        }
+        if (!strcmp(a, "--mlock")) {
+            mp.use_mlock = true;
+            continue;
         }
         if (i + 1 >= argc)
             return sp_tool_fail("serve: unknown option or missing value: '%s'", a);
@@ -147,6 +154,11 @@ int sp_tool_serve(int argc, char **argv)
             if (!sp_parse_long(v, -1, 1 << 24, &n))
                 return sp_tool_fail("serve: --repeat-last-n wants -1..16777216, got '%s'", v);
             cfg.sampling.repeat_last_n = (int32_t)n;
+        } else if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-v") ||
+                   !strcmp(a, "-ctv")) {
+            bool k = !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk");
+            if (sp_cache_type_parse(v, k ? &cfg.cache_type_k : &cfg.cache_type_v) != SP_OK)
+                return sp_tool_fail("serve: %s: %s", a, sp_error_message());
         } else if (!strcmp(a, "--log-format")) {
             if (strcmp(v, "text") && strcmp(v, "json"))
                 return sp_tool_fail("serve: --log-format wants text or json, got '%s'", v);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/mem.h"
 #include "core/pool.h"
 #include "engine/stop.h"
 #include "kv/kv.h"
@@ -71,9 +72,15 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
         st = sp_error_set(SP_ERR_ARG, "context %d out of range 2..1048576", e->n_ctx);
         goto free_engine;
     }
+    if (p->cache_type_k != SP_CACHE_F16 || p->cache_type_v != SP_CACHE_F16) {
+        st = sp_error_set(SP_ERR_UNSUPPORTED, "KV cache: only f16 is supported");
+        goto free_engine;
+    }
     e->n_parallel = p->n_parallel > 0 ? p->n_parallel : 1;
     e->n_batch = p->n_batch > 0 ? p->n_batch : 512;
     e->n_out_max = e->n_parallel * 4 > SP_BEAM_MAX ? e->n_parallel * 4 : SP_BEAM_MAX;
+    if (p->n_outputs > e->n_out_max)
+        e->n_out_max = p->n_outputs;
     if (e->n_out_max > e->n_batch)
         e->n_out_max = e->n_batch;
     if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
@@ -120,6 +127,9 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
         sp_engine_free(e);
         return st;
     }
+    /* resident from the start, as spindle info reports it */
+    sp_kv_touch(e->kv);
+    memset(e->logits, 0, (size_t)e->n_out_max * hp->n_vocab * sizeof(float));
     *out = e;
     return SP_OK;
 
@@ -173,6 +183,43 @@ void sp_engine_stats_get(const struct sp_engine *e, struct sp_engine_stats *o)
     o->prefix_hits = ks.prefix_hits;
     o->prefix_tokens_reused = ks.prefix_tokens_reused;
     o->n_running = e->n_running;
+    struct sp_engine_memory m;
+    sp_engine_memory(e, &m);
+    o->mem_weights = m.weights;
+    o->mem_kv = m.kv;
+    o->mem_scratch = m.scratch;
+    o->mem_kv_rings = m.kv_rings;
+    o->mem_resident = sp_mem_rss();
+}
+
+static uint64_t sp_tensor_bytes(const struct sp_tensor *t)
+{
+    return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne1 : 0;
+}
+
+void sp_engine_memory(const struct sp_engine *e, struct sp_engine_memory *o)
+{
+    const struct sp_model *m = e->model;
+    /* the embedding table is read a row per token: resident as tokens are
+     * seen, so counted only when it is also the (tied) output head */
+    o->weights = sp_tensor_bytes(&m->output) + sp_tensor_bytes(&m->out_norm);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct sp_layer *L = &m->layers[l];
+        const struct sp_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->q_norm, &L->k_norm,
+                                        &L->post_attn_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
+                                        &L->post_ffn_norm};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            o->weights += sp_tensor_bytes(ts[i]);
+    }
+    struct sp_kv_stats all, paged;
+    sp_kv_stats(e->kv, (uint32_t)e->n_parallel, &all);
+    sp_kv_stats(e->kv, 0, &paged);
+    o->kv = all.bytes;
+    o->kv_rings = all.bytes - paged.bytes;
+    size_t B = (size_t)e->n_batch;
+    o->scratch = e->fs.bytes + (uint64_t)e->n_out_max * m->hp.n_vocab * sizeof(float) +
+                 B * (sizeof *e->b_tokens + sizeof *e->b_pos + sizeof *e->b_out_idx + sizeof *e->b_seqs) +
+                 (uint64_t)e->n_out_max * sizeof *e->b_out_choice + 2 * SP_TEXT_CAP + SP_STOP_MAX_LEN;
 }
 
 void sp_engine_timing_get(const struct sp_engine *e, struct sp_engine_timing *out) { *out = e->timing; }
@@ -622,4 +669,10 @@ sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n
 release:
     sp_kv_seq_release(e->kv, &seq);
     return st;
+}
+
+void sp_engine_observe(struct sp_engine *e, sp_matmul_observer fn, void *user)
+{
+    e->fs.observe = fn;
+    e->fs.observe_ud = user;
 }

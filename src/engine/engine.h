@@ -42,4 +42,24 @@ const struct sp_model *sp_engine_model(const struct sp_engine *e);
  * apply, *p is always usable).  Public as sp_model_sampling_defaults. */
 sp_status sp_engine_sampling_defaults(const struct sp_model *m, struct sp_sampler_params *p, int *n_from_model);
 
+/* What the engine holds in memory, all of it written at init so it is
+ * resident from the start: weights (repacked copies plus the file data read
+ * in place; the embedding table only when it is also the output head, as
+ * otherwise only the rows of tokens seen are read), the KV pool with one
+ * sliding-window ring per parallel request, and scratch (forward buffers,
+ * logits, step buffers).  The rest of a process's resident memory is code,
+ * libraries and the tokenizer (spindle info measures it).  Public through
+ * sp_engine_stats_get. */
+struct sp_engine_memory {
+    uint64_t weights, kv, scratch;
+    uint64_t kv_rings; /* part of kv: the rings, allocated when a request first needs one */
+};
+void sp_engine_memory(const struct sp_engine *e, struct sp_engine_memory *out);
+
+/* Calls fn(user, w, x, x_stride, n) with the float input rows of every
+ * matrix product of later forwards, on the engine's thread (NULL: stop). */
+struct sp_tensor;
+typedef void (*sp_matmul_observer)(void *user, const struct sp_tensor *w, const float *x, size_t x_stride, int n);
+void sp_engine_observe(struct sp_engine *e, sp_matmul_observer fn, void *user);
+
 #endif

@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/checked.h"
 #include "core/error.h"
@@ -192,6 +193,25 @@ void sp_kv_stats(const struct sp_kv *kv, uint32_t rings, struct sp_kv_stats *o)
     o->bytes = (uint64_t)kv->paged_bytes * 2 + ring * rings;
     o->prefix_hits = kv->hits;
     o->prefix_tokens_reused = kv->tokens_reused;
+}
+
+/* ---- cache types ---- */
+
+static const char *const sp_cache_type_names[] = {"f16", "q8_0", "q4_0"};
+
+const char *sp_cache_type_name(sp_cache_type t)
+{
+    return (unsigned)t < sizeof sp_cache_type_names / sizeof sp_cache_type_names[0] ? sp_cache_type_names[t] : NULL;
+}
+
+sp_status sp_cache_type_parse(const char *name, sp_cache_type *out)
+{
+    for (unsigned t = 0; t < sizeof sp_cache_type_names / sizeof sp_cache_type_names[0]; t++)
+        if (name && !strcasecmp(name, sp_cache_type_names[t])) {
+            *out = (sp_cache_type)t;
+            return SP_OK;
+        }
+    return sp_error_set(SP_ERR_ARG, "KV cache type '%s': expected f16, q8_0 or q4_0", name ? name : "(null)");
 }
 
 /* ---- reading and writing ---- */
@@ -586,4 +606,10 @@ void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token
             s = (s + 1) & kv->table_mask;
         kv->table[s] = b;
     }
+}
+
+void sp_kv_touch(struct sp_kv *kv)
+{
+    memset(kv->k, 0, kv->paged_bytes);
+    memset(kv->v, 0, kv->paged_bytes);
 }

@@ -69,6 +69,9 @@ uint64_t sp_kv_blocks_for(uint64_t n_pos);
 /* A cache of n_blocks blocks of this shape.  SP_ERR_ARG for an empty
  * geometry, SP_ERR_NOMEM when it does not fit. */
 sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_t n_blocks);
+/* Writes the paged pool once so its pages are resident from the start
+ * (predictable memory; see spindle info). */
+void sp_kv_touch(struct sp_kv *kv);
 void sp_kv_free(struct sp_kv *kv);
 
 /* Blocks not held by any sequence (free or idle in the prefix cache). */

@@ -22,6 +22,19 @@ static size_t sp_fwd_max_act(const struct sp_model *m)
     return (mx + 63) / 64 * 64;
 }
 
+/* 64-byte aligned, written once so its pages are resident from the start
+ * (the process's memory is then what `spindle info` predicts, not what the
+ * longest batch so far happened to touch); counted in s->bytes. */
+static void *sp_fwd_alloc(struct sp_forward_scratch *s, size_t bytes)
+{
+    size_t n = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (p)
+        memset(p, 0, n);
+    s->bytes += n;
+    return p;
+}
+
 sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,
                                   int n_ctx, int n_threads)
 {
@@ -34,19 +47,19 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->n_ctx = n_ctx;
     s->act_stride = sp_fwd_max_act(m);
     s->attn_per_thread = sp_attention_scratch_floats(n_ctx, (int)hp->head_dim);
-    s->x = malloc(B * E * sizeof(float));
-    s->h = malloc(B * W * sizeof(float));
-    s->q = malloc(B * Q * sizeof(float));
-    s->k = malloc(B * KV * sizeof(float));
-    s->v = malloc(B * KV * sizeof(float));
-    s->att = malloc(B * Q * sizeof(float));
-    s->g = malloc(B * F * sizeof(float));
-    s->u = malloc(B * F * sizeof(float));
-    s->tmp = malloc(B * W * sizeof(float));
-    s->act = aligned_alloc(64, B * s->act_stride);
-    s->rope = malloc(B * hp->n_rot * sizeof(float));
-    s->attn_plan = malloc(sp_attention_plan_ints(n_batch, (int)hp->n_head) * sizeof(int32_t));
-    s->attn = malloc((size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
+    s->x = sp_fwd_alloc(s, B * E * sizeof(float));
+    s->h = sp_fwd_alloc(s, B * W * sizeof(float));
+    s->q = sp_fwd_alloc(s, B * Q * sizeof(float));
+    s->k = sp_fwd_alloc(s, B * KV * sizeof(float));
+    s->v = sp_fwd_alloc(s, B * KV * sizeof(float));
+    s->att = sp_fwd_alloc(s, B * Q * sizeof(float));
+    s->g = sp_fwd_alloc(s, B * F * sizeof(float));
+    s->u = sp_fwd_alloc(s, B * F * sizeof(float));
+    s->tmp = sp_fwd_alloc(s, B * W * sizeof(float));
+    s->act = sp_fwd_alloc(s, B * s->act_stride);
+    s->rope = sp_fwd_alloc(s, B * hp->n_rot * sizeof(float));
+    s->attn_plan = sp_fwd_alloc(s, sp_attention_plan_ints(n_batch, (int)hp->n_head) * sizeof(int32_t));
+    s->attn = sp_fwd_alloc(s, (size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->tmp || !s->act || !s->attn || !s->rope ||
         !s->attn_plan) {
         sp_forward_scratch_free(s);
@@ -74,6 +87,8 @@ static void sp_fwd_mm(struct sp_forward_scratch *s, struct sp_pool *pool, struct
                       size_t out_stride)
 {
     uint32_t at = sp_type_get(w->type)->vec_dot_type;
+    if (s->observe)
+        s->observe(s->observe_ud, w, x, x_stride, n);
     if (c->src != x || c->type != at) {
         sp_act_quantize(pool, w, x, x_stride, n, s->act);
         c->src = x;
@@ -97,6 +112,8 @@ static void sp_fwd_mm_multi(struct sp_forward_scratch *s, struct sp_pool *pool, 
             sp_fwd_mm(s, pool, c, w[i], x, x_stride, n, out[i], out_stride[i]);
         return;
     }
+    for (int i = 0; s->observe && i < n_mat; i++)
+        s->observe(s->observe_ud, w[i], x, x_stride, n);
     if (c->src != x || c->type != at) {
         sp_act_quantize(pool, w[0], x, x_stride, n, s->act);
         c->src = x;

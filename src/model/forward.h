@@ -31,6 +31,11 @@ struct sp_forward_scratch {
     int32_t *attn_plan;                          /* attention work list */
     float *rope;                                 /* [n_batch][n_rot] cos/sin of each token */
     float rope_base;                             /* base the table holds (0: none) */
+    size_t bytes;                                /* all of the above */
+    /* Optional observer of every matmul's float input, called on the
+     * forward's thread before the product (importance statistics). */
+    void (*observe)(void *ud, const struct sp_tensor *w, const float *x, size_t x_stride, int n);
+    void *observe_ud;
 };
 
 sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,

@@ -247,6 +247,42 @@ free_mats:
     return st;
 }
 
+/* Copies the vectors (norm weights) into one owned buffer.  Read in place
+ * they sit between matrices whose pages were dropped after repacking, and
+ * each one read maps its whole page-cache folio back in (up to megabytes of
+ * matrix data on kernels with large folios): resident memory would depend
+ * on how the file came into the page cache. */
+static sp_status sp_model_own_vectors(struct sp_model *m)
+{
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) { /* sizes, then copies */
+        uint8_t *dst = m->vectors;
+        for (uint32_t il = 0; il <= m->hp.n_layer; il++) {
+            struct sp_layer *L = il < m->hp.n_layer ? &m->layers[il] : NULL;
+            struct sp_tensor *lv[] = {L ? &L->attn_norm : &m->out_norm, L ? &L->q_norm : NULL,
+                                      L ? &L->k_norm : NULL, L ? &L->post_attn_norm : NULL,
+                                      L ? &L->ffn_norm : NULL, L ? &L->post_ffn_norm : NULL};
+            for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
+                if (!lv[i] || !lv[i]->data)
+                    continue;
+                size_t bytes = lv[i]->row_bytes * (size_t)lv[i]->ne1;
+                if (pass == 0) {
+                    total += (bytes + 63) / 64 * 64;
+                    continue;
+                }
+                memcpy(dst, lv[i]->data, bytes);
+                lv[i]->data = dst;
+                dst += (bytes + 63) / 64 * 64;
+            }
+        }
+        if (pass == 0 && total && !(m->vectors = aligned_alloc(64, total)))
+            return sp_error_set(SP_ERR_NOMEM, "model: no memory for %zu bytes of norm weights", total);
+        if (!total)
+            return SP_OK;
+    }
+    return SP_OK;
+}
+
 sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags,
                         const struct sp_progress *progress)
 {
@@ -286,19 +322,26 @@ sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_fl
     for (uint32_t il = 0; il < hp->n_layer; il++)
         if ((st = sp_model_layer(m, il)) != SP_OK)
             goto fail;
-    if ((st = sp_model_repack(m, progress)) != SP_OK)
+    if ((st = sp_model_repack(m, progress)) != SP_OK || (st = sp_model_own_vectors(m)) != SP_OK)
         goto fail;
     if ((map_flags & SP_MAP_LOCK) && m->packed && mlock(m->packed, m->packed_bytes) != 0) {
         st = sp_error_set(SP_ERR_NOMEM, "mlock of %zu bytes of repacked weights: %s (see ulimit -l)",
                           m->packed_bytes, strerror(errno));
         goto fail;
     }
+    /* Reading a tensor can map a whole huge page-cache folio (2 MiB and
+     * more) that spans tensors already repacked and dropped; drop the data
+     * section once more, so what stays resident is what the forward pass
+     * reads in place (it maps back as it is read), whatever state the page
+     * cache was in.  Locked pages stay. */
+    sp_mapping_drop(&m->map, m->map.data + m->gguf.data_offset, m->map.size - m->gguf.data_offset);
     *out = m;
     return SP_OK;
 
 fail:
     sp_error_wrap(st, "%s", path);
     sp_huge_free(m->packed, m->packed_bytes);
+    free(m->vectors);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
@@ -312,6 +355,7 @@ void sp_model_close(struct sp_model *m)
     if (!m)
         return;
     sp_huge_free(m->packed, m->packed_bytes);
+    free(m->vectors);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);

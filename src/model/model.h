@@ -59,6 +59,7 @@ struct sp_model {
     void *packed;              /* owned (sp_huge_alloc): matrices repacked at load (NULL: none) */
     size_t packed_bytes;
     uint32_t n_packed;         /* how many */
+    void *vectors;             /* owned: the norm weights, copied out of the mapping */
     uint64_t weights_bytes;    /* bytes of weight data read per token */
     uint64_t file_bytes;
 };

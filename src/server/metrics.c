@@ -195,6 +195,14 @@ char *sp_metrics_render(struct sp_metrics *m)
                      "Requests that reused cached prefix blocks.", e->prefix_hits);
     sp_render_scalar(&t, "spindle_prefix_cache_tokens_reused_total", "counter",
                      "Prompt tokens reused from the prefix cache.", e->prefix_tokens_reused);
+    sp_render_scalar(&t, "spindle_memory_weights_bytes", "gauge",
+                     "Model weights in memory (repacked copies and file data read in place).", e->mem_weights);
+    sp_render_scalar(&t, "spindle_memory_kv_bytes", "gauge", "KV cache pool and sliding-window rings.",
+                     e->mem_kv);
+    sp_render_scalar(&t, "spindle_memory_scratch_bytes", "gauge", "Forward scratch, logits and step buffers.",
+                     e->mem_scratch);
+    sp_render_scalar(&t, "spindle_memory_resident_bytes", "gauge", "Resident memory of the process.",
+                     e->mem_resident);
     pthread_mutex_unlock(&m->mu);
     if (t.failed) {
         free(t.s);

@@ -108,6 +108,8 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
         .n_ctx = cfg->n_ctx,
         .n_parallel = cfg->n_parallel,
         .kv_mem_mib = cfg->kv_mem_mib,
+        .cache_type_k = cfg->cache_type_k,
+        .cache_type_v = cfg->cache_type_v,
     };
     /* Everything that can refuse the configuration happens before the
      * port is bound: a server that listens can serve (a balancer's health
