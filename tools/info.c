@@ -47,17 +47,26 @@ int sp_tool_info(int argc, char **argv)
     printf("feed-forward:    %u\n", hp->n_ff);
     printf("heads:           %u query, %u key/value, head size %u, rope dims %u\n", hp->n_head, hp->n_head_kv,
            hp->head_dim, hp->n_rot);
-    printf("rope:            base %g, frequency scale %g%s\n", hp->rope_base, hp->rope_freq_scale,
-           m->arch->swa_pattern ? " (local layers: base 10000)" : "");
-    if (hp->n_swa)
-        printf("sliding window:  %u tokens on %u of %u layers\n", hp->n_swa,
-               hp->n_layer - hp->n_layer / m->arch->swa_pattern, hp->n_layer);
+    uint32_t n_swa_layers = 0;
+    float local_base = hp->rope_base;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].swa)
+            n_swa_layers++, local_base = m->layers[l].rope_base;
+    printf("rope:            base %g, frequency scale %g", hp->rope_base, hp->rope_freq_scale);
+    if (local_base != hp->rope_base)
+        printf(" (local layers: base %g)", local_base);
+    printf("\n");
+    if (n_swa_layers)
+        printf("sliding window:  %u tokens on %u of %u layers\n", hp->n_swa, n_swa_layers, hp->n_layer);
+    char features[512];
+    sp_model_features(m, features, sizeof features);
+    printf("features:        %s\n", features);
     printf("norm epsilon:    %g\n", hp->eps);
     printf("training ctx:    %u\n", hp->n_ctx_train);
     printf("tokenizer:       %s (pre-tokenizer %s), %u tokens, bos %d, eos %d\n", sp_vocab_model_name(v),
            sp_vocab_pre_name(v), sp_vocab_size(v), sp_vocab_bos(v), sp_vocab_eos(v));
     printf("chat template:   %s\n", sp_vocab_chat_template(v) ? "from the file" : "built-in");
-    printf("output head:     %s\n", m->output.data == m->tok_embd.data ? "tied to token_embd" : "output.weight");
+    printf("output head:     %s\n", m->tied_output ? "tied to token_embd" : "output.weight");
     unsigned counts[SP_TYPE_COUNT] = {0};
     for (uint64_t i = 0; i < m->gguf.n_tensors; i++)
         counts[m->gguf.tensors[i].type]++;
