@@ -17,6 +17,7 @@ router weights, norms, biases and rope factors stay F32, as llama.cpp's
 quantizer leaves them).
 
 usage: families.py [--out DIR] [--family NAME ...] [--list]
+       families.py --bench NAME --out DIR   (one F16 copy of a benchmark shape)
 Run with build/venv/bin/python (numpy, gguf).
 """
 import argparse
@@ -90,6 +91,18 @@ FAMILIES = {
 }
 
 
+# Benchmark shapes (bench/models): the sizes users run, written as F16 for
+# llama.cpp's quantizer.
+BENCH = {
+    "llama3-8b": dict(arch="llama", vocab="gpt-2", pre="llama-bpe", pad_vocab=128256, n_embd=4096, n_layer=32,
+                      n_head=32, n_head_kv=8, head_dim=128, n_ff=14336, ctx=8192, rope_base=500000.0, tied=False,
+                      rope_freqs=True),
+    "olmoe-1b-7b": dict(arch="olmoe", vocab="gpt-2", pre="olmo", pad_vocab=50304, n_embd=2048, n_layer=16,
+                        n_head=16, n_head_kv=16, head_dim=128, n_ff=1024, ctx=4096, rope_base=10000.0, tied=False,
+                        qk_norm="full", experts=(64, 8, None)),
+}
+
+
 def read_vocab(name, pre=None, pad_to=None):
     """Tokenizer key/values of a vocabulary test file: [(key, value, vtype, subtype)]."""
     path = os.path.join(testdata_dir(), "vocab", "ggml-vocab-%s.gguf" % name)
@@ -148,24 +161,42 @@ def q4_k(x):
     return out.reshape(*shape[:-1], shape[-1] // 256 * 144)
 
 
-def encode(arr, kind, qtype):
-    """(data, raw_dtype) of one tensor for copy `qtype`.  kind: 'mat' (a
-    weight matrix or expert stack), 'lookup' (an embedding only looked up),
-    'f32' (vectors, routers)."""
+QTYPE_OF = {"q8_0": QT.Q8_0, "q4_k": QT.Q4_K}
+QUANT_BYTES = {QT.Q8_0: (32, 34), QT.Q4_K: (256, 144)}
+
+
+def storage(shape, kind, qtype):
+    """(numpy dtype, ggml type or None, bytes) one tensor is stored with in
+    copy `qtype`.  kind: 'mat' (a weight matrix or expert stack), 'lookup'
+    (an embedding only looked up, never multiplied), 'f32' (vectors,
+    routers)."""
+    n = int(np.prod(shape))
     if kind == "f32" or (qtype == "f32" and kind == "mat"):
-        return arr.astype(np.float32), None
-    if qtype == "f32":
-        return arr.astype(np.float16), None
-    if qtype == "q4_k" and arr.shape[-1] % 256 == 0:
-        return q4_k(arr), QT.Q4_K
-    return q8_0(arr), QT.Q8_0
+        return np.float32, None, n * 4
+    if qtype in ("f32", "f16"):
+        return np.float16, None, n * 2
+    qt = QTYPE_OF[qtype] if qtype == "q8_0" or shape[-1] % 256 == 0 else QT.Q8_0
+    block, size = QUANT_BYTES[qt]
+    return np.float32, qt, n // block * size
+
+
+def encode(arr, kind, qtype):
+    """The stored bytes (or array) of one tensor in copy `qtype`."""
+    dtype, qt, _ = storage(arr.shape, kind, qtype)
+    if qt is None:
+        return arr.astype(dtype)
+    return q4_k(arr) if qt == QT.Q4_K else q8_0(arr)
 
 
 class Builder:
+    """A family's keys and tensors.  Tensor values are drawn when the file
+    is written, in declaration order from a fresh generator of the family's
+    seed, so every copy holds the same weights and only one tensor is in
+    memory at a time (the benchmark models are several GB)."""
+
     def __init__(self, name, spec, seed):
-        self.name, self.s = name, spec
-        self.rng = np.random.default_rng(seed)
-        self.tensors = []  # (name, array, kind)
+        self.name, self.s, self.seed = name, spec, seed
+        self.tensors = []  # (name, shape, kind, make(rng) -> array)
         self.kv = []       # (key, value, vtype, sub)
 
     def key(self, suffix, value, vtype, sub=None):
@@ -173,12 +204,15 @@ class Builder:
 
     def mat(self, name, *shape, scale=1.0, kind="mat"):
         """Random matrix, numpy shape (..., rows, row length): entries ~ N(0, scale^2 / row length)."""
-        a = self.rng.standard_normal(shape, dtype=np.float32) * np.float32(scale / math.sqrt(shape[-1]))
-        self.tensors.append((name, a, kind))
+        f = np.float32(scale / math.sqrt(shape[-1]))
+        self.tensors.append((name, shape, kind, lambda rng: rng.standard_normal(shape, dtype=np.float32) * f))
 
     def vec(self, name, n, mean=1.0, spread=0.1):
-        a = (mean + spread * self.rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
-        self.tensors.append((name, a, "f32"))
+        self.tensors.append((name, (n,), "f32", lambda rng: (
+            mean + spread * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)))
+
+    def const(self, name, values):
+        self.tensors.append((name, values.shape, "f32", lambda rng: values))
 
     def build(self):
         s, arch = self.s, self.s["arch"]
@@ -226,13 +260,11 @@ class Builder:
         if not s["tied"]:
             self.mat("output.weight", n_vocab, E, scale=3.0)
         if s.get("rope_freqs"):
-            self.tensors.append(("rope_freqs.weight", llama3_rope_freqs(D, s["rope_base"]), "f32"))
+            self.const("rope_freqs.weight", llama3_rope_freqs(D, s["rope_base"]))
         if s.get("longrope"):
             n = D // 2
-            self.tensors.append(("rope_factors_long.weight",
-                                 (1.0 + np.arange(n, dtype=np.float32) * 0.5).astype(np.float32), "f32"))
-            self.tensors.append(("rope_factors_short.weight",
-                                 (1.0 + np.arange(n, dtype=np.float32) * 0.02).astype(np.float32), "f32"))
+            self.const("rope_factors_long.weight", (1.0 + np.arange(n, dtype=np.float32) * 0.5).astype(np.float32))
+            self.const("rope_factors_short.weight", (1.0 + np.arange(n, dtype=np.float32) * 0.02).astype(np.float32))
         for i in range(L):
             p = "blk.%d." % i
             self.vec(p + "attn_norm.weight", E)
@@ -282,17 +314,23 @@ class Builder:
         w.add_name("spindle-test-%s-%s" % (self.name, qtype))
         for key, value, vtype, sub in self.kv:
             w.add_key_value(key, value, vtype, sub_type=sub)
-        for name, arr, kind in self.tensors:
-            data, raw = encode(arr, kind, qtype)
-            w.add_tensor(name, data, raw_dtype=raw)
+        for name, shape, kind, _ in self.tensors:
+            dtype, qt, nbytes = storage(shape, kind, qtype)
+            w.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=qt)
         w.write_header_to_file()
         w.write_kv_data_to_file()
-        w.write_tensors_to_file()
+        w.write_ti_data_to_file()
+        rng = np.random.default_rng(self.seed)
+        for name, shape, kind, make in self.tensors:
+            w.write_tensor_data(encode(make(rng), kind, qtype))
         w.close()
 
 
 def build_family(name, out_dir, types=TYPES):
-    b = Builder(name, FAMILIES[name], seed=1000 + sorted(FAMILIES).index(name))
+    if name in BENCH:
+        b = Builder(name, BENCH[name], seed=2000 + sorted(BENCH).index(name))
+    else:
+        b = Builder(name, FAMILIES[name], seed=1000 + sorted(FAMILIES).index(name))
     b.build()
     paths = {}
     for t in types:
@@ -317,11 +355,15 @@ def main(argv):
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--bench", choices=sorted(BENCH))
     args = ap.parse_args(argv[1:])
     if args.list:
         print("\n".join(sorted(FAMILIES)))
         return 0
     os.makedirs(args.out, exist_ok=True)
+    if args.bench:
+        print(build_family(args.bench, args.out, types=("f16",))["f16"])
+        return 0
     for name in args.family or sorted(FAMILIES):
         for t, path in build_family(name, args.out).items():
             print("%s %s %s" % (sha256_file(path), os.path.getsize(path), path))

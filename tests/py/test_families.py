@@ -165,3 +165,61 @@ def test_greedy_continuation(fam, qtype, index, run_spindle):
         k, ours[k], gold[k], gap)
     print("%s-%s/%s: greedy identical for %d/%d tokens, then a near-tie (%.4f)" % (fam, qtype, p["name"], k,
                                                                                    len(gold), gap))
+
+
+FEATURES = {
+    "llama3": ["RoPE frequency factors (rope_freqs)", "grouped-query attention (2 query heads per KV head)"],
+    "mistral": ["sliding window 128 on 2 of 2 layers"],
+    "qwen2": ["QKV bias", "RoPE halves (NEOX)"],
+    "qwen3": ["QK-norm (per head)"],
+    "phi3": ["LongRoPE (long factors above 2048 positions", "fused QKV", "fused gate-up"],
+    "gemma2": ["GeGLU", "sliding window 32 on 1 of 2 layers", "soft-cap: attention 4, final logits 6", "post-norms"],
+    "qwen2moe": ["QKV bias", "8 experts (2 used, softmax router, width 256) + shared expert"],
+    "qwen3moe": ["QK-norm (per head)", "8 experts (2 used, softmax router, weights renormalized, width 256)"],
+    "olmoe": ["QK-norm (whole rows)", "8 experts (2 used, softmax router, width 256)"],
+    "mixtral": ["8 experts (2 used, softmax router, weights renormalized, width 256)"],
+}
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_info_names_family_and_features(fam, run_spindle):
+    r = run_spindle("info", "-m", model_path(fam, "q4_k"))
+    assert r.returncode == 0, r.stderr
+    assert "architecture:    %s\n" % families.FAMILIES[fam]["arch"] in r.stdout
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("features:"))
+    for f in FEATURES[fam]:
+        assert f in line, "%r not in %r" % (f, line)
+
+
+def test_features_cover_every_family():
+    assert sorted(FEATURES) == FAMILIES
+
+
+def test_all_local_layers_ring_matches_full_cache(run_spindle):
+    """Mistral's layers are all local (window 128): over 1,500 positions the
+    rings (window + batch = 640 positions) wrap twice, and every position's
+    logits must equal those of the full cache (--swa-full)."""
+    path = model_path("mistral", "q8_0")
+    ids = " ".join(str(3 + (i * 7919) % 31000) for i in range(1500))
+    a = run_spindle("logits", "-m", path, "--ids", ids, "--from", 1300, "--top", 3)
+    b = run_spindle("logits", "-m", path, "--ids", ids, "--from", 1300, "--top", 3, "--swa-full")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    sa, sb = a.json()["steps"], b.json()["steps"]
+    assert len(sa) == 200 and sa == sb
+
+
+@pytest.mark.parametrize("fam", ["qwen2moe", "mixtral"])
+def test_experts_batch_invariant(fam, run_spindle):
+    """A token's logits do not depend on what else is in the batch, though
+    the batch's rows are grouped by expert: the last position of each prefix,
+    computed in batches of 5 to 60 tokens, equals the same position of the
+    60-token batch, bit for bit."""
+    path = model_path(fam, "q4_k")
+    ids = [3 + (i * 4507) % 30000 for i in range(60)]
+    full = run_spindle("logits", "-m", path, "--ids", " ".join(map(str, ids)), "--from", 0, "--top", 8)
+    assert full.returncode == 0, full.stderr
+    steps = full.json()["steps"]
+    for n in (5, 17, 33, 59):
+        r = run_spindle("logits", "-m", path, "--ids", " ".join(map(str, ids[:n])), "--top", 8)
+        assert r.returncode == 0, r.stderr
+        assert r.json()["top"] == steps[n - 1]["top"], "prefix of %d tokens" % n
