@@ -21,13 +21,14 @@ Run it with the reference venv's python (scripts/ref-venv prints it):
     $(scripts/ref-venv) scripts/goldens/families.py
 Values are rounded to 4 decimals (the tightest bound a test uses is 1e-2).
 """
-import hashlib
 import json
 import os
 import subprocess
 import sys
 
 import numpy as np
+
+from model import log_softmax, sha256_file, top_k  # scripts/goldens/model.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT_DIR = os.path.join(ROOT, "tests", "goldens", "families")
@@ -52,27 +53,8 @@ PROMPTS = [
 ]
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def r4(x):
     return round(float(x), 4)
-
-
-def top_k(values, k):
-    order = np.lexsort((np.arange(values.shape[0]), -values.astype(np.float64)))
-    return order[:k]
-
-
-def log_softmax(row):
-    x = row.astype(np.float64)
-    m = x.max()
-    return x - (m + np.log(np.exp(x - m).sum()))
 
 
 def run_file(path):
@@ -92,7 +74,7 @@ def run_file(path):
         row = scores[-1]
         greedy, greedy_lp, greedy_top5 = [], [], []
         for _ in range(GREEDY_TOKENS):
-            lp = log_softmax(row)
+            lp, _ = log_softmax(row)
             tok = int(np.argmax(row))
             greedy.append(tok)
             greedy_lp.append(r4(lp[tok]))

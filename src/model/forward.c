@@ -325,6 +325,54 @@ static void sp_moe_glu_run(void *arg, int ith, int nth)
     sp_moe_glu_rows(j, lo, hi);
 }
 
+/* Each token's output, tokens [lo, hi): its experts' down rows times their
+ * weights, summed in selection order (in the first expert's row), plus the
+ * shared expert's output in s->tmp times sigmoid(h · shexp_gate); into
+ * s->tmp. */
+struct sp_moe_sum {
+    const struct sp_model *m;
+    struct sp_forward_scratch *s;
+    const struct sp_layer *L;
+    int n_tok;
+};
+
+static void sp_moe_sum_rows(const struct sp_moe_sum *j, long lo, long hi)
+{
+    const struct sp_hparams *hp = &j->m->hp;
+    struct sp_forward_scratch *s = j->s;
+    const int E = (int)hp->n_embd, K = (int)hp->n_expert_used;
+    for (long t = lo; t < hi; t++) {
+        float *o = s->tmp + (size_t)t * E, *acc = s->moe_d + (size_t)s->moe_row[t * K] * E;
+        const float *w = s->moe_w + t * K;
+        for (int i = 0; i < E; i++)
+            acc[i] *= w[0];
+        for (int k = 1; k < K; k++) {
+            const float *d = s->moe_d + (size_t)s->moe_row[t * K + k] * E;
+            for (int i = 0; i < E; i++)
+                acc[i] += w[k] * d[i];
+        }
+        if (!j->m->arch->shared_expert) {
+            memcpy(o, acc, (size_t)E * sizeof *o);
+            continue;
+        }
+        const float *h = s->h + (size_t)t * E, *g = j->L->shexp_gate.data;
+        float z = 0.0f;
+        for (int i = 0; i < E; i++)
+            z += h[i] * g[i];
+        const float gate = 1.0f / (1.0f + expf(-z));
+        for (int i = 0; i < E; i++)
+            o[i] = acc[i] + o[i] * gate;
+    }
+}
+
+static void sp_moe_sum_run(void *arg, int ith, int nth)
+{
+    const struct sp_moe_sum *j = arg;
+    long lo, hi;
+    sp_pool_split(j->n_tok, 1, ith, nth, &lo, &hi);
+    sp_moe_sum_rows(j, lo, hi);
+}
+
 /* Groups of the routed rows for matrix kind k: one per expert with rows,
  * q its activation rows (row_bytes apart), out its output rows. */
 static int sp_moe_groups(const struct sp_layer *L, const struct sp_hparams *hp, int kind, const int32_t *off,
@@ -411,27 +459,13 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
     n = sp_moe_groups(L, hp, SP_EXP_DOWN, off, s->moe_act, sp_act_row_bytes(down), s->moe_d, (size_t)E, g);
     sp_matmul_grouped(pool, n, g);
 
-    if (m->arch->shared_expert) { /* into s->tmp, times sigmoid(h · shexp_gate) */
+    if (m->arch->shared_expert) /* into s->tmp */
         sp_fwd_dense(job, pool, c, L, (int)hp->n_ff_shexp);
-        for (int t = 0; t < T; t++) {
-            const float *h = s->h + (size_t)t * E, *w = L->shexp_gate.data;
-            float z = 0.0f, *o = s->tmp + (size_t)t * E;
-            for (int i = 0; i < E; i++)
-                z += h[i] * w[i];
-            const float gate_t = 1.0f / (1.0f + expf(-z));
-            for (int i = 0; i < E; i++)
-                o[i] *= gate_t;
-        }
-    }
-    for (int t = 0; t < T; t++) {
-        float *o = s->tmp + (size_t)t * E;
-        for (int i = 0; i < E; i++) {
-            float acc = 0.0f;
-            for (int k = 0; k < K; k++)
-                acc += s->moe_w[t * K + k] * s->moe_d[(size_t)s->moe_row[t * K + k] * E + i];
-            o[i] = m->arch->shared_expert ? acc + o[i] : acc;
-        }
-    }
+    struct sp_moe_sum sum = {m, s, L, T};
+    if (T < 4)
+        sp_moe_sum_rows(&sum, 0, T);
+    else
+        sp_pool_run(pool, sp_moe_sum_run, &sum);
 }
 
 /* Final-logit soft-capping over [n][n_vocab], elements split across the pool. */
