@@ -8,18 +8,20 @@
 #include "kernels/attention.h"
 #include "quant/quant.h"
 
-static size_t sp_fwd_max_act(const struct sp_model *m)
+/* Bytes of the widest quantized activation row of the dense matrices
+ * (experts = false) or of the experts' (experts = true). */
+static size_t sp_fwd_max_act(const struct sp_model *m, bool experts)
 {
-    size_t mx = sp_act_row_bytes(&m->output);
+    size_t mx = experts ? 0 : sp_act_row_bytes(&m->output);
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
                                         &L->gate_inp};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        for (size_t i = 0; !experts && i < sizeof ts / sizeof ts[0]; i++) {
             size_t b = ts[i]->data ? sp_act_row_bytes(ts[i]) : 0;
             mx = b > mx ? b : mx;
         }
-        for (int k = 0; L->exps && k < SP_EXP_KINDS; k++) {
+        for (int k = 0; experts && L->exps && k < SP_EXP_KINDS; k++) {
             size_t b = sp_act_row_bytes(&L->exps[k * m->hp.n_expert]);
             mx = b > mx ? b : mx;
         }
@@ -44,7 +46,7 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     memset(s, 0, sizeof *s);
     s->n_batch = n_batch;
     s->n_ctx = n_ctx;
-    s->act_stride = sp_fwd_max_act(m);
+    s->act_stride = sp_fwd_max_act(m, false);
     s->attn_per_thread = sp_attention_scratch_floats(n_ctx, (int)hp->head_dim);
     s->x = malloc(B * E * sizeof(float));
     s->h = malloc(B * W * sizeof(float));
@@ -68,7 +70,7 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
         s->moe_ids = malloc(R * sizeof(int32_t));
         s->moe_tok = malloc(R * sizeof(int32_t));
         s->moe_row = malloc(R * sizeof(int32_t));
-        s->moe_act = aligned_alloc(64, R * s->act_stride);
+        s->moe_act = aligned_alloc(64, R * sp_fwd_max_act(m, true));
         s->moe_g = malloc(R * FX * sizeof(float));
         s->moe_u = malloc(R * FX * sizeof(float));
         s->moe_d = malloc(R * E * sizeof(float));
