@@ -261,14 +261,14 @@ static void test_matmul_grouped(struct sp_pool *p1, struct sp_pool *p2)
 {
     enum { n = 256, rows = 48, G = 4 };
     const int toks[G] = {1, 0, 7, 70};
-    float *deq = malloc(sizeof(float) * rows * n), *x = malloc(sizeof(float) * 70 * n);
+    float *deq = malloc(sizeof(float) * rows * n), *x = malloc(sizeof(float) * (70 + G) * n);
     struct sp_tensor w[G];
     void *wd[G], *packed[G];
     uint8_t *q[G];
     float *ref[G], *out[G];
     struct sp_mm_group g[G];
     unsigned s = 11;
-    for (int i = 0; i < 70 * n; i++)
+    for (int i = 0; i < (70 + G) * n; i++) /* group k reads rows k.. */
         x[i] = frand(&s);
     for (int k = 0; k < G; k++) {
         uint32_t type = k % 2 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_K;
