@@ -454,7 +454,7 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
         sp_matmul_grouped(pool, n, g);
     }
     struct sp_moe_glu glu = {m, s, down, R};
-    if (R < 4)
+    if ((long)R * FX < 65536) /* a decode step's few rows: less than a pool run costs */
         sp_moe_glu_rows(&glu, 0, R);
     else
         sp_pool_run(pool, sp_moe_glu_run, &glu);
