@@ -164,7 +164,7 @@ struct sp_fwd_job {
     uint32_t il;
 };
 
-/* A token's q and k heads (kh == NULL: q only) get their bias, norm,
+/* A token's q row (is_q) or k row of n_head heads gets its bias, norm,
  * RoPE and, for q, the prescale: in llama.cpp's order. */
 static void sp_fwd_qk_row(const struct sp_fwd_job *j, int t, float *x, int n_head, const struct sp_tensor *bias,
                           const struct sp_tensor *norm, bool is_q)
