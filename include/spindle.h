@@ -151,6 +151,7 @@ typedef struct sp_model_info {
     bool vocab_only;
     uint32_t n_packed;              /* matrices repacked at load for the kernels */
     uint64_t packed_bytes;
+    const char *features;          /* the family's features in words ("QKV bias, 8 experts (2 used), ...") */
 } sp_model_info;
 SP_API void sp_model_info_get(const sp_model *m, sp_model_info *out);
 

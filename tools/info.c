@@ -85,8 +85,10 @@ int sp_tool_info(int argc, char **argv)
     if (in.rope_base_swa > 0)
         printf(" (local layers: base %g)", in.rope_base_swa);
     printf("\n");
-    if (in.n_swa)
+    if (in.n_swa_layers)
         printf("sliding window:  %u tokens on %u of %u layers\n", in.n_swa, in.n_swa_layers, in.n_layer);
+    if (in.features)
+        printf("features:        %s\n", in.features);
     printf("norm epsilon:    %g\n", in.norm_eps);
     printf("training ctx:    %u\n", in.n_ctx_train);
     printf("tokenizer:       %s (pre-tokenizer %s), %u tokens, bos %d, eos %d\n", in.tokenizer, in.tokenizer_pre,

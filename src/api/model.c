@@ -141,11 +141,14 @@ void sp_model_info_get(const sp_model *m, sp_model_info *o)
         o->n_swa_layers += w->layers[l].swa;
     o->rope_base = hp->rope_base;
     o->rope_freq_scale = hp->rope_freq_scale;
-    o->rope_base_swa = w->arch->swa_pattern ? w->arch->swa_rope_base : 0.0f;
+    for (uint32_t l = 0; l < hp->n_layer && o->rope_base_swa == 0.0f; l++)
+        if (w->layers[l].swa && w->layers[l].rope_base != hp->rope_base)
+            o->rope_base_swa = w->layers[l].rope_base;
     o->norm_eps = hp->eps;
-    o->tied_output = w->output.data == w->tok_embd.data;
+    o->tied_output = w->tied_output;
     o->n_packed = w->n_packed;
     o->packed_bytes = w->packed_bytes;
+    o->features = w->features;
 }
 
 sp_status sp_model_tensor_get(const sp_model *m, uint64_t i, sp_tensor_info *o)

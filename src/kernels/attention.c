@@ -28,6 +28,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/exp.h"
+#include "kernels/kernels.h"
 
 
 /* The softmax denominator's order, shared by every path: S[r] sums the
@@ -316,6 +317,11 @@ static void sp_attn_group(const struct sp_attn_args *a, int t, int h0, int nh, f
         mx[h] = x > mx[h] ? x : mx[h];
     }
 #endif
+    if (a->softcap > 0.0f) /* monotonic: the capped maximum is the maximum of the capped */
+        for (int h = 0; h < nh; h++) {
+            sp_softcap(scores + (size_t)h * n, n, a->softcap);
+            sp_softcap(&mx[h], 1, a->softcap);
+        }
     for (int h = 0; h < nh; h++)
         sp_attn_softmax(scores + (size_t)h * n, n, mx[h], j0);
     memset(qf, 0, (size_t)nh * D * sizeof *qf); /* reused as the output accumulator */
@@ -469,7 +475,12 @@ static void sp_attn_block(const struct sp_attn_args *a, int t0, int nq, int h, f
      * covering [jlo, plast] get probability 0 */
     for (int i = 0; i < nq; i++) {
         float *row = sct + (size_t)i * L;
-        const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmx[i]));
+        float mxs = _mm512_reduce_max_ps(vmx[i]);
+        if (a->softcap > 0.0f) { /* as sp_attn_group */
+            sp_softcap(row, (int64_t)L, a->softcap);
+            sp_softcap(&mxs, 1, a->softcap);
+        }
+        const __m512 mx = _mm512_set1_ps(mxs);
         __m512 acc = _mm512_setzero_ps();
         for (int jt = jb; jt <= plast; jt += 16) {
             const __mmask16 in = sp_attn_lanes(j0[i] - jt, p0 + i - jt);

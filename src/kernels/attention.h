@@ -14,6 +14,7 @@ struct sp_attn_args {
     const int32_t *pos;                /* [n_tok] position of each token */
     int n_head, n_head_kv, head_dim;
     float scale;                       /* applied to q·k */
+    float softcap;                     /* > 0: scores become softcap * tanh(score / softcap) */
     int window;                        /* > 0: keys with pos - j < window only */
     float *out;                        /* [n_tok][n_head * head_dim] */
     size_t out_stride;

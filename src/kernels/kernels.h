@@ -4,6 +4,7 @@
 #ifndef SP_KERNELS_H
 #define SP_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,21 +44,52 @@ void sp_matmul(struct sp_pool *pool, const struct sp_tensor *w, const void *q, i
 void sp_matmul_multi(struct sp_pool *pool, int n_mat, const struct sp_tensor *const *w, const void *q, int n_tok,
                      float *const *out, const size_t *out_stride);
 
+/* Groups of (matrix, its own activation rows) in one pool run: for each
+ * group, out[t][r] = w row r · q row t for its n_tok rows of q (contiguous,
+ * sp_act_row_bytes(w) apart), each value computed exactly as sp_matmul
+ * would.  The experts of a mixture-of-experts layer: each expert's weights
+ * are read once for all the tokens routed to it. */
+struct sp_mm_group {
+    const struct sp_tensor *w;
+    const void *q;
+    int n_tok;
+    float *out;
+    size_t out_stride;
+};
+void sp_matmul_grouped(struct sp_pool *pool, int n, const struct sp_mm_group *g);
+
 /* y = x / rms(x) * w over rows of n (w may be NULL: no scale).  In place ok. */
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
 
-/* Rotary embedding of one head vector of `dim` values (first n_rot rotate).
- * neox: pairs (i, i + n_rot/2); else adjacent pairs (2i, 2i+1). */
+/* Rotary embedding of one head vector of `dim` values (first n_rot rotate,
+ * n_rot <= SP_ROPE_MAX).  neox: pairs (i, i + n_rot/2); else adjacent
+ * pairs (2i, 2i+1). */
+#define SP_ROPE_MAX 1024
 void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neox);
 /* The same rotation split in two: the table cs[n_rot] (cos, sin pairs) of a
- * position, computed once per token and base, then applied to every head;
- * bit-identical to sp_rope. */
-void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale);
+ * position, computed once per token and base, then applied to every head.
+ * factors (NULL: none): n_rot / 2 divisors of the pairs' angles (Llama 3's
+ * rope_freqs, LongRoPE's long or short factors); mscale scales cos and sin
+ * (LongRoPE's attention factor; 1 = none). */
+void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, const float *factors, float mscale);
 void sp_rope_apply(float *x, const float *cs, int n_rot, int neox);
 
 /* y = silu(g) * u and y = gelu_tanh(g) * u, n values. */
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n);
 void sp_geglu(const float *g, const float *u, float *y, int64_t n);
+
+/* x = cap * tanh(x / cap), n values (attention scores, final logits). */
+void sp_softcap(float *x, int64_t n, float cap);
+
+/* Mixture-of-experts routing of one token: from the router's logits over
+ * n_expert (<= SP_MOE_MAX_EXPERTS) experts, the k selected (ids, highest
+ * probability first; the lower id on a tie) and their weights w: the
+ * probabilities (softmax over all experts, or each expert's sigmoid),
+ * renormalized to sum to 1 when `norm`. */
+#define SP_MOE_MAX_EXPERTS 512
+enum sp_router { SP_ROUTER_SOFTMAX, SP_ROUTER_SIGMOID };
+void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router router, bool norm, int32_t *ids,
+                  float *w);
 
 /* Dequantizes row `row` of w into y[w->ne0]. */
 void sp_tensor_row(const struct sp_tensor *w, int64_t row, float *y);

@@ -66,25 +66,29 @@ struct sp_mm_job {
     int col_parts; /* chunks per thread, each a run of columns */
 };
 
+/* Rows [lo, hi) of w against nc activation rows q (q_stride apart):
+ * out[c * os + r]. */
+static void sp_mm_block(const struct sp_tensor *w, const struct sp_type_traits *tt, long lo, long hi,
+                        const uint8_t *q, size_t q_stride, int nc, float *out, size_t os)
+{
+    const uint8_t *wd = w->data;
+    if (tt->gemm) {
+        /* the chunk's rows against its tokens: the kernel picks the order */
+        tt->gemm(w->ne0, out + lo, os, wd + (size_t)lo * w->row_bytes, w->row_bytes, (int)(hi - lo), q, q_stride,
+                 nc);
+        return;
+    }
+    for (int c = 0; c < nc; c++)
+        for (long r = lo; r < hi; r++)
+            tt->vec_dot(w->ne0, out + (size_t)c * os + r, wd + (size_t)r * w->row_bytes, q + (size_t)c * q_stride);
+}
+
 /* Rows [lo, hi) of one matrix against tokens [c0, c1). */
 static void sp_mm_rows(const struct sp_mm_job *j, int m, long lo, long hi, int c0, int c1)
 {
-    const struct sp_tensor *w = j->w[m];
-    const struct sp_type_traits *tt = j->tt[m];
-    const uint8_t *wd = w->data;
     size_t os = j->out_stride[m];
-    float *out = j->out[m] + (size_t)c0 * os;
-    const uint8_t *q = j->q + (size_t)c0 * j->q_stride;
-    if (tt->gemm) {
-        /* the chunk's rows against its tokens: the kernel picks the order */
-        tt->gemm(w->ne0, out + lo, os, wd + (size_t)lo * w->row_bytes, w->row_bytes, (int)(hi - lo), q,
-                 j->q_stride, c1 - c0);
-        return;
-    }
-    for (int c = 0; c < c1 - c0; c++)
-        for (long r = lo; r < hi; r++)
-            tt->vec_dot(w->ne0, out + (size_t)c * os + r, wd + (size_t)r * w->row_bytes,
-                        q + (size_t)c * j->q_stride);
+    sp_mm_block(j->w[m], j->tt[m], lo, hi, j->q + (size_t)c0 * j->q_stride, j->q_stride, c1 - c0,
+                j->out[m] + (size_t)c0 * os, os);
 }
 
 /* Chunk ith of nth = threads x col_parts: thread part ith / col_parts of
@@ -129,6 +133,32 @@ void sp_matmul(struct sp_pool *pool, const struct sp_tensor *w, const void *q, i
                size_t out_stride)
 {
     sp_matmul_multi(pool, 1, &w, q, n_tok, &out, &out_stride);
+}
+
+struct sp_mm_grouped_job {
+    int n;
+    const struct sp_mm_group *g;
+};
+
+/* Every thread takes the same fraction of every group's rows, against all
+ * of the group's tokens. */
+static void sp_mm_grouped_run(void *arg, int ith, int nth)
+{
+    const struct sp_mm_grouped_job *j = arg;
+    for (int i = 0; i < j->n; i++) {
+        const struct sp_mm_group *g = &j->g[i];
+        long lo, hi;
+        sp_pool_split(g->w->ne1, SP_MM_ROW_ALIGN, ith, nth, &lo, &hi);
+        if (lo < hi && g->n_tok > 0)
+            sp_mm_block(g->w, sp_type_get(g->w->type), lo, hi, g->q, sp_act_row_bytes(g->w), g->n_tok, g->out,
+                        g->out_stride);
+    }
+}
+
+void sp_matmul_grouped(struct sp_pool *pool, int n, const struct sp_mm_group *g)
+{
+    struct sp_mm_grouped_job j = {n, g};
+    sp_pool_run(pool, sp_mm_grouped_run, &j);
 }
 
 void sp_tensor_row(const struct sp_tensor *w, int64_t row, float *y)

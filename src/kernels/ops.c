@@ -1,4 +1,5 @@
-/* Element-wise and per-row kernels: RMSNorm, RoPE, gated activations. */
+/* Element-wise and per-row kernels: RMSNorm, RoPE, gated activations,
+ * soft-capping, mixture-of-experts routing. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -43,27 +44,24 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 
 void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neox)
 {
-    /* theta_i = pos * base^(-2i/n_rot), as llama.cpp's rope (ext_factor 0) */
-    float theta_scale = powf(base, -2.0f / (float)n_rot);
-    float theta = (float)pos * freq_scale;
-    int half = n_rot / 2;
-    for (int i = 0; i < half; i++) {
-        float c = cosf(theta), s = sinf(theta);
-        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        float x0 = x[a], x1 = x[b];
-        x[a] = x0 * c - x1 * s;
-        x[b] = x0 * s + x1 * c;
-        theta *= theta_scale;
-    }
+    float cs[SP_ROPE_MAX];
+    sp_rope_table(cs, n_rot, pos, base, freq_scale, NULL, 1.0f);
+    sp_rope_apply(x, cs, n_rot, neox);
 }
 
-void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale)
+void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, const float *factors, float mscale)
 {
+    /* theta_i = pos * base^(-2i/n_rot) (the power accumulated as a running
+     * product), divided by the pair's factor, times freq_scale; cos and sin
+     * times mscale: llama.cpp's rope cache (ext_factor 0), in its order, so
+     * every rounding agrees.  Multiplying by 1.0f is exact: without factors
+     * or scaling this is pos * base^(-2i/n_rot). */
     float theta_scale = powf(base, -2.0f / (float)n_rot);
-    float theta = (float)pos * freq_scale;
+    float theta = (float)pos;
     for (int i = 0; i < n_rot / 2; i++) {
-        cs[2 * i] = cosf(theta);
-        cs[2 * i + 1] = sinf(theta);
+        float t = freq_scale * (factors ? theta / factors[i] : theta);
+        cs[2 * i] = cosf(t) * mscale;
+        cs[2 * i + 1] = sinf(t) * mscale;
         theta *= theta_scale;
     }
 }
@@ -150,5 +148,59 @@ void sp_geglu(const float *g, const float *u, float *y, int64_t n)
             memcpy(&h, &xh, sizeof h);
             y[i] = (float)sp_gelu_table[h] * u[i];
         }
+    }
+}
+
+void sp_softcap(float *x, int64_t n, float cap)
+{
+    /* as llama.cpp: a scale by 1/cap (not a division), tanh, a scale by cap */
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = tanhf(x[i] * inv) * cap;
+}
+
+void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router router, bool norm, int32_t *ids,
+                  float *w)
+{
+    /* probabilities of every expert (softmax: e^(l - max) over a sum in
+     * double, as llama.cpp's softmax; sigmoid: each alone), then the k
+     * largest by selection (highest first, the lower id on a tie) */
+    float p[SP_MOE_MAX_EXPERTS];
+    if (router == SP_ROUTER_SOFTMAX) {
+        float mx = -INFINITY;
+        for (int e = 0; e < n_expert; e++)
+            mx = logits[e] > mx ? logits[e] : mx;
+        double sum = 0.0;
+        for (int e = 0; e < n_expert; e++) {
+            p[e] = expf(logits[e] - mx);
+            sum += p[e];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int e = 0; e < n_expert; e++)
+            p[e] *= inv;
+    } else {
+        for (int e = 0; e < n_expert; e++)
+            p[e] = 1.0f / (1.0f + expf(-logits[e]));
+    }
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        for (int e = 0; e < n_expert; e++) {
+            bool taken = false;
+            for (int j = 0; j < i; j++)
+                taken = taken || ids[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = e;
+        }
+        ids[i] = best;
+        w[i] = p[best];
+    }
+    if (norm) {
+        /* the sum clamped below at f16's smallest normal, as llama.cpp */
+        float sum = 0.0f;
+        for (int i = 0; i < k; i++)
+            sum += w[i];
+        sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
+        for (int i = 0; i < k; i++)
+            w[i] /= sum;
     }
 }

@@ -1,30 +1,114 @@
 /* The architecture table: each family's differences from the common
- * transformer block, read by the one forward pass (forward.c). */
+ * transformer block, read by the one forward pass (forward.c) and the
+ * loader (model.c).  docs/architectures.md describes each row. */
 #include "model/model.h"
+
+#include <stdio.h>
 
 static const struct sp_arch sp_archs[] = {
     {
-        .name = "llama", /* Llama 2/3, SmolLM2, Mistral, TinyLlama */
+        .name = "llama", /* Llama 2/3, SmolLM2, Mistral, Mixtral, TinyLlama */
         .ffn_act = SP_FFN_SILU,
+        .swa = SP_SWA_ALL,
+        .rope_factors = SP_ROPE_FACTORS_FREQS,
+        .moe = SP_MOE_OPTIONAL,
+        .moe_norm = true,
         .chat_format = "chatml",
     },
     {
         .name = "gemma3",
         .ffn_act = SP_FFN_GELU,
         .rope_neox = true,
-        .qk_norm = true,
+        .qk_norm = SP_QK_NORM_HEAD,
         .post_norms = true,
         .embed_scale = true,
+        .swa = SP_SWA_PATTERN,
         .swa_pattern = 6,
         .swa_rope_base = 10000.0f,
         .chat_format = "gemma",
     },
+    {
+        .name = "gemma2",
+        .ffn_act = SP_FFN_GELU,
+        .rope_neox = true,
+        .post_norms = true,
+        .embed_scale = true,
+        .q_prescale = true,
+        .softcap = true,
+        .swa = SP_SWA_PATTERN,
+        .swa_pattern = 2,
+        .swa_default = 4096,
+        .wide_scale_layers = 46,
+        .chat_format = "gemma",
+    },
+    {
+        .name = "qwen2", /* Qwen 2 / 2.5, DeepSeek-R1 distills */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qkv_bias = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "qwen3",
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "phi3",
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .q_prescale = true,
+        .ffn_fused = true,
+        .rope_factors = SP_ROPE_FACTORS_LONGROPE,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "qwen2moe",
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qkv_bias = true,
+        .moe = SP_MOE_REQUIRED,
+        .moe_ff_key = true,
+        .shared_expert = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "qwen3moe",
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .moe = SP_MOE_REQUIRED,
+        .moe_norm = true,
+        .moe_ff_key = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "olmoe",
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_FULL,
+        .moe = SP_MOE_REQUIRED,
+        .chat_format = "chatml",
+    },
 };
+
+#define SP_N_ARCHS (sizeof sp_archs / sizeof sp_archs[0])
 
 const struct sp_arch *sp_arch_find(struct sp_gguf_str name)
 {
-    for (size_t i = 0; i < sizeof sp_archs / sizeof sp_archs[0]; i++)
+    for (size_t i = 0; i < SP_N_ARCHS; i++)
         if (sp_gguf_str_eq(name, sp_archs[i].name))
             return &sp_archs[i];
     return NULL;
+}
+
+void sp_arch_list(char *buf, size_t size, bool (*keep)(const struct sp_arch *))
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < SP_N_ARCHS && n < size; i++)
+        if (!keep || keep(&sp_archs[i]))
+            n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", sp_archs[i].name);
 }

@@ -8,14 +8,21 @@
 #include "kernels/attention.h"
 #include "quant/quant.h"
 
-static size_t sp_fwd_max_act(const struct sp_model *m)
+/* Bytes of the widest quantized activation row of the dense matrices
+ * (experts = false) or of the experts' (experts = true). */
+static size_t sp_fwd_max_act(const struct sp_model *m, bool experts)
 {
-    size_t mx = sp_act_row_bytes(&m->output);
+    size_t mx = experts ? 0 : sp_act_row_bytes(&m->output);
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
-        const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
-            size_t b = sp_act_row_bytes(ts[i]);
+        const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                                        &L->gate_inp};
+        for (size_t i = 0; !experts && i < sizeof ts / sizeof ts[0]; i++) {
+            size_t b = ts[i]->data ? sp_act_row_bytes(ts[i]) : 0;
+            mx = b > mx ? b : mx;
+        }
+        for (int k = 0; experts && L->exps && k < SP_EXP_KINDS; k++) {
+            size_t b = sp_act_row_bytes(&L->exps[k * m->hp.n_expert]);
             mx = b > mx ? b : mx;
         }
     }
@@ -35,17 +42,24 @@ static void *sp_fwd_alloc(struct sp_forward_scratch *s, size_t bytes)
     return p;
 }
 
+/* Width of the dense feed-forward (a mixture-of-experts layer's shared
+ * expert; 0: none). */
+static int sp_fwd_ff(const struct sp_model *m)
+{
+    return (int)(m->hp.n_expert ? m->hp.n_ff_shexp : m->hp.n_ff);
+}
+
 sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,
                                   int n_ctx, int n_threads)
 {
     const struct sp_hparams *hp = &m->hp;
     size_t B = (size_t)n_batch, E = hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim;
-    size_t KV = (size_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
-    size_t W = E > Q ? E : Q;
+    size_t KV = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)sp_fwd_ff(m);
+    size_t W = E > Q ? E : Q, X = hp->n_expert, R = B * hp->n_expert_used; /* routed rows */
     memset(s, 0, sizeof *s);
     s->n_batch = n_batch;
     s->n_ctx = n_ctx;
-    s->act_stride = sp_fwd_max_act(m);
+    s->act_stride = sp_fwd_max_act(m, false);
     s->attn_per_thread = sp_attention_scratch_floats(n_ctx, (int)hp->head_dim);
     s->x = sp_fwd_alloc(s, B * E * sizeof(float));
     s->h = sp_fwd_alloc(s, B * W * sizeof(float));
@@ -53,15 +67,31 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->k = sp_fwd_alloc(s, B * KV * sizeof(float));
     s->v = sp_fwd_alloc(s, B * KV * sizeof(float));
     s->att = sp_fwd_alloc(s, B * Q * sizeof(float));
-    s->g = sp_fwd_alloc(s, B * F * sizeof(float));
-    s->u = sp_fwd_alloc(s, B * F * sizeof(float));
+    s->g = sp_fwd_alloc(s, B * (F ? F : 1) * sizeof(float));
+    s->u = sp_fwd_alloc(s, B * (F ? F : 1) * sizeof(float));
     s->tmp = sp_fwd_alloc(s, B * W * sizeof(float));
     s->act = sp_fwd_alloc(s, B * s->act_stride);
     s->rope = sp_fwd_alloc(s, B * hp->n_rot * sizeof(float));
     s->attn_plan = sp_fwd_alloc(s, sp_attention_plan_ints(n_batch, (int)hp->n_head) * sizeof(int32_t));
     s->attn = sp_fwd_alloc(s, (size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
-    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->tmp || !s->act || !s->attn || !s->rope ||
-        !s->attn_plan) {
+    bool ok = s->x && s->h && s->q && s->k && s->v && s->att && s->g && s->u && s->tmp && s->act && s->attn &&
+              s->rope && s->attn_plan;
+    if (ok && X) {
+        size_t FX = hp->n_ff_exp;
+        s->moe_logits = sp_fwd_alloc(s, B * X * sizeof(float));
+        s->moe_w = sp_fwd_alloc(s, R * sizeof(float));
+        s->moe_ids = sp_fwd_alloc(s, R * sizeof(int32_t));
+        s->moe_tok = sp_fwd_alloc(s, R * sizeof(int32_t));
+        s->moe_row = sp_fwd_alloc(s, R * sizeof(int32_t));
+        s->moe_act = sp_fwd_alloc(s, R * sp_fwd_max_act(m, true));
+        s->moe_g = sp_fwd_alloc(s, R * FX * sizeof(float));
+        s->moe_u = sp_fwd_alloc(s, R * FX * sizeof(float));
+        s->moe_d = sp_fwd_alloc(s, R * E * sizeof(float));
+        s->moe_groups = sp_fwd_alloc(s, 2 * X * sizeof *s->moe_groups);
+        ok = s->moe_logits && s->moe_w && s->moe_ids && s->moe_tok && s->moe_row && s->moe_act && s->moe_g &&
+             s->moe_u && s->moe_d && s->moe_groups;
+    }
+    if (!ok) {
         sp_forward_scratch_free(s);
         return sp_error_set(SP_ERR_NOMEM, "forward: no memory for a %d-token batch", n_batch);
     }
@@ -73,6 +103,8 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->x); free(s->h); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->g); free(s->u); free(s->tmp); free(s->act); free(s->attn); free(s->rope);
     free(s->attn_plan);
+    free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row);
+    free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
     memset(s, 0, sizeof *s);
 }
 
@@ -140,6 +172,7 @@ struct sp_fwd_job {
     enum sp_fwd_stage stage;
     const struct sp_model *m;
     const struct sp_layer *L;
+    int ff;                       /* SP_FWD_GLU: width of g and u */
     const struct sp_layer *next;  /* SP_FWD_FFN_OUT: the next layer, NULL after the last */
     const struct sp_tensor *qw;   /* quantize the stage's output row for this matrix; NULL: none */
     struct sp_forward_scratch *s;
@@ -148,6 +181,31 @@ struct sp_fwd_job {
     uint32_t il;
 };
 
+/* A token's q row (is_q) or k row of n_head heads gets its bias, norm,
+ * RoPE and, for q, the prescale: in llama.cpp's order. */
+static void sp_fwd_qk_row(const struct sp_fwd_job *j, int t, float *x, int n_head, const struct sp_tensor *bias,
+                          const struct sp_tensor *norm, bool is_q)
+{
+    const struct sp_hparams *hp = &j->m->hp;
+    const struct sp_arch *ar = j->m->arch;
+    const int D = (int)hp->head_dim, NR = (int)hp->n_rot, W = n_head * D;
+    const float *cs = j->s->rope + (size_t)t * NR;
+    if (bias->data)
+        for (int i = 0; i < W; i++)
+            x[i] += ((const float *)bias->data)[i];
+    if (ar->qk_norm == SP_QK_NORM_FULL)
+        sp_rmsnorm(x, norm->data, x, W, hp->eps);
+    for (int h = 0; h < n_head; h++) {
+        float *xh = x + (size_t)h * D;
+        if (ar->qk_norm == SP_QK_NORM_HEAD)
+            sp_rmsnorm(xh, norm->data, xh, D, hp->eps);
+        sp_rope_apply(xh, cs, NR, ar->rope_neox);
+    }
+    if (is_q && ar->q_prescale)
+        for (int i = 0; i < W; i++)
+            x[i] *= hp->attn_scale;
+}
+
 static void sp_fwd_token(const struct sp_fwd_job *j, int t)
 {
     const struct sp_hparams *hp = &j->m->hp;
@@ -155,28 +213,20 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
     const struct sp_layer *L = j->L;
     struct sp_forward_scratch *s = j->s;
     const int E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head, HKV = (int)hp->n_head_kv;
-    const int Q = H * D, KVW = HKV * D, F = (int)hp->n_ff, NR = (int)hp->n_rot;
+    const int Q = H * D, KVW = HKV * D, F = j->ff;
     float *x = s->x + (size_t)t * E, *h = s->h + (size_t)t * E;
     switch (j->stage) {
     case SP_FWD_ATTN_IN:
         sp_rmsnorm(x, L->attn_norm.data, h, E, hp->eps);
         break;
     case SP_FWD_QK: {
-        const float *cs = s->rope + (size_t)t * NR;
-        for (int h = 0; h < H; h++) {
-            float *qh = s->q + (size_t)t * Q + (size_t)h * D;
-            if (ar->qk_norm)
-                sp_rmsnorm(qh, L->q_norm.data, qh, D, hp->eps);
-            sp_rope_apply(qh, cs, NR, ar->rope_neox);
-        }
-        for (int h = 0; h < HKV; h++) {
-            float *kh = s->k + (size_t)t * KVW + (size_t)h * D;
-            if (ar->qk_norm)
-                sp_rmsnorm(kh, L->k_norm.data, kh, D, hp->eps);
-            sp_rope_apply(kh, cs, NR, ar->rope_neox);
-        }
-        sp_kv_store(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t], s->k + (size_t)t * KVW,
-                    s->v + (size_t)t * KVW);
+        float *vt = s->v + (size_t)t * KVW;
+        sp_fwd_qk_row(j, t, s->q + (size_t)t * Q, H, &L->bq, &L->q_norm, true);
+        sp_fwd_qk_row(j, t, s->k + (size_t)t * KVW, HKV, &L->bk, &L->k_norm, false);
+        if (L->bv.data)
+            for (int i = 0; i < KVW; i++)
+                vt[i] += ((const float *)L->bv.data)[i];
+        sp_kv_store(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t], s->k + (size_t)t * KVW, vt);
         break;
     }
     case SP_FWD_ATTN_OUT:
@@ -238,13 +288,222 @@ static void sp_fwd_stage(struct sp_fwd_job *j, struct sp_pool *pool, enum sp_fwd
     }
 }
 
+/* ---- feed-forward ---- */
+
+/* Dense SwiGLU/GeGLU over every token: s->h -> s->tmp (gate and up in
+ * one pool run, the activation stage quantizing for down). */
+static void sp_fwd_dense(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *c,
+                         const struct sp_layer *L, int F)
+{
+    struct sp_forward_scratch *s = job->s;
+    const int T = job->b->n_tok, E = (int)job->m->hp.n_embd;
+    const struct sp_tensor *w2[2] = {&L->w_gate, &L->w_up};
+    float *o2[2] = {s->g, s->u};
+    const size_t st2[2] = {(size_t)F, (size_t)F};
+    sp_fwd_mm_multi(s, pool, c, 2, w2, s->h, E, T, o2, st2);
+    job->ff = F;
+    sp_fwd_stage(job, pool, SP_FWD_GLU, &L->w_down, c);
+    sp_fwd_mm(s, pool, c, &L->w_down, s->g, F, T, s->tmp, E);
+}
+
+/* The routed rows' activation (gate * up into moe_g) and its quantization
+ * for the down matrices, rows [lo, hi). */
+struct sp_moe_glu {
+    const struct sp_model *m;
+    struct sp_forward_scratch *s;
+    const struct sp_tensor *down;
+    int n_rows;
+};
+
+static void sp_moe_glu_rows(const struct sp_moe_glu *j, long lo, long hi)
+{
+    const int FX = (int)j->m->hp.n_ff_exp;
+    const size_t ab = sp_act_row_bytes(j->down);
+    for (long r = lo; r < hi; r++) {
+        float *g = j->s->moe_g + (size_t)r * FX, *u = j->s->moe_u + (size_t)r * FX;
+        if (j->m->arch->ffn_act == SP_FFN_GELU)
+            sp_geglu(g, u, g, FX);
+        else
+            sp_swiglu(g, u, g, FX);
+        sp_act_quantize_row(j->down, g, (uint8_t *)j->s->moe_act + (size_t)r * ab);
+    }
+}
+
+static void sp_moe_glu_run(void *arg, int ith, int nth)
+{
+    const struct sp_moe_glu *j = arg;
+    long lo, hi;
+    sp_pool_split(j->n_rows, 1, ith, nth, &lo, &hi);
+    sp_moe_glu_rows(j, lo, hi);
+}
+
+/* Each token's output, tokens [lo, hi): its experts' down rows times their
+ * weights, summed in selection order (in the first expert's row), plus the
+ * shared expert's output in s->tmp times sigmoid(h · shexp_gate); into
+ * s->tmp. */
+struct sp_moe_sum {
+    const struct sp_model *m;
+    struct sp_forward_scratch *s;
+    const struct sp_layer *L;
+    int n_tok;
+};
+
+static void sp_moe_sum_rows(const struct sp_moe_sum *j, long lo, long hi)
+{
+    const struct sp_hparams *hp = &j->m->hp;
+    struct sp_forward_scratch *s = j->s;
+    const int E = (int)hp->n_embd, K = (int)hp->n_expert_used;
+    for (long t = lo; t < hi; t++) {
+        float *o = s->tmp + (size_t)t * E, *acc = s->moe_d + (size_t)s->moe_row[t * K] * E;
+        const float *w = s->moe_w + t * K;
+        for (int i = 0; i < E; i++)
+            acc[i] *= w[0];
+        for (int k = 1; k < K; k++) {
+            const float *d = s->moe_d + (size_t)s->moe_row[t * K + k] * E;
+            for (int i = 0; i < E; i++)
+                acc[i] += w[k] * d[i];
+        }
+        if (!j->m->arch->shared_expert) {
+            memcpy(o, acc, (size_t)E * sizeof *o);
+            continue;
+        }
+        const float *h = s->h + (size_t)t * E, *g = j->L->shexp_gate.data;
+        float z = 0.0f;
+        for (int i = 0; i < E; i++)
+            z += h[i] * g[i];
+        const float gate = 1.0f / (1.0f + expf(-z));
+        for (int i = 0; i < E; i++)
+            o[i] = acc[i] + o[i] * gate;
+    }
+}
+
+static void sp_moe_sum_run(void *arg, int ith, int nth)
+{
+    const struct sp_moe_sum *j = arg;
+    long lo, hi;
+    sp_pool_split(j->n_tok, 1, ith, nth, &lo, &hi);
+    sp_moe_sum_rows(j, lo, hi);
+}
+
+/* Groups of the routed rows for matrix kind k: one per expert with rows,
+ * q its activation rows (row_bytes apart), out its output rows. */
+static int sp_moe_groups(const struct sp_layer *L, const struct sp_hparams *hp, int kind, const int32_t *off,
+                         const void *q, size_t row_bytes, float *out, size_t out_stride, struct sp_mm_group *g)
+{
+    int n = 0;
+    for (uint32_t e = 0; e < hp->n_expert; e++)
+        if (off[e + 1] > off[e])
+            g[n++] = (struct sp_mm_group){.w = &L->exps[kind * hp->n_expert + e],
+                                          .q = (const uint8_t *)q + (size_t)off[e] * row_bytes,
+                                          .n_tok = off[e + 1] - off[e],
+                                          .out = out + (size_t)off[e] * out_stride, .out_stride = out_stride};
+    return n;
+}
+
+/* Quantizes s->h for w (unless the buffer holds it) and copies each routed
+ * row's token row into moe_act in grouped order. */
+static void sp_moe_gather(struct sp_forward_scratch *s, struct sp_pool *pool, struct sp_act_cache *c,
+                          const struct sp_tensor *w, int T, int E, int n_rows)
+{
+    uint32_t at = sp_type_get(w->type)->vec_dot_type;
+    if (c->src != s->h || c->type != at) {
+        sp_act_quantize(pool, w, s->h, (size_t)E, T, s->act);
+        c->src = s->h;
+        c->type = at;
+    }
+    const size_t ab = sp_act_row_bytes(w);
+    for (int r = 0; r < n_rows; r++)
+        memcpy((uint8_t *)s->moe_act + (size_t)r * ab, (const uint8_t *)s->act + (size_t)s->moe_tok[r] * ab, ab);
+}
+
+/* Mixture-of-experts feed-forward: s->h -> s->tmp.  The router picks each
+ * token's experts; the (token, expert) rows are grouped by expert, so each
+ * expert's matrices are read once per step, for all its tokens, and only
+ * the selected experts are read at all.  Each token's output is the sum
+ * of its experts' outputs times their weights in selection order (then the
+ * shared expert's, times its sigmoid gate), whatever else is in the batch. */
+static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *c, const struct sp_layer *L)
+{
+    const struct sp_model *m = job->m;
+    const struct sp_hparams *hp = &m->hp;
+    struct sp_forward_scratch *s = job->s;
+    const int T = job->b->n_tok, E = (int)hp->n_embd, X = (int)hp->n_expert, K = (int)hp->n_expert_used;
+    const int FX = (int)hp->n_ff_exp, R = T * K;
+    int32_t off[SP_MOE_MAX_EXPERTS + 1] = {0}, fill[SP_MOE_MAX_EXPERTS];
+
+    sp_fwd_mm(s, pool, c, &L->gate_inp, s->h, (size_t)E, T, s->moe_logits, (size_t)X);
+    for (int t = 0; t < T; t++) {
+        sp_moe_route(s->moe_logits + (size_t)t * X, X, K, m->arch->router, m->arch->moe_norm, s->moe_ids + t * K,
+                     s->moe_w + t * K);
+        for (int k = 0; k < K; k++)
+            off[s->moe_ids[t * K + k] + 1]++;
+    }
+    for (int e = 0; e < X; e++) {
+        off[e + 1] += off[e];
+        fill[e] = off[e];
+    }
+    for (int t = 0; t < T; t++) /* within an expert, tokens ascending */
+        for (int k = 0; k < K; k++) {
+            int r = fill[s->moe_ids[t * K + k]]++;
+            s->moe_tok[r] = t;
+            s->moe_row[t * K + k] = r;
+        }
+
+    const struct sp_tensor *gate = &L->exps[SP_EXP_GATE * X], *up = &L->exps[SP_EXP_UP * X];
+    const struct sp_tensor *down = &L->exps[SP_EXP_DOWN * X];
+    struct sp_mm_group *g = s->moe_groups;
+    sp_moe_gather(s, pool, c, gate, T, E, R);
+    int n = sp_moe_groups(L, hp, SP_EXP_GATE, off, s->moe_act, sp_act_row_bytes(gate), s->moe_g, (size_t)FX, g);
+    if (sp_type_get(up->type)->vec_dot_type == sp_type_get(gate->type)->vec_dot_type) {
+        n += sp_moe_groups(L, hp, SP_EXP_UP, off, s->moe_act, sp_act_row_bytes(up), s->moe_u, (size_t)FX, g + n);
+        sp_matmul_grouped(pool, n, g);
+    } else {
+        sp_matmul_grouped(pool, n, g);
+        sp_moe_gather(s, pool, c, up, T, E, R);
+        n = sp_moe_groups(L, hp, SP_EXP_UP, off, s->moe_act, sp_act_row_bytes(up), s->moe_u, (size_t)FX, g);
+        sp_matmul_grouped(pool, n, g);
+    }
+    struct sp_moe_glu glu = {m, s, down, R};
+    if ((long)R * FX < 65536) /* a decode step's few rows: less than a pool run costs */
+        sp_moe_glu_rows(&glu, 0, R);
+    else
+        sp_pool_run(pool, sp_moe_glu_run, &glu);
+    n = sp_moe_groups(L, hp, SP_EXP_DOWN, off, s->moe_act, sp_act_row_bytes(down), s->moe_d, (size_t)E, g);
+    sp_matmul_grouped(pool, n, g);
+
+    if (m->arch->shared_expert) /* into s->tmp */
+        sp_fwd_dense(job, pool, c, L, (int)hp->n_ff_shexp);
+    struct sp_moe_sum sum = {m, s, L, T};
+    if (T < 4)
+        sp_moe_sum_rows(&sum, 0, T);
+    else
+        sp_pool_run(pool, sp_moe_sum_run, &sum);
+}
+
+/* Final-logit soft-capping over [n][n_vocab], elements split across the pool. */
+struct sp_cap_job {
+    float *x;
+    long n;
+    float cap;
+};
+
+static void sp_cap_run(void *arg, int ith, int nth)
+{
+    const struct sp_cap_job *j = arg;
+    long lo, hi;
+    sp_pool_split(j->n, 64, ith, nth, &lo, &hi);
+    if (hi > lo)
+        sp_softcap(j->x + lo, hi - lo, j->cap);
+}
+
 sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forward_scratch *s,
                      struct sp_pool *pool, const struct sp_forward_batch *b, float *logits)
 {
     const struct sp_hparams *hp = &m->hp;
     const struct sp_arch *ar = m->arch;
     const int T = b->n_tok, E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head;
-    const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D, F = (int)hp->n_ff;
+    const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D;
+    const float *rope_factors = sp_model_rope_factors(m, s->n_ctx);
     struct sp_act_cache cache = {0};
     int max_pos = 0;
     s->rope_base = 0.0f; /* the table is per batch */
@@ -287,29 +546,28 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         const int NR = (int)hp->n_rot;
         if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
             for (int t = 0; t < T; t++)
-                sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale);
+                sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale,
+                              rope_factors, hp->rope_mscale);
             s->rope_base = L->rope_base;
         }
         sp_fwd_stage(&job, pool, SP_FWD_QK, NULL, &cache);
         struct sp_attn_args aa = {
             .kv = kv, .layer = il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = b->seqs, .pos = b->pos,
-            .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = hp->attn_scale,
-            .window = L->swa ? (int)hp->n_swa : 0, .out = s->att, .out_stride = (size_t)Q,
-            .scratch = s->attn, .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos,
-            .plan = s->attn_plan,
+            .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = ar->q_prescale ? 1.0f : hp->attn_scale,
+            .softcap = hp->attn_softcap, .window = L->swa ? (int)hp->n_swa : 0, .out = s->att,
+            .out_stride = (size_t)Q, .scratch = s->attn, .scratch_per_thread = s->attn_per_thread,
+            .max_pos = max_pos, .plan = s->attn_plan,
         };
         sp_attention(pool, &aa);
         sp_fwd_mm(s, pool, &cache, &L->wo, s->att, Q, T, s->tmp, E);
-        sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, &L->w_gate, &cache);
         /* feed-forward block */
-        {
-            const struct sp_tensor *w2[2] = {&L->w_gate, &L->w_up};
-            float *o2[2] = {s->g, s->u};
-            const size_t st2[2] = {(size_t)F, (size_t)F};
-            sp_fwd_mm_multi(s, pool, &cache, 2, w2, s->h, E, T, o2, st2);
+        if (hp->n_expert) {
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, NULL, &cache);
+            sp_fwd_moe(&job, pool, &cache, L);
+        } else {
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, &L->w_gate, &cache);
+            sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
         }
-        sp_fwd_stage(&job, pool, SP_FWD_GLU, &L->w_down, &cache);
-        sp_fwd_mm(s, pool, &cache, &L->w_down, s->g, F, T, s->tmp, E);
         job.next = il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL;
         sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? &job.next->wq : NULL, &cache);
     }
@@ -318,7 +576,12 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
     for (int i = 0; i < b->n_out; i++)
         sp_rmsnorm(s->x + (size_t)b->out_idx[i] * E, m->out_norm.data, s->h + (size_t)i * E, E, hp->eps);
     cache.src = NULL;
-    if (b->n_out > 0)
+    if (b->n_out > 0) {
         sp_fwd_mm(s, pool, &cache, &m->output, s->h, E, b->n_out, logits, hp->n_vocab);
+        if (hp->final_softcap > 0.0f) {
+            struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap};
+            sp_pool_run(pool, sp_cap_run, &cj);
+        }
+    }
     return SP_OK;
 }

@@ -36,6 +36,16 @@ struct sp_forward_scratch {
      * forward's thread before the product (importance statistics). */
     void (*observe)(void *ud, const struct sp_tensor *w, const float *x, size_t x_stride, int n);
     void *observe_ud;
+    /* mixture of experts (NULL for dense models): per token the router's
+     * logits [n_expert], the selected experts and weights [n_expert_used];
+     * the routed rows grouped by expert ([n_batch * n_expert_used]: each
+     * row's token, and each (token, slot)'s row), their activations, gate,
+     * up and down outputs; the grouped matmul's groups [2 * n_expert] */
+    float *moe_logits, *moe_w;
+    int32_t *moe_ids, *moe_tok, *moe_row;
+    void *moe_act;
+    float *moe_g, *moe_u, *moe_d;
+    struct sp_mm_group *moe_groups;
 };
 
 sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,

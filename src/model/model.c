@@ -26,29 +26,178 @@ sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const ch
     return st;
 }
 
-/* Reads "<arch>.<suffix>" as u32. */
+/* Loading state beside the model: which tensors were taken (a file's
+ * tensors that no family reads are refused by name, not ignored). */
+struct sp_loader {
+    struct sp_model *m;
+    uint8_t *used; /* [n_tensors] */
+};
+
+static void sp_key(const struct sp_model *m, const char *suffix, char *key, size_t size)
+{
+    snprintf(key, size, "%s.%s", m->arch->name, suffix);
+}
+
+/* Reads "<arch>.<suffix>". */
 static sp_status sp_hp_u32(const struct sp_model *m, const char *suffix, bool required, uint32_t *out)
 {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", m->arch->name, suffix);
+    sp_key(m, suffix, key, sizeof key);
     return sp_gguf_get_u32(&m->gguf, key, required, out);
 }
 
 static sp_status sp_hp_f32(const struct sp_model *m, const char *suffix, bool required, float *out)
 {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", m->arch->name, suffix);
+    sp_key(m, suffix, key, sizeof key);
     return sp_gguf_get_f32(&m->gguf, key, required, out);
 }
 
-static sp_status sp_model_hparams(struct sp_model *m)
+/* An optional positive finite float key (left at its default when absent). */
+static sp_status sp_hp_pos(const struct sp_model *m, const char *suffix, float *out)
+{
+    sp_status st = sp_hp_f32(m, suffix, false, out);
+    if (st == SP_OK && !(*out > 0.0f && isfinite(*out)))
+        st = sp_error_set(SP_ERR_FORMAT, "key '%s.%s': %g, expected a finite value > 0", m->arch->name, suffix,
+                          *out);
+    return st;
+}
+
+static bool sp_key_present(const struct sp_model *m, const char *suffix)
+{
+    char key[128];
+    sp_key(m, suffix, key, sizeof key);
+    return sp_gguf_find(&m->gguf, key) != NULL;
+}
+
+static bool sp_arch_has_longrope(const struct sp_arch *a)
+{
+    return a->rope_factors != SP_ROPE_FACTORS_NONE;
+}
+
+static bool sp_arch_has_moe(const struct sp_arch *a)
+{
+    return a->moe != SP_MOE_NONE;
+}
+
+/* RoPE scaling: none, linear (factor), or LongRoPE (per-frequency factor
+ * tensors, chosen by context length, and an attention factor scaling cos
+ * and sin); as llama.cpp, rope.scaling.factor divides the frequencies
+ * under either scaling type. */
+static sp_status sp_model_rope_scaling(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    const char *a = m->arch->name;
+    struct sp_gguf_str scaling = {"none", 4};
+    char key[128];
+    sp_status st;
+    sp_key(m, "rope.scaling.type", key, sizeof key);
+    if ((st = sp_gguf_get_str(&m->gguf, key, false, &scaling)))
+        return st;
+    bool linear = sp_gguf_str_eq(scaling, "linear");
+    bool longrope = sp_gguf_str_eq(scaling, "longrope");
+    if (!linear && !longrope && !sp_gguf_str_eq(scaling, "none"))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': rope scaling '%.*s' is not supported (supported: none, "
+                            "linear, longrope)", key, (int)(scaling.len < 32 ? scaling.len : 32), scaling.ptr);
+    if (longrope && !sp_arch_has_longrope(m->arch)) {
+        char names[256];
+        sp_arch_list(names, sizeof names, sp_arch_has_longrope);
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': rope scaling 'longrope' is not supported for %s "
+                            "(supported: %s)", key, a, names);
+    }
+    float factor = 1.0f;
+    if ((st = sp_hp_f32(m, "rope.scaling.factor", linear, &factor)))
+        return st;
+    if (!(factor >= 1.0f) || isinf(factor))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.factor': %g, expected >= 1", a, factor);
+    hp->rope_freq_scale = 1.0f / factor;
+    hp->rope_mscale = 1.0f;
+    hp->n_ctx_orig = hp->n_ctx_train;
+    if ((st = sp_hp_pos(m, "rope.scaling.attn_factor", &hp->rope_mscale)) ||
+        (st = sp_hp_u32(m, "rope.scaling.original_context_length", false, &hp->n_ctx_orig)))
+        return st;
+    if (hp->n_ctx_orig == 0)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.original_context_length': 0, expected > 0", a);
+    return SP_OK;
+}
+
+/* Sliding window and soft-capping, as the family defines them. */
+static sp_status sp_model_attn_keys(struct sp_model *m, uint32_t *swa_pattern)
+{
+    const struct sp_arch *ar = m->arch;
+    struct sp_hparams *hp = &m->hp;
+    sp_status st;
+    *swa_pattern = ar->swa_pattern;
+    if (ar->swa == SP_SWA_PATTERN) {
+        hp->n_swa = ar->swa_default;
+        if ((st = sp_hp_u32(m, "attention.sliding_window", ar->swa_default == 0, &hp->n_swa)) ||
+            (st = sp_hp_u32(m, "attention.sliding_window_pattern", false, swa_pattern)))
+            return st;
+        if (*swa_pattern == 0 || hp->n_swa == 0)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.sliding_window%s': 0, expected > 0", ar->name,
+                                hp->n_swa ? "_pattern" : "");
+    } else if (ar->swa == SP_SWA_ALL && (st = sp_hp_u32(m, "attention.sliding_window", false, &hp->n_swa))) {
+        return st;
+    }
+    if (ar->softcap) {
+        hp->attn_softcap = 50.0f;
+        hp->final_softcap = 30.0f;
+        if ((st = sp_hp_pos(m, "attn_logit_softcapping", &hp->attn_softcap)) ||
+            (st = sp_hp_pos(m, "final_logit_softcapping", &hp->final_softcap)))
+            return st;
+    }
+    return SP_OK;
+}
+
+/* Expert counts and widths; every inconsistency is refused. */
+static sp_status sp_model_expert_keys(struct sp_model *m)
+{
+    const struct sp_arch *ar = m->arch;
+    struct sp_hparams *hp = &m->hp;
+    const char *a = ar->name;
+    sp_status st;
+    if ((st = sp_hp_u32(m, "expert_count", ar->moe == SP_MOE_REQUIRED, &hp->n_expert)) ||
+        (st = sp_hp_u32(m, "expert_used_count", hp->n_expert > 0, &hp->n_expert_used)))
+        return st;
+    if (ar->moe == SP_MOE_NONE && (hp->n_expert || sp_key_present(m, "expert_used_count"))) {
+        char names[256];
+        sp_arch_list(names, sizeof names, sp_arch_has_moe);
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.expert_count': %s has no mixture-of-experts layers (experts "
+                            "run in: %s)", a, a, names);
+    }
+    if (hp->n_expert == 0) {
+        if (hp->n_expert_used || ar->moe == SP_MOE_REQUIRED)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s.expert_count': 0, but expert_used_count is %u%s", a,
+                                hp->n_expert_used, ar->moe == SP_MOE_REQUIRED ? " (this family needs experts)" : "");
+        return SP_OK;
+    }
+    if (hp->n_expert > SP_MOE_MAX_EXPERTS)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.expert_count': %u experts, at most %d are supported", a,
+                            hp->n_expert, SP_MOE_MAX_EXPERTS);
+    if (hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.expert_used_count': %u, expected 1..%u (expert_count)", a,
+                            hp->n_expert_used, hp->n_expert);
+    hp->n_ff_exp = ar->moe_ff_key ? hp->n_ff / hp->n_expert_used : hp->n_ff;
+    if (ar->moe_ff_key && (st = sp_hp_u32(m, "expert_feed_forward_length", false, &hp->n_ff_exp)))
+        return st;
+    if (ar->shared_expert) {
+        hp->n_ff_shexp = hp->n_ff;
+        if ((st = sp_hp_u32(m, "expert_shared_feed_forward_length", false, &hp->n_ff_shexp)))
+            return st;
+    }
+    if (hp->n_ff_exp == 0 || (ar->shared_expert && hp->n_ff_shexp == 0))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.expert_%sfeed_forward_length': 0, expected > 0", a,
+                            hp->n_ff_exp ? "shared_" : "");
+    return SP_OK;
+}
+
+static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
 {
     struct sp_hparams *hp = &m->hp;
     const char *a = m->arch->name;
     const struct sp_gguf_kv *toks;
     sp_status st;
     hp->rope_base = 10000.0f;
-    hp->rope_freq_scale = 1.0f;
     if ((st = sp_hp_u32(m, "context_length", true, &hp->n_ctx_train)) ||
         (st = sp_hp_u32(m, "embedding_length", true, &hp->n_embd)) ||
         (st = sp_hp_u32(m, "block_count", true, &hp->n_layer)) ||
@@ -87,32 +236,15 @@ static sp_status sp_model_hparams(struct sp_model *m)
     hp->n_rot = hp->head_dim;
     if ((st = sp_hp_u32(m, "rope.dimension_count", false, &hp->n_rot)))
         return st;
-    if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+    if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_rot > SP_ROPE_MAX)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.dimension_count': %u, expected an even number <= %u", a,
-                            hp->n_rot, hp->head_dim);
+                            hp->n_rot, hp->head_dim < SP_ROPE_MAX ? hp->head_dim : SP_ROPE_MAX);
     if (!(hp->eps > 0.0f && hp->eps < 1.0f))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.layer_norm_rms_epsilon': %g out of (0, 1)", a, hp->eps);
     if (!(hp->rope_base > 0.0f) || isinf(hp->rope_base))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.freq_base': %g, expected > 0", a, hp->rope_base);
-    struct sp_gguf_str scaling = {"none", 4};
-    char key[128];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    if ((st = sp_gguf_get_str(&m->gguf, key, false, &scaling)))
-        return st;
-    if (sp_gguf_str_eq(scaling, "linear")) {
-        float factor = 1.0f;
-        if ((st = sp_hp_f32(m, "rope.scaling.factor", true, &factor)))
-            return st;
-        if (!(factor >= 1.0f) || isinf(factor))
-            return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.factor': %g, expected >= 1", a, factor);
-        hp->rope_freq_scale = 1.0f / factor;
-    } else if (!sp_gguf_str_eq(scaling, "none")) {
-        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': rope scaling '%.*s' is not supported", key,
-                            (int)(scaling.len < 32 ? scaling.len : 32), scaling.ptr);
-    }
-    if (sp_gguf_tensor_find(&m->gguf, "rope_freqs.weight"))
-        return sp_error_set(SP_ERR_UNSUPPORTED, "tensor 'rope_freqs.weight': per-frequency rope factors are not supported");
-    if (m->arch->swa_pattern && (st = sp_hp_u32(m, "attention.sliding_window", true, &hp->n_swa)))
+    if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)) ||
+        (st = sp_model_expert_keys(m)))
         return st;
     if ((st = sp_gguf_get_arr(&m->gguf, "tokenizer.ggml.tokens", true, SP_GGUF_STRING, &toks)))
         return st;
@@ -120,85 +252,297 @@ static sp_status sp_model_hparams(struct sp_model *m)
         return sp_error_set(SP_ERR_FORMAT, "key 'tokenizer.ggml.tokens': %llu tokens, expected 1..2^24",
                             (unsigned long long)toks->arr_n);
     hp->n_vocab = (uint32_t)toks->arr_n;
-    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    uint32_t scale_dim = hp->head_dim;
+    if (m->arch->wide_scale_layers && hp->n_layer == m->arch->wide_scale_layers)
+        scale_dim = hp->n_embd / hp->n_head;
+    hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
     return SP_OK;
 }
 
-/* Looks up `name` and checks its shape [ne1][ne0] (ne1 == 0: a 1-D tensor).
- * Norm vectors must be F32.  Absent and optional: out->data stays NULL. */
-static sp_status sp_model_tensor(struct sp_model *m, const char *name, int64_t ne0, int64_t ne1, bool required,
-                                 struct sp_tensor *out)
+/* Looks up `name` and checks its shape ne[0..rank) (unused trailing
+ * dimensions 1), and that a matrix has a matmul kernel and a vector is F32.
+ * Absent and optional: *out is NULL. */
+static sp_status sp_model_find(struct sp_loader *ld, const char *name, uint32_t rank, const int64_t *ne,
+                               bool required, const struct sp_gguf_tensor **out)
 {
-    const struct sp_gguf_tensor *t = sp_gguf_tensor_find(&m->gguf, name);
-    memset(out, 0, sizeof *out);
+    const struct sp_gguf *g = &ld->m->gguf;
+    const struct sp_gguf_tensor *t = sp_gguf_tensor_find(g, name);
+    *out = NULL;
     if (!t)
         return required ? sp_error_set(SP_ERR_FORMAT, "tensor '%s': missing", name) : SP_OK;
-    uint32_t want_dims = ne1 ? 2 : 1;
-    if (t->n_dims != want_dims || t->ne[0] != ne0 || t->ne[1] != (ne1 ? ne1 : 1))
-        return sp_error_set(SP_ERR_FORMAT, "tensor '%s': shape [%lld, %lld] (rank %u), expected [%lld, %lld] (rank %u)",
-                            name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)ne0,
-                            (long long)(ne1 ? ne1 : 1), want_dims);
-    if (!ne1 && t->type != SP_TYPE_F32)
-        return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%s': type %s, expected F32 for a norm vector", name,
-                            sp_type_get(t->type)->name);
-    if (ne1) {
-        const struct sp_type_traits *tt = sp_type_get(t->type);
-        if (!tt->vec_dot || !sp_type_get(tt->vec_dot_type)->from_float)
-            return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%s': type %s has no matmul kernel", name, tt->name);
+    bool ok = t->n_dims == rank;
+    for (uint32_t i = 0; i < SP_GGUF_MAX_DIMS; i++)
+        ok = ok && t->ne[i] == (i < rank ? ne[i] : 1);
+    if (!ok) {
+        char want[96] = "", got[96] = "";
+        for (uint32_t i = 0, n1 = 0, n2 = 0; i < SP_GGUF_MAX_DIMS; i++) {
+            if (i < rank)
+                n1 += (uint32_t)snprintf(want + n1, sizeof want - n1, "%s%lld", i ? ", " : "", (long long)ne[i]);
+            if (i < t->n_dims)
+                n2 += (uint32_t)snprintf(got + n2, sizeof got - n2, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
+        }
+        return sp_error_set(SP_ERR_FORMAT, "tensor '%s': shape [%s] (rank %u), expected [%s] (rank %u)", name, got,
+                            t->n_dims, want, rank);
     }
+    const struct sp_type_traits *tt = sp_type_get(t->type);
+    if (rank == 1 && t->type != SP_TYPE_F32)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%s': type %s, expected F32 for a vector", name, tt->name);
+    if (rank > 1 && (!tt->vec_dot || !sp_type_get(tt->vec_dot_type)->from_float))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%s': type %s has no matmul kernel", name, tt->name);
+    ld->used[t - g->tensors] = 1;
+    *out = t;
+    return SP_OK;
+}
+
+/* A vector [ne0] or matrix [ne1][ne0] as a view (data NULL when absent). */
+static sp_status sp_model_tensor(struct sp_loader *ld, const char *name, int64_t ne0, int64_t ne1, bool required,
+                                 struct sp_tensor *out)
+{
+    const struct sp_gguf_tensor *t;
+    const int64_t ne[2] = {ne0, ne1};
+    memset(out, 0, sizeof *out);
+    sp_status st = sp_model_find(ld, name, ne1 ? 2 : 1, ne, required, &t);
+    if (st != SP_OK || !t)
+        return st;
     out->type = t->type;
     out->ne0 = t->ne[0];
     out->ne1 = t->ne[1];
     out->data = t->data;
-    out->row_bytes = ne1 ? (size_t)(t->nbytes / (uint64_t)t->ne[1]) : (size_t)t->nbytes;
+    out->row_bytes = (size_t)(t->nbytes / (uint64_t)t->ne[1]);
     return SP_OK;
 }
 
-static sp_status sp_model_layer(struct sp_model *m, uint32_t il)
+/* Rows [r0, r0 + n) of a matrix as a matrix of its own (the parts of a
+ * fused tensor). */
+static struct sp_tensor sp_rows(const struct sp_tensor *t, int64_t r0, int64_t n)
 {
+    struct sp_tensor v = *t;
+    v.data = (const uint8_t *)t->data + (size_t)r0 * t->row_bytes;
+    v.ne1 = n;
+    return v;
+}
+
+/* Elements [i0, i0 + n) of an F32 vector (data NULL stays NULL). */
+static struct sp_tensor sp_elems(const struct sp_tensor *t, int64_t i0, int64_t n)
+{
+    struct sp_tensor v = *t;
+    if (t->data) {
+        v.data = (const float *)t->data + i0;
+        v.ne0 = n;
+        v.row_bytes = (size_t)n * sizeof(float);
+    }
+    return v;
+}
+
+static uint64_t sp_bytes(const struct sp_tensor *t)
+{
+    return t->data ? t->row_bytes * (uint64_t)t->ne1 : 0;
+}
+
+#define SP_T(field, suffix, ne0, ne1, req)                                                           \
+    do {                                                                                            \
+        snprintf(name, sizeof name, "blk.%u.%s", il, suffix);                                       \
+        if ((st = sp_model_tensor(ld, name, ne0, ne1, req, &(field))) != SP_OK)                     \
+            return st;                                                                              \
+    } while (0)
+
+/* Q, K and V: one fused attn_qkv (rows q, then k, then v) or three
+ * matrices; biases required by the family or optional. */
+static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
     const struct sp_hparams *hp = &m->hp;
+    const struct sp_arch *ar = m->arch;
     struct sp_layer *L = &m->layers[il];
     int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     char name[96];
     sp_status st;
-#define SP_T(field, suffix, ne0, ne1, req)                                            \
-    do {                                                                             \
-        snprintf(name, sizeof name, "blk.%u.%s.weight", il, suffix);                 \
-        if ((st = sp_model_tensor(m, name, ne0, ne1, req, &L->field)) != SP_OK)      \
-            return st;                                                               \
-    } while (0)
-    SP_T(attn_norm, "attn_norm", E, 0, true);
-    SP_T(wq, "attn_q", E, Q, true);
-    SP_T(wk, "attn_k", E, KV, true);
-    SP_T(wv, "attn_v", E, KV, true);
-    SP_T(wo, "attn_output", Q, E, true);
-    SP_T(ffn_norm, "ffn_norm", E, 0, true);
-    SP_T(w_gate, "ffn_gate", E, hp->n_ff, true);
-    SP_T(w_up, "ffn_up", E, hp->n_ff, true);
-    SP_T(w_down, "ffn_down", hp->n_ff, E, true);
-    SP_T(q_norm, "attn_q_norm", hp->head_dim, 0, m->arch->qk_norm);
-    SP_T(k_norm, "attn_k_norm", hp->head_dim, 0, m->arch->qk_norm);
-    SP_T(post_attn_norm, "post_attention_norm", E, 0, m->arch->post_norms);
-    SP_T(post_ffn_norm, "post_ffw_norm", E, 0, m->arch->post_norms);
-#undef SP_T
-    L->swa = m->arch->swa_pattern && (il + 1) % m->arch->swa_pattern != 0;
-    L->rope_base = L->swa ? m->arch->swa_rope_base : hp->rope_base;
-    const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    struct sp_tensor qkv, bqkv;
+    SP_T(qkv, "attn_qkv.weight", E, Q + 2 * KV, false);
+    if (qkv.data) {
+        SP_T(bqkv, "attn_qkv.bias", Q + 2 * KV, 0, ar->qkv_bias);
+        L->wq = sp_rows(&qkv, 0, Q), L->wk = sp_rows(&qkv, Q, KV), L->wv = sp_rows(&qkv, Q + KV, KV);
+        L->bq = sp_elems(&bqkv, 0, Q), L->bk = sp_elems(&bqkv, Q, KV), L->bv = sp_elems(&bqkv, Q + KV, KV);
+        m->qkv_fused = true;
+    } else {
+        SP_T(L->wq, "attn_q.weight", E, Q, true);
+        SP_T(L->wk, "attn_k.weight", E, KV, true);
+        SP_T(L->wv, "attn_v.weight", E, KV, true);
+        SP_T(L->bq, "attn_q.bias", Q, 0, ar->qkv_bias);
+        SP_T(L->bk, "attn_k.bias", KV, 0, ar->qkv_bias);
+        SP_T(L->bv, "attn_v.bias", KV, 0, ar->qkv_bias);
+    }
+    SP_T(L->wo, "attn_output.weight", Q, E, true);
+    bool full = ar->qk_norm == SP_QK_NORM_FULL;
+    SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
+    SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
+    SP_T(L->post_attn_norm, "post_attention_norm.weight", E, 0, ar->post_norms);
+    return SP_OK;
+}
+
+/* The experts of layer il: 3-D stacks [n_expert][rows][row length], one
+ * view per expert. */
+static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    struct sp_layer *L = &m->layers[il];
+    static const char *const names[SP_EXP_KINDS] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    int64_t E = hp->n_embd, F = hp->n_ff_exp, X = hp->n_expert;
+    char name[96];
+    sp_status st;
+    SP_T(L->gate_inp, "ffn_gate_inp.weight", E, X, true);
+    L->exps = m->exps + (size_t)il * SP_EXP_KINDS * hp->n_expert;
+    for (int k = 0; k < SP_EXP_KINDS; k++) {
+        const int64_t ne[3] = {k == SP_EXP_DOWN ? F : E, k == SP_EXP_DOWN ? E : F, X};
+        const struct sp_gguf_tensor *t;
+        snprintf(name, sizeof name, "blk.%u.%s.weight", il, names[k]);
+        if ((st = sp_model_find(ld, name, 3, ne, true, &t)) != SP_OK)
+            return st;
+        size_t row_bytes = (size_t)(t->nbytes / (uint64_t)(ne[1] * X));
+        for (int64_t e = 0; e < X; e++)
+            L->exps[k * X + e] = (struct sp_tensor){.type = t->type, .ne0 = ne[0], .ne1 = ne[1],
+                                                    .row_bytes = row_bytes,
+                                                    .data = (const uint8_t *)t->data + (size_t)e * ne[1] * row_bytes};
+    }
+    if (m->arch->shared_expert) {
+        int64_t S = hp->n_ff_shexp;
+        SP_T(L->shexp_gate, "ffn_gate_inp_shexp.weight", E, 0, true);
+        SP_T(L->w_gate, "ffn_gate_shexp.weight", E, S, true);
+        SP_T(L->w_up, "ffn_up_shexp.weight", E, S, true);
+        SP_T(L->w_down, "ffn_down_shexp.weight", S, E, true);
+    }
+    return SP_OK;
+}
+
+static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_pattern, float swa_base)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    const struct sp_arch *ar = m->arch;
+    struct sp_layer *L = &m->layers[il];
+    int64_t E = hp->n_embd, F = hp->n_ff;
+    char name[96];
+    sp_status st;
+    SP_T(L->attn_norm, "attn_norm.weight", E, 0, true);
+    if ((st = sp_model_attn(ld, il)) != SP_OK)
+        return st;
+    SP_T(L->ffn_norm, "ffn_norm.weight", E, 0, true);
+    if (hp->n_expert) {
+        if ((st = sp_model_experts(ld, il)) != SP_OK)
+            return st;
+    } else if (ar->ffn_fused) {
+        struct sp_tensor up;
+        SP_T(up, "ffn_up.weight", E, 2 * F, true);
+        L->w_gate = sp_rows(&up, 0, F), L->w_up = sp_rows(&up, F, F);
+        SP_T(L->w_down, "ffn_down.weight", F, E, true);
+    } else {
+        SP_T(L->w_gate, "ffn_gate.weight", E, F, true);
+        SP_T(L->w_up, "ffn_up.weight", E, F, true);
+        SP_T(L->w_down, "ffn_down.weight", F, E, true);
+    }
+    SP_T(L->post_ffn_norm, "post_ffw_norm.weight", E, 0, ar->post_norms);
+    L->swa = hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
+    L->rope_base = L->swa ? swa_base : hp->rope_base;
+    const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-        m->weights_bytes += mats[i]->row_bytes * (uint64_t)mats[i]->ne1;
+        m->weights_bytes += sp_bytes(mats[i]);
+    if (hp->n_expert) /* a token reads its n_expert_used experts */
+        for (int k = 0; k < SP_EXP_KINDS; k++)
+            m->weights_bytes += sp_bytes(&L->exps[k * hp->n_expert]) * hp->n_expert_used;
+    return SP_OK;
+}
+#undef SP_T
+
+/* Per-frequency rope factors: F32 [n_rot / 2], one set or LongRoPE's pair. */
+static sp_status sp_model_rope_factors_load(struct sp_loader *ld)
+{
+    struct sp_model *m = ld->m;
+    int64_t n = m->hp.n_rot / 2;
+    struct sp_tensor f, lo, sh;
+    sp_status st;
+    bool longrope = m->arch->rope_factors == SP_ROPE_FACTORS_LONGROPE;
+    if (m->arch->rope_factors == SP_ROPE_FACTORS_FREQS) {
+        char key[128];
+        struct sp_gguf_str type = {"none", 4};
+        sp_key(m, "rope.scaling.type", key, sizeof key);
+        sp_gguf_get_str(&m->gguf, key, false, &type);
+        longrope = sp_gguf_str_eq(type, "longrope");
+    }
+    if (longrope) {
+        if ((st = sp_model_tensor(ld, "rope_factors_long.weight", n, 0, false, &lo)) ||
+            (st = sp_model_tensor(ld, "rope_factors_short.weight", n, 0, false, &sh)))
+            return st;
+        if (!lo.data != !sh.data)
+            return sp_error_set(SP_ERR_FORMAT, "tensor 'rope_factors_%s.weight': missing (LongRoPE needs both the "
+                                "long and the short factors)", lo.data ? "short" : "long");
+        m->rope_long = lo.data, m->rope_short = sh.data;
+    } else if (m->arch->rope_factors == SP_ROPE_FACTORS_FREQS) {
+        if ((st = sp_model_tensor(ld, "rope_freqs.weight", n, 0, false, &f)))
+            return st;
+        m->rope_freqs = f.data;
+    }
+    const float *sets[] = {m->rope_freqs, m->rope_long, m->rope_short};
+    for (size_t s = 0; s < 3; s++)
+        for (int64_t i = 0; sets[s] && i < n; i++)
+            if (!(sets[s][i] > 0.0f && isfinite(sets[s][i])))
+                return sp_error_set(SP_ERR_FORMAT, "tensor '%s': factor %lld is %g, expected a finite value > 0",
+                                    s == 0 ? "rope_freqs.weight" : s == 1 ? "rope_factors_long.weight"
+                                                                        : "rope_factors_short.weight",
+                                    (long long)i, sets[s][i]);
+    return SP_OK;
+}
+
+const float *sp_model_rope_factors(const struct sp_model *m, int n_ctx)
+{
+    if (m->rope_freqs)
+        return m->rope_freqs;
+    return (uint32_t)n_ctx > m->hp.n_ctx_orig ? m->rope_long : m->rope_short;
+}
+
+/* Every tensor of the file that names a part of the network (a layer's
+ * "blk.N." tensors, rope factors, output biases) must have been taken:
+ * one the family does not read (a bias we do not add, experts stored one
+ * matrix each) would otherwise be silently ignored. */
+static sp_status sp_model_check_unused(struct sp_loader *ld)
+{
+    const struct sp_gguf *g = &ld->m->gguf;
+    static const char *const globals[] = {"rope_freqs.weight", "rope_factors_long.weight",
+                                          "rope_factors_short.weight", "output.bias", "output_norm.bias",
+                                          "token_embd_norm.weight"};
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        if (ld->used[i])
+            continue;
+        struct sp_gguf_str n = g->tensors[i].name;
+        bool part = n.len > 4 && memcmp(n.ptr, "blk.", 4) == 0;
+        for (size_t k = 0; k < sizeof globals / sizeof globals[0]; k++)
+            part = part || sp_gguf_str_eq(n, globals[k]);
+        if (part)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%.*s': not part of a %s model as spindle runs it "
+                                "(unsupported layout)", (int)(n.len < 96 ? n.len : 96), n.ptr, ld->m->arch->name);
+    }
     return SP_OK;
 }
 
 /* Matrices the forward pass multiplies by (not tok_embd: its rows are read
- * one at a time); out[] must hold 1 + 7 * n_layer. */
+ * one at a time); out[] must hold sp_model_n_matrices(). */
+static size_t sp_model_n_matrices(const struct sp_model *m)
+{
+    return 1 + (size_t)m->hp.n_layer * (8 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
+}
+
 static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
 {
     size_t n = 0;
     out[n++] = &m->output;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         struct sp_layer *L = &m->layers[il];
-        struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) out[n++] = ts[i];
+        struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            if (ts[i]->data)
+                out[n++] = ts[i];
+        for (size_t e = 0; L->exps && e < SP_EXP_KINDS * (size_t)m->hp.n_expert; e++)
+            out[n++] = &L->exps[e];
     }
     return n;
 }
@@ -210,7 +554,7 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
 static sp_status sp_model_repack(struct sp_model *m, const struct sp_progress *progress)
 {
     sp_status st = SP_OK;
-    struct sp_tensor **mats = malloc((1 + 7 * (size_t)m->hp.n_layer) * sizeof *mats);
+    struct sp_tensor **mats = malloc(sp_model_n_matrices(m) * sizeof *mats);
     if (!mats)
         return sp_error_set(SP_ERR_NOMEM, "model: no memory");
     size_t n = sp_model_matrices(m, mats), total = 0;
@@ -261,7 +605,8 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
             struct sp_layer *L = il < m->hp.n_layer ? &m->layers[il] : NULL;
             struct sp_tensor *lv[] = {L ? &L->attn_norm : &m->out_norm, L ? &L->q_norm : NULL,
                                       L ? &L->k_norm : NULL, L ? &L->post_attn_norm : NULL,
-                                      L ? &L->ffn_norm : NULL, L ? &L->post_ffn_norm : NULL};
+                                      L ? &L->ffn_norm : NULL, L ? &L->post_ffn_norm : NULL,
+                                      L ? &L->bq : NULL, L ? &L->bk : NULL, L ? &L->bv : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -283,11 +628,48 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
     return SP_OK;
 }
 
+/* Hyper-parameters, then every tensor (each checked against them). */
+static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *progress)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    uint32_t swa_pattern;
+    sp_status st;
+    if ((st = sp_model_hparams(m, &swa_pattern)) != SP_OK)
+        return st;
+    float swa_base = m->arch->swa_rope_base > 0.0f ? m->arch->swa_rope_base : hp->rope_base;
+    if ((st = sp_hp_pos(m, "rope.freq_base_swa", &swa_base)) != SP_OK)
+        return st;
+    if ((st = sp_model_tensor(ld, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd)) != SP_OK ||
+        (st = sp_model_tensor(ld, "output_norm.weight", hp->n_embd, 0, true, &m->out_norm)) != SP_OK ||
+        (st = sp_model_tensor(ld, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output)) != SP_OK ||
+        (st = sp_model_rope_factors_load(ld)) != SP_OK)
+        return st;
+    m->tied_output = !m->output.data;
+    if (m->tied_output)
+        m->output = m->tok_embd;
+    m->weights_bytes = sp_bytes(&m->output);
+    m->layers = calloc(hp->n_layer, sizeof *m->layers);
+    if (hp->n_expert)
+        m->exps = calloc((size_t)hp->n_layer * SP_EXP_KINDS * hp->n_expert, sizeof *m->exps);
+    if (!m->layers || (hp->n_expert && !m->exps))
+        return sp_error_set(SP_ERR_NOMEM, "model: no memory for %u layers", hp->n_layer);
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        if ((st = sp_model_layer(ld, il, swa_pattern, swa_base)) != SP_OK)
+            return st;
+    if ((st = sp_model_check_unused(ld)) != SP_OK)
+        return st;
+    if ((st = sp_model_repack(m, progress)) != SP_OK)
+        return st;
+    return sp_model_own_vectors(m);
+}
+
 sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags,
                         const struct sp_progress *progress)
 {
     struct sp_model *m;
     struct sp_gguf_str arch;
+    struct sp_loader ld = {0};
     sp_status st;
     *out = NULL;
     m = calloc(1, sizeof *m);
@@ -296,34 +678,27 @@ sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_fl
     if ((st = sp_model_open_gguf(&m->map, &m->gguf, path, map_flags)) != SP_OK)
         goto free_model;
     m->file_bytes = m->map.size;
+    ld.m = m;
+    ld.used = calloc(m->gguf.n_tensors ? m->gguf.n_tensors : 1, 1);
+    if (!ld.used) {
+        st = sp_error_set(SP_ERR_NOMEM, "model: no memory");
+        goto fail;
+    }
     if ((st = sp_gguf_get_str(&m->gguf, "general.architecture", true, &arch)) != SP_OK)
         goto fail;
     m->arch = sp_arch_find(arch);
     if (!m->arch) {
-        st = sp_error_set(SP_ERR_UNSUPPORTED, "key 'general.architecture': '%.*s' is not supported (supported: llama, gemma3)",
-                          (int)(arch.len < 64 ? arch.len : 64), arch.ptr);
+        char names[256];
+        sp_arch_list(names, sizeof names, NULL);
+        st = sp_error_set(SP_ERR_UNSUPPORTED, "key 'general.architecture': '%.*s' is not supported (supported: %s)",
+                          (int)(arch.len < 64 ? arch.len : 64), arch.ptr, names);
         goto fail;
     }
-    if ((st = sp_model_hparams(m)) != SP_OK)
+    if ((st = sp_model_read(&ld, progress)) != SP_OK)
         goto fail;
-    const struct sp_hparams *hp = &m->hp;
-    if ((st = sp_model_tensor(m, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd)) != SP_OK ||
-        (st = sp_model_tensor(m, "output_norm.weight", hp->n_embd, 0, true, &m->out_norm)) != SP_OK ||
-        (st = sp_model_tensor(m, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output)) != SP_OK)
-        goto fail;
-    if (!m->output.data)
-        m->output = m->tok_embd; /* tied head */
-    m->weights_bytes = m->output.row_bytes * (uint64_t)m->output.ne1;
-    m->layers = calloc(hp->n_layer, sizeof *m->layers);
-    if (!m->layers) {
-        st = sp_error_set(SP_ERR_NOMEM, "model: no memory for %u layers", hp->n_layer);
-        goto fail;
-    }
-    for (uint32_t il = 0; il < hp->n_layer; il++)
-        if ((st = sp_model_layer(m, il)) != SP_OK)
-            goto fail;
-    if ((st = sp_model_repack(m, progress)) != SP_OK || (st = sp_model_own_vectors(m)) != SP_OK)
-        goto fail;
+    sp_model_features(m, m->features, sizeof m->features);
+    free(ld.used);
+    ld.used = NULL;
     if ((map_flags & SP_MAP_LOCK) && m->packed && mlock(m->packed, m->packed_bytes) != 0) {
         st = sp_error_set(SP_ERR_NOMEM, "mlock of %zu bytes of repacked weights: %s (see ulimit -l)",
                           m->packed_bytes, strerror(errno));
@@ -339,9 +714,11 @@ sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_fl
     return SP_OK;
 
 fail:
+    free(ld.used);
     sp_error_wrap(st, "%s", path);
     sp_huge_free(m->packed, m->packed_bytes);
     free(m->vectors);
+    free(m->exps);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
@@ -356,6 +733,7 @@ void sp_model_close(struct sp_model *m)
         return;
     sp_huge_free(m->packed, m->packed_bytes);
     free(m->vectors);
+    free(m->exps);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
@@ -363,3 +741,53 @@ void sp_model_close(struct sp_model *m)
 }
 
 const char *sp_model_chat_format(const struct sp_model *m) { return m->arch->chat_format; }
+
+void sp_model_features(const struct sp_model *m, char *buf, size_t size)
+{
+    const struct sp_arch *ar = m->arch;
+    const struct sp_hparams *hp = &m->hp;
+    const struct sp_layer *L0 = &m->layers[0];
+    size_t n = 0;
+    uint32_t n_local = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        n_local += m->layers[l].swa;
+#define SP_F(...)                                                                                    \
+    do {                                                                                            \
+        if (n < size)                                                                               \
+            n += (size_t)snprintf(buf + n, size - n, "%s", n ? ", " : "");                          \
+        if (n < size)                                                                               \
+            n += (size_t)snprintf(buf + n, size - n, __VA_ARGS__);                                  \
+    } while (0)
+    buf[0] = 0;
+    SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : "SwiGLU");
+    SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
+    if (hp->n_head_kv < hp->n_head)
+        SP_F("grouped-query attention (%u query heads per KV head)", hp->n_head / hp->n_head_kv);
+    if (L0->bq.data)
+        SP_F("QKV bias");
+    if (ar->qk_norm)
+        SP_F("QK-norm (%s)", ar->qk_norm == SP_QK_NORM_HEAD ? "per head" : "whole rows");
+    if (m->rope_freqs)
+        SP_F("RoPE frequency factors (rope_freqs)");
+    if (m->rope_long)
+        SP_F("LongRoPE (long factors above %u positions, attention factor %g)", hp->n_ctx_orig, hp->rope_mscale);
+    if (hp->rope_freq_scale != 1.0f)
+        SP_F("linear RoPE scaling %g", 1.0f / hp->rope_freq_scale);
+    if (n_local)
+        SP_F("sliding window %u on %u of %u layers", hp->n_swa, n_local, hp->n_layer);
+    if (hp->attn_softcap > 0.0f)
+        SP_F("soft-cap: attention %g, final logits %g", hp->attn_softcap, hp->final_softcap);
+    if (ar->post_norms)
+        SP_F("post-norms");
+    if (ar->embed_scale)
+        SP_F("embeddings x sqrt(n_embd)");
+    if (hp->n_expert)
+        SP_F("%u experts (%u used, %s router%s, width %u)%s", hp->n_expert, hp->n_expert_used,
+             ar->router == SP_ROUTER_SOFTMAX ? "softmax" : "sigmoid", ar->moe_norm ? ", weights renormalized" : "",
+             hp->n_ff_exp, ar->shared_expert ? " + shared expert" : "");
+    if (m->qkv_fused)
+        SP_F("fused QKV");
+    if (ar->ffn_fused && !hp->n_expert)
+        SP_F("fused gate-up");
+#undef SP_F
+}

@@ -10,6 +10,7 @@
 #define SP_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/mmap.h"
@@ -18,33 +19,79 @@
 #include "kernels/kernels.h"
 
 enum sp_ffn_act { SP_FFN_SILU, SP_FFN_GELU };
+enum sp_qk_norm {
+    SP_QK_NORM_NONE,
+    SP_QK_NORM_HEAD,  /* RMSNorm on each q/k head ([head_dim] weights) */
+    SP_QK_NORM_FULL,  /* RMSNorm on the whole q and k rows (OLMoE) */
+};
+enum sp_swa {
+    SP_SWA_NONE,
+    SP_SWA_ALL,       /* every layer local when the file gives a sliding window (Mistral) */
+    SP_SWA_PATTERN,   /* every swa_pattern-th layer global, the others local */
+};
+enum sp_rope_factors {
+    SP_ROPE_FACTORS_NONE,
+    SP_ROPE_FACTORS_FREQS,     /* optional rope_freqs.weight (Llama 3.1 scaling) */
+    SP_ROPE_FACTORS_LONGROPE,  /* optional rope_factors_long/short.weight (Phi-3 LongRoPE) */
+};
+enum sp_moe { SP_MOE_NONE, SP_MOE_OPTIONAL, SP_MOE_REQUIRED };
 
 /* What distinguishes one family's forward pass; one entry per
- * general.architecture (src/model/arch.c). */
+ * general.architecture (src/model/arch.c).  Zero is "not this feature". */
 struct sp_arch {
     const char *name;          /* general.architecture */
     enum sp_ffn_act ffn_act;
     bool rope_neox;            /* rotate halves (NEOX) instead of adjacent pairs */
-    bool qk_norm;              /* RMSNorm on each q/k head: attn_q_norm, attn_k_norm */
+    enum sp_qk_norm qk_norm;   /* attn_q_norm, attn_k_norm */
+    bool qkv_bias;             /* attn_q/k/v.bias required (optional in other families) */
     bool post_norms;           /* post_attention_norm, post_ffw_norm */
     bool embed_scale;          /* embeddings × sqrt(n_embd) */
-    uint32_t swa_pattern;      /* > 0: every swa_pattern-th layer is global, the rest local */
-    float swa_rope_base;       /* rope base of local layers */
+    bool q_prescale;           /* q × the attention scale before attention, which then scales by 1 */
+    bool ffn_fused;            /* ffn_up holds gate then up ([n_embd, 2 n_ff]); no ffn_gate */
+    bool softcap;              /* attention and final-logit soft-capping (keys, else 50 and 30) */
+    enum sp_swa swa;
+    uint32_t swa_pattern;      /* SP_SWA_PATTERN: default of attention.sliding_window_pattern */
+    uint32_t swa_default;      /* window when attention.sliding_window is absent (0: required) */
+    float swa_rope_base;       /* rope base of local layers (0: the global base); rope.freq_base_swa wins */
+    enum sp_rope_factors rope_factors;
+    uint32_t wide_scale_layers; /* a model of this many layers scales q by 1/sqrt(n_embd / n_head)
+                                  (Gemma 2 27B's query_pre_attn_scalar) instead of 1/sqrt(head_dim) */
+    enum sp_moe moe;           /* experts: expert_count, expert_used_count, ffn_*_exps */
+    enum sp_router router;
+    bool moe_norm;             /* renormalize the selected experts' weights to sum to 1 */
+    bool moe_ff_key;           /* expert width from expert_feed_forward_length (else feed_forward_length) */
+    bool shared_expert;        /* ffn_*_shexp with a sigmoid gate ffn_gate_inp_shexp */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
 const struct sp_arch *sp_arch_find(struct sp_gguf_str name);
+/* Writes "llama, gemma3, ...": the families of the table (those `keep`
+ * accepts, NULL: all), for refusals that say what runs. */
+void sp_arch_list(char *buf, size_t size, bool (*keep)(const struct sp_arch *));
 
 struct sp_hparams {
     uint32_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
     uint32_t n_head, n_head_kv, head_dim, n_rot;
     uint32_t n_swa;            /* sliding window; 0 = none */
     float rope_base, rope_freq_scale, eps, attn_scale;
+    float rope_mscale;         /* cos/sin scale (rope.scaling.attn_factor; 1 = none) */
+    uint32_t n_ctx_orig;       /* LongRoPE: long factors for contexts above this */
+    float attn_softcap, final_softcap; /* 0 = none */
+    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense */
 };
+
+/* The expert stacks of one layer: views of each expert's matrix. */
+enum { SP_EXP_GATE, SP_EXP_UP, SP_EXP_DOWN, SP_EXP_KINDS };
 
 struct sp_layer {
     struct sp_tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, post_attn_norm;
+    struct sp_tensor bq, bk, bv;       /* biases (data NULL: none) */
     struct sp_tensor ffn_norm, w_gate, w_up, w_down, post_ffn_norm;
+    /* mixture of experts (n_expert > 0): router [n_embd -> n_expert], the
+     * experts [SP_EXP_KINDS][n_expert], a shared expert (w_gate, w_up,
+     * w_down above) scaled by sigmoid(x · shexp_gate) */
+    struct sp_tensor gate_inp, shexp_gate;
+    struct sp_tensor *exps;
     bool swa;                  /* local (sliding-window) layer */
     float rope_base;
 };
@@ -55,13 +102,18 @@ struct sp_model {
     struct sp_mapping map;
     struct sp_gguf gguf;
     struct sp_tensor tok_embd, out_norm, output;
+    const float *rope_freqs, *rope_long, *rope_short; /* [n_rot / 2] rope factors (NULL: none) */
     struct sp_layer *layers;   /* [n_layer] */
+    struct sp_tensor *exps;    /* owned: every layer's expert views */
+    bool qkv_fused;            /* Q, K, V are row views of one attn_qkv */
+    bool tied_output;          /* the output head is token_embd */
     void *packed;              /* owned (sp_huge_alloc): matrices repacked at load (NULL: none) */
     size_t packed_bytes;
     uint32_t n_packed;         /* how many */
     void *vectors;             /* owned: the norm weights, copied out of the mapping */
-    uint64_t weights_bytes;    /* bytes of weight data read per token */
+    uint64_t weights_bytes;    /* bytes of weight data read per token (routed experts: the used ones) */
     uint64_t file_bytes;
+    char features[256];        /* sp_model_features' words */
 };
 
 /* Opens and validates the model at `path`; map_flags (SP_MAP_READ,
@@ -71,6 +123,11 @@ struct sp_model {
 sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags,
                         const struct sp_progress *progress);
 void sp_model_close(struct sp_model *m);
+/* The family's features in words (also kept in m->features) ("QKV bias, sliding window 4096 on 1 of 2
+ * layers, 8 experts (2 used)"): for `spindle info`. */
+void sp_model_features(const struct sp_model *m, char *buf, size_t size);
+/* Rope factors for a context of n_ctx positions (NULL: none). */
+const float *sp_model_rope_factors(const struct sp_model *m, int n_ctx);
 /* The built-in chat format of the model's architecture ("chatml", "gemma"). */
 const char *sp_model_chat_format(const struct sp_model *m);
 

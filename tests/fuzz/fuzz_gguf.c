@@ -1,14 +1,38 @@
 /* libFuzzer target: GGUF parsing and model validation from a memory buffer.
  * Any input must be accepted or refused with a status and a message; never a
- * crash, a leak or an out-of-bounds read (ASan/UBSan watch). */
+ * crash, a leak or an out-of-bounds read (ASan/UBSan watch).  A file that
+ * parses also goes through the model loader (every family's keys and
+ * tensors: experts, rope factors, fused tensors, windows, soft-caps), read
+ * from a memory file. */
+#define _GNU_SOURCE
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
+
+static void fuzz_model(const uint8_t *data, size_t size)
+{
+    int fd = memfd_create("fuzz_gguf", 0);
+    if (fd < 0)
+        return;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    struct sp_model *m = NULL;
+    if (write(fd, data, size) == (ssize_t)size && sp_model_open(&m, path, SP_MAP_READ, NULL) == SP_OK) {
+        char features[512];
+        sp_model_features(m, features, sizeof features);
+        sp_model_close(m);
+    }
+    close(fd);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -41,6 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sp_vocab_free(v);
         }
         sp_gguf_free(&g);
+        fuzz_model(data, size);
     }
     free(buf);
     return 0;

@@ -11,7 +11,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gguf"))
-from ggufgen import Model, T_STR, T_U32  # noqa: E402
+from ggufgen import Model, T_F32, T_STR, T_U32  # noqa: E402
+import variants  # noqa: E402
 
 OUT = os.path.join(HERE, "corpus", "gguf")
 
@@ -38,6 +39,15 @@ SEEDS = {
     "arch_gemma3_name.gguf": with_mutation(lambda m: m.set_kv("general.architecture", T_STR, "gemma3")),
     "spm_tokenizer.gguf": with_mutation(lambda m: m.set_kv("tokenizer.ggml.model", T_STR, "llama")),
     "missing_tensor.gguf": with_mutation(lambda m: m.tensors.pop()),
+    # the families' keys: experts, rope factors, windows, soft-caps
+    "experts_small.gguf": Model(n_embd=32, n_head=2, n_head_kv=1, n_layer=1, n_ff=32, n_expert=4,
+                                n_expert_used=2).build(),
+    "rope_freqs.gguf": with_mutation(lambda m: m.add_tensor("rope_freqs.weight", [8])),
+    "longrope.gguf": with_mutation(lambda m: variants.longrope(m)),
+    "sliding_window.gguf": with_mutation(lambda m: m.set_kv("llama.attention.sliding_window", T_U32, 8)),
+    "gemma2_softcap.gguf": with_mutation(lambda m: (m.set_arch("gemma2"),
+                                                    m.set_kv("gemma2.attn_logit_softcapping", T_F32, 50.0))),
+    "qwen3moe_name.gguf": with_mutation(lambda m: m.set_arch("qwen3moe")),
 }
 
 if __name__ == "__main__":

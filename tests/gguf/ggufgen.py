@@ -54,9 +54,11 @@ def q8_0(x):
 
 
 class Model:
-    """Parts of a tiny llama GGUF; build() assembles them."""
+    """Parts of a tiny llama GGUF (Mixtral-style with n_expert > 0: a router
+    and 3-D expert stacks instead of the dense feed-forward); build()
+    assembles them."""
 
-    def __init__(self, seed=0, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=128):
+    def __init__(self, seed=0, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=128, n_expert=0, n_expert_used=0):
         rng = np.random.default_rng(seed)
         bu = byte_unicode()
         tokens = [bu[b] for b in range(256)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -84,6 +86,8 @@ class Model:
             ("tokenizer.ggml.eos_token_id", T_U32, 256),
             ("tokenizer.ggml.add_bos_token", T_BOOL, 0),
         ]
+        if n_expert:
+            self.kv += [("llama.expert_count", T_U32, n_expert), ("llama.expert_used_count", T_U32, n_expert_used)]
         hd = n_embd // n_head
         shapes = [("token_embd.weight", (n_embd, self.n_vocab), GGML_Q8_0 if n_embd % 32 == 0 else GGML_F32),
                   ("output_norm.weight", (n_embd,), GGML_F32)]
@@ -95,22 +99,46 @@ class Model:
                 (f"blk.{i}.attn_v.weight", (n_embd, n_head_kv * hd), GGML_Q8_0),
                 (f"blk.{i}.attn_output.weight", (n_head * hd, n_embd), GGML_Q8_0),
                 (f"blk.{i}.ffn_norm.weight", (n_embd,), GGML_F32),
-                (f"blk.{i}.ffn_gate.weight", (n_embd, n_ff), GGML_Q8_0),
-                (f"blk.{i}.ffn_up.weight", (n_embd, n_ff), GGML_Q8_0),
-                (f"blk.{i}.ffn_down.weight", (n_ff, n_embd), GGML_Q8_0),
             ]
+            if n_expert:
+                shapes += [
+                    (f"blk.{i}.ffn_gate_inp.weight", (n_embd, n_expert), GGML_F32),
+                    (f"blk.{i}.ffn_gate_exps.weight", (n_embd, n_ff, n_expert), GGML_Q8_0),
+                    (f"blk.{i}.ffn_up_exps.weight", (n_embd, n_ff, n_expert), GGML_Q8_0),
+                    (f"blk.{i}.ffn_down_exps.weight", (n_ff, n_embd, n_expert), GGML_Q8_0),
+                ]
+            else:
+                shapes += [
+                    (f"blk.{i}.ffn_gate.weight", (n_embd, n_ff), GGML_Q8_0),
+                    (f"blk.{i}.ffn_up.weight", (n_embd, n_ff), GGML_Q8_0),
+                    (f"blk.{i}.ffn_down.weight", (n_ff, n_embd), GGML_Q8_0),
+                ]
+        self.rng = rng
         self.tensors = []  # dicts: name, dims, type, data, offset (None = computed)
         for name, dims, ty in shapes:
-            n = int(np.prod(dims))
-            if len(dims) == 1:
-                arr = (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-            else:
-                arr = (rng.standard_normal(n) / np.sqrt(dims[0])).astype(np.float32)
-            data = q8_0(arr) if ty == GGML_Q8_0 else arr.tobytes()
-            self.tensors.append({"name": name, "dims": list(dims), "type": ty, "data": data, "offset": None})
+            self.add_tensor(name, dims, ty)
         self.n_tensors_override = None
         self.n_kv_override = None
         self.truncate = None
+
+    def add_tensor(self, name, dims, ty=GGML_F32, values=None):
+        """Appends a tensor (dims in ggml order, ne0 first): random (vectors
+        around 1), or the given values."""
+        n = int(np.prod(dims))
+        if values is not None:
+            arr = np.asarray(values, dtype=np.float32).reshape(n)
+        elif len(dims) == 1:
+            arr = (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
+        else:
+            arr = (self.rng.standard_normal(n) / np.sqrt(dims[0])).astype(np.float32)
+        data = q8_0(arr) if ty == GGML_Q8_0 else arr.tobytes()
+        self.tensors.append({"name": name, "dims": list(dims), "type": ty, "data": data, "offset": None})
+
+    def set_arch(self, arch):
+        """Renames the architecture and its "llama." keys."""
+        self.kv = [(arch + k[5:] if isinstance(k, str) and k.startswith("llama.") else k, t, v)
+                   for k, t, v in self.kv]
+        self.set_kv("general.architecture", T_STR, arch)
 
     def set_kv(self, key, vtype, value):
         for i, (k, _, _) in enumerate(self.kv):

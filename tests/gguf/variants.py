@@ -4,6 +4,8 @@ import struct
 
 from ggufgen import Model, T_ARR, T_F32, T_I32, T_STR, T_U32, T_U8, T_BOOL, GGML_Q8_0, GGML_F32
 
+HEAD_DIM = 16  # the tiny model's: 64 wide, 4 heads
+
 
 def raw_kv(m, key_bytes, vtype, value_bytes):
     """Appends a key/value written byte for byte (for malformed entries)."""
@@ -17,6 +19,27 @@ def swap_offsets(m):
     b = m.offsets[2]
     m.tensors[1].update(offset=b)
     m.tensors[2].update(offset=a)
+
+
+def to_moe(m, n_expert=4, n_used=2, n_ff=128):
+    """The tiny model with Mixtral-style experts instead of its dense
+    feed-forward (llama.expert_count / expert_used_count, router, 3-D stacks)."""
+    m.tensors = [t for t in m.tensors if not any(k in t["name"] for k in ("ffn_gate.", "ffn_up.", "ffn_down."))]
+    m.set_kv("llama.expert_count", T_U32, n_expert)
+    m.set_kv("llama.expert_used_count", T_U32, n_used)
+    for i in range(2):
+        m.add_tensor("blk.%d.ffn_gate_inp.weight" % i, [64, n_expert])
+        m.add_tensor("blk.%d.ffn_gate_exps.weight" % i, [64, n_ff, n_expert], GGML_Q8_0)
+        m.add_tensor("blk.%d.ffn_up_exps.weight" % i, [64, n_ff, n_expert], GGML_Q8_0)
+        m.add_tensor("blk.%d.ffn_down_exps.weight" % i, [n_ff, 64, n_expert], GGML_Q8_0)
+    return m
+
+
+def longrope(m, long_len=HEAD_DIM // 2, short=True):
+    m.set_kv("llama.rope.scaling.type", T_STR, "longrope")
+    m.add_tensor("rope_factors_long.weight", [long_len], values=[1.0 + i for i in range(long_len)])
+    if short:
+        m.add_tensor("rope_factors_short.weight", [HEAD_DIM // 2], values=[1.0] * (HEAD_DIM // 2))
 
 
 def variant_list():
@@ -100,6 +123,54 @@ def variant_list():
         lambda m: m.tensor("blk.0.attn_q.weight").update(dims=[32, 128]))
     add("tensor_missing", "tensor 'blk.1.ffn_down.weight': missing",
         lambda m: m.tensors.remove(m.tensor("blk.1.ffn_down.weight")))
+    # architecture families: refusals name the key, tensor or layout, and what runs
+    add("unsupported_architecture_lists_families", "(supported: llama, gemma3, gemma2, qwen2, qwen3, phi3, qwen2moe, "
+        "qwen3moe, olmoe)", lambda m: m.set_kv("general.architecture", T_STR, "mamba"))
+    add("rope_scaling_yarn", "rope scaling 'yarn' is not supported (supported: none, linear, longrope)",
+        lambda m: m.set_kv("llama.rope.scaling.type", T_STR, "yarn"))
+    add("rope_scaling_longrope_wrong_family", "rope scaling 'longrope' is not supported for qwen2",
+        lambda m: (m.set_arch("qwen2"), m.set_kv("qwen2.rope.scaling.type", T_STR, "longrope")))
+    add("rope_freqs_wrong_length", "tensor 'rope_freqs.weight': shape [9] (rank 1), expected [8]",
+        lambda m: m.add_tensor("rope_freqs.weight", [HEAD_DIM // 2 + 1]))
+    add("rope_freqs_zero", "tensor 'rope_freqs.weight': factor 3 is 0",
+        lambda m: m.add_tensor("rope_freqs.weight", [8], values=[1, 1, 1, 0, 1, 1, 1, 1]))
+    add("rope_freqs_wrong_family", "tensor 'rope_freqs.weight': not part of a qwen2 model",
+        lambda m: (m.set_arch("qwen2"), [m.add_tensor("blk.%d.attn_%s.bias" % (i, x), [64 if x == "q" else 32])
+                                        for i in range(2) for x in "qkv"],
+                   m.add_tensor("rope_freqs.weight", [8])))
+    add("longrope_short_factors_missing", "LongRoPE needs both the long and the short factors",
+        lambda m: longrope(m, short=False))
+    add("longrope_factors_wrong_length", "tensor 'rope_factors_long.weight': shape [7]",
+        lambda m: longrope(m, long_len=7))
+    add("expert_count_without_used_count", "missing key 'llama.expert_used_count'",
+        lambda m: m.set_kv("llama.expert_count", T_U32, 4))
+    add("expert_used_count_without_count", "'llama.expert_count': 0, but expert_used_count is 2",
+        lambda m: m.set_kv("llama.expert_used_count", T_U32, 2))
+    add("expert_used_count_above_count", "'llama.expert_used_count': 5, expected 1..4",
+        lambda m: (to_moe(m), m.set_kv("llama.expert_used_count", T_U32, 5)))
+    add("expert_count_too_large", "100000 experts, at most 512",
+        lambda m: (to_moe(m), m.set_kv("llama.expert_count", T_U32, 100000)))
+    add("expert_count_above_tensors", "tensor 'blk.0.ffn_gate_inp.weight': shape [64, 4] (rank 2), expected [64, 8]",
+        lambda m: (to_moe(m), m.set_kv("llama.expert_count", T_U32, 8)))
+    add("expert_stack_rank_2", "tensor 'blk.1.ffn_up_exps.weight': shape [64, 512] (rank 2), expected [64, 128, 4] "
+        "(rank 3)", lambda m: (to_moe(m), m.tensor("blk.1.ffn_up_exps.weight").update(dims=[64, 512])))
+    add("expert_keys_dense_tensors", "tensor 'blk.0.ffn_gate_inp.weight': missing",
+        lambda m: (m.set_kv("llama.expert_count", T_U32, 4), m.set_kv("llama.expert_used_count", T_U32, 2)))
+    add("moe_family_without_experts", "missing key 'qwen3moe.expert_count'", lambda m: m.set_arch("qwen3moe"))
+    add("dense_family_with_experts", "qwen2 has no mixture-of-experts layers",
+        lambda m: (to_moe(m), m.set_arch("qwen2")))
+    add("qwen2_without_bias", "tensor 'blk.0.attn_q.bias': missing", lambda m: m.set_arch("qwen2"))
+    add("unused_bias_tensor", "tensor 'blk.0.attn_output.bias': not part of a llama model",
+        lambda m: m.add_tensor("blk.0.attn_output.bias", [64]))
+    add("split_expert_matrices", "tensor 'blk.1.ffn_gate.3.weight': not part of a llama model",
+        lambda m: (to_moe(m), m.add_tensor("blk.1.ffn_gate.3.weight", [64, 128], GGML_Q8_0)))
+    add("softcap_negative", "key 'gemma2.attn_logit_softcapping': -1, expected a finite value > 0",
+        lambda m: (m.set_arch("gemma2"), m.set_kv("gemma2.attn_logit_softcapping", T_F32, -1.0)))
+    add("sliding_window_pattern_zero", "key 'gemma2.attention.sliding_window_pattern': 0",
+        lambda m: (m.set_arch("gemma2"), m.set_kv("gemma2.attention.sliding_window_pattern", T_U32, 0)))
+    add("sliding_window_pattern_array", "gemma2.attention.sliding_window_pattern",
+        lambda m: (m.set_arch("gemma2"), m.set_kv("gemma2.attention.sliding_window_pattern", T_ARR,
+                                                  (T_BOOL, [1, 0]))))
     return out
 
 
@@ -128,4 +199,9 @@ def valid_edge_cases():
                                           m.set_kv("vendor.custom.list", T_ARR, (T_I32, [1, 2, 3])))),
         ("extra_unused_tensor", extra_tensor),
         ("gguf_v2", lambda m: setattr(m, "version", 2)),
+        ("experts", to_moe),
+        ("experts_all_used", lambda m: to_moe(m, n_expert=2, n_used=2)),
+        ("rope_freqs", lambda m: m.add_tensor("rope_freqs.weight", [8], values=[1, 1, 1.5, 2, 4, 8, 8, 8])),
+        ("longrope", longrope),
+        ("sliding_window", lambda m: m.set_kv("llama.attention.sliding_window", T_U32, 4)),
     ]

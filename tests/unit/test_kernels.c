@@ -60,6 +60,63 @@ static void test_rope(void)
     }
 }
 
+/* Per-pair factors and a cos/sin scale (Llama 3.1's rope_freqs, LongRoPE),
+ * with linear scaling: theta_i = pos * base^(-2i/n) / f_i * scale. */
+static void test_rope_factors(void)
+{
+    float f[32], cs[64], plain[64];
+    for (int i = 0; i < 32; i++)
+        f[i] = 1.0f + 0.25f * (float)i;
+    sp_rope_table(cs, 64, 300, 500000.0f, 0.5f, f, 1.2f);
+    double worst = 0;
+    for (int i = 0; i < 32; i++) {
+        double th = 300 * pow(500000.0, -2.0 * i / 64) / f[i] * 0.5;
+        worst = fmax(worst, fmax(fabs(cs[2 * i] - 1.2 * cos(th)), fabs(cs[2 * i + 1] - 1.2 * sin(th))));
+    }
+    CHECK(worst < 1e-4, "rope table with factors: max error %g", worst);
+    /* factors of 1 and scales of 1 change nothing, bit for bit */
+    for (int i = 0; i < 32; i++)
+        f[i] = 1.0f;
+    sp_rope_table(cs, 64, 300, 10000.0f, 1.0f, f, 1.0f);
+    sp_rope_table(plain, 64, 300, 10000.0f, 1.0f, NULL, 1.0f);
+    CHECK(!memcmp(cs, plain, sizeof cs), "rope factors of 1 are the identity");
+}
+
+static void test_softcap(void)
+{
+    float x[6] = {-100, -3, -0.25f, 0, 2, 55};
+    const float ref[6] = {-100, -3, -0.25f, 0, 2, 55};
+    sp_softcap(x, 6, 5.0f);
+    for (int i = 0; i < 6; i++)
+        CHECK(fabs(x[i] - 5.0 * tanh(ref[i] / 5.0)) < 1e-6 * 5, "softcap(%g) = %g", ref[i], x[i]);
+    CHECK(x[0] >= -5.0f && x[5] <= 5.0f, "softcap bounds the values");
+}
+
+static void test_moe_route(void)
+{
+    const float logits[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
+    int32_t ids[3];
+    float w[3];
+    double p[6], sum = 0;
+    for (int e = 0; e < 6; e++)
+        sum += p[e] = exp(logits[e]);
+    /* softmax, top-3, no renormalization: a tie (experts 1 and 3) goes to the lower id */
+    sp_moe_route(logits, 6, 3, SP_ROUTER_SOFTMAX, false, ids, w);
+    CHECK(ids[0] == 1 && ids[1] == 3 && ids[2] == 4, "softmax top-3: %d %d %d", ids[0], ids[1], ids[2]);
+    for (int i = 0; i < 3; i++)
+        CHECK(fabs(w[i] - p[ids[i]] / sum) < 1e-6, "softmax weight %d: %g vs %g", i, w[i], p[ids[i]] / sum);
+    sp_moe_route(logits, 6, 3, SP_ROUTER_SOFTMAX, true, ids, w);
+    double top = p[1] + p[3] + p[4];
+    for (int i = 0; i < 3; i++)
+        CHECK(fabs(w[i] - p[ids[i]] / top) < 1e-6, "renormalized weight %d: %g vs %g", i, w[i], p[ids[i]] / top);
+    /* sigmoid: each expert alone, the same ranking */
+    sp_moe_route(logits, 6, 2, SP_ROUTER_SIGMOID, false, ids, w);
+    CHECK(ids[0] == 1 && ids[1] == 3, "sigmoid top-2: %d %d", ids[0], ids[1]);
+    CHECK(fabs(w[0] - 1 / (1 + exp(-2.0))) < 1e-6 && fabs(w[1] - w[0]) < 1e-7, "sigmoid weights %g %g", w[0], w[1]);
+    sp_moe_route(logits, 6, 2, SP_ROUTER_SIGMOID, true, ids, w);
+    CHECK(fabs(w[0] - 0.5) < 1e-6 && fabs(w[1] - 0.5) < 1e-6, "renormalized sigmoid weights %g %g", w[0], w[1]);
+}
+
 static void test_glu(void)
 {
     float g[8] = {-12, -3, -0.5f, 0, 0.25f, 1, 4, 12}, u[8] = {1, 2, -1, 3, 0.5f, -2, 1, 0.5f}, y[8];
@@ -198,6 +255,58 @@ static void test_matmul(struct sp_pool *p1, struct sp_pool *p2)
     }
 }
 
+/* Experts' groups in one pool run: each group's output equals sp_matmul of
+ * its matrix and rows, bit for bit, on 1 and 2 threads. */
+static void test_matmul_grouped(struct sp_pool *p1, struct sp_pool *p2)
+{
+    enum { n = 256, rows = 48, G = 4 };
+    const int toks[G] = {1, 0, 7, 70};
+    float *deq = malloc(sizeof(float) * rows * n), *x = malloc(sizeof(float) * (70 + G) * n);
+    struct sp_tensor w[G];
+    void *wd[G], *packed[G];
+    uint8_t *q[G];
+    float *ref[G], *out[G];
+    struct sp_mm_group g[G];
+    unsigned s = 11;
+    for (int i = 0; i < (70 + G) * n; i++) /* group k reads rows k.. */
+        x[i] = frand(&s);
+    for (int k = 0; k < G; k++) {
+        uint32_t type = k % 2 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_K;
+        wd[k] = make_weights(type, rows, n, deq);
+        w[k] = (struct sp_tensor){type, n, rows, 0, wd[k]};
+        sp_type_row_size(type, n, &w[k].row_bytes);
+        packed[k] = NULL;
+        uint32_t pt = sp_type_packed_for(type, rows);
+        if (pt && k >= 2) { /* two in the file layout, two repacked */
+            packed[k] = aligned_alloc(64, w[k].row_bytes * rows);
+            sp_type_get(pt)->pack(wd[k], w[k].row_bytes, packed[k], n, rows);
+            w[k].type = pt, w[k].data = packed[k];
+        }
+        q[k] = malloc(sp_act_row_bytes(&w[k]) * 70);
+        sp_act_quantize(p1, &w[k], x + k * n, n, toks[k], q[k]);
+        ref[k] = malloc(sizeof(float) * 70 * rows);
+        out[k] = malloc(sizeof(float) * 70 * rows);
+        if (toks[k])
+            sp_matmul(p1, &w[k], q[k], toks[k], ref[k], rows);
+        g[k] = (struct sp_mm_group){&w[k], q[k], toks[k], out[k], rows};
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        sp_matmul_grouped(pass ? p2 : p1, G, g);
+        for (int k = 0; k < G; k++)
+            CHECK(!memcmp(ref[k], out[k], sizeof(float) * rows * toks[k]), "grouped matmul group %d (%d tokens, %d "
+                  "threads) differs from sp_matmul", k, toks[k], pass + 1);
+    }
+    for (int k = 0; k < G; k++) {
+        free(wd[k]);
+        free(packed[k]);
+        free(q[k]);
+        free(ref[k]);
+        free(out[k]);
+    }
+    free(deq);
+    free(x);
+}
+
 /* HKV = 1 on two threads takes the one-token path that splits a group's
  * heads between the threads; HKV = 2 the whole-group path. */
 static void test_attention(struct sp_pool *pool, const int HKV)
@@ -224,11 +333,13 @@ static void test_attention(struct sp_pool *pool, const int HKV)
         q[i] = 2 * frand(&s);
     const struct sp_kv_seq *seqs[2] = {&seq, &seq};
     int32_t pos[2] = {P - 1, 20};
-    for (int window = 0; window <= 8; window += 8) {
+    for (int run = 0; run < 4; run++) {
+        const int window = run % 2 ? 8 : 0;
+        const float cap = run >= 2 ? 1.5f : 0.0f; /* soft-capped scores (Gemma 2) */
         struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = 2, .q = q, .q_stride = H * D, .seqs = seqs,
                                  .pos = pos, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
-                                 .window = window, .out = out, .out_stride = H * D, .scratch = scratch,
-                                 .scratch_per_thread = per, .max_pos = P};
+                                 .softcap = cap, .window = window, .out = out, .out_stride = H * D,
+                                 .scratch = scratch, .scratch_per_thread = per, .max_pos = P};
         sp_attention(pool, &a);
         double worst = 0;
         for (int t = 0; t < 2; t++)
@@ -239,7 +350,7 @@ static void test_attention(struct sp_pool *pool, const int HKV)
                     double d = 0;
                     for (int i = 0; i < D; i++)
                         d += (double)sp_f16_to_f32(sp_f32_to_f16(q[t * H * D + h * D + i])) * K[j * HKV * D + hk * D + i];
-                    sc[j - j0] = d * 0.125;
+                    sc[j - j0] = cap > 0 ? cap * tanh(d * 0.125 / cap) : d * 0.125;
                     mx = fmax(mx, sc[j - j0]);
                 }
                 for (int j = j0; j <= pos[t]; j++)
@@ -252,7 +363,7 @@ static void test_attention(struct sp_pool *pool, const int HKV)
                 }
             }
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
-        CHECK(worst < 2e-3, "attention (%d KV heads, window %d) max error %g", HKV, window, worst);
+        CHECK(worst < 2e-3, "attention (%d KV heads, window %d, soft-cap %g) max error %g", HKV, window, cap, worst);
     }
     /* a prompt run gives each token bit for bit what it gets alone:
      * positions 16..39 in one batch (blocks of 16 and 8 queries), and
@@ -263,14 +374,15 @@ static void test_attention(struct sp_pool *pool, const int HKV)
     int32_t posb[NTMAX], *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NTMAX, H));
     for (int i = 0; i < NTMAX * H * D; i++)
         qb[i] = 2 * frand(&s);
-    for (int run = 0; run < 4; run++) {
-        const int NT = run < 2 ? 24 : 37, window = run % 2 ? 8 : 0;
+    for (int run = 0; run < 6; run++) {
+        const int NT = run % 4 < 2 ? 24 : 37, window = run % 2 ? 8 : 0;
+        const float cap = run >= 4 ? 1.5f : 0.0f;
         for (int t = 0; t < NT; t++)
             seqb[t] = &seq, posb[t] = P - NT + t;
         struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = NT, .q = qb, .q_stride = H * D, .seqs = seqb,
                                  .pos = posb, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
-                                 .window = window, .out = ob, .out_stride = H * D, .scratch = scratch,
-                                 .scratch_per_thread = per, .max_pos = P, .plan = plan};
+                                 .softcap = cap, .window = window, .out = ob, .out_stride = H * D,
+                                 .scratch = scratch, .scratch_per_thread = per, .max_pos = P, .plan = plan};
         sp_attention(pool, &a);
         int diff = 0;
         for (int t = 0; t < NT; t++) {
@@ -279,8 +391,8 @@ static void test_attention(struct sp_pool *pool, const int HKV)
             sp_attention(pool, &a1);
             diff += memcmp(o1, ob + (size_t)t * H * D, sizeof o1) != 0;
         }
-        CHECK(diff == 0, "attention (%d KV heads, window %d): %d of %d prompt tokens differ from the token alone",
-              HKV, window, diff, NT);
+        CHECK(diff == 0, "attention (%d KV heads, window %d, soft-cap %g): %d of %d prompt tokens differ from the "
+              "token alone", HKV, window, cap, diff, NT);
     }
     free(qb);
     free(ob);
@@ -300,8 +412,12 @@ int main(void)
         return 1;
     test_rmsnorm();
     test_rope();
+    test_rope_factors();
+    test_softcap();
+    test_moe_route();
     test_glu();
     test_matmul(p1, p2);
+    test_matmul_grouped(p1, p2);
     test_attention(p2, 2);
     test_attention(p2, 1);
     sp_pool_free(p1);

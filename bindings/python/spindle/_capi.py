@@ -26,7 +26,7 @@ class ModelInfo(Structure):
                 ("n_swa_layers", c_uint32), ("rope_base", c_float), ("rope_freq_scale", c_float),
                 ("rope_base_swa", c_float), ("norm_eps", c_float), ("bos", c_int32), ("eos", c_int32),
                 ("has_chat_template", c_bool), ("tied_output", c_bool), ("vocab_only", c_bool),
-                ("n_packed", c_uint32), ("packed_bytes", c_uint64)]
+                ("n_packed", c_uint32), ("packed_bytes", c_uint64), ("features", c_char_p)]
 
 
 class EngineParams(Structure):

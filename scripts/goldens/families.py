@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""scripts/goldens/families.py [FAMILY ...]
+
+Goldens for the architecture families (tests/py/test_families.py): for each
+family of tests/gguf/families.py, writes its three small random-weight
+GGUF copies (f32, q8_0, q4_k) with build/venv's python, runs each through
+the reference implementation llama-cpp-python and writes
+tests/goldens/families/<family>.json:
+
+  files.<type>.sha256   of the GGUF the numbers were made from (the test
+                        regenerates the file and checks it)
+  prompts[i].tokens     llm.tokenize(text, add_bos=True, special=False)
+  prompts[i].top10      at every position: the 10 highest next-token
+                        logits [[id, logit], ...] (descending, ties: lower id)
+  prompts[i].greedy     GREEDY_TOKENS tokens of our own greedy loop (numpy
+                        argmax of the raw logits, lowest id on ties), with
+                        greedy_logprobs and greedy_top5 ([[id, logprob]]) at
+                        each step
+
+Run it with the reference venv's python (scripts/ref-venv prints it):
+    $(scripts/ref-venv) scripts/goldens/families.py
+Values are rounded to 4 decimals (the tightest bound a test uses is 1e-2).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from model import log_softmax, sha256_file, top_k  # scripts/goldens/model.py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT_DIR = os.path.join(ROOT, "tests", "goldens", "families")
+MODELS_DIR = os.path.join(ROOT, "build", "families")
+GEN = os.path.join(ROOT, "tests", "gguf", "families.py")
+VENV_PY = os.path.join(ROOT, "build", "venv", "bin", "python")
+TYPES = ("f32", "q8_0", "q4_k")
+GREEDY_TOKENS = 24
+LLAMA_SETTINGS = dict(n_ctx=4096, n_batch=1024, n_threads=2, logits_all=True, verbose=False, seed=0)
+
+PROMPTS = [
+    ("plain", "The quick brown fox jumps over the lazy dog. Once upon a time, in a small village by the sea, "
+              "there lived an old fisherman who"),
+    ("code", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n        return n\n"),
+    ("non_english", "Français : Le chat dort sur la table.\nDeutsch: Die Katze schläft auf dem Tisch.\n"
+                    "Русский:"),
+    ("long", "The history of timekeeping is a story of steadily shrinking errors. Early sundials divided "
+             "daylight into unequal hours that stretched in summer and shrank in winter. Water clocks worked at "
+             "night but drifted as their vessels clogged with mineral deposits. Mechanical clocks with verge "
+             "escapements appeared in European towers in the thirteenth century, yet they could lose a quarter "
+             "of an hour each day. In summary,"),
+]
+
+
+def r4(x):
+    return round(float(x), 4)
+
+
+def run_file(path):
+    import llama_cpp
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=path, **LLAMA_SETTINGS)
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    n_vocab = llm.n_vocab()
+    prompts = []
+    for name, text in PROMPTS:
+        llm.reset()
+        tokens = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+        llm.eval(tokens)
+        scores = np.array(llm.scores[:len(tokens), :n_vocab], dtype=np.float32)
+        top10 = [[[int(i), r4(row[i])] for i in top_k(row, 10)] for row in scores]
+        row = scores[-1]
+        greedy, greedy_lp, greedy_top5 = [], [], []
+        for _ in range(GREEDY_TOKENS):
+            lp, _ = log_softmax(row)
+            tok = int(np.argmax(row))
+            greedy.append(tok)
+            greedy_lp.append(r4(lp[tok]))
+            greedy_top5.append([[int(i), r4(lp[i])] for i in top_k(lp, 5)])
+            if llama_cpp.llama_vocab_is_eog(vocab, tok) or len(greedy) == GREEDY_TOKENS:
+                break
+            llm.eval([tok])
+            row = np.array(llm.scores[llm.n_tokens - 1, :n_vocab], dtype=np.float32)
+        prompts.append({"name": name, "text": text, "tokens": [int(t) for t in tokens], "top10": top10,
+                        "greedy": greedy, "greedy_logprobs": greedy_lp, "greedy_top5": greedy_top5})
+        print("  %-12s %3d tokens, greedy %s" % (name, len(tokens), greedy[:8]), file=sys.stderr)
+    return {"file": os.path.basename(path), "sha256": sha256_file(path), "n_vocab": int(n_vocab),
+            "prompts": prompts}
+
+
+def main(argv):
+    import llama_cpp
+
+    families = argv[1:] or subprocess.run([VENV_PY, GEN, "--list"], check=True, capture_output=True,
+                                          text=True).stdout.split()
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for fam in families:
+        subprocess.run([VENV_PY, GEN, "--out", MODELS_DIR, "--family", fam], check=True,
+                       stdout=subprocess.DEVNULL)
+        doc = {"family": fam, "llama_cpp_version": llama_cpp.__version__,
+               "settings": {k: v for k, v in LLAMA_SETTINGS.items() if k != "verbose"},
+               "greedy_tokens": GREEDY_TOKENS, "files": {}}
+        for t in TYPES:
+            print("%s %s" % (fam, t), file=sys.stderr)
+            doc["files"][t] = run_file(os.path.join(MODELS_DIR, "%s-%s.gguf" % (fam, t)))
+        out = os.path.join(OUT_DIR, fam + ".json")
+        with open(out + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
+            f.write("\n")
+        os.replace(out + ".tmp", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""Small random-weight GGUF models of every architecture family spindle runs.
+
+Each family is written with its exact architecture name, metadata keys and
+tensor layout (grouped-query attention, real head sizes, 8 experts with 2
+used for mixture-of-experts families, a shared expert where the family has
+one) and a real vocabulary borrowed from the tokenizer test vectors
+(../shared/testdata/vocab, or $SP_TESTDATA/vocab).  Weights are random
+(numpy's PCG64, fixed seeds), so the output is byte-for-byte the same on
+every run with the same numpy and gguf versions (build/venv pins both);
+the goldens record the sha256 of the files they were made from.
+
+Three copies per family: f32 (2-D weights F32; a token embedding that is
+only looked up, never multiplied, is F16, which both engines expand
+exactly), q8_0 and q4_k (every matrix whose rows allow it; Q8_0 otherwise;
+router weights, norms, biases and rope factors stay F32, as llama.cpp's
+quantizer leaves them).
+
+usage: families.py [--out DIR] [--family NAME ...] [--list]
+       families.py --bench NAME --out DIR   (one F16 copy of a benchmark shape)
+Run with build/venv/bin/python (numpy, gguf).
+"""
+import argparse
+import hashlib
+import math
+import os
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as QT, GGUFValueType as VT
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_OUT = os.path.join(ROOT, "build", "families")
+TYPES = ("f32", "q8_0", "q4_k")
+
+
+def testdata_dir():
+    return os.environ.get("SP_TESTDATA") or os.path.join(ROOT, "..", "shared", "testdata")
+
+
+def llama3_rope_freqs(n_rot, base, factor=8.0, low=1.0, high=4.0, orig=8192):
+    """Per-frequency divisors of Llama 3.1's RoPE scaling (what its GGUF
+    stores as rope_freqs.weight): long wavelengths are divided by `factor`,
+    short ones kept, the band between interpolated."""
+    out = []
+    low_wl, high_wl = orig / low, orig / high
+    for i in range(0, n_rot, 2):
+        freq = 1.0 / (base ** (i / n_rot))
+        wl = 2 * math.pi / freq
+        if wl < high_wl:
+            out.append(1.0)
+        elif wl > low_wl:
+            out.append(factor)
+        else:
+            smooth = (orig / wl - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+# Family definitions.  Keys: arch, vocab (file under testdata/vocab), pre
+# (tokenizer.ggml.pre override), pad_vocab (extra control tokens up to this
+# size), n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, ctx, rope_base,
+# tied, and the features each family adds.
+FAMILIES = {
+    "llama3": dict(arch="llama", vocab="gpt-2", pre="llama-bpe", pad_vocab=128256, n_embd=256, n_layer=2,
+                   n_head=4, n_head_kv=2, head_dim=128, n_ff=768, ctx=4096, rope_base=500000.0, tied=False,
+                   rope_freqs=True),
+    "mistral": dict(arch="llama", vocab="llama-spm", n_embd=256, n_layer=2, n_head=2, n_head_kv=1, head_dim=128,
+                    n_ff=512, ctx=4096, rope_base=10000.0, tied=False, sliding_window=128),
+    "qwen2": dict(arch="qwen2", vocab="gpt-2", pre="qwen2", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+                  head_dim=64, n_ff=512, ctx=4096, rope_base=1000000.0, tied=True, qkv_bias=True),
+    "qwen3": dict(arch="qwen3", vocab="gpt-2", pre="qwen2", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+                  head_dim=128, n_ff=512, ctx=4096, rope_base=1000000.0, tied=True, qk_norm="head"),
+    "phi3": dict(arch="phi3", vocab="phi-3", n_embd=768, n_layer=2, n_head=8, n_head_kv=2, head_dim=96, n_ff=512,
+                 ctx=8192, orig_ctx=2048, rope_base=10000.0, tied=True, fused=True, longrope=True),
+    "gemma2": dict(arch="gemma2", vocab="llama-spm", n_embd=256, n_layer=2, n_head=2, n_head_kv=1, head_dim=256,
+                   n_ff=512, ctx=4096, rope_base=10000.0, tied=True, gemma2=True, sliding_window=32,
+                   attn_softcap=4.0, final_softcap=6.0),
+    "qwen2moe": dict(arch="qwen2moe", vocab="gpt-2", pre="qwen2", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+                     head_dim=64, n_ff=1024, ctx=4096, rope_base=1000000.0, tied=False, qkv_bias=True,
+                     experts=(8, 2, 256), shared_ff=512),
+    "qwen3moe": dict(arch="qwen3moe", vocab="gpt-2", pre="qwen2", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+                     head_dim=128, n_ff=1024, ctx=4096, rope_base=1000000.0, tied=True, qk_norm="head",
+                     experts=(8, 2, 256)),
+    "olmoe": dict(arch="olmoe", vocab="gpt-2", pre="olmo", n_embd=256, n_layer=2, n_head=4, n_head_kv=4,
+                  head_dim=64, n_ff=256, ctx=4096, rope_base=10000.0, tied=False, qk_norm="full",
+                  experts=(8, 2, None)),
+    "mixtral": dict(arch="llama", vocab="llama-spm", n_embd=256, n_layer=2, n_head=2, n_head_kv=1, head_dim=128,
+                    n_ff=256, ctx=4096, rope_base=1000000.0, tied=False, experts=(8, 2, None)),
+}
+
+
+# Benchmark shapes (bench/models): the sizes users run, written as F16 for
+# llama.cpp's quantizer.
+BENCH = {
+    "llama3-8b": dict(arch="llama", vocab="gpt-2", pre="llama-bpe", pad_vocab=128256, n_embd=4096, n_layer=32,
+                      n_head=32, n_head_kv=8, head_dim=128, n_ff=14336, ctx=8192, rope_base=500000.0, tied=False,
+                      rope_freqs=True),
+    "olmoe-1b-7b": dict(arch="olmoe", vocab="gpt-2", pre="olmo", pad_vocab=50304, n_embd=2048, n_layer=16,
+                        n_head=16, n_head_kv=16, head_dim=128, n_ff=1024, ctx=4096, rope_base=10000.0, tied=False,
+                        qk_norm="full", experts=(64, 8, None)),
+}
+
+
+def read_vocab(name, pre=None, pad_to=None):
+    """Tokenizer key/values of a vocabulary test file: [(key, value, vtype, subtype)]."""
+    path = os.path.join(testdata_dir(), "vocab", "ggml-vocab-%s.gguf" % name)
+    r = gguf.GGUFReader(path)
+    kvs = []
+    for key, f in r.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = f.types[0]
+        sub = f.types[1] if vtype == VT.ARRAY else None
+        kvs.append([key, f.contents(), vtype, sub])
+    d = {k[0]: k for k in kvs}
+    if pre:
+        d["tokenizer.ggml.pre"][1] = pre
+    if pad_to:
+        toks, types = d["tokenizer.ggml.tokens"], d["tokenizer.ggml.token_type"]
+        extra = pad_to - len(toks[1])
+        toks[1] = list(toks[1]) + ["<|reserved_special_token_%d|>" % i for i in range(extra)]
+        types[1] = list(types[1]) + [3] * extra
+    return kvs, len(d["tokenizer.ggml.tokens"][1])
+
+
+# ---- quantizers (numpy; any valid encoding works: both engines read the same file) ----
+
+def q8_0(x):
+    return gguf.quants.quantize(x, QT.Q8_0)
+
+
+def q4_k(x):
+    """Rows of x (last dim a multiple of 256) as Q4_K blocks: per 32-value
+    sub-block a 6-bit scale and min against two f16 super-block factors,
+    values 4-bit."""
+    shape = x.shape
+    b = x.reshape(-1, 8, 32).astype(np.float32)
+    lo = np.minimum(b.min(axis=2), 0.0)                     # [n, 8] (<= 0)
+    span = b.max(axis=2) - lo
+    scale = span / 15.0
+    d = scale.max(axis=1) / 63.0                            # [n]
+    dmin = (-lo).max(axis=1) / 63.0
+    d16, dmin16 = d.astype(np.float16), dmin.astype(np.float16)
+    df, dminf = d16.astype(np.float32), dmin16.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(df[:, None] > 0, np.rint(scale / df[:, None]), 0).clip(0, 63).astype(np.uint8)
+        mn = np.where(dminf[:, None] > 0, np.rint(-lo / dminf[:, None]), 0).clip(0, 63).astype(np.uint8)
+        step = df[:, None] * sc.astype(np.float32)                        # [n, 8]
+        off = dminf[:, None] * mn.astype(np.float32)
+        q = np.where(step[:, :, None] > 0, np.rint((b + off[:, :, None]) / step[:, :, None]), 0)
+    q = q.clip(0, 15).astype(np.uint8)                                  # [n, 8, 32]
+    scales = np.zeros((b.shape[0], 12), dtype=np.uint8)
+    scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
+    scales[:, 4:8] = (mn[:, 0:4] & 63) | ((mn[:, 4:8] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:8] & 0xF) | ((mn[:, 4:8] & 0xF) << 4)
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(-1, 128)
+    out = np.concatenate([d16.view(np.uint8).reshape(-1, 2), dmin16.view(np.uint8).reshape(-1, 2), scales, qs],
+                         axis=1)
+    return out.reshape(*shape[:-1], shape[-1] // 256 * 144)
+
+
+QTYPE_OF = {"q8_0": QT.Q8_0, "q4_k": QT.Q4_K}
+QUANT_BYTES = {QT.Q8_0: (32, 34), QT.Q4_K: (256, 144)}
+
+
+def storage(shape, kind, qtype):
+    """(numpy dtype, ggml type or None, bytes) one tensor is stored with in
+    copy `qtype`.  kind: 'mat' (a weight matrix or expert stack), 'lookup'
+    (an embedding only looked up, never multiplied), 'f32' (vectors,
+    routers)."""
+    n = int(np.prod(shape))
+    if kind == "f32" or (qtype == "f32" and kind == "mat"):
+        return np.float32, None, n * 4
+    if qtype in ("f32", "f16"):
+        return np.float16, None, n * 2
+    qt = QTYPE_OF[qtype] if qtype == "q8_0" or shape[-1] % 256 == 0 else QT.Q8_0
+    block, size = QUANT_BYTES[qt]
+    return np.float32, qt, n // block * size
+
+
+def encode(arr, kind, qtype):
+    """The stored bytes (or array) of one tensor in copy `qtype`."""
+    dtype, qt, _ = storage(arr.shape, kind, qtype)
+    if qt is None:
+        return arr.astype(dtype)
+    return q4_k(arr) if qt == QT.Q4_K else q8_0(arr)
+
+
+class Builder:
+    """A family's keys and tensors.  Tensor values are drawn when the file
+    is written, in declaration order from a fresh generator of the family's
+    seed, so every copy holds the same weights and only one tensor is in
+    memory at a time (the benchmark models are several GB)."""
+
+    def __init__(self, name, spec, seed):
+        self.name, self.s, self.seed = name, spec, seed
+        self.tensors = []  # (name, shape, kind, make(rng) -> array)
+        self.kv = []       # (key, value, vtype, sub)
+
+    def key(self, suffix, value, vtype, sub=None):
+        self.kv.append(("%s.%s" % (self.s["arch"], suffix), value, vtype, sub))
+
+    def mat(self, name, *shape, scale=1.0, kind="mat"):
+        """Random matrix, numpy shape (..., rows, row length): entries ~ N(0, scale^2 / row length)."""
+        f = np.float32(scale / math.sqrt(shape[-1]))
+        self.tensors.append((name, shape, kind, lambda rng: rng.standard_normal(shape, dtype=np.float32) * f))
+
+    def vec(self, name, n, mean=1.0, spread=0.1):
+        self.tensors.append((name, (n,), "f32", lambda rng: (
+            mean + spread * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)))
+
+    def const(self, name, values):
+        self.tensors.append((name, values.shape, "f32", lambda rng: values))
+
+    def build(self):
+        s, arch = self.s, self.s["arch"]
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        Q, KV = H * D, HKV * D
+        vocab_kv, n_vocab = read_vocab(s["vocab"], s.get("pre"), s.get("pad_vocab"))
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", F, VT.UINT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", HKV, VT.UINT32)
+        if Q != E:
+            self.key("attention.key_length", D, VT.UINT32)
+            self.key("attention.value_length", D, VT.UINT32)
+        self.key("rope.dimension_count", D, VT.UINT32)
+        self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-6 if arch == "gemma2" else 1e-5, VT.FLOAT32)
+        if "sliding_window" in s:
+            self.key("attention.sliding_window", s["sliding_window"], VT.UINT32)
+        if s.get("gemma2"):
+            self.key("attn_logit_softcapping", s["attn_softcap"], VT.FLOAT32)
+            self.key("final_logit_softcapping", s["final_softcap"], VT.FLOAT32)
+        if s.get("longrope"):
+            self.key("rope.scaling.original_context_length", s["orig_ctx"], VT.UINT32)
+            factor = s["ctx"] / s["orig_ctx"]
+            self.key("rope.scaling.attn_factor", math.sqrt(1 + math.log(factor) / math.log(s["orig_ctx"])),
+                     VT.FLOAT32)
+        n_exp = n_used = ff_exp = 0
+        if "experts" in s:
+            n_exp, n_used, ff_exp = s["experts"]
+            self.key("expert_count", n_exp, VT.UINT32)
+            self.key("expert_used_count", n_used, VT.UINT32)
+            if ff_exp:
+                self.key("expert_feed_forward_length", ff_exp, VT.UINT32)
+            else:
+                ff_exp = F
+            if "shared_ff" in s:
+                self.key("expert_shared_feed_forward_length", s["shared_ff"], VT.UINT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+
+        # token embedding: only looked up when the head is separate
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
+        self.vec("output_norm.weight", E)
+        if not s["tied"]:
+            self.mat("output.weight", n_vocab, E, scale=3.0)
+        if s.get("rope_freqs"):
+            self.const("rope_freqs.weight", llama3_rope_freqs(D, s["rope_base"]))
+        if s.get("longrope"):
+            n = D // 2
+            self.const("rope_factors_long.weight", (1.0 + np.arange(n, dtype=np.float32) * 0.5).astype(np.float32))
+            self.const("rope_factors_short.weight", (1.0 + np.arange(n, dtype=np.float32) * 0.02).astype(np.float32))
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if s.get("fused"):
+                self.mat(p + "attn_qkv.weight", Q + 2 * KV, E)
+            else:
+                self.mat(p + "attn_q.weight", Q, E)
+                self.mat(p + "attn_k.weight", KV, E)
+                self.mat(p + "attn_v.weight", KV, E)
+            if s.get("qkv_bias"):
+                self.vec(p + "attn_q.bias", Q, mean=0.0, spread=0.5)
+                self.vec(p + "attn_k.bias", KV, mean=0.0, spread=0.5)
+                self.vec(p + "attn_v.bias", KV, mean=0.0, spread=0.5)
+            if s.get("qk_norm") == "head":
+                self.vec(p + "attn_q_norm.weight", D)
+                self.vec(p + "attn_k_norm.weight", D)
+            elif s.get("qk_norm") == "full":
+                self.vec(p + "attn_q_norm.weight", Q)
+                self.vec(p + "attn_k_norm.weight", KV)
+            self.mat(p + "attn_output.weight", E, Q)
+            if s.get("gemma2"):
+                self.vec(p + "post_attention_norm.weight", E)
+            self.vec(p + "ffn_norm.weight", E)
+            if n_exp:
+                self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=2.0, kind="f32")
+                self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E)
+                self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E)
+                self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp)
+                if "shared_ff" in s:
+                    sf = s["shared_ff"]
+                    self.vec(p + "ffn_gate_inp_shexp.weight", E, mean=0.0, spread=0.2)
+                    self.mat(p + "ffn_gate_shexp.weight", sf, E)
+                    self.mat(p + "ffn_up_shexp.weight", sf, E)
+                    self.mat(p + "ffn_down_shexp.weight", E, sf)
+            elif s.get("fused"):
+                self.mat(p + "ffn_up.weight", 2 * F, E)
+                self.mat(p + "ffn_down.weight", E, F)
+            else:
+                self.mat(p + "ffn_gate.weight", F, E)
+                self.mat(p + "ffn_up.weight", F, E)
+                self.mat(p + "ffn_down.weight", E, F)
+            if s.get("gemma2"):
+                self.vec(p + "post_ffw_norm.weight", E)
+
+    def write(self, path, qtype):
+        w = gguf.GGUFWriter(path, self.s["arch"])
+        w.add_name("spindle-test-%s-%s" % (self.name, qtype))
+        for key, value, vtype, sub in self.kv:
+            w.add_key_value(key, value, vtype, sub_type=sub)
+        for name, shape, kind, _ in self.tensors:
+            dtype, qt, nbytes = storage(shape, kind, qtype)
+            w.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=qt)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        rng = np.random.default_rng(self.seed)
+        for name, shape, kind, make in self.tensors:
+            w.write_tensor_data(encode(make(rng), kind, qtype))
+        w.close()
+
+
+def build_family(name, out_dir, types=TYPES):
+    if name in BENCH:
+        b = Builder(name, BENCH[name], seed=2000 + sorted(BENCH).index(name))
+    else:
+        b = Builder(name, FAMILIES[name], seed=1000 + sorted(FAMILIES).index(name))
+    b.build()
+    paths = {}
+    for t in types:
+        path = os.path.join(out_dir, "%s-%s.gguf" % (name, t))
+        tmp = path + ".tmp"
+        b.write(tmp, t)
+        os.replace(tmp, path)
+        paths[t] = path
+    return paths
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--bench", choices=sorted(BENCH))
+    args = ap.parse_args(argv[1:])
+    if args.list:
+        print("\n".join(sorted(FAMILIES)))
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    if args.bench:
+        print(build_family(args.bench, args.out, types=("f16",))["f16"])
+        return 0
+    for name in args.family or sorted(FAMILIES):
+        for t, path in build_family(name, args.out).items():
+            print("%s %s %s" % (sha256_file(path), os.path.getsize(path), path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
