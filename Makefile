@@ -33,17 +33,31 @@ ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) -MMD -MP
 LDLIBS  := $(PKG_LIBS) -lm -pthread
 
 # Per-ISA translation units get their own flags and are only called after a
-# run-time CPU check (src/core/cpu.c); no FMA contraction there, so a tile's
+# run-time CPU check (src/core/cpu.c); the files of the other architecture
+# compile to nothing.  No FMA contraction in any kernel file, so a value's
 # arithmetic is exactly what the source says whatever the inlining context
-# (batch invariance).
-AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off
+# and target (batch invariance; the vector rows round as the scalar ones).
+TARGET_CPU := $(firstword $(subst -, ,$(shell $(CC) -dumpmachine 2>/dev/null)))
+NOFUSE := -ffp-contract=off
+ifeq ($(TARGET_CPU),aarch64)
+FLAGS_dotprod   := -march=armv8.2-a+dotprod $(NOFUSE)
+FLAGS_i8mm      := -march=armv8.6-a+dotprod+i8mm $(NOFUSE)
+FLAGS_neon      := $(NOFUSE)
+FLAGS_vec_neon  := $(NOFUSE)
+else
+AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2 $(NOFUSE)
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
-FLAGS_avx2      := $(AVX2_FLAGS)
-FLAGS_avx512    := $(AVX512_FLAGS)
-# the scalar and the 16-lane softmax must round alike
-FLAGS_attention := -ffp-contract=off
-# the packed oracle must round as the packed kernels do
-FLAGS_packed    := -ffp-contract=off
+FLAGS_avx2       := $(AVX2_FLAGS)
+FLAGS_avxvnni    := $(AVX2_FLAGS) -mavxvnni
+FLAGS_avx512     := $(AVX512_FLAGS)
+FLAGS_vec_avx2   := $(AVX2_FLAGS)
+FLAGS_vec_avx512 := $(AVX512_FLAGS)
+endif
+# the scalar rows must round as the vector rows and the packed kernels do
+FLAGS_attention := $(NOFUSE)
+FLAGS_ops       := $(NOFUSE)
+FLAGS_packed    := $(NOFUSE)
+FLAGS_ref       := $(NOFUSE)
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))

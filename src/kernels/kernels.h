@@ -59,6 +59,11 @@ void sp_rope_apply(float *x, const float *cs, int n_rot, int neox);
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n);
 void sp_geglu(const float *g, const float *u, float *y, int64_t n);
 
+/* ISA level of the norm, activation and attention kernels in use
+ * ("avx512", "avx2", "neon", "scalar"): the active level (core/cpu.h) or
+ * the nearest parent with a row of its own. */
+const char *sp_kernels_isa(void);
+
 /* Dequantizes row `row` of w into y[w->ne0]. */
 void sp_tensor_row(const struct sp_tensor *w, int64_t row, float *y);
 

@@ -1,6 +1,8 @@
 /* Kernels of the forward pass against plain double-precision references:
  * RMSNorm, RoPE, gated activations, quantized matmul (and its batch and
- * thread invariance), and attention over the paged KV cache. */
+ * thread invariance), and attention over the paged KV cache; then every
+ * row of the kernel table this CPU runs (kernels/isa.h) against the scalar
+ * row, bit for bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,7 @@
 #include "check.h"
 #include "core/pool.h"
 #include "kernels/attention.h"
+#include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
@@ -199,10 +202,19 @@ static void test_matmul(struct sp_pool *p1, struct sp_pool *p2)
 }
 
 /* HKV = 1 on two threads takes the one-token path that splits a group's
- * heads between the threads; HKV = 2 the whole-group path. */
-static void test_attention(struct sp_pool *pool, const int HKV)
+ * heads between the threads; HKV = 2 the whole-group path.  Every output
+ * is appended to rec (when not NULL; *nrec floats so far) for comparing
+ * the kernel table's rows. */
+#define REC(p, n)                                                              \
+    do {                                                                       \
+        if (rec) {                                                             \
+            memcpy(rec + *nrec, (p), sizeof(float) * (size_t)(n));             \
+            *nrec += (size_t)(n);                                              \
+        }                                                                      \
+    } while (0)
+static void test_attention(struct sp_pool *pool, const int HKV, const int D, float *rec, size_t *nrec)
 {
-    const int H = 4, D = 64, P = 40;
+    const int H = 4, P = 40;
     struct sp_kv kv;
     struct sp_kv_seq seq = {0};
     CHECK(sp_kv_init(&kv, 1, HKV * D, D, 16, 8, NULL, 0, 0) == SP_OK, "kv init");
@@ -218,7 +230,7 @@ static void test_attention(struct sp_pool *pool, const int HKV)
             sp_kv_k_at(&kv, &seq, 0, p)[at - i % D + (size_t)(i % D) * SP_KV_TILE] = sp_f32_to_f16(K[p * HKV * D + i]);
             sp_kv_v_at(&kv, &seq, 0, p)[at] = sp_f32_to_f16(V[p * HKV * D + i]);
         }
-    float q[2 * 4 * 64], out[2 * 4 * 64];
+    float q[2 * 4 * 256], out[2 * 4 * 256];
     size_t per = sp_attention_scratch_floats(P, D);
     float *scratch = malloc(sizeof(float) * per * (size_t)sp_pool_chunks_for(sp_pool_size(pool)));
     for (int i = 0; i < 2 * H * D; i++)
@@ -253,13 +265,14 @@ static void test_attention(struct sp_pool *pool, const int HKV)
                 }
             }
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
-        CHECK(worst < 2e-3, "attention (%d KV heads, window %d) max error %g", HKV, window, worst);
+        CHECK(worst < 2e-3, "attention (%d KV heads, D %d, window %d) max error %g", HKV, D, window, worst);
+        REC(out, 2 * H * D);
     }
     /* a prompt run gives each token bit for bit what it gets alone:
      * positions 16..39 in one batch (blocks of 16 and 8 queries), and
      * 3..39 (blocks of 16, 16 and 5, none starting on a key tile) */
     enum { NTMAX = 37 };
-    float *qb = malloc(sizeof(float) * NTMAX * H * D), *ob = malloc(sizeof(float) * NTMAX * H * D), o1[4 * 64];
+    float *qb = malloc(sizeof(float) * NTMAX * H * D), *ob = malloc(sizeof(float) * NTMAX * H * D), o1[4 * 256];
     const struct sp_kv_seq *seqb[NTMAX];
     int32_t posb[NTMAX], *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NTMAX, H));
     for (int i = 0; i < NTMAX * H * D; i++)
@@ -278,10 +291,11 @@ static void test_attention(struct sp_pool *pool, const int HKV)
             struct sp_attn_args a1 = a;
             a1.n_tok = 1, a1.q = qb + (size_t)t * H * D, a1.seqs = &seqb[t], a1.pos = &posb[t], a1.out = o1;
             sp_attention(pool, &a1);
-            diff += memcmp(o1, ob + (size_t)t * H * D, sizeof o1) != 0;
+            diff += memcmp(o1, ob + (size_t)t * H * D, sizeof(float) * H * D) != 0;
         }
-        CHECK(diff == 0, "attention (%d KV heads, window %d): %d of %d prompt tokens differ from the token alone",
-              HKV, window, diff, NT);
+        CHECK(diff == 0, "attention (%d KV heads, D %d, window %d): %d of %d prompt tokens differ from the token alone",
+              HKV, D, window, diff, NT);
+        REC(ob, NT * H * D);
     }
     free(qb);
     free(ob);
@@ -293,18 +307,88 @@ static void test_attention(struct sp_pool *pool, const int HKV)
     sp_kv_free(&kv);
 }
 
+/* The element-wise kernels' outputs for comparing rows: RMSNorm of rows
+ * of several lengths (tails of every size), SwiGLU across the clamp,
+ * GEGLU over every f16 input and the +-10 edges. */
+static size_t ops_outputs(float *rec)
+{
+    unsigned s = 11;
+    size_t n = 0;
+    static float x[1100], w[1100], g[70000], u[70000];
+    for (int i = 0; i < 1100; i++)
+        x[i] = 4 * frand(&s), w[i] = 1 + frand(&s);
+    static const int lens[] = {576, 640, 7, 1, 1003, 64, 256};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        sp_rmsnorm(x, k % 2 ? NULL : w, rec + n, lens[k], 1e-6f);
+        n += (size_t)lens[k];
+    }
+    for (int i = 0; i < 1003; i++)
+        g[i] = 120 * frand(&s), u[i] = frand(&s);
+    sp_swiglu(g, u, rec + n, 1003);
+    n += 1003;
+    const int NG = 65536 + 8;
+    for (int i = 0; i < 65536; i++)
+        g[i] = sp_f16_to_f32((uint16_t)i), u[i] = 0.5f + (float)(i % 7);
+    const float edge[8] = {-10.0f, 10.0f, -10.001f, 10.001f, -9.999f, 9.999f, 0.1234567f, -3.3333333f};
+    for (int i = 0; i < 8; i++)
+        g[65536 + i] = edge[i], u[65536 + i] = 1.5f;
+    sp_geglu(g, u, rec + n, NG);
+    return n + (size_t)NG;
+}
+
+/* Every row of the kernel table this CPU runs computes the scalar row's
+ * bits: the element-wise kernels, and attention through both paths (one
+ * token; prompt blocks) for SmolLM2's and Gemma 3's head sizes and one the
+ * vectors do not divide. */
+static void test_rows(struct sp_pool *pool)
+{
+    const size_t cap = 1 << 21;
+    float *ref = malloc(sizeof(float) * cap), *got = malloc(sizeof(float) * cap);
+    size_t nref = 0;
+    const struct sp_kernels_isa *keep = sp_kernels_active();
+    for (int i = 0; i < SP_ISA_COUNT; i++) {
+        const struct sp_kernels_isa *row = sp_kernels_for_isa(sp_isa_name((enum sp_isa)i));
+        const bool own = row && row->isa == (enum sp_isa)i; /* a level without a row of its own uses its parent's */
+        if (own) {
+            float *rec = i == SP_ISA_SCALAR ? ref : got;
+            size_t n = 0;
+            sp_kernels_use(row);
+            n = ops_outputs(rec);
+            static const int dims[][2] = {{2, 64}, {1, 64}, {1, 256}, {2, 72}};
+            for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+                test_attention(pool, dims[k][0], dims[k][1], rec, &n);
+            if (i == SP_ISA_SCALAR) {
+                nref = n;
+            } else {
+                size_t diff = 0;
+                for (size_t j = 0; j < n && j < nref; j++)
+                    diff += memcmp(&got[j], &ref[j], sizeof(float)) != 0;
+                CHECK(n == nref && diff == 0, "kernel row %s: %zu of %zu outputs differ from the scalar row's",
+                      sp_isa_name((enum sp_isa)i), diff, n);
+                printf("  kernel row %s: %zu outputs equal the scalar row's bit for bit: %s\n",
+                       sp_isa_name((enum sp_isa)i), n, diff == 0 ? "yes" : "NO");
+            }
+        }
+        if (own || !row)
+            sp_check_isa_path("kernels", (enum sp_isa)i, own);
+    }
+    sp_kernels_use(keep);
+    free(ref);
+    free(got);
+}
+
 int main(void)
 {
     struct sp_pool *p1, *p2;
     sp_quant_init();
+    printf("  kernel row in use: %s\n", sp_kernels_isa());
     if (sp_pool_init(&p1, 1) != SP_OK || sp_pool_init(&p2, 2) != SP_OK)
         return 1;
     test_rmsnorm();
     test_rope();
     test_glu();
     test_matmul(p1, p2);
-    test_attention(p2, 2);
-    test_attention(p2, 1);
+    test_rows(p2);
     sp_pool_free(p1);
     sp_pool_free(p2);
     return sp_check_report("kernels");
