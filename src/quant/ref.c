@@ -764,8 +764,8 @@ static const struct {
     [SP_ISA_AVXVNNI] = {sp_quant_register_avxvnni, true, true},
     [SP_ISA_AVX512] = {sp_quant_register_avx512, true, true},
 #elif defined(__aarch64__)
-    [SP_ISA_NEON] = {sp_quant_register_neon, true, true},
-    [SP_ISA_DOTPROD] = {sp_quant_register_dotprod, true, true},
+    [SP_ISA_NEON] = {sp_quant_register_neon, false, true},
+    [SP_ISA_DOTPROD] = {sp_quant_register_dotprod, false, true},
     [SP_ISA_I8MM] = {sp_quant_register_i8mm, false, true},
 #endif
 };

@@ -15,6 +15,10 @@
 #include "kv/kv.h"
 #include "quant/quant.h"
 
+/* max(a, b) for the error reductions (fmax in a reduction loop crashes
+ * Debian 12's aarch64 gcc 12 vectorizer) */
+static double maxd(double a, double b) { return a > b ? a : b; }
+
 static float frand(unsigned *s)
 {
     *s = *s * 1664525u + 1013904223u;
@@ -34,7 +38,7 @@ static void test_rmsnorm(void)
     double scale = 1.0 / sqrt(ss / 576 + 1e-5);
     double worst = 0;
     for (int i = 0; i < 576; i++)
-        worst = fmax(worst, fabs(y[i] - x[i] * scale * w[i]) / (fabs(x[i] * scale * w[i]) + 1e-6));
+        worst = maxd(worst, fabs(y[i] - x[i] * scale * w[i]) / (fabs(x[i] * scale * w[i]) + 1e-6));
     CHECK(worst < 1e-5, "rmsnorm relative error %g (budget 1e-5: a few float roundings)", worst);
 }
 
@@ -53,7 +57,7 @@ static void test_rope(void)
             double th = pos * pow(10000.0, -2.0 * i / 64);
             int a = neox ? i : 2 * i, b = neox ? i + 32 : 2 * i + 1;
             double ya = x[a] * cos(th) - x[b] * sin(th), yb = x[a] * sin(th) + x[b] * cos(th);
-            worst = fmax(worst, fmax(fabs(ya - y[a]), fabs(yb - y[b])));
+            worst = maxd(worst, maxd(fabs(ya - y[a]), fabs(yb - y[b])));
         }
         /* float theta accumulates ~1e-6 relative per pair over 32 pairs */
         CHECK(worst < 2e-4, "rope (neox %d) max error %g", neox, worst);
@@ -86,7 +90,7 @@ static void test_glu(void)
         sp_swiglu(g40 + i, u40 + i, &one, 1);
         same += !memcmp(&one, &y40[i], sizeof one);
         double ref = g40[i] / (1 + exp(-(double)g40[i])) * u40[i];
-        worst = fmax(worst, fabs(y40[i] - ref) / (1 + fabs(ref)));
+        worst = maxd(worst, fabs(y40[i] - ref) / (1 + fabs(ref)));
     }
     CHECK(same == 40, "swiglu: %d of 40 values equal alone and in a row", same);
     CHECK(worst < 1e-5, "swiglu over -146..142: error %g", worst);
@@ -177,7 +181,7 @@ static void check_matmul(struct sp_pool *p1, struct sp_pool *p2, uint32_t type, 
             double ref = 0, mag = 0;
             for (int i = 0; i < n; i++)
                 ref += (double)deq[r * n + i] * x[t * n + i], mag += fabs(deq[r * n + i] * x[t * n + i]);
-            worst = fmax(worst, fabs(out7[t * rows + r] - ref) / mag);
+            worst = maxd(worst, fabs(out7[t * rows + r] - ref) / mag);
         }
     }
     /* 8-bit activations: ~0.4% of each block's range per value, averaging down */
@@ -261,7 +265,7 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, flo
                     double o = 0;
                     for (int j = j0; j <= pos[t]; j++)
                         o += sc[j - j0] / sum * V[j * HKV * D + hk * D + i];
-                    worst = fmax(worst, fabs(o - out[t * H * D + h * D + i]));
+                    worst = maxd(worst, fabs(o - out[t * H * D + h * D + i]));
                 }
             }
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
