@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/pool.h"
 #include "engine/engine.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "tools.h"
@@ -232,7 +233,11 @@ int sp_tool_bench(int argc, char **argv)
         json_t *o = json_object();
         json_object_set_new(o, "model", json_string(ep.model_path));
         json_object_set_new(o, "threads", json_integer(sp_engine_n_threads(e)));
-        json_object_set_new(o, "isa", json_string(sp_quant_isa()));
+        struct sp_isa_paths ip;
+        sp_isa_paths(&ip);
+        json_object_set_new(o, "isa", json_string(ip.level));
+        json_object_set_new(o, "isa_paths", json_pack("{s:s, s:s?, s:s, s:s}", "quant", ip.quant, "packed", ip.packed,
+                                                      "attention", ip.attention, "ops", ip.ops));
         json_object_set_new(o, "n_prompt", json_integer(n_prompt));
         json_object_set_new(o, "n_gen", json_integer(n_gen));
         json_object_set_new(o, "batch", json_integer(batch));
@@ -250,8 +255,11 @@ int sp_tool_bench(int argc, char **argv)
         fputc('\n', stdout);
         json_decref(o);
     } else {
-        printf("model: %s | threads: %d | kernels: %s | weights: %.1f MiB\n", ep.model_path, sp_engine_n_threads(e),
-               sp_quant_isa(), m->weights_bytes / 1048576.0);
+        struct sp_isa_paths ip;
+        sp_isa_paths(&ip);
+        printf("model: %s | threads: %d | kernels: %s (dots %s, packed %s, attention %s) | weights: %.1f MiB\n",
+               ep.model_path, sp_engine_n_threads(e), ip.level, ip.quant, ip.packed ? ip.packed : "none", ip.attention,
+               m->weights_bytes / 1048576.0);
         printf("prefill pp%-5d %10.1f ± %.1f tokens/s\n", n_prompt, pm, ps);
         printf("decode  tg%-5d %10.1f ± %.1f tokens/s%s (%.1f GB/s of weights+KV)\n", n_gen, tm, ts,
                batch > 1 ? " aggregate" : "", gbs);

@@ -4,6 +4,7 @@
 
 #include "args.h"
 #include "core/error.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
@@ -82,7 +83,10 @@ int sp_tool_info(int argc, char **argv)
         printf("; %u sliding-window layers keep %llu positions (full cache would be %.1f MiB)", n_local,
                (unsigned long long)ring, per_pos * hp->n_layer * (uint64_t)n_ctx / 1048576.0);
     printf("\n");
-    printf("kernels:         %s", sp_quant_isa());
+    struct sp_isa_paths ip;
+    sp_isa_paths(&ip);
+    printf("kernels:         ISA level %s: quantized dots %s, packed tiles %s, attention %s, norms and activations %s",
+           ip.level, ip.quant, ip.packed ? ip.packed : "none", ip.attention, ip.ops);
     if (m->n_packed)
         printf("; %u matrices repacked into 16-row tiles at load (%.1f MiB)", m->n_packed,
                m->packed_bytes / 1048576.0);

@@ -23,6 +23,8 @@ struct sp_kernels_isa {
     void (*sumsq8)(const float *x, int64_t n, double part[8]);
     void (*swiglu)(const float *g, const float *u, float *y, int64_t n);
     void (*geglu)(const float *g, const float *u, float *y, int64_t n);
+    /* sp_rope_apply (kernels.h) with the table of sp_rope_table */
+    void (*rope)(float *x, const float *cs, int n_rot, int neox);
     /* heads h0 .. h0+nh-1 (one KV group) of token t: sp_attn_group's contract */
     void (*attn_group)(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf);
     /* head h of nq <= 16 queries t0.. at consecutive positions of one
@@ -78,7 +80,9 @@ static inline float sp_attn_tree16(const float S[16])
  * last entry stays inside. */
 extern _Float16 sp_gelu_table[(1 << 16) + 1];
 void sp_gelu_table_ready(void);
-/* The scalar row's GEGLU (the vector rows' tails; NEON's whole row). */
+/* The scalar row's GEGLU (the vector rows' tails; NEON's whole row) and
+ * RoPE (the vector rows' adjacent-pair form). */
 void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n);
+void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox);
 
 #endif

@@ -10,6 +10,7 @@
 #include "kernels/exp.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "quant/quant.h"
 
 /* The rows by ISA level; a level without one uses its parent's. */
 static const struct sp_kernels_isa *const kernel_rows[SP_ISA_COUNT] = {
@@ -49,6 +50,14 @@ const struct sp_kernels_isa *sp_kernels_for_isa(const char *name)
 void sp_kernels_use(const struct sp_kernels_isa *k) { atomic_store_explicit(&kernels_active, k, memory_order_release); }
 
 const char *sp_kernels_isa(void) { return sp_isa_name(sp_kernels_active()->isa); }
+
+void sp_isa_paths(struct sp_isa_paths *out)
+{
+    out->level = sp_isa_name(sp_isa_active());
+    out->quant = sp_quant_isa();
+    out->packed = sp_quant_packed_isa();
+    out->attention = out->ops = sp_kernels_isa();
+}
 
 /* part[k] = sum of x[i]^2 over i % 8 == k, ascending (isa.h) */
 static void sp_sumsq8_scalar(const float *x, int64_t n, double part[8])
@@ -93,22 +102,26 @@ void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neo
     }
 }
 
+/* cs: the n_rot/2 cosines, then the n_rot/2 sines (rows of a vector row) */
 void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale)
 {
     float theta_scale = powf(base, -2.0f / (float)n_rot);
     float theta = (float)pos * freq_scale;
-    for (int i = 0; i < n_rot / 2; i++) {
-        cs[2 * i] = cosf(theta);
-        cs[2 * i + 1] = sinf(theta);
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        cs[i] = cosf(theta);
+        cs[half + i] = sinf(theta);
         theta *= theta_scale;
     }
 }
 
-void sp_rope_apply(float *x, const float *cs, int n_rot, int neox)
+void sp_rope_apply(float *x, const float *cs, int n_rot, int neox) { sp_kernels_active()->rope(x, cs, n_rot, neox); }
+
+void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox)
 {
     int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
-        float c = cs[2 * i], s = cs[2 * i + 1];
+        float c = cs[i], s = cs[half + i];
         int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         float x0 = x[a], x1 = x[b];
         x[a] = x0 * c - x1 * s;
@@ -179,6 +192,7 @@ const struct sp_kernels_isa sp_kernels_scalar = {
     .sumsq8 = sp_sumsq8_scalar,
     .swiglu = sp_swiglu_scalar,
     .geglu = sp_geglu_scalar,
+    .rope = sp_rope_scalar,
     .attn_group = sp_attn_group_scalar,
     .attn_block = NULL, /* prompt tokens take the group kernel one by one */
 };

@@ -147,6 +147,7 @@ const struct sp_kernels_isa sp_kernels_avx2 = {
     .sumsq8 = avx2_sumsq8,
     .swiglu = vec_swiglu,
     .geglu = avx2_geglu,
+    .rope = vec_rope,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
 };

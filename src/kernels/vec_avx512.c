@@ -94,6 +94,7 @@ const struct sp_kernels_isa sp_kernels_avx512 = {
     .sumsq8 = avx512_sumsq8,
     .swiglu = vec_swiglu,
     .geglu = avx512_geglu,
+    .rope = vec_rope,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
 };

@@ -128,6 +128,7 @@ const struct sp_kernels_isa sp_kernels_neon = {
     .sumsq8 = neon_sumsq8,
     .swiglu = vec_swiglu,
     .geglu = sp_geglu_scalar, /* the table lookups are the work */
+    .rope = vec_rope,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
 };

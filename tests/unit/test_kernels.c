@@ -312,8 +312,9 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, flo
 }
 
 /* The element-wise kernels' outputs for comparing rows: RMSNorm of rows
- * of several lengths (tails of every size), SwiGLU across the clamp,
- * GEGLU over every f16 input and the +-10 edges. */
+ * of several lengths (tails of every size), RoPE of both pair layouts,
+ * SwiGLU across the clamp, GEGLU over every f16 input and the +-10
+ * edges. */
 static size_t ops_outputs(float *rec)
 {
     unsigned s = 11;
@@ -326,6 +327,19 @@ static size_t ops_outputs(float *rec)
         sp_rmsnorm(x, k % 2 ? NULL : w, rec + n, lens[k], 1e-6f);
         n += (size_t)lens[k];
     }
+    static const int rots[] = {64, 256, 48};
+    for (size_t k = 0; k < sizeof rots / sizeof rots[0]; k++)
+        for (int neox = 0; neox < 2; neox++) {
+            float cs[256], whole[256];
+            memcpy(rec + n, x, sizeof(float) * (size_t)rots[k]);
+            memcpy(whole, x, sizeof(float) * (size_t)rots[k]);
+            sp_rope_table(cs, rots[k], 1000 + (int)k, 10000.0f, 1.0f);
+            sp_rope_apply(rec + n, cs, rots[k], neox);
+            sp_rope(whole, rots[k], 1000 + (int)k, 10000.0f, 1.0f, neox);
+            CHECK(!memcmp(whole, rec + n, sizeof(float) * (size_t)rots[k]), "rope %d (neox %d): table + apply differs "
+                  "from sp_rope", rots[k], neox);
+            n += (size_t)rots[k];
+        }
     for (int i = 0; i < 1003; i++)
         g[i] = 120 * frand(&s), u[i] = frand(&s);
     sp_swiglu(g, u, rec + n, 1003);
