@@ -121,14 +121,14 @@ xtarget:
 # aarch64 on an x86-64 host: Debian's cross compiler and arm64 libraries
 # (scripts/setup --arm), every unit test under qemu-user on a CPU model with
 # every feature (each ISA level's kernels against the scalar reference),
-# then the tokenizer goldens and the next-token logits of the short golden
-# prompts of both models (emulation runs ~100x slower: the long prompts and
+# then every level end to end (test_isa.py), the tokenizer goldens and the
+# next-token logits of the short golden prompts of both models (emulation runs ~100x slower: the long prompts and
 # the 64-token generations stay in `make test`).
 ARM_CC     ?= aarch64-linux-gnu-gcc
 ARM_BUILD  ?= build-arm
 ARM_QEMU   ?= qemu-aarch64-static -cpu max
-ARM_PYTEST ?= tests/py/test_goldens.py tests/py/test_tokenizer_goldens.py
-ARM_PYTEST_ARGS ?= -k "test_tokenizer_goldens or (test_next_token_logits and not long)"
+ARM_PYTEST ?= tests/py/test_isa.py tests/py/test_goldens.py tests/py/test_tokenizer_goldens.py
+ARM_PYTEST_ARGS ?= -k "test_isa or test_tokenizer_goldens or (test_next_token_logits and not long)"
 ARM_PKG_CONFIG_LIBDIR := /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig
 test-arm:
 	@scripts/setup --arm --quiet
