@@ -55,6 +55,11 @@ void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neo
 void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale);
 void sp_rope_apply(float *x, const float *cs, int n_rot, int neox);
 
+/* dst[i * stride] = src[i] rounded to f16 (nearest even), i < n: the K/V
+ * cache's stores (a per-ISA kernel: without F16C a portable build would
+ * convert in software). */
+void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n);
+
 /* y = silu(g) * u and y = gelu_tanh(g) * u, n values. */
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n);
 void sp_geglu(const float *g, const float *u, float *y, int64_t n);

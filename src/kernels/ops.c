@@ -183,6 +183,19 @@ void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n)
     }
 }
 
+void sp_f16_store_scalar(uint16_t *dst, size_t stride, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        _Float16 h = (_Float16)src[i];
+        memcpy(dst + (size_t)i * stride, &h, sizeof h);
+    }
+}
+
+void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n)
+{
+    sp_kernels_active()->f16_store(dst, stride, src, n);
+}
+
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->swiglu(g, u, y, n); }
 
 void sp_geglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->geglu(g, u, y, n); }
@@ -193,6 +206,7 @@ const struct sp_kernels_isa sp_kernels_scalar = {
     .swiglu = sp_swiglu_scalar,
     .geglu = sp_geglu_scalar,
     .rope = sp_rope_scalar,
+    .f16_store = sp_f16_store_scalar,
     .attn_group = sp_attn_group_scalar,
     .attn_block = NULL, /* prompt tokens take the group kernel one by one */
 };

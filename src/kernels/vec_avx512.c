@@ -33,6 +33,10 @@ static inline vf vf_round_h(vf v)
 {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+static inline void vf_store_h(uint16_t *p, vf v)
+{
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 static inline vm vm_lanes(int lo, int hi)
 {
     lo = lo < 0 ? 0 : lo;
@@ -95,6 +99,7 @@ const struct sp_kernels_isa sp_kernels_avx512 = {
     .swiglu = vec_swiglu,
     .geglu = avx512_geglu,
     .rope = vec_rope,
+    .f16_store = vec_f16_store,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
 };

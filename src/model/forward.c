@@ -158,14 +158,13 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
                 sp_rmsnorm(kh, L->k_norm.data, kh, D, hp->eps);
             sp_rope_apply(kh, cs, NR, ar->rope_neox);
         }
-        _Float16 *kd = (_Float16 *)sp_kv_k_at(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t]);
-        _Float16 *vd = (_Float16 *)sp_kv_v_at(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t]);
+        uint16_t *kd = sp_kv_k_at(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t]);
+        uint16_t *vd = sp_kv_v_at(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t]);
         const size_t hs = sp_kv_head_stride(j->kv, j->il);
-        for (int h = 0; h < HKV; h++)
-            for (int d = 0; d < D; d++) {
-                kd[h * hs + (size_t)d * SP_KV_TILE] = (_Float16)s->k[(size_t)t * KVW + (size_t)h * D + d];
-                vd[h * hs + d] = (_Float16)s->v[(size_t)t * KVW + (size_t)h * D + d];
-            }
+        for (int h = 0; h < HKV; h++) {
+            sp_f16_store(kd + h * hs, SP_KV_TILE, s->k + (size_t)t * KVW + (size_t)h * D, D);
+            sp_f16_store(vd + h * hs, 1, s->v + (size_t)t * KVW + (size_t)h * D, D);
+        }
         break;
     }
     case SP_FWD_ATTN_OUT:
