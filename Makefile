@@ -4,6 +4,7 @@
 #   make PORTABLE=1 generic binary (no -march=native; runtime dispatch keeps scalar fallbacks)
 #   make run        scripts/setup, fetch the default model and run the chat demo
 #   make test       scripts/setup, then every test (unit, golden, CLI, server)
+#   make test-arm   scripts/setup --arm, cross-compile for aarch64, run the unit tests and golden subset under qemu
 #   make asan       build-asan/spindle with AddressSanitizer + UBSan
 #   make fuzz       libFuzzer targets (clang)
 #   make bench      spindle bench on the default model
@@ -29,26 +30,37 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 # One set of objects serves the binary, libspindle.a and libspindle.so:
 # position-independent, and only what include/spindle.h marks SP_API is
 # exported from the shared library.
-CFLAGS_BASE := -std=gnu11 $(WARN) -g -fno-strict-aliasing -pthread -fPIC -fvisibility=hidden -Iinclude -Isrc \
-               $(PKG_CFLAGS)
+# No FMA contraction anywhere: every multiply-add is what the source says
+# (an explicit fmaf or intrinsic), whatever the target and inlining, so the
+# vector rows of each kernel round as the scalar ones, a PORTABLE binary
+# computes what a -march=native one does, the batch-invariance contracts
+# hold (docs: src/kernels/isa.h, src/quant/packed.c) and the file quantisers
+# reproduce llama.cpp's rounding exactly.
+CFLAGS_BASE := -std=gnu11 $(WARN) -g -fno-strict-aliasing -ffp-contract=off -pthread -fPIC -fvisibility=hidden \
+               -Iinclude -Isrc $(PKG_CFLAGS)
 CFLAGS  ?= $(OPT) $(ARCH)
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) -MMD -MP
 LDLIBS  := $(PKG_LIBS) -lm -pthread
 
-# Per-ISA translation units get their own flags and are only called after a
-# run-time CPU check (src/core/cpu.c); no FMA contraction there, so a tile's
-# arithmetic is exactly what the source says whatever the inlining context
-# (batch invariance).
-AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off
-AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
-FLAGS_avx2      := $(AVX2_FLAGS)
-FLAGS_avx512    := $(AVX512_FLAGS)
-# the scalar and the 16-lane softmax must round alike
-FLAGS_attention := -ffp-contract=off
-# the packed oracle must round as the packed kernels do
-FLAGS_packed    := -ffp-contract=off
-# file quantisers reproduce llama.cpp's rounding exactly, whatever -march
-FLAGS_quantize  := -ffp-contract=off
+# Per-ISA translation units get their own flags (after ARCH: they win) and
+# are only called after a run-time CPU check (src/core/cpu.c); the files of
+# the other architecture compile to nothing.
+TARGET_CPU := $(firstword $(subst -, ,$(shell $(CC) -dumpmachine 2>/dev/null)))
+ifeq ($(TARGET_CPU),aarch64)
+FLAGS_dotprod   := -march=armv8.2-a+dotprod
+FLAGS_i8mm      := -march=armv8.6-a+dotprod+i8mm
+else
+# A level's files get exactly that level (-march=native would let gcc use
+# the host's AVX-512 registers in the AVX2 files), so a PORTABLE binary's
+# kernels are the native one's.
+AVX2_FLAGS   := -march=x86-64-v3 -mtune=generic
+AVX512_FLAGS := -march=x86-64-v4 -mtune=generic -mavx512vnni -mavx512bf16
+FLAGS_avx2       := $(AVX2_FLAGS)
+FLAGS_avxvnni    := $(AVX2_FLAGS) -mavxvnni
+FLAGS_avx512     := $(AVX512_FLAGS)
+FLAGS_vec_avx2   := $(AVX2_FLAGS)
+FLAGS_vec_avx512 := $(AVX512_FLAGS)
+endif
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
@@ -59,7 +71,7 @@ TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all run test test-unit test-py asan test-asan test-tsan fuzz fuzz-build fuzz-lib tsan bench clean setup deps tests \
-        compile-all xtarget install
+        compile-all xtarget install test-arm
 all: $(BUILD)/spindle $(BUILD)/libspindle.so
 
 # Every compile waits for this check: a clear message instead of a missing
@@ -96,7 +108,7 @@ $(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(FLAGS_$(notdir $*)) -c $< -o $@
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libspindle.a tests/unit/check.h
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libspindle.a tests/unit/check.h tests/unit/check_isa.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
 
@@ -135,12 +147,38 @@ compile-all: all $(TEST_BIN) $(BENCH_BIN)
 
 # A second target: -march changes how gcc inlines and vectorises, and with
 # that which -Wmaybe-uninitialized style warnings fire, so `make test` also
-# compiles everything for an x86-64 level the host is not (AVX2 on an AVX-512
-# host, AVX-512 elsewhere), warnings as errors.  Compiling for a target needs
+# compiles everything for a CPU level the host is not (x86-64: AVX2 on an
+# AVX-512 host, AVX-512 elsewhere; aarch64: Armv8.6 with i8mm, or plain
+# Armv8 on such a host), warnings as errors.  Compiling for a target needs
 # no CPU that runs it; nothing built here runs.
+HOST_CPU := $(shell uname -m)
+ifeq ($(HOST_CPU),aarch64)
+XTARGET ?= $(if $(shell grep -qw i8mm /proc/cpuinfo 2>/dev/null && echo y),armv8-a,armv8.6-a+dotprod+i8mm)
+else
 XTARGET ?= $(if $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),x86-64-v3,x86-64-v4)
+endif
 xtarget:
 	@$(MAKE) --no-print-directory BUILD=build/xtarget-$(XTARGET) ARCH=-march=$(XTARGET) compile-all
+
+# aarch64 on an x86-64 host: Debian's cross compiler and arm64 libraries
+# (scripts/setup --arm), every unit test under qemu-user on a CPU model with
+# every feature (each ISA level's kernels against the scalar reference),
+# then every level end to end (test_isa.py), the tokenizer goldens and the
+# next-token logits of the short golden prompts of both models (emulation
+# runs ~100x slower: the long prompts and the 64-token generations stay in
+# `make test`).  Like `make test`, setup first and then a fresh make.
+ARM_CC     ?= aarch64-linux-gnu-gcc
+ARM_BUILD  ?= build-arm
+ARM_QEMU   ?= qemu-aarch64-static -cpu max
+ARM_PYTEST ?= tests/py/test_isa.py tests/py/test_goldens.py tests/py/test_tokenizer_goldens.py
+ARM_PYTEST_ARGS ?= -k "test_isa or test_tokenizer_goldens or (test_next_token_logits and not long)"
+ARM_PKG_CONFIG_LIBDIR := /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig
+test-arm:
+	@scripts/setup --arm --quiet
+	@PKG_CONFIG_LIBDIR=$(ARM_PKG_CONFIG_LIBDIR) $(MAKE) --no-print-directory CC=$(ARM_CC) BUILD=$(ARM_BUILD) \
+	    ARCH=-march=armv8-a compile-all
+	@SP_EMULATOR="$(ARM_QEMU)" SP_PYTEST="$(ARM_PYTEST)" PYTEST_ADDOPTS='$(ARM_PYTEST_ARGS)' \
+	    scripts/run-tests $(ARM_BUILD)
 
 # scripts/setup first, then a fresh make that sees what it installed.
 test: setup
@@ -230,6 +268,6 @@ bench: all
 	@$(BUILD)/spindle bench -m $$(scripts/fetch-model smollm2-135m)
 
 clean:
-	rm -rf build/obj build/gen build/libspindle.a build/libspindle.so* build/spindle build/tests build/xtarget-* build-asan
+	rm -rf build/obj build/gen build/libspindle.a build/libspindle.so* build/spindle build/tests build/xtarget-* build-asan build-arm
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)

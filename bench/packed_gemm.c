@@ -6,8 +6,11 @@
  *   (type 65 Q4_1_P16, 66 Q8_0_P16, 67 Q5_0_P16, 68 Q4_K_P16, 69 Q6_K_P16)
  *
  * 256 rows x 1536 (392 KB of Q4_1) stay in L2; 65536 rows stream from
- * memory.  One thread; prints the fastest of 30 windows of 30 ms, because
- * on a shared machine the slow windows measure the neighbours. */
+ * memory.  Weights and activations are random values quantized as the
+ * model does (made-up bytes make denormal scale products, which some
+ * cores take slow paths for).  SP_ISA=level picks the kernels.  One
+ * thread; prints the fastest of 30 windows of 30 ms, because on a shared
+ * machine the slow windows measure the neighbours. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,13 +40,30 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s [65..69] [columns >= 1] [rows, a multiple of 16]\n", argv[0]);
         return 2;
     }
-    uint8_t *w = aligned_alloc(64, row_bytes * rows + 4096);
+    uint32_t file = 0; /* the file type packed into `type` */
+    for (uint32_t ft = 0; ft < SP_TYPE_COUNT; ft++)
+        if (sp_type_get(ft) && sp_type_get(ft)->packed == (uint32_t)type)
+            file = ft;
+    uint8_t *w = aligned_alloc(64, row_bytes * rows + 4096), *wf = malloc(row_bytes * rows);
     uint8_t *a = aligned_alloc(64, a_stride * nc + 64);
-    float *s = malloc(sizeof(float) * (size_t)rows * nc);
-    if (!w || !a || !s)
-        return 1;
-    memset(w, 0x11, row_bytes * rows + 4096); /* f16 0x1111: small normal scales */
-    memset(a, 0x01, a_stride * nc + 64); /* (a Q8_K scale of 0x01010101: a tiny float, fine) */
+    float *s = malloc(sizeof(float) * (size_t)rows * nc), *x = malloc(sizeof(float) * K);
+    if (!file || !w || !wf || !a || !s || !x) {
+        fprintf(stderr, "%s: %s is not packed at this ISA level (%s)\n", argv[0], t->name, sp_quant_isa());
+        return 2;
+    }
+    uint32_t seed = 1;
+    for (int r = 0; r < rows + nc; r++) {
+        for (int i = 0; i < K; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            x[i] = (float)(seed >> 8) / (float)(1 << 23) - 1.0f;
+        }
+        if (r < rows)
+            sp_type_get_ref(file)->from_float(x, wf + (size_t)r * row_bytes, K);
+        else
+            sp_type_get(t->vec_dot_type)->from_float(x, a + (size_t)(r - rows) * a_stride, K);
+    }
+    memset(w, 0, row_bytes * rows + 4096);
+    t->pack(wf, row_bytes, w, K, rows);
     double best = 1e9;
     for (int rep = 0; rep < 30; rep++) {
         double t0 = now(), t1;
@@ -59,7 +79,9 @@ int main(int argc, char **argv)
     printf("%s, %d columns, %d rows: %.2f ns per 16 x 32 and column (%.1f cycles at 3.7 GHz), %.1f GB/s of weights\n",
            t->name, nc, rows, per * 1e9, per * 3.7e9, row_bytes * rows / best / 1e9);
     free(w);
+    free(wf);
     free(a);
     free(s);
+    free(x);
     return 0;
 }

@@ -97,10 +97,12 @@ typedef struct sp_model_params {
     bool use_mlock;     /* lock the weights in RAM (needs RLIMIT_MEMLOCK) */
     bool vocab_only;    /* load the tokenizer and chat template only: tokenize,
                            detokenize and chat work, engines cannot be made */
-    const char *isa;    /* kernel set: NULL or "auto" (the best this CPU runs,
-                           capped by $SP_ISA), "scalar", "avx2", "avx512".
+    const char *isa;    /* kernel ISA level: NULL or "auto" (the best this CPU
+                           runs, or the one $SP_ISA names), "scalar", "avx2",
+                           "avxvnni", "avx512", "neon", "dotprod", "i8mm".
                            Process-wide: the first model loaded fixes it, and a
-                           later load asking for another fails (SP_ERR_ARG) */
+                           later load asking for another fails (SP_ERR_ARG);
+                           SP_ERR_UNSUPPORTED when this CPU cannot run it */
     /* Progress of long loading steps (repacking the weights): called on the
      * loading thread with the step's name; done == total on its last call.
      * NULL: none.  sp_progress_stderr draws a line on a terminal. */
@@ -133,7 +135,8 @@ typedef struct sp_model_info {
     const char *architecture;       /* general.architecture ("llama", "gemma3") */
     const char *tokenizer;          /* tokenizer.ggml.model ("gpt2", "llama", "bert") */
     const char *tokenizer_pre;      /* tokenizer.ggml.pre */
-    const char *isa;                /* the kernels this process runs ("avx512", ...) */
+    const char *isa;                /* the ISA level this process runs ("avx512", ...;
+                                       sp_isa_info_get names each family's) */
     uint32_t gguf_version;
     uint64_t n_tensors, n_meta;     /* tensors and metadata keys in the file */
     uint64_t file_bytes;
@@ -154,6 +157,19 @@ typedef struct sp_model_info {
     const char *features;          /* the family's features in words ("QKV bias, 8 experts (2 used), ...") */
 } sp_model_info;
 SP_API void sp_model_info_get(const sp_model *m, sp_model_info *out);
+
+/* The kernel paths this process runs, by family, as ISA level names: the
+ * level (sp_model_params.isa, $SP_ISA or the CPU's best) and, per family,
+ * that level or the nearest one below it with kernels of the family.
+ * Fixes the level when no model has been loaded yet.  Static strings. */
+typedef struct sp_isa_info {
+    const char *level;     /* as sp_model_info.isa */
+    const char *quant;     /* file-layout quantized dots, activation quantizers */
+    const char *packed;    /* 16-row packed weight tiles; NULL: weights keep the file layout */
+    const char *attention; /* attention and its softmax */
+    const char *ops;       /* norms, RoPE, activations */
+} sp_isa_info;
+SP_API void sp_isa_info_get(sp_isa_info *out);
 
 /* One tensor of the file. */
 typedef struct sp_tensor_info {

@@ -182,11 +182,15 @@ int sp_tool_bench(int argc, char **argv)
     double kv_read = (double)kv_dim * 2 * 2 * ((m.n_layer - m.n_swa_layers) * ctx + m.n_swa_layers * w_swa);
     double bytes_per_tok = (double)m.weights_bytes / batch + kv_read;
     double gbs = bytes_per_tok * tm / 1e9;
+    sp_isa_info ip;
+    sp_isa_info_get(&ip);
     if (json) {
         json_t *o = json_object();
         json_object_set_new(o, "model", json_string(mp.path));
         json_object_set_new(o, "threads", json_integer(sp_engine_n_threads(e)));
-        json_object_set_new(o, "isa", json_string(m.isa));
+        json_object_set_new(o, "isa", json_string(ip.level));
+        json_object_set_new(o, "isa_paths", json_pack("{s:s, s:s?, s:s, s:s}", "quant", ip.quant, "packed", ip.packed,
+                                                      "attention", ip.attention, "ops", ip.ops));
         json_object_set_new(o, "n_prompt", json_integer(n_prompt));
         json_object_set_new(o, "n_gen", json_integer(n_gen));
         json_object_set_new(o, "batch", json_integer(batch));
@@ -204,7 +208,8 @@ int sp_tool_bench(int argc, char **argv)
         fputc('\n', stdout);
         json_decref(o);
     } else {
-        printf("model: %s | threads: %d | kernels: %s | weights: %.1f MiB\n", mp.path, sp_engine_n_threads(e), m.isa,
+        printf("model: %s | threads: %d | kernels: %s (dots %s, packed %s, attention %s) | weights: %.1f MiB\n",
+               mp.path, sp_engine_n_threads(e), ip.level, ip.quant, ip.packed ? ip.packed : "none", ip.attention,
                m.weights_bytes / 1048576.0);
         printf("prefill pp%-5d %10.1f ± %.1f tokens/s\n", n_prompt, pm, ps);
         printf("decode  tg%-5d %10.1f ± %.1f tokens/s%s (%.1f GB/s of weights+KV)\n", n_gen, tm, ts,

@@ -111,7 +111,10 @@ int sp_tool_info(int argc, char **argv)
             printf(" %s×%u", names[t], counts[t]);
     printf("\n");
     printf("weights read per token: %.1f MiB\n", in.weights_bytes / 1048576.0);
-    printf("kernels:         %s", in.isa);
+    sp_isa_info ip;
+    sp_isa_info_get(&ip);
+    printf("kernels:         ISA level %s: quantized dots %s, packed tiles %s, attention %s, norms and activations %s",
+           ip.level, ip.quant, ip.packed ? ip.packed : "none", ip.attention, ip.ops);
     if (in.n_packed)
         printf("; %u matrices repacked into 16-row tiles at load (%.1f MiB)", in.n_packed,
                in.packed_bytes / 1048576.0);

@@ -6,9 +6,11 @@
 #include <string.h>
 
 #include "api/internal.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "chat/chat.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "sampler/sampler.h"
@@ -44,7 +46,7 @@ sp_status sp_model_load(const sp_model_params *p, sp_model **out)
     *out = NULL;
     if (!p || !p->path)
         return sp_error_set(SP_ERR_ARG, "sp_model_load: no model path");
-    if ((st = sp_quant_select(p->isa)) != SP_OK)
+    if ((st = sp_isa_select(p->isa)) != SP_OK)
         return st;
     sp_model *m = calloc(1, sizeof *m);
     if (!m || !(m->path = strdup(p->path))) {
@@ -105,6 +107,14 @@ sp_status sp_model_sampling_defaults(const sp_model *m, sp_sampler_params *p, in
     return sp_engine_sampling_defaults(m->weights, p, n_from_model);
 }
 
+void sp_isa_info_get(sp_isa_info *out)
+{
+    struct sp_isa_paths ip;
+    sp_isa_paths(&ip);
+    *out = (sp_isa_info){.level = ip.level, .quant = ip.quant, .packed = ip.packed, .attention = ip.attention,
+                         .ops = ip.ops};
+}
+
 void sp_model_info_get(const sp_model *m, sp_model_info *o)
 {
     const struct sp_gguf *g = sp_api_gguf(m);
@@ -114,7 +124,7 @@ void sp_model_info_get(const sp_model *m, sp_model_info *o)
     o->architecture = m->arch;
     o->tokenizer = sp_vocab_model_name(m->vocab);
     o->tokenizer_pre = sp_vocab_pre_name(m->vocab);
-    o->isa = sp_quant_isa();
+    o->isa = sp_isa_name(sp_isa_active());
     o->gguf_version = g->version;
     o->n_tensors = g->n_tensors;
     o->n_meta = g->n_kv;

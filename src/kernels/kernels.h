@@ -66,13 +66,19 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
  * pairs (2i, 2i+1). */
 #define SP_ROPE_MAX 1024
 void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neox);
-/* The same rotation split in two: the table cs[n_rot] (cos, sin pairs) of a
- * position, computed once per token and base, then applied to every head.
+/* The same rotation split in two: the table cs[n_rot] (the n_rot/2
+ * cosines, then the sines) of a position, computed once per token and
+ * base, then applied to every head; bit-identical to sp_rope.
  * factors (NULL: none): n_rot / 2 divisors of the pairs' angles (Llama 3's
  * rope_freqs, LongRoPE's long or short factors); mscale scales cos and sin
  * (LongRoPE's attention factor; 1 = none). */
 void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, const float *factors, float mscale);
 void sp_rope_apply(float *x, const float *cs, int n_rot, int neox);
+
+/* dst[i * stride] = src[i] rounded to f16 (nearest even), i < n: the K/V
+ * cache's stores (a per-ISA kernel: without F16C a portable build would
+ * convert in software). */
+void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n);
 
 /* y = silu(g) * u and y = gelu_tanh(g) * u, n values. */
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n);
@@ -90,6 +96,22 @@ void sp_softcap(float *x, int64_t n, float cap);
 enum sp_router { SP_ROUTER_SOFTMAX, SP_ROUTER_SIGMOID };
 void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router router, bool norm, int32_t *ids,
                   float *w);
+
+/* ISA level of the norm, activation and attention kernels in use
+ * ("avx512", "avx2", "neon", "scalar"): the active level (core/cpu.h) or
+ * the nearest parent with a row of its own. */
+const char *sp_kernels_isa(void);
+
+/* The kernel paths chosen for this CPU, by family, as level names (for
+ * `spindle info`, `spindle bench --json`). */
+struct sp_isa_paths {
+    const char *level;     /* the active ISA level (SP_ISA or the CPU's best) */
+    const char *quant;     /* file-layout quantized dots and activation quantizers */
+    const char *packed;    /* packed 16-row tiles; NULL: weights keep the file layout */
+    const char *attention; /* attention (and its softmax) */
+    const char *ops;       /* norms, activations */
+};
+void sp_isa_paths(struct sp_isa_paths *out);
 
 /* Dequantizes row `row` of w into y[w->ne0]. */
 void sp_tensor_row(const struct sp_tensor *w, int64_t row, float *y);

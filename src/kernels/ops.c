@@ -1,16 +1,70 @@
-/* Element-wise and per-row kernels: RMSNorm, RoPE, gated activations,
- * soft-capping, mixture-of-experts routing. */
+/* Element-wise and per-row kernels (RMSNorm, RoPE, gated activations,
+ * soft-capping, mixture-of-experts routing), their scalar row of the kernel
+ * table, and the choice of the row in use (isa.h). */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include "kernels/exp.h"
+#include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "quant/quant.h"
+
+/* The rows by ISA level; a level without one uses its parent's. */
+static const struct sp_kernels_isa *const kernel_rows[SP_ISA_COUNT] = {
+    [SP_ISA_SCALAR] = &sp_kernels_scalar,
+#if defined(__x86_64__)
+    [SP_ISA_AVX2] = &sp_kernels_avx2,
+    [SP_ISA_AVX512] = &sp_kernels_avx512,
+#elif defined(__aarch64__)
+    [SP_ISA_NEON] = &sp_kernels_neon,
+#endif
+};
+static const struct sp_kernels_isa *_Atomic kernels_active;
+
+static const struct sp_kernels_isa *kernels_row(enum sp_isa isa)
+{
+    while (!kernel_rows[isa])
+        isa = sp_isa_parent(isa);
+    return kernel_rows[isa];
+}
+
+const struct sp_kernels_isa *sp_kernels_active(void)
+{
+    const struct sp_kernels_isa *k = atomic_load_explicit(&kernels_active, memory_order_acquire);
+    if (!k) { /* every thread that gets here stores the same row */
+        k = kernels_row(sp_isa_active());
+        atomic_store_explicit(&kernels_active, k, memory_order_release);
+    }
+    return k;
+}
+
+const struct sp_kernels_isa *sp_kernels_for_isa(const char *name)
+{
+    enum sp_isa isa;
+    return sp_isa_parse(name, &isa) && sp_isa_runs(isa) ? kernels_row(isa) : NULL;
+}
+
+void sp_kernels_use(const struct sp_kernels_isa *k) { atomic_store_explicit(&kernels_active, k, memory_order_release); }
+
+const char *sp_kernels_isa(void) { return sp_isa_name(sp_kernels_active()->isa); }
+
+void sp_isa_paths(struct sp_isa_paths *out)
+{
+    out->level = sp_isa_name(sp_isa_active());
+    out->quant = sp_quant_isa();
+    out->packed = sp_quant_packed_isa();
+    out->attention = out->ops = sp_kernels_isa();
+}
+
+/* part[k] = sum of x[i]^2 over i % 8 == k, ascending (isa.h) */
+static void sp_sumsq8_scalar(const float *x, int64_t n, double part[8])
+{
+    for (int64_t i = 0; i < n; i++)
+        part[i % 8] += (double)x[i] * x[i];
+}
 
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 {
@@ -21,24 +75,14 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
      * would bound a long row).  x * x is exact in double, so fused or not
      * rounds the same. */
     double part[8] = {0};
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    __m512d acc = _mm512_setzero_pd();
-    for (; i + 8 <= n; i += 8) {
-        __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-        acc = _mm512_fmadd_pd(v, v, acc);
-    }
-    _mm512_storeu_pd(part, acc);
-#endif
-    for (; i < n; i++)
-        part[i % 8] += (double)x[i] * x[i];
+    sp_kernels_active()->sumsq8(x, n, part);
     double ss = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
     float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
     if (w)
-        for (i = 0; i < n; i++)
+        for (int64_t i = 0; i < n; i++)
             y[i] = x[i] * scale * w[i];
     else
-        for (i = 0; i < n; i++)
+        for (int64_t i = 0; i < n; i++)
             y[i] = x[i] * scale;
 }
 
@@ -49,6 +93,7 @@ void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neo
     sp_rope_apply(x, cs, n_rot, neox);
 }
 
+/* cs: the n_rot/2 cosines, then the n_rot/2 sines (rows of a vector row) */
 void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, const float *factors, float mscale)
 {
     /* theta_i = pos * base^(-2i/n_rot) (the power accumulated as a running
@@ -58,19 +103,22 @@ void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, 
      * or scaling this is pos * base^(-2i/n_rot). */
     float theta_scale = powf(base, -2.0f / (float)n_rot);
     float theta = (float)pos;
-    for (int i = 0; i < n_rot / 2; i++) {
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
         float t = freq_scale * (factors ? theta / factors[i] : theta);
-        cs[2 * i] = cosf(t) * mscale;
-        cs[2 * i + 1] = sinf(t) * mscale;
+        cs[i] = cosf(t) * mscale;
+        cs[half + i] = sinf(t) * mscale;
         theta *= theta_scale;
     }
 }
 
-void sp_rope_apply(float *x, const float *cs, int n_rot, int neox)
+void sp_rope_apply(float *x, const float *cs, int n_rot, int neox) { sp_kernels_active()->rope(x, cs, n_rot, neox); }
+
+void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox)
 {
     int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
-        float c = cs[2 * i], s = cs[2 * i + 1];
+        float c = cs[i], s = cs[half + i];
         int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         float x0 = x[a], x1 = x[b];
         x[a] = x0 * c - x1 * s;
@@ -80,18 +128,9 @@ void sp_rope_apply(float *x, const float *cs, int n_rot, int neox)
 
 /* silu(g) = g / (1 + e^-g) with e^-g from sp_exp (-g clamped to 88, where
  * e^-g is already ~1e38 and silu ~0). */
-void sp_swiglu(const float *g, const float *u, float *y, int64_t n)
+static void sp_swiglu_scalar(const float *g, const float *u, float *y, int64_t n)
 {
-    int64_t i = 0;
-#ifdef SP_EXP16
-    const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(88.0f);
-    for (; i + 16 <= n; i += 16) {
-        __m512 gv = _mm512_loadu_ps(g + i);
-        __m512 e = sp_exp16(_mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv), lim));
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
-    }
-#endif
-    for (; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         float ng = -g[i];
         float e = sp_exp1(ng < 88.0f ? ng : 88.0f);
         y[i] = g[i] / (1.0f + e) * u[i];
@@ -108,7 +147,7 @@ static float sp_gelu_tanh(float x)
  * f16, through a table of f16 results, so our activations match its
  * numerics (the rounding is ~5e-4 relative: larger than any summation-order
  * effect).  Outside (-10, 10) GELU is 0 or x. */
-static _Float16 sp_gelu_table[(1 << 16) + 1]; /* + 1: a 32-bit gather at the last entry stays inside */
+_Float16 sp_gelu_table[(1 << 16) + 1]; /* + 1: a 32-bit gather at the last entry stays inside */
 static pthread_once_t sp_gelu_once = PTHREAD_ONCE_INIT;
 
 static void sp_gelu_table_init(void)
@@ -121,22 +160,12 @@ static void sp_gelu_table_init(void)
     }
 }
 
-void sp_geglu(const float *g, const float *u, float *y, int64_t n)
+void sp_gelu_table_ready(void) { pthread_once(&sp_gelu_once, sp_gelu_table_init); }
+
+void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n)
 {
-    pthread_once(&sp_gelu_once, sp_gelu_table_init);
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    /* the same lookups 16 at a time: 32-bit gathers at the entries, low halves kept */
-    const __m512 lo = _mm512_set1_ps(-10.0f), hi = _mm512_set1_ps(10.0f);
-    for (; i + 16 <= n; i += 16) {
-        __m512 x = _mm512_loadu_ps(g + i), uv = _mm512_loadu_ps(u + i);
-        __m512i h = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        __m512 t = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(h, sp_gelu_table, 2)));
-        __m512 y16 = _mm512_maskz_mul_ps(~_mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), t, uv);
-        _mm512_storeu_ps(y + i, _mm512_mask_mul_ps(y16, _mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), x, uv));
-    }
-#endif
-    for (; i < n; i++) {
+    sp_gelu_table_ready();
+    for (int64_t i = 0; i < n; i++) {
         float x = g[i];
         if (x <= -10.0f) {
             y[i] = 0.0f;
@@ -204,3 +233,31 @@ void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router route
             w[i] /= sum;
     }
 }
+
+void sp_f16_store_scalar(uint16_t *dst, size_t stride, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        _Float16 h = (_Float16)src[i];
+        memcpy(dst + (size_t)i * stride, &h, sizeof h);
+    }
+}
+
+void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n)
+{
+    sp_kernels_active()->f16_store(dst, stride, src, n);
+}
+
+void sp_swiglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->swiglu(g, u, y, n); }
+
+void sp_geglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->geglu(g, u, y, n); }
+
+const struct sp_kernels_isa sp_kernels_scalar = {
+    .isa = SP_ISA_SCALAR,
+    .sumsq8 = sp_sumsq8_scalar,
+    .swiglu = sp_swiglu_scalar,
+    .geglu = sp_geglu_scalar,
+    .rope = sp_rope_scalar,
+    .f16_store = sp_f16_store_scalar,
+    .attn_group = sp_attn_group_scalar,
+    .attn_block = NULL, /* prompt tokens take the group kernel one by one */
+};

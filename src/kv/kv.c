@@ -12,6 +12,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 #define SP_KV_NONE UINT32_MAX
 /* Positions per block: a multiple of SP_KV_TILE (blocks hold whole key
@@ -242,14 +243,11 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
 {
     const struct sp_kv_view w = sp_kv_view(kv, seq, layer);
     const uint32_t D = kv->head_dim, n_head = kv->kv_dim / D;
+    /* the view's pointers are into this room's own arrays; the kernel
+     * table converts (F16C / NEON rows, the cast's rounding) */
     for (uint32_t h = 0; h < n_head; h++) {
-        /* the view's pointers are into this room's own arrays */
-        _Float16 *kd = (_Float16 *)(uintptr_t)sp_kv_view_k(&w, pos, h);
-        _Float16 *vd = (_Float16 *)(uintptr_t)sp_kv_view_v(&w, pos, h);
-        for (uint32_t d = 0; d < D; d++) {
-            kd[(size_t)d * SP_KV_TILE] = (_Float16)k[(size_t)h * D + d];
-            vd[d] = (_Float16)v[(size_t)h * D + d];
-        }
+        sp_f16_store((uint16_t *)(uintptr_t)sp_kv_view_k(&w, pos, h), SP_KV_TILE, k + (size_t)h * D, D);
+        sp_f16_store((uint16_t *)(uintptr_t)sp_kv_view_v(&w, pos, h), 1, v + (size_t)h * D, D);
     }
 }
 

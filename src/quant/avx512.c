@@ -12,6 +12,7 @@
 #define DOT_US_ACC(acc, u, s, sc16)                                            \
     _mm256_dpwssd_epi32((acc), _mm256_maddubs_epi16((u), (s)), (sc16))
 #define SP_KERN_AVX512 1
+#define SP_KERN_VNNI 1
 #include "quant/kern_x86.inc"
 
 /* ------------------------------------- packed 16-row tiles (zmm, P16) */

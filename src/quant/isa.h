@@ -157,14 +157,18 @@ static inline void sp_q3k_scales(const uint8_t q[12], int8_t sc[16])
     }
 }
 
-/* Overwrite the entries this ISA accelerates; only call after checking the
- * CPU (sp_cpu_features). avx512 builds on avx2 (it calls it first). */
+/* Overwrite the entries this ISA level accelerates, on a table built for
+ * its parent level (core/cpu.h); only call when sp_isa_runs says so. */
 void sp_quant_register_avx2(struct sp_type_traits *table);
+void sp_quant_register_avxvnni(struct sp_type_traits *table);
 void sp_quant_register_avx512(struct sp_type_traits *table);
+void sp_quant_register_neon(struct sp_type_traits *table);
+void sp_quant_register_dotprod(struct sp_type_traits *table);
+void sp_quant_register_i8mm(struct sp_type_traits *table);
 
 /* Copies into out[SP_TYPE_COUNT] the table sp_quant_init would build with
- * SP_ISA=isa ("scalar", "avx2", "avx512"); false when this CPU or build
- * cannot run that ISA.  For tests and benchmarks. */
+ * SP_ISA=isa (a core/cpu.h level name); false when this CPU or build
+ * cannot run that level.  For tests and benchmarks. */
 bool sp_quant_table_for_isa(const char *isa, struct sp_type_traits *out);
 
 #endif

@@ -1,8 +1,8 @@
 /* Weight and activation types: one traits table, indexed by the ggml type id.
  *
  * ref.c holds the scalar oracle for every type (dequantize, quantize, dot);
- * the ISA files (avx2.c, avx512.c, neon.c) replace entries at start-up via
- * sp_quant_init() when the CPU supports them.  Every fast entry is tested
+ * the ISA files (avx2.c, avxvnni.c, avx512.c, neon*.c) replace entries at
+ * start-up via sp_quant_init(), for the ISA level core/cpu.h chooses.  Every fast entry is tested
  * against the oracle (tests/unit/test_quant.c).
  *
  * Batch invariance: vec_dot() and gemm() must give bit-identical results for
@@ -75,16 +75,15 @@ struct sp_type_traits {
     void (*pack)(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 };
 
-/* Picks the best kernels for this CPU (idempotent, thread-safe).  The
- * environment variable SP_ISA=scalar|avx2|avx512 caps the choice (tests). */
+/* Builds the table of the active ISA level (sp_isa_active: the best this
+ * CPU runs, or SP_ISA=name); idempotent, thread-safe. */
 void sp_quant_init(void);
-/* Picks the kernels of `isa` ("scalar", "avx2", "avx512"; NULL or "auto":
- * as sp_quant_init) for the whole process.  SP_ERR_ARG for an unknown name
- * or when the process already runs another set (the first choice holds);
- * SP_ERR_UNSUPPORTED when this CPU cannot run it. */
-sp_status sp_quant_select(const char *isa);
-/* Name of the ISA in use ("avx512", "avx2", "scalar"). */
+/* ISA level of the file-layout dot products and quantizers in use
+ * ("avx512", "avx2", "dotprod", "scalar", ...). */
 const char *sp_quant_isa(void);
+/* ISA level of the packed tiles weights are repacked for, or NULL when
+ * weights stay in the file layout. */
+const char *sp_quant_packed_isa(void);
 
 /* Traits of a known type id, NULL otherwise. */
 const struct sp_type_traits *sp_type_get(uint32_t type);

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "core/cpu.h"
-#include "core/error.h"
 #include "quant/isa.h"
 
 /* ---------------------------------------------------------------- f16/bf16 */
@@ -754,88 +753,75 @@ static const struct sp_type_traits ref_table[SP_TYPE_COUNT] = {
                           .gemm = sp_q6_K_p16_gemm_ref, .pack = sp_q6_K_p16_pack},
 };
 
+/* The ISA levels' registrars, each applied on top of its parent's table
+ * (avx512 on avx2 on the oracle), and which families each provides. */
+static const struct {
+    void (*reg)(struct sp_type_traits *table);
+    bool dots, packed; /* file-layout dots and quantizers; packed tiles */
+} quant_isas[SP_ISA_COUNT] = {
+#if defined(__x86_64__)
+    [SP_ISA_AVX2] = {sp_quant_register_avx2, true, true},
+    [SP_ISA_AVXVNNI] = {sp_quant_register_avxvnni, true, true},
+    [SP_ISA_AVX512] = {sp_quant_register_avx512, true, true},
+#elif defined(__aarch64__)
+    [SP_ISA_NEON] = {sp_quant_register_neon, false, true},
+    [SP_ISA_DOTPROD] = {sp_quant_register_dotprod, false, true},
+    [SP_ISA_I8MM] = {sp_quant_register_i8mm, false, true},
+#endif
+};
+
 static struct sp_type_traits active_table[SP_TYPE_COUNT];
-static const char *active_isa = "scalar";
+static enum sp_isa active_dots = SP_ISA_SCALAR, active_packed = SP_ISA_SCALAR;
+static bool active_packs;
 static pthread_once_t quant_once = PTHREAD_ONCE_INIT;
-static const char *quant_request;  /* sp_quant_select's ISA, read once by quant_init_once */
-static bool quant_ready;
-static pthread_mutex_t quant_select_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static int isa_rank(const char *isa)
+static void quant_build(enum sp_isa isa, struct sp_type_traits *out)
 {
-    if (!isa) return -1;
-    if (strcmp(isa, "scalar") == 0) return 0;
-    if (strcmp(isa, "avx2") == 0) return 1;
-    if (strcmp(isa, "avx512") == 0) return 2;
-    return -1;
+    if (isa == SP_ISA_SCALAR) {
+        memcpy(out, ref_table, sizeof ref_table);
+        return;
+    }
+    quant_build(sp_isa_parent(isa), out);
+    if (quant_isas[isa].reg)
+        quant_isas[isa].reg(out);
 }
 
-/* Highest ISA rank this CPU (and OS) can run. */
-static int isa_best(void)
+bool sp_quant_table_for_isa(const char *name, struct sp_type_traits *out)
 {
-#if defined(__x86_64__)
-    const struct sp_cpu_features *f = sp_cpu_features();
-    if (!(f->avx2 && f->fma && f->f16c)) return 0;
-    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni) return 2;
-    return 1;
-#else
-    return 0;
-#endif
-}
-
-bool sp_quant_table_for_isa(const char *isa, struct sp_type_traits *out)
-{
-    int rank = isa_rank(isa);
-    if (rank < 0 || rank > isa_best())
+    enum sp_isa isa;
+    if (!sp_isa_parse(name, &isa) || !sp_isa_runs(isa))
         return false;
-    memcpy(out, ref_table, sizeof ref_table);
-#if defined(__x86_64__)
-    if (rank == 1) sp_quant_register_avx2(out);
-    if (rank == 2) sp_quant_register_avx512(out);
-#endif
+    quant_build(isa, out);
     return true;
 }
 
 static void quant_init_once(void)
 {
-    static const char *names[] = {"scalar", "avx2", "avx512"};
-    int rank = isa_best();
-    int cap = isa_rank(quant_request ? quant_request : getenv("SP_ISA"));
-    if (cap >= 0 && cap < rank) rank = cap;
-    if (!sp_quant_table_for_isa(names[rank], active_table)) {
-        memcpy(active_table, ref_table, sizeof ref_table);
-        rank = 0;
+    enum sp_isa isa = sp_isa_active();
+    quant_build(isa, active_table);
+    /* the families' levels: the nearest level up the chain that provides them */
+    active_dots = active_packed = SP_ISA_SCALAR;
+    for (enum sp_isa i = isa; i != SP_ISA_SCALAR; i = sp_isa_parent(i)) {
+        if (quant_isas[i].dots && active_dots == SP_ISA_SCALAR)
+            active_dots = i;
+        if (quant_isas[i].packed && active_packed == SP_ISA_SCALAR)
+            active_packed = i;
     }
-    active_isa = names[rank];
-    quant_ready = true;
+    active_packs = active_packed != SP_ISA_SCALAR;
 }
 
 void sp_quant_init(void) { pthread_once(&quant_once, quant_init_once); }
 
-sp_status sp_quant_select(const char *isa)
-{
-    if (!isa || !strcmp(isa, "auto")) {
-        sp_quant_init();
-        return SP_OK;
-    }
-    if (isa_rank(isa) < 0)
-        return sp_error_set(SP_ERR_ARG, "isa '%s': not one of auto, scalar, avx2, avx512", isa);
-    if (isa_rank(isa) > isa_best())
-        return sp_error_set(SP_ERR_UNSUPPORTED, "isa '%s': this CPU does not run it", isa);
-    pthread_mutex_lock(&quant_select_mu);
-    if (!quant_ready)
-        quant_request = isa;
-    sp_quant_init();
-    pthread_mutex_unlock(&quant_select_mu);
-    if (strcmp(active_isa, isa))
-        return sp_error_set(SP_ERR_ARG, "isa '%s': this process already runs the %s kernels", isa, active_isa);
-    return SP_OK;
-}
-
 const char *sp_quant_isa(void)
 {
     sp_quant_init();
-    return active_isa;
+    return sp_isa_name(active_dots);
+}
+
+const char *sp_quant_packed_isa(void)
+{
+    sp_quant_init();
+    return active_packs ? sp_isa_name(active_packed) : NULL;
 }
 
 const struct sp_type_traits *sp_type_get(uint32_t type)

@@ -225,6 +225,11 @@ int main(int argc, char **argv)
         return sp_check_report("test_api");
     sp_model_info in;
     sp_model_info_get(m, &in);
+    sp_isa_info ii;
+    sp_isa_info_get(&ii);
+    CHECK(!strcmp(ii.level, in.isa) && ii.quant && ii.attention && ii.ops && (!ii.packed || strcmp(ii.level, "scalar")),
+          "isa paths: level %s (model %s), quant %s, packed %s", ii.level, in.isa, ii.quant,
+          ii.packed ? ii.packed : "none");
     mp.isa = strcmp(in.isa, "scalar") ? "scalar" : NULL;
     sp_model *other = NULL;
     if (mp.isa) /* the first model fixed the kernels for this process */

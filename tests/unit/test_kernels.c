@@ -1,16 +1,24 @@
 /* Kernels of the forward pass against plain double-precision references:
  * RMSNorm, RoPE, gated activations, quantized matmul (and its batch and
- * thread invariance), and attention over the paged KV cache. */
+ * thread invariance), and attention over the paged KV cache; then every
+ * row of the kernel table this CPU runs (kernels/isa.h) against the scalar
+ * row, bit for bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "check_isa.h"
 #include "core/pool.h"
 #include "kernels/attention.h"
+#include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
+
+/* max(a, b) for the error reductions (fmax in a reduction loop crashes
+ * Debian 12's aarch64 gcc 12 vectorizer) */
+static double maxd(double a, double b) { return a > b ? a : b; }
 
 static float frand(unsigned *s)
 {
@@ -31,7 +39,7 @@ static void test_rmsnorm(void)
     double scale = 1.0 / sqrt(ss / 576 + 1e-5);
     double worst = 0;
     for (int i = 0; i < 576; i++)
-        worst = fmax(worst, fabs(y[i] - x[i] * scale * w[i]) / (fabs(x[i] * scale * w[i]) + 1e-6));
+        worst = maxd(worst, fabs(y[i] - x[i] * scale * w[i]) / (fabs(x[i] * scale * w[i]) + 1e-6));
     CHECK(worst < 1e-5, "rmsnorm relative error %g (budget 1e-5: a few float roundings)", worst);
 }
 
@@ -50,7 +58,7 @@ static void test_rope(void)
             double th = pos * pow(10000.0, -2.0 * i / 64);
             int a = neox ? i : 2 * i, b = neox ? i + 32 : 2 * i + 1;
             double ya = x[a] * cos(th) - x[b] * sin(th), yb = x[a] * sin(th) + x[b] * cos(th);
-            worst = fmax(worst, fmax(fabs(ya - y[a]), fabs(yb - y[b])));
+            worst = maxd(worst, maxd(fabs(ya - y[a]), fabs(yb - y[b])));
         }
         /* float theta accumulates ~1e-6 relative per pair over 32 pairs */
         CHECK(worst < 2e-4, "rope (neox %d) max error %g", neox, worst);
@@ -71,7 +79,7 @@ static void test_rope_factors(void)
     double worst = 0;
     for (int i = 0; i < 32; i++) {
         double th = 300 * pow(500000.0, -2.0 * i / 64) / f[i] * 0.5;
-        worst = fmax(worst, fmax(fabs(cs[2 * i] - 1.2 * cos(th)), fabs(cs[2 * i + 1] - 1.2 * sin(th))));
+        worst = fmax(worst, fmax(fabs(cs[i] - 1.2 * cos(th)), fabs(cs[32 + i] - 1.2 * sin(th))));
     }
     CHECK(worst < 1e-4, "rope table with factors: max error %g", worst);
     /* factors of 1 and scales of 1 change nothing, bit for bit */
@@ -140,7 +148,7 @@ static void test_glu(void)
         sp_swiglu(g40 + i, u40 + i, &one, 1);
         same += !memcmp(&one, &y40[i], sizeof one);
         double ref = g40[i] / (1 + exp(-(double)g40[i])) * u40[i];
-        worst = fmax(worst, fabs(y40[i] - ref) / (1 + fabs(ref)));
+        worst = maxd(worst, fabs(y40[i] - ref) / (1 + fabs(ref)));
     }
     CHECK(same == 40, "swiglu: %d of 40 values equal alone and in a row", same);
     CHECK(worst < 1e-5, "swiglu over -146..142: error %g", worst);
@@ -231,7 +239,7 @@ static void check_matmul(struct sp_pool *p1, struct sp_pool *p2, uint32_t type, 
             double ref = 0, mag = 0;
             for (int i = 0; i < n; i++)
                 ref += (double)deq[r * n + i] * x[t * n + i], mag += fabs(deq[r * n + i] * x[t * n + i]);
-            worst = fmax(worst, fabs(out7[t * rows + r] - ref) / mag);
+            worst = maxd(worst, fabs(out7[t * rows + r] - ref) / mag);
         }
     }
     /* 8-bit activations: ~0.4% of each block's range per value, averaging down */
@@ -308,10 +316,19 @@ static void test_matmul_grouped(struct sp_pool *p1, struct sp_pool *p2)
 }
 
 /* HKV = 1 on two threads takes the one-token path that splits a group's
- * heads between the threads; HKV = 2 the whole-group path. */
-static void test_attention(struct sp_pool *pool, const int HKV)
+ * heads between the threads; HKV = 2 the whole-group path.  Every output
+ * is appended to rec (when not NULL; *nrec floats so far) for comparing
+ * the kernel table's rows. */
+#define REC(p, n)                                                              \
+    do {                                                                       \
+        if (rec) {                                                             \
+            memcpy(rec + *nrec, (p), sizeof(float) * (size_t)(n));             \
+            *nrec += (size_t)(n);                                              \
+        }                                                                      \
+    } while (0)
+static void test_attention(struct sp_pool *pool, const int HKV, const int D, float *rec, size_t *nrec)
 {
-    const int H = 4, D = 64, P = 40;
+    const int H = 4, P = 40;
     struct sp_kv *kv;
     struct sp_kv_seq seq = {0};
     const struct sp_kv_shape shape = {.n_layer = 1, .n_head_kv = (uint32_t)HKV, .head_dim = D};
@@ -326,7 +343,7 @@ static void test_attention(struct sp_pool *pool, const int HKV)
         }
         sp_kv_store(kv, &seq, 0, (uint32_t)p, K + p * HKV * D, V + p * HKV * D);
     }
-    float q[2 * 4 * 64], out[2 * 4 * 64];
+    float q[2 * 4 * 256], out[2 * 4 * 256];
     size_t per = sp_attention_scratch_floats(P, D);
     float *scratch = malloc(sizeof(float) * per * (size_t)sp_pool_chunks_for(sp_pool_size(pool)));
     for (int i = 0; i < 2 * H * D; i++)
@@ -359,17 +376,18 @@ static void test_attention(struct sp_pool *pool, const int HKV)
                     double o = 0;
                     for (int j = j0; j <= pos[t]; j++)
                         o += sc[j - j0] / sum * V[j * HKV * D + hk * D + i];
-                    worst = fmax(worst, fabs(o - out[t * H * D + h * D + i]));
+                    worst = maxd(worst, fabs(o - out[t * H * D + h * D + i]));
                 }
             }
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
-        CHECK(worst < 2e-3, "attention (%d KV heads, window %d, soft-cap %g) max error %g", HKV, window, cap, worst);
+        CHECK(worst < 2e-3, "attention (%d KV heads, D %d, window %d, soft-cap %g) max error %g", HKV, D, window, cap, worst);
+        REC(out, 2 * H * D);
     }
     /* a prompt run gives each token bit for bit what it gets alone:
      * positions 16..39 in one batch (blocks of 16 and 8 queries), and
      * 3..39 (blocks of 16, 16 and 5, none starting on a key tile) */
     enum { NTMAX = 37 };
-    float *qb = malloc(sizeof(float) * NTMAX * H * D), *ob = malloc(sizeof(float) * NTMAX * H * D), o1[4 * 64];
+    float *qb = malloc(sizeof(float) * NTMAX * H * D), *ob = malloc(sizeof(float) * NTMAX * H * D), o1[4 * 256];
     const struct sp_kv_seq *seqb[NTMAX];
     int32_t posb[NTMAX], *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NTMAX, H));
     for (int i = 0; i < NTMAX * H * D; i++)
@@ -389,10 +407,11 @@ static void test_attention(struct sp_pool *pool, const int HKV)
             struct sp_attn_args a1 = a;
             a1.n_tok = 1, a1.q = qb + (size_t)t * H * D, a1.seqs = &seqb[t], a1.pos = &posb[t], a1.out = o1;
             sp_attention(pool, &a1);
-            diff += memcmp(o1, ob + (size_t)t * H * D, sizeof o1) != 0;
+            diff += memcmp(o1, ob + (size_t)t * H * D, sizeof(float) * H * D) != 0;
         }
-        CHECK(diff == 0, "attention (%d KV heads, window %d, soft-cap %g): %d of %d prompt tokens differ from the "
-              "token alone", HKV, window, cap, diff, NT);
+        CHECK(diff == 0, "attention (%d KV heads, D %d, window %d): %d of %d prompt tokens differ from the token alone",
+              HKV, D, window, diff, NT);
+        REC(ob, NT * H * D);
     }
     free(qb);
     free(ob);
@@ -404,10 +423,109 @@ static void test_attention(struct sp_pool *pool, const int HKV)
     sp_kv_free(kv);
 }
 
+/* The element-wise kernels' outputs for comparing rows: RMSNorm of rows
+ * of several lengths (tails of every size), RoPE of both pair layouts,
+ * f16 stores (contiguous and strided),
+ * SwiGLU across the clamp, GEGLU over every f16 input and the +-10
+ * edges. */
+static size_t ops_outputs(float *rec)
+{
+    unsigned s = 11;
+    size_t n = 0;
+    static float x[1100], w[1100], g[70000], u[70000];
+    for (int i = 0; i < 1100; i++)
+        x[i] = 4 * frand(&s), w[i] = 1 + frand(&s);
+    static const int lens[] = {576, 640, 7, 1, 1003, 64, 256};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        sp_rmsnorm(x, k % 2 ? NULL : w, rec + n, lens[k], 1e-6f);
+        n += (size_t)lens[k];
+    }
+    static const int rots[] = {64, 256, 48};
+    for (size_t k = 0; k < sizeof rots / sizeof rots[0]; k++)
+        for (int neox = 0; neox < 2; neox++) {
+            float cs[256], whole[256];
+            memcpy(rec + n, x, sizeof(float) * (size_t)rots[k]);
+            memcpy(whole, x, sizeof(float) * (size_t)rots[k]);
+            sp_rope_table(cs, rots[k], 1000 + (int)k, 10000.0f, 1.0f, NULL, 1.0f);
+            sp_rope_apply(rec + n, cs, rots[k], neox);
+            sp_rope(whole, rots[k], 1000 + (int)k, 10000.0f, 1.0f, neox);
+            CHECK(!memcmp(whole, rec + n, sizeof(float) * (size_t)rots[k]), "rope %d (neox %d): table + apply differs "
+                  "from sp_rope", rots[k], neox);
+            n += (size_t)rots[k];
+        }
+    static uint16_t h16[1100 * 16];
+    for (int stride = 1; stride <= 16; stride += 15) /* a value row; a key's column of its tile */
+        for (int len = 1; len <= 100; len += 33) {
+            sp_f16_store(h16, (size_t)stride, x + len, len);
+            for (int i = 0; i < len; i++) {
+                _Float16 want = (_Float16)x[len + i];
+                uint16_t wb;
+                memcpy(&wb, &want, sizeof wb);
+                CHECK(h16[i * stride] == wb, "f16 store (stride %d) of %g: %04x, want %04x", stride, x[len + i],
+                      h16[i * stride], wb);
+                rec[n++] = h16[i * stride];
+            }
+        }
+    for (int i = 0; i < 1003; i++)
+        g[i] = 120 * frand(&s), u[i] = frand(&s);
+    sp_swiglu(g, u, rec + n, 1003);
+    n += 1003;
+    const int NG = 65536 + 8;
+    for (int i = 0; i < 65536; i++)
+        g[i] = sp_f16_to_f32((uint16_t)i), u[i] = 0.5f + (float)(i % 7);
+    const float edge[8] = {-10.0f, 10.0f, -10.001f, 10.001f, -9.999f, 9.999f, 0.1234567f, -3.3333333f};
+    for (int i = 0; i < 8; i++)
+        g[65536 + i] = edge[i], u[65536 + i] = 1.5f;
+    sp_geglu(g, u, rec + n, NG);
+    return n + (size_t)NG;
+}
+
+/* Every row of the kernel table this CPU runs computes the scalar row's
+ * bits: the element-wise kernels, and attention through both paths (one
+ * token; prompt blocks) for SmolLM2's and Gemma 3's head sizes and one the
+ * vectors do not divide. */
+static void test_rows(struct sp_pool *pool)
+{
+    const size_t cap = 1 << 21;
+    float *ref = malloc(sizeof(float) * cap), *got = malloc(sizeof(float) * cap);
+    size_t nref = 0;
+    const struct sp_kernels_isa *keep = sp_kernels_active();
+    for (int i = 0; i < SP_ISA_COUNT; i++) {
+        const struct sp_kernels_isa *row = sp_kernels_for_isa(sp_isa_name((enum sp_isa)i));
+        const bool own = row && row->isa == (enum sp_isa)i; /* a level without a row of its own uses its parent's */
+        if (own) {
+            float *rec = i == SP_ISA_SCALAR ? ref : got;
+            size_t n = 0;
+            sp_kernels_use(row);
+            n = ops_outputs(rec);
+            static const int dims[][2] = {{2, 64}, {1, 64}, {1, 256}, {2, 72}};
+            for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+                test_attention(pool, dims[k][0], dims[k][1], rec, &n);
+            if (i == SP_ISA_SCALAR) {
+                nref = n;
+            } else {
+                size_t diff = 0;
+                for (size_t j = 0; j < n && j < nref; j++)
+                    diff += memcmp(&got[j], &ref[j], sizeof(float)) != 0;
+                CHECK(n == nref && diff == 0, "kernel row %s: %zu of %zu outputs differ from the scalar row's",
+                      sp_isa_name((enum sp_isa)i), diff, n);
+                printf("  kernel row %s: %zu outputs equal the scalar row's bit for bit: %s\n",
+                       sp_isa_name((enum sp_isa)i), n, diff == 0 ? "yes" : "NO");
+            }
+        }
+        if (own || !row)
+            sp_check_isa_path("kernels", (enum sp_isa)i, own);
+    }
+    sp_kernels_use(keep);
+    free(ref);
+    free(got);
+}
+
 int main(void)
 {
     struct sp_pool *p1, *p2;
     sp_quant_init();
+    printf("  kernel row in use: %s\n", sp_kernels_isa());
     if (sp_pool_init(&p1, 1) != SP_OK || sp_pool_init(&p2, 2) != SP_OK)
         return 1;
     test_rmsnorm();
@@ -418,8 +536,7 @@ int main(void)
     test_glu();
     test_matmul(p1, p2);
     test_matmul_grouped(p1, p2);
-    test_attention(p2, 2);
-    test_attention(p2, 1);
+    test_rows(p2);
     sp_pool_free(p1);
     sp_pool_free(p2);
     return sp_check_report("kernels");

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "check_isa.h"
 #include "quant/isa.h"
 #include "quant/quant.h"
 
@@ -264,14 +265,14 @@ static void test_roundtrip(void)
     }
 }
 
-/* Fast kernels vs the oracle, per ISA. */
-static void test_isa(const char *isa)
+/* Fast kernels vs the oracle, per ISA level; false when this CPU or build
+ * cannot run the level. */
+static bool test_isa(const char *isa)
 {
     static struct sp_type_traits tab[SP_TYPE_COUNT];
     if (!sp_quant_table_for_isa(isa, tab)) {
-        printf("  isa %s: not supported by this CPU (only the oracle runs)\n", isa);
         CHECK(strcmp(isa, "scalar") != 0, "scalar must always be available");
-        return;
+        return false;
     }
     enum { NR = 5, NC = 19 }; /* NC: past the x86 gemm's 8-column threshold for 4-row tiles */
     static float x[NR][N], act[NC][N], wf[N], af[N];
@@ -358,36 +359,71 @@ static void test_isa(const char *isa)
             for (int c = 0; c < 3; c++) diff += fbits(s_gemm[c * 2 + r]) != fbits(s_dot[1 + r][4 + c]);
         CHECK(diff == 0, "%s %s 2x3 gemm: %d differ", isa, ref->name, diff);
     }
+    return true;
 }
 
-/* Packed 16-row types: pack, then the ISA's gemm must equal the scalar
- * oracle bit for bit for every column count (batch invariance), and the
- * oracle must equal the file type's dot on dequantized values. */
-static void test_packed(const char *isa)
+/* Row 0 of a test matrix at the extremes its type can hold (every quant
+ * at its largest stored value, scales and mins at their largest), so the
+ * kernels' integer sums meet their worst case against constant
+ * activations (all +-127). */
+static void saturate_row(uint32_t ft, uint8_t *row, int64_t n)
 {
-    static struct sp_type_traits tab[SP_TYPE_COUNT];
-    if (!sp_quant_table_for_isa(isa, tab))
-        return;
+    const int64_t nb = n / sp_type_get_ref(ft)->block_size;
+    for (int64_t b = 0; b < nb; b++) {
+        switch (ft) {
+        case SP_TYPE_Q4_1: memset(((struct sp_block_q4_1 *)row)[b].qs, 0xFF, 16); break;
+        case SP_TYPE_Q5_0: {
+            struct sp_block_q5_0 *x = &((struct sp_block_q5_0 *)row)[b];
+            memset(x->qs, 0xFF, 16);
+            memset(x->qh, 0xFF, 4);
+            break;
+        }
+        case SP_TYPE_Q8_0: memset(((struct sp_block_q8_0 *)row)[b].qs, b % 2 ? 0x80 : 0x7F, 32); break;
+        case SP_TYPE_Q4_K: {
+            struct sp_block_q4_K *x = &((struct sp_block_q4_K *)row)[b];
+            memset(x->qs, 0xFF, sizeof x->qs);
+            memset(x->scales, 0xFF, sizeof x->scales);
+            break;
+        }
+        case SP_TYPE_Q6_K: {
+            struct sp_block_q6_K *x = &((struct sp_block_q6_K *)row)[b];
+            memset(x->ql, b % 2 ? 0xFF : 0x00, sizeof x->ql);
+            memset(x->qh, b % 2 ? 0xFF : 0x00, sizeof x->qh);
+            memset(x->scales, b % 2 ? 0x7F : 0x80, sizeof x->scales);
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+/* Packed 16-row types: pack, check the scalar oracle against float math on
+ * the dequantized rows, then every ISA level this CPU runs that packs the
+ * type must equal the oracle bit for bit for every column count (batch
+ * invariance).  ran[level]: the level's packed tiles were exercised. */
+static void test_packed(bool ran[SP_ISA_COUNT])
+{
+    static struct sp_type_traits tabs[SP_ISA_COUNT][SP_TYPE_COUNT];
+    bool runs[SP_ISA_COUNT];
+    for (int i = 0; i < SP_ISA_COUNT; i++) {
+        runs[i] = sp_quant_table_for_isa(sp_isa_name((enum sp_isa)i), tabs[i]);
+        ran[i] = i == SP_ISA_SCALAR; /* the oracle runs everywhere */
+    }
     static const uint32_t file_types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q5_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K};
+    static const uint32_t packed_types[] = {SP_TYPE_Q4_1_P16, SP_TYPE_Q8_0_P16, SP_TYPE_Q5_0_P16, SP_TYPE_Q4_K_P16,
+                                            SP_TYPE_Q6_K_P16};
     enum { NR = 32, NC = 19 }; /* two row groups */
     static float x[N], af[NC][N], wf[N];
     static uint8_t wq[NR][N * 2], packed[NR * N * 2], aq[NC][N * 2], aq2[N * 2];
     static float s_ref[NC][NR], s_fast[NC][NR];
     for (size_t k = 0; k < sizeof file_types / sizeof file_types[0]; k++) {
-        uint32_t ft = file_types[k];
-        const struct sp_type_traits *file = sp_type_get_ref(ft);
-        uint32_t pt = tab[ft].packed;
-        if (!pt) {
-            printf("  %-6s %-5s not packed\n", isa, file->name);
-            CHECK(strcmp(isa, "avx512") != 0, "avx512 packs %s", file->name);
-            continue;
-        }
+        const uint32_t ft = file_types[k], pt = packed_types[k];
+        const struct sp_type_traits *file = sp_type_get_ref(ft), *pref = sp_type_get_ref(pt);
         const bool kq = file->block_size == 256;
         const int PN = kq ? 7 * 256 : N - 32; /* odd block counts: 7 super-blocks, 63 blocks */
-        const struct sp_type_traits *pref = sp_type_get_ref(pt), *pfast = &tab[pt];
         const uint32_t at = kq ? SP_TYPE_Q8_K : SP_TYPE_Q8_P;
-        const struct sp_type_traits *aref = sp_type_get_ref(at), *afast = &tab[at];
-        CHECK(pref->vec_dot_type == at && pfast->gemm && pref->pack, "%s packed traits", pref->name);
+        const struct sp_type_traits *aref = sp_type_get_ref(at);
+        CHECK(pref->vec_dot_type == at && pref->gemm && pref->pack, "%s packed traits", pref->name);
         size_t wrow, arow;
         sp_type_row_size(ft, PN, &wrow);
         sp_type_row_size(at, PN, &arow);
@@ -396,14 +432,21 @@ static void test_packed(const char *isa)
             for (int i = 0; i < N; i++) x[i] = frand() * (1 + r % 5);
             file->from_float(x, wq[r], PN);
         }
+        saturate_row(ft, wq[0], PN);
         pref->pack(wq[0], sizeof wq[0], packed, PN, NR);
         for (int c = 0; c < NC; c++) {
             for (int i = 0; i < N; i++) x[i] = frand() * 3 + (c == 2 ? 1.0f : 0.0f);
             if (c == 0) /* two largest magnitudes of opposite sign: the first sets the Q8_K scale's sign */
                 x[10] = -9.0f, x[13] = 9.0f, x[200] = 9.0f;
+            if (c == 1 || c == 3) /* constant: every activation quant +-127 */
+                for (int i = 0; i < N; i++) x[i] = c == 1 ? 0.5f : -2.0f;
             aref->from_float(x, aq[c], PN);
-            afast->from_float(x, aq2, PN);
-            CHECK(memcmp(aq[c], aq2, arow) == 0, "%s: fast %s quantizer differs from ref", isa, aref->name);
+            for (int i = 0; i < SP_ISA_COUNT; i++) {
+                if (!runs[i]) continue;
+                tabs[i][at].from_float(x, aq2, PN);
+                CHECK(memcmp(aq[c], aq2, arow) == 0, "%s: fast %s quantizer differs from ref",
+                      sp_isa_name((enum sp_isa)i), aref->name);
+            }
             aref->to_float(aq[c], af[c], PN);
         }
         /* packed oracle vs float math on the dequantized rows */
@@ -425,53 +468,69 @@ static void test_packed(const char *isa)
          * activation sum s is rounded through f16 (2^-11): 1e-3 */
         double bud = ft == SP_TYPE_Q4_1 ? 1e-3 : 1e-5;
         CHECK(worst <= bud, "%s oracle vs dequantized rel err %g", pref->name, worst);
-        printf("  %-6s %-8s packed oracle vs dequant %.2e\n", isa, pref->name, worst);
-        if (kq) { /* K types keep the file-layout kernel's arithmetic: same bits as its vec_dot */
+        printf("  %-8s packed oracle vs dequant %.2e\n", pref->name, worst);
+        for (int i = 1; i < SP_ISA_COUNT; i++) {
+            const char *isa = sp_isa_name((enum sp_isa)i);
+            const struct sp_type_traits *tab = tabs[i];
+            if (!runs[i] || tab[ft].packed != pt)
+                continue;
+            CHECK(tab[pt].gemm != pref->gemm, "%s packs %s but has no packed kernel", isa, file->name);
+            if (kq && tab[ft].vec_dot != file->vec_dot) {
+                /* K types keep the level's file-layout kernel's arithmetic: same bits as its vec_dot */
+                int diff = 0;
+                for (int r = 0; r < NR; r++)
+                    for (int c = 0; c < NC; c++) {
+                        float v;
+                        tab[ft].vec_dot(PN, &v, wq[r], aq[c]);
+                        diff += fbits(v) != fbits(s_ref[c][r]);
+                    }
+                CHECK(diff == 0, "%s %s oracle: %d outputs differ from the file kernel's vec_dot", isa, pref->name,
+                      diff);
+            }
+            /* every column count gives the oracle's bits: all 19, 7 (tail), 1 ... */
+            static const int widths[] = {NC, 7, 1, 8, 9, 2, 3, 4, 5};
             int diff = 0;
-            for (int r = 0; r < NR; r++)
-                for (int c = 0; c < NC; c++) {
-                    float v;
-                    tab[ft].vec_dot(PN, &v, wq[r], aq[c]);
-                    diff += fbits(v) != fbits(s_ref[c][r]);
-                }
-            CHECK(diff == 0, "%s %s oracle: %d outputs differ from the file kernel's vec_dot", isa, pref->name, diff);
-        }
-        /* every column count gives the oracle's bits: all 19, 7 (tail), 1 */
-        static const int widths[] = {NC, 7, 1, 8, 9};
-        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-            int nc = widths[wi], c0 = NC - nc;
+            for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+                int nc = widths[wi], c0 = NC - nc;
+                memset(s_fast, 0, sizeof s_fast);
+                tab[pt].gemm(PN, s_fast[c0], NR, packed, wrow, NR, aq[c0], sizeof aq[0], nc);
+                int d = 0;
+                for (int c = c0; c < NC; c++)
+                    for (int r = 0; r < NR; r++) d += fbits(s_fast[c][r]) != fbits(s_ref[c][r]);
+                CHECK(d == 0, "%s %s gemm over %d columns: %d outputs differ from the oracle", isa, pref->name, nc,
+                      d);
+                diff += d;
+            }
+            /* the second group alone (row offset 16 rows of the file type) */
             memset(s_fast, 0, sizeof s_fast);
-            pfast->gemm(PN, s_fast[c0], NR, packed, wrow, NR, aq[c0], sizeof aq[0], nc);
-            int diff = 0;
-            for (int c = c0; c < NC; c++)
-                for (int r = 0; r < NR; r++) diff += fbits(s_fast[c][r]) != fbits(s_ref[c][r]);
-            CHECK(diff == 0, "%s %s gemm over %d columns: %d outputs differ from the oracle", isa, pref->name, nc,
-                  diff);
+            tab[pt].gemm(PN, &s_fast[0][16], NR, packed + 16 * wrow, wrow, 16, aq[0], sizeof aq[0], 3);
+            int d2 = 0;
+            for (int c = 0; c < 3; c++)
+                for (int r = 16; r < NR; r++) d2 += fbits(s_fast[c][r]) != fbits(s_ref[c][r]);
+            CHECK(d2 == 0, "%s %s second group: %d differ", isa, pref->name, d2);
+            printf("  %-8s %-8s gemm equals the oracle bit for bit: %s\n", isa, pref->name,
+                   diff + d2 == 0 ? "yes" : "NO");
+            ran[i] = true;
         }
-        /* the second group alone (row offset 16 rows of the file type) */
-        memset(s_fast, 0, sizeof s_fast);
-        pfast->gemm(PN, &s_fast[0][16], NR, packed + 16 * wrow, wrow, 16, aq[0], sizeof aq[0], 3);
-        int diff = 0;
-        for (int c = 0; c < 3; c++)
-            for (int r = 16; r < NR; r++) diff += fbits(s_fast[c][r]) != fbits(s_ref[c][r]);
-        CHECK(diff == 0, "%s %s second group: %d differ", isa, pref->name, diff);
     }
 }
 
 int main(void)
 {
     sp_quant_init();
-    printf("  active isa: %s\n", sp_quant_isa());
-    const char *isa = sp_quant_isa();
-    CHECK(!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512"), "isa %s", isa);
+    printf("  active isa: %s (dots), packed tiles: %s\n", sp_quant_isa(),
+           sp_quant_packed_isa() ? sp_quant_packed_isa() : "none");
+    enum sp_isa active;
+    CHECK(sp_isa_parse(sp_quant_isa(), &active) && sp_isa_runs(active), "isa %s", sp_quant_isa());
     test_f16_bf16();
     test_row_size();
     test_hand_blocks();
     test_roundtrip();
-    test_isa("scalar");
-    test_isa("avx2");
-    test_isa("avx512");
-    test_packed("scalar");
-    test_packed("avx512");
+    for (int i = 0; i < SP_ISA_COUNT; i++)
+        sp_check_isa_path("quant", (enum sp_isa)i, test_isa(sp_isa_name((enum sp_isa)i)));
+    bool ran[SP_ISA_COUNT];
+    test_packed(ran);
+    for (int i = 0; i < SP_ISA_COUNT; i++)
+        sp_check_isa_path("packed", (enum sp_isa)i, ran[i]);
     return sp_check_report("test_quant");
 }
