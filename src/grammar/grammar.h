@@ -70,6 +70,13 @@ uint32_t sp_grammar_tokens_size(const struct sp_grammar_tokens *t);
  * SP_ERR_ARG with "line L, column C: ..." (or the rule's name). */
 sp_status sp_grammar_compile(struct sp_grammar **out, const char *text, size_t len,
                              const char *root);
+/* Compiles a JSON Schema (sp_grammar_from_schema) into a grammar that keeps
+ * the schema, so that sp_grammar_check validates against it. */
+sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len);
+/* The check of a finished output, in the shape of sp_gen_params.validate
+ * (ctx: the grammar): the schema's validation when the grammar came from
+ * one, else SP_OK (the engine checks that the grammar accepts). */
+sp_status sp_grammar_check(void *grammar, const char *text, size_t len, char *why, size_t cap);
 /* Prepares g for the vocabulary t (which must outlive g): precomputes the
  * per-state token sets.  Idempotent for the same t. */
 sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *t);

@@ -42,6 +42,8 @@ struct pre {          /* per read state, after bind */
 
 struct sp_grammar {
     struct sp_grammar_nfa nfa;
+    char *schema;                /* the JSON Schema it came from, or NULL */
+    size_t schema_len;
     const struct sp_grammar_tokens *toks;
     bool failed_overflow;
 
@@ -67,6 +69,7 @@ struct sp_grammar {
     uint32_t cap_work, cap_out;
 
     /* bind results */
+    struct sp_gbits *follow;     /* [n_rules] bytes that can come right after a rule ends */
     struct pre *pre;             /* [n_states] */
     uint32_t *acc_ids, *unc_ids;
     uint16_t *unc_lcp;
@@ -482,11 +485,42 @@ sp_status sp_grammar_compile(struct sp_grammar **out, const char *text, size_t l
     return sp_grammar_from_nfa(out, &nfa);
 }
 
+sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len)
+{
+    char *gbnf = NULL;
+    *out = NULL;
+    sp_status st = sp_grammar_from_schema(schema, len, &gbnf);
+    if (st != SP_OK)
+        return st;
+    st = sp_grammar_compile(out, gbnf, strlen(gbnf), NULL);
+    free(gbnf);
+    if (st != SP_OK)
+        return sp_error_wrap(st, "json schema compiled to a grammar that failed");
+    if (!((*out)->schema = malloc(len + 1))) {
+        sp_grammar_free(*out);
+        *out = NULL;
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    }
+    memcpy((*out)->schema, schema, len);
+    (*out)->schema[len] = '\0';
+    (*out)->schema_len = len;
+    return SP_OK;
+}
+
+sp_status sp_grammar_check(void *grammar, const char *text, size_t len, char *why, size_t cap)
+{
+    struct sp_grammar *g = grammar;
+    if (!g->schema)
+        return SP_OK;
+    return sp_grammar_validate(g->schema, g->schema_len, text, len, why, cap);
+}
+
 void sp_grammar_free(struct sp_grammar *g)
 {
     if (!g)
         return;
     sp_grammar_nfa_free(&g->nfa);
+    free(g->schema);
     free(g->nq);
     free(g->np);
     free(g->ndepth);
@@ -502,6 +536,7 @@ void sp_grammar_free(struct sp_grammar *g)
     htab_free(&g->trans);
     free(g->work);
     free(g->out);
+    free(g->follow);
     free(g->pre);
     free(g->acc_ids);
     free(g->unc_ids);
@@ -586,10 +621,88 @@ static void add_range(uint32_t *dst, uint32_t *n, uint32_t lo, uint32_t hi)
         dst[(*n)++] = s;
 }
 
-/* One trie walk from the stack (q, NODE_ESC). */
+static bool gbits_or(struct sp_gbits *d, const struct sp_gbits *s)
+{
+    bool changed = false;
+    for (int w = 0; w < 4; w++) {
+        uint64_t v = d->w[w] | s->w[w];
+        changed |= v != d->w[w];
+        d->w[w] = v;
+    }
+    return changed;
+}
+
+/* FOLLOW(R): the bytes that may come right after rule R ends, in any
+ * context (an over-approximation, which is what rejecting needs).  first[q]:
+ * the bytes that may come next at state q.  Fixpoint over all states. */
+static bool compute_follow(struct sp_grammar *g)
+{
+    const struct sp_grammar_nfa *a = &g->nfa;
+    struct sp_gbits *first = malloc((a->n_states ? a->n_states : 1) * sizeof *first);
+    uint8_t *nullable = calloc(a->n_rules ? a->n_rules : 1, 1);
+    g->follow = calloc(a->n_rules ? a->n_rules : 1, sizeof *g->follow);
+    if (!first || !nullable || !g->follow) {
+        free(first);
+        free(nullable);
+        return false;
+    }
+    for (uint32_t q = 0; q < a->n_states; q++)
+        first[q] = a->reads[q];
+    /* nullable rules: the start reaches a final state through nullable calls */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t q = 0; q < a->n_states; q++) {
+            uint32_t r = a->rule_of[q];
+            if (nullable[r] || q != a->rule_start[r])
+                continue;
+            /* a short search from the start over nullable calls */
+            uint32_t cur = q;
+            for (uint32_t hops = 0; hops < a->n_states && !nullable[r]; hops++) {
+                if (a->final[cur]) {
+                    nullable[r] = 1;
+                    changed = true;
+                    break;
+                }
+                uint32_t next = UINT32_MAX;
+                for (uint32_t i = a->edge_off[cur]; i < a->edge_off[cur + 1]; i++)
+                    if (a->edges[i].kind == SP_GEDGE_CALL && nullable[a->edges[i].arg]) {
+                        next = a->edges[i].target;
+                        break;
+                    }
+                if (next == UINT32_MAX)
+                    break;
+                cur = next;
+            }
+        }
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t q = 0; q < a->n_states; q++) {
+            if (a->final[q])
+                changed |= gbits_or(&first[q], &g->follow[a->rule_of[q]]);
+            for (uint32_t i = a->edge_off[q]; i < a->edge_off[q + 1]; i++) {
+                const struct sp_gedge *e = &a->edges[i];
+                if (e->kind != SP_GEDGE_CALL)
+                    continue;
+                changed |= gbits_or(&first[q], &first[a->rule_start[e->arg]]);
+                if (nullable[e->arg])
+                    changed |= gbits_or(&first[q], &first[e->target]);
+                changed |= gbits_or(&g->follow[e->arg], &first[e->target]);
+            }
+        }
+    }
+    free(first);
+    free(nullable);
+    return true;
+}
+
+/* One trie walk from the stack (q, NODE_ESC).  A path that leaves q's rule
+ * with bytes to go makes the token uncertain only when the next byte may
+ * follow the rule somewhere (FOLLOW). */
 static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c, uint32_t *ds, uint8_t *esc)
 {
     const struct sp_grammar_tokens *t = g->toks;
+    const struct sp_gbits *follow = &g->follow[g->nfa.rule_of[q]];
     uint32_t x = node(g, q, NODE_ESC);
     ds[0] = x ? single(g, x) : UINT32_MAX;
     if (ds[0] == UINT32_MAX)
@@ -599,8 +712,9 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
     for (uint32_t i = 0; i < t->n_nodes;) {
         uint32_t d = t->node_depth[i];
         uint32_t p = ds[d - 1];
-        uint8_t esc_a = esc[d - 1] | ((g->ds_flags[p] & 2) ? 1 : 0);
-        uint32_t nd = step(g, p, t->node_byte[i]);
+        unsigned b = t->node_byte[i];
+        uint8_t esc_a = esc[d - 1] | ((g->ds_flags[p] & 2) && sp_gbits_has(follow, b) ? 1 : 0);
+        uint32_t nd = step(g, p, b);
         if (nd == UINT32_MAX)
             return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         uint32_t lo = t->node_lo[i], here = lo + t->node_here[i];
@@ -608,14 +722,14 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
             add_range(c->acc, &c->n_acc, lo, here);
         else if (esc_a)
             add_range(c->unc, &c->n_unc, lo, here);
-        if (nd == SP_GRAMMAR_DEAD || !(g->ds_flags[nd] & 4)) {
-            /* nothing below can be accepted; escaped paths leave it open */
-            if (esc_a || (nd != SP_GRAMMAR_DEAD && (g->ds_flags[nd] & 2)))
+        if (nd == SP_GRAMMAR_DEAD || (!(g->ds_flags[nd] & 4) && esc_a)) {
+            /* nothing below can be accepted; an earlier escape leaves it open */
+            if (esc_a)
                 add_range(c->unc, &c->n_unc, here, sp_gtok_subtree_end(t, i));
             i = t->node_next[i];
             continue;
         }
-        ds[d] = nd;
+        ds[d] = nd; /* real tops, or just escaped here: the children's first byte decides */
         esc[d] = esc_a;
         i++;
     }
@@ -663,6 +777,10 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
         goto done;
     }
     g->toks = t;
+    if (!compute_follow(g)) {
+        st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+        goto done;
+    }
     for (uint32_t q = 0; q < n_states && st == SP_OK; q++) {
         const struct sp_gbits *r = &g->nfa.reads[q];
         if (!(r->w[0] | r->w[1] | r->w[2] | r->w[3]))
