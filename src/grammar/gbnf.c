@@ -599,8 +599,16 @@ struct raw_edge {
     uint32_t from, kind, arg, to;
 };
 
+/* Rules this small (AST nodes) that do not reach themselves are built in
+ * place of a call: a token that runs past a tiny rule's end (one character
+ * of a string, say) would otherwise have to be checked against the stack
+ * below at every step. */
+#define INLINE_MAX_NODES 24
+
 struct builder {
     struct parser *p;
+    uint8_t *inlining;    /* [n_rules] being built inline right now */
+    uint32_t *size;       /* [n_rules] AST nodes of the body, calls counted as one */
     struct vec edges;     /* raw_edge */
     struct vec sets;      /* sp_gbits */
     struct vec state_rule;/* uint32 */
@@ -782,6 +790,43 @@ static struct frag build_class(struct builder *b, const struct ast *a)
     return f;
 }
 
+static uint32_t ast_size(struct parser *p, uint32_t ai, int depth)
+{
+    const struct ast *a = ast_at(p, ai);
+    if (depth > MAX_DEPTH * 4)
+        return UINT32_MAX / 2;
+    uint32_t n = 1;
+    if (a->kind == A_ALT || a->kind == A_SEQ)
+        for (uint32_t i = 0; i < a->n && n <= INLINE_MAX_NODES; i++)
+            n += ast_size(p, ((const uint32_t *)p->kids.p)[a->off + i], depth + 1);
+    else if (a->kind == A_REP)
+        n += ast_size(p, a->kid, depth + 1) * (a->max == UINT32_MAX ? 2 : (a->max > 8 ? 9 : a->max + 1));
+    return n;
+}
+
+/* Does the body of rule r refer (directly or through other rules) to target? */
+static bool ast_refers(struct builder *b, uint32_t ai, uint32_t target, int depth);
+static bool rule_reaches(struct builder *b, uint32_t r, uint32_t target, int depth)
+{
+    if (depth > 16)
+        return true; /* deep chains: treat as recursive, keep the call */
+    return ast_refers(b, ((struct rule *)b->p->rules.p)[r].body, target, depth);
+}
+
+static bool ast_refers(struct builder *b, uint32_t ai, uint32_t target, int depth)
+{
+    const struct ast *a = ast_at(b->p, ai);
+    if (a->kind == A_REF)
+        return a->ref == target || rule_reaches(b, a->ref, target, depth + 1);
+    if (a->kind == A_ALT || a->kind == A_SEQ) {
+        for (uint32_t i = 0; i < a->n; i++)
+            if (ast_refers(b, ((const uint32_t *)b->p->kids.p)[a->off + i], target, depth))
+                return true;
+        return false;
+    }
+    return a->kind == A_REP && ast_refers(b, a->kid, target, depth);
+}
+
 static struct frag build(struct builder *b, uint32_t ai, int depth)
 {
     struct parser *p = b->p;
@@ -809,6 +854,12 @@ static struct frag build(struct builder *b, uint32_t ai, int depth)
     case A_CLASS:
         return build_class(b, &a);
     case A_REF:
+        if (b->size[a.ref] <= INLINE_MAX_NODES && !b->inlining[a.ref] && !rule_reaches(b, a.ref, a.ref, 0)) {
+            b->inlining[a.ref] = 1;
+            f = build(b, ((struct rule *)p->rules.p)[a.ref].body, depth + 1);
+            b->inlining[a.ref] = 0;
+            return f;
+        }
         f.s = new_state(b);
         f.e = new_state(b);
         add_edge(b, f.s, E_CALL, a.ref, f.e);
@@ -1291,10 +1342,14 @@ sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, siz
     }
     rstart = malloc((size_t)n_rules * sizeof *rstart);
     rend = malloc((size_t)n_rules * sizeof *rend);
-    if (!rstart || !rend) {
+    b.inlining = calloc(n_rules, 1);
+    b.size = malloc((size_t)n_rules * sizeof *b.size);
+    if (!rstart || !rend || !b.inlining || !b.size) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
     }
+    for (uint32_t r = 0; r < n_rules; r++)
+        b.size[r] = ast_size(&p, rules[r].body, 0);
     for (uint32_t r = 0; r < n_rules && !p.failed; r++) {
         b.cur_rule = r;
         struct frag f = build(&b, rules[r].body, 0);
@@ -1322,5 +1377,7 @@ done:
     free(b.state_rule.p);
     free(rstart);
     free(rend);
+    free(b.inlining);
+    free(b.size);
     return st;
 }

@@ -58,6 +58,7 @@ struct sp_grammar {
     uint32_t *ds_off, *ds_pool;
     uint64_t *ds_hash;
     struct sp_gbits *ds_reads;   /* bytes some top reads (all when it holds NODE_ESC) */
+    struct sp_gbits *ds_self;    /* bytes known to lead back to the same dstate */
     uint8_t *ds_flags;           /* 1: holds NODE_ROOT, 2: holds NODE_ESC, 4: has real tops */
     uint32_t *ds_mask;           /* mask slot + 1, 0: none */
     uint32_t n_ds, cap_ds, n_pool, cap_pool;
@@ -304,8 +305,9 @@ static uint32_t intern(struct sp_grammar *g, uint32_t n)
         }
     }
     uint32_t id = g->n_ds;
-    uint32_t c1 = g->cap_ds, c2 = g->cap_ds, c3 = g->cap_ds, c4 = g->cap_ds, c5 = g->cap_ds;
+    uint32_t c1 = g->cap_ds, c2 = g->cap_ds, c3 = g->cap_ds, c4 = g->cap_ds, c5 = g->cap_ds, c6 = g->cap_ds;
     if (!grow((void **)&g->ds_off, &c1, id + 2, sizeof *g->ds_off) ||
+        !grow((void **)&g->ds_self, &c6, id + 2, sizeof *g->ds_self) ||
         !grow((void **)&g->ds_hash, &c2, id + 2, sizeof *g->ds_hash) ||
         !grow((void **)&g->ds_reads, &c3, id + 2, sizeof *g->ds_reads) ||
         !grow((void **)&g->ds_flags, &c4, id + 2, sizeof *g->ds_flags) ||
@@ -335,6 +337,7 @@ static uint32_t intern(struct sp_grammar *g, uint32_t n)
         }
     }
     g->ds_reads[id] = rd;
+    memset(&g->ds_self[id], 0, sizeof g->ds_self[id]);
     g->ds_flags[id] = fl;
     g->n_ds++;
     struct htab *t = &g->ds_tab;
@@ -382,6 +385,8 @@ static uint32_t step(struct sp_grammar *g, uint32_t d, unsigned c)
 {
     if (d == SP_GRAMMAR_DEAD || !sp_gbits_has(&g->ds_reads[d], c))
         return SP_GRAMMAR_DEAD;
+    if (sp_gbits_has(&g->ds_self[d], c)) /* loops (string characters) skip the hash */
+        return d;
     uint64_t key = (uint64_t)d << 8 | c;
     uint32_t r = htab_get(&g->trans, key);
     if (r != UINT32_MAX)
@@ -411,6 +416,8 @@ static uint32_t step(struct sp_grammar *g, uint32_t d, unsigned c)
     r = intern(g, n_out);
     if (r == UINT32_MAX || !htab_put(&g->trans, key, r))
         return UINT32_MAX;
+    if (r == d)
+        g->ds_self[d].w[c >> 6] |= 1ull << (c & 63);
     return r;
 }
 
@@ -459,8 +466,9 @@ sp_status sp_grammar_from_nfa(struct sp_grammar **out, struct sp_grammar_nfa *nf
         return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
     }
     g->ds_off[0] = g->ds_off[1] = 0;
-    uint32_t c4 = 0, c5 = 0, c6 = 0, c7 = 0;
-    if (!grow((void **)&g->ds_hash, &c4, 2, sizeof *g->ds_hash) ||
+    uint32_t c4 = 0, c5 = 0, c6 = 0, c7 = 0, c8 = 0;
+    if (!grow((void **)&g->ds_self, &c8, 2, sizeof *g->ds_self) ||
+        !grow((void **)&g->ds_hash, &c4, 2, sizeof *g->ds_hash) ||
         !grow((void **)&g->ds_reads, &c5, 2, sizeof *g->ds_reads) ||
         !grow((void **)&g->ds_flags, &c6, 2, sizeof *g->ds_flags) ||
         !grow((void **)&g->ds_mask, &c7, 2, sizeof *g->ds_mask)) {
@@ -469,6 +477,7 @@ sp_status sp_grammar_from_nfa(struct sp_grammar **out, struct sp_grammar_nfa *nf
     }
     g->cap_ds = c;
     memset(&g->ds_reads[0], 0, sizeof g->ds_reads[0]);
+    memset(&g->ds_self[0], 0, sizeof g->ds_self[0]);
     g->ds_flags[0] = 0;
     g->ds_mask[0] = 0;
     *out = g;
@@ -530,6 +539,7 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g->ds_pool);
     free(g->ds_hash);
     free(g->ds_reads);
+    free(g->ds_self);
     free(g->ds_flags);
     free(g->ds_mask);
     htab_free(&g->ds_tab);

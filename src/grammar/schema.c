@@ -96,8 +96,9 @@ static const struct {
                   "\"T\" ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
                   "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )"},
     {"uuid", "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}"},
-    {"email", "[a-zA-Z0-9_+-] ( [a-zA-Z0-9._+-]{0,62} [a-zA-Z0-9_+-] )? \"@\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,62} "
-              "( \".\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,62} )* \".\" [a-zA-Z]{2,24}"},
+    /* a bounded subset: a 1-32 character local part, two or three domain labels */
+    {"email", "[a-zA-Z0-9_+-] ( [a-zA-Z0-9._+-]{0,30} [a-zA-Z0-9_+-] )? \"@\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} "
+              "( \".\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} )? \".\" [a-zA-Z]{2,12}"},
 };
 
 const char *sp_schema_format_gbnf(const char *format)
