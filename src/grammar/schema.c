@@ -886,7 +886,22 @@ static void gen_type(struct sc *c, const json_t *s, const char *t, struct sp_gst
         if (int_bounds(c, s, &hl, &lo, &hh, &hi))
             int_range(o, hl, lo, hh, hi);
     } else if (!strcmp(t, "number")) {
-        sp_gstr_add(o, "json-number"); /* bounds: checked by the validator */
+        /* bounds: the integer part within them, no exponent; the exact
+         * bound (a fraction past it) is left to the validator */
+        bool hl, hh;
+        long long lo, hi;
+        bool any = json_object_get(s, "minimum") || json_object_get(s, "maximum") ||
+                   json_object_get(s, "exclusiveMinimum") || json_object_get(s, "exclusiveMaximum");
+        if (!any) {
+            sp_gstr_add(o, "json-number");
+        } else if (int_bounds(c, s, &hl, &lo, &hh, &hi)) {
+            sp_gstr_add(o, "( ");
+            int_range(o, hl, lo, hh, hi);
+            sp_gstr_add(o, " ( \".\" [0-9]{1,6} )? )");
+        } else if (!strstr(sp_error_message(), "16-digit")) {
+            c->failed = false; /* no integer in between (0.1..0.9): any number, then the validator */
+            sp_gstr_add(o, "json-number");
+        }
     } else if (!strcmp(t, "boolean")) {
         sp_gstr_add(o, "json-bool");
     } else if (!strcmp(t, "null")) {
