@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/pool.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "tools.h"
@@ -42,6 +43,8 @@ static void sp_bench_stats(const double *x, int n, double *mean, double *sd)
 struct sp_bench_count {
     double t_first, t_last;
     uint32_t n;
+    sp_token *ids;   /* constrained runs: the tokens, for the mask replay */
+    uint32_t cap;
 };
 
 static void sp_bench_event(void *user, const struct sp_token_event *ev)
@@ -53,7 +56,91 @@ static void sp_bench_event(void *user, const struct sp_token_event *ev)
     if (c->n == 0)
         c->t_first = now;
     c->t_last = now;
+    if (c->ids && c->n < c->cap)
+        c->ids[c->n] = ev->id;
     c->n++;
+}
+
+static int sp_bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* --json-schema: compile time; the mask time of every token the
+ * constrained streams produced, replayed on a freshly bound grammar (so
+ * first visits of each state count, as they did in the run); p50/p99 in
+ * microseconds.  Returns the number of tokens timed, -1 on error. */
+static long sp_bench_masks(const char *schema, size_t len, const struct sp_grammar_tokens *t,
+                           const struct sp_bench_count *cnt, int batch, double *compile_ms, double *p50,
+                           double *p99)
+{
+    struct sp_grammar *g = NULL;
+    double t0 = sp_bench_now();
+    if (sp_grammar_compile_schema(&g, schema, len) != SP_OK || sp_grammar_bind(g, t) != SP_OK) {
+        sp_grammar_free(g);
+        return -1;
+    }
+    *compile_ms = (sp_bench_now() - t0) * 1e3;
+    size_t total = 0;
+    for (int b = 0; b < batch; b++)
+        total += cnt[b].n < cnt[b].cap ? cnt[b].n : cnt[b].cap;
+    double *us = malloc((total ? total : 1) * sizeof *us);
+    long k = 0;
+    for (int b = 0; us && b < batch; b++) {
+        sp_grammar_state s = sp_grammar_start(g);
+        uint32_t n = cnt[b].n < cnt[b].cap ? cnt[b].n : cnt[b].cap;
+        for (uint32_t i = 0; i < n && s != SP_GRAMMAR_DEAD; i++) {
+            const uint64_t *m;
+            double a = sp_bench_now();
+            sp_status st = sp_grammar_mask(g, s, &m, NULL);
+            us[k++] = (sp_bench_now() - a) * 1e6;
+            if (st != SP_OK)
+                break;
+            s = sp_grammar_advance(g, s, cnt[b].ids[i]);
+        }
+    }
+    qsort(us, (size_t)k, sizeof *us, sp_bench_cmp_double);
+    *p50 = k ? us[k / 2] : 0;
+    *p99 = k ? us[(size_t)((k - 1) * 0.99)] : 0;
+    free(us);
+    sp_grammar_free(g);
+    return k;
+}
+
+/* B requests with a short distinct prompt each; the aggregate decode rate,
+ * timed from the step after which every stream has its first token (the
+ * steps before also prefill the other streams' prompts).  -1 on error. */
+static double sp_bench_decode(struct sp_engine *e, const sp_token *prompt, int depth, int batch,
+                              const struct sp_gen_params *gp, struct sp_bench_count *cnt)
+{
+    for (int b = 0; b < batch; b++) {
+        cnt[b].n = 0;
+        cnt[b].t_first = cnt[b].t_last = 0;
+        if (sp_request_submit(e, prompt + b, (size_t)depth, gp, sp_bench_event, &cnt[b], NULL) != SP_OK) {
+            sp_tool_fail("%s", sp_error_message());
+            return -1;
+        }
+    }
+    double t_start = 0, t_end = 0;
+    uint64_t before = 0, after = 0; /* tokens out when the timing starts, at the end */
+    while (sp_engine_step(e) > 0) {
+        if (t_start > 0)
+            continue;
+        int started = 0;
+        for (int b = 0; b < batch; b++)
+            started += cnt[b].n > 0;
+        if (started == batch) {
+            t_start = sp_bench_now();
+            for (int b = 0; b < batch; b++)
+                before += cnt[b].n;
+        }
+    }
+    for (int b = 0; b < batch; b++) {
+        t_end = cnt[b].t_last > t_end ? cnt[b].t_last : t_end;
+        after += cnt[b].n;
+    }
+    return after > before && t_end > t_start ? (after - before) / (t_end - t_start) : 0.0;
 }
 
 /* ---- memory read bandwidth: the ceiling for decode ---- */
@@ -110,6 +197,13 @@ int sp_tool_bench(int argc, char **argv)
     struct sp_args a = {argc, argv, 1, false};
     int n_prompt = 512, n_gen = 128, reps = 3, batch = 1, depth = 2;
     bool json = false, bandwidth = false;
+    const char *schema_file = NULL;
+    char *schema = NULL;
+    size_t schema_len = 0;
+    struct sp_grammar *grammar = NULL;
+    struct sp_grammar_tokens *gtoks = NULL;
+    double *tg_c = NULL, compile_ms = 0, p50 = 0, p99 = 0;
+    long n_masks = 0;
     struct sp_engine *e = NULL;
     sp_token *prompt = NULL;
     double *pp = NULL, *tg = NULL;
@@ -118,6 +212,8 @@ int sp_tool_bench(int argc, char **argv)
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [-d DEPTH] [--json]\n"
+                 "       [--json-schema FILE]  also decode under the schema (alternating with unconstrained\n"
+                 "                             runs): compile time, mask time per token p50/p99, tokens/s\n"
                  "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) ep.model_path = sp_args_value(&a);
@@ -129,6 +225,7 @@ int sp_tool_bench(int argc, char **argv)
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);
         else if (sp_args_is(&a, "--json", NULL)) json = true;
         else if (sp_args_is(&a, "--bandwidth", NULL)) bandwidth = true;
+        else if (sp_args_is(&a, "--json-schema", NULL)) schema_file = sp_args_value(&a);
         else
             return sp_tool_fail("bench: unknown option '%s'", argv[a.i]);
     }
@@ -156,7 +253,25 @@ int sp_tool_bench(int argc, char **argv)
     pp = calloc((size_t)reps, sizeof *pp);
     tg = calloc((size_t)reps, sizeof *tg);
     cnt = calloc((size_t)batch, sizeof *cnt);
-    if (!prompt || !pp || !tg || !cnt) {
+    tg_c = calloc((size_t)reps, sizeof *tg_c);
+    if (schema_file) {
+        double t0 = sp_bench_now();
+        if (!(schema = sp_read_file(schema_file, &schema_len)) ||
+            sp_grammar_tokens_from_vocab(&gtoks, sp_engine_vocab(e)) != SP_OK ||
+            sp_grammar_compile_schema(&grammar, schema, schema_len) != SP_OK || sp_grammar_bind(grammar, gtoks) != SP_OK) {
+            sp_tool_fail("%s: %s", schema_file, schema ? sp_error_message() : "cannot read");
+            goto done;
+        }
+        fprintf(stderr, "bench: vocabulary table and first grammar in %.1f ms\n", (sp_bench_now() - t0) * 1e3);
+        for (int b = 0; b < batch; b++) {
+            cnt[b].cap = (uint32_t)n_gen + 1;
+            if (!(cnt[b].ids = malloc(cnt[b].cap * sizeof *cnt[b].ids))) {
+                sp_tool_fail("out of memory");
+                goto done;
+            }
+        }
+    }
+    if (!prompt || !pp || !tg || !cnt || !tg_c) {
         sp_tool_fail("out of memory");
         goto done;
     }
@@ -172,7 +287,8 @@ int sp_tool_bench(int argc, char **argv)
         }
         /* prefill: one request, one token */
         gp.max_tokens = 1;
-        memset(cnt, 0, sizeof *cnt);
+        cnt[0].n = 0;
+        cnt[0].t_first = cnt[0].t_last = 0;
         double t0 = sp_bench_now();
         if (sp_request_submit(e, prompt, (size_t)n_prompt, &gp, sp_bench_event, cnt, NULL) != SP_OK) {
             sp_tool_fail("%s", sp_error_message());
@@ -183,41 +299,35 @@ int sp_tool_bench(int argc, char **argv)
         double t_pp = cnt[0].t_first - t0;
         /* decode: B requests with a short distinct prompt each, n tokens */
         gp.max_tokens = n_gen + 1;
-        memset(cnt, 0, (size_t)batch * sizeof *cnt);
-        for (int b = 0; b < batch; b++) {
-            if (sp_request_submit(e, prompt + b, (size_t)depth, &gp, sp_bench_event, &cnt[b], NULL) != SP_OK) {
+        double rate = sp_bench_decode(e, prompt, depth, batch, &gp, cnt);
+        double rate_c = 0;
+        if (schema_file) { /* the same streams under the schema, a fresh grammar as a server request has */
+            struct sp_gen_params gc = gp;
+            sp_grammar_free(grammar);
+            grammar = NULL;
+            if (sp_grammar_compile_schema(&grammar, schema, schema_len) != SP_OK || sp_grammar_bind(grammar, gtoks) != SP_OK) {
                 sp_tool_fail("%s", sp_error_message());
                 goto done;
             }
+            gc.grammar = grammar;
+            gc.ignore_eos = false;
+            rate_c = sp_bench_decode(e, prompt, depth, batch, &gc, cnt);
         }
-        /* timed from the step after which every stream has its first token
-         * (the steps before also prefill the other streams' prompts) */
-        double t_start = 0, t_end = 0;
-        uint64_t before = 0, after = 0; /* tokens out when the timing starts, at the end */
-        while (sp_engine_step(e) > 0) {
-            if (t_start > 0)
-                continue;
-            int started = 0;
-            for (int b = 0; b < batch; b++)
-                started += cnt[b].n > 0;
-            if (started == batch) {
-                t_start = sp_bench_now();
-                for (int b = 0; b < batch; b++)
-                    before += cnt[b].n;
-            }
-        }
-        for (int b = 0; b < batch; b++) {
-            t_end = cnt[b].t_last > t_end ? cnt[b].t_last : t_end;
-            after += cnt[b].n;
-        }
+        if (rate < 0 || rate_c < 0)
+            goto done;
         if (r >= 0) {
             pp[r] = n_prompt / t_pp;
-            tg[r] = after > before && t_end > t_start ? (after - before) / (t_end - t_start) : 0.0;
+            tg[r] = rate;
+            tg_c[r] = rate_c;
         }
     }
-    double pm, ps, tm, ts;
+    double pm, ps, tm, ts, tcm = 0, tcs = 0;
     sp_bench_stats(pp, reps, &pm, &ps);
     sp_bench_stats(tg, reps, &tm, &ts);
+    if (schema_file) {
+        sp_bench_stats(tg_c, reps, &tcm, &tcs);
+        n_masks = sp_bench_masks(schema, schema_len, gtoks, cnt, batch, &compile_ms, &p50, &p99);
+    }
     uint64_t kv_dim = (uint64_t)m->hp.n_head_kv * m->hp.head_dim;
     /* mean KV bytes read per decode token over the run: positions ~ n/2 on
      * average; a sliding-window layer reads at most its window */
@@ -246,6 +356,16 @@ int sp_tool_bench(int argc, char **argv)
         json_object_set_new(o, "weights_bytes", json_integer((json_int_t)m->weights_bytes));
         json_object_set_new(o, "decode_bytes_per_token", json_real(bytes_per_tok));
         json_object_set_new(o, "decode_bandwidth_gb_s", json_real(gbs));
+        if (schema_file) {
+            json_object_set_new(o, "json_schema", json_string(schema_file));
+            json_object_set_new(o, "grammar_compile_ms", json_real(compile_ms));
+            json_object_set_new(o, "mask_us_p50", json_real(p50));
+            json_object_set_new(o, "mask_us_p99", json_real(p99));
+            json_object_set_new(o, "masks_timed", json_integer(n_masks));
+            json_object_set_new(o, "constrained_decode_tokens_per_s", json_real(tcm));
+            json_object_set_new(o, "constrained_decode_tokens_per_s_sd", json_real(tcs));
+            json_object_set_new(o, "constrained_ratio", json_real(tm > 0 ? tcm / tm : 0));
+        }
         json_dumpf(o, stdout, JSON_COMPACT);
         fputc('\n', stdout);
         json_decref(o);
@@ -255,13 +375,23 @@ int sp_tool_bench(int argc, char **argv)
         printf("prefill pp%-5d %10.1f ± %.1f tokens/s\n", n_prompt, pm, ps);
         printf("decode  tg%-5d %10.1f ± %.1f tokens/s%s (%.1f GB/s of weights+KV)\n", n_gen, tm, ts,
                batch > 1 ? " aggregate" : "", gbs);
+        if (schema_file)
+            printf("schema  %s: compile+bind %.1f ms | mask p50 %.1f us p99 %.1f us (%ld tokens) | "
+                   "constrained decode %.1f ± %.1f tokens/s = %.1f %% of unconstrained\n",
+                   schema_file, compile_ms, p50, p99, n_masks, tcm, tcs, tm > 0 ? 100 * tcm / tm : 0);
     }
     rc = 0;
 done:
+    for (int b = 0; cnt && b < batch; b++)
+        free(cnt[b].ids);
     free(prompt);
     free(pp);
     free(tg);
+    free(tg_c);
     free(cnt);
+    free(schema);
+    sp_grammar_free(grammar);
+    sp_grammar_tokens_free(gtoks);
     sp_engine_free(e);
     return rc;
 }

@@ -13,6 +13,7 @@
 #include "core/utf8.h"
 #include "engine/engine.h"
 #include "engine/prompt.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools.h"
@@ -31,6 +32,9 @@ static const char sp_run_usage[] =
     "  --logit-bias ID=BIAS (repeatable)   --stop STR (repeatable)   --ignore-eos\n"
     "  --n N                N independent samples   --beams B   --logprobs K\n"
     "  --json               one JSON object on stdout   --explain  print each decoding step\n"
+    "  --grammar FILE       constrain the output to a GBNF grammar\n"
+    "  --json-schema FILE   constrain the output to JSON matching a JSON Schema (validated)\n"
+    "  --max-retries N      attempts after an output fails its check (default 2)\n"
     "  --ctx N  -t THREADS\n";
 
 struct sp_run_token {
@@ -48,10 +52,13 @@ struct sp_run_choice {
     size_t n_toks, cap_toks;
     enum sp_finish finish;
     double logprob_sum;
+    int attempts;
+    bool valid;
+    char error[512];
 };
 
 struct sp_run_state {
-    bool json, stream;
+    bool json, stream, constrained;
     const struct sp_vocab *vocab;
     struct sp_run_choice choices[16];
     uint32_t n_prompt, n_cached, n_generated;
@@ -79,6 +86,14 @@ static void sp_run_event(void *user, const struct sp_token_event *ev)
 {
     struct sp_run_state *s = user;
     struct sp_run_choice *c = &s->choices[ev->choice];
+    c->attempts = ev->attempt;
+    if (ev->retry) { /* this attempt failed its check: start the choice's record over */
+        fprintf(stderr, "spindle: choice %d, attempt %d invalid (%s); retrying\n", ev->choice, ev->attempt,
+                ev->error ? ev->error : "?");
+        c->len = 0;
+        c->n_toks = 0;
+        return;
+    }
     if (s->stream && ev->len) {
         fwrite(ev->text, 1, ev->len, stdout);
         fflush(stdout);
@@ -89,6 +104,9 @@ static void sp_run_event(void *user, const struct sp_token_event *ev)
     if (ev->finish != SP_FINISH_NONE) {
         c->finish = ev->finish;
         c->logprob_sum = ev->logprob_sum;
+        c->valid = ev->valid;
+        if (ev->error)
+            snprintf(c->error, sizeof c->error, "%s", ev->error);
         s->n_generated += ev->n_generated;
         return;
     }
@@ -164,6 +182,12 @@ static json_t *sp_run_choice_json(const struct sp_run_state *s, const struct sp_
     if (logprobs)
         json_object_set_new(o, "logprob", json_real(c->logprob_sum));
     json_object_set_new(o, "tokens", toks);
+    if (s->constrained) {
+        json_object_set_new(o, "attempts", json_integer(c->attempts));
+        json_object_set_new(o, "valid", json_boolean(c->valid));
+        if (c->error[0])
+            json_object_set_new(o, "error", json_string(c->error));
+    }
     return o;
 }
 
@@ -193,6 +217,28 @@ static bool sp_run_logit_bias(struct sp_args *a, struct sp_logit_bias *b)
     return true;
 }
 
+/* Reads a GBNF grammar or a JSON Schema and binds it to the vocabulary. */
+static sp_status sp_run_grammar(const char *path, bool schema, const struct sp_vocab *v, struct sp_grammar **g,
+                                struct sp_grammar_tokens **t)
+{
+    size_t len;
+    char *text = sp_read_file(path, &len);
+    sp_status st;
+    if (!text) {
+        sp_tool_fail("%s: cannot read", path);
+        return SP_ERR_IO;
+    }
+    st = schema ? sp_grammar_compile_schema(g, text, len) : sp_grammar_compile(g, text, len, NULL);
+    if (st == SP_OK)
+        st = sp_grammar_tokens_from_vocab(t, v);
+    if (st == SP_OK)
+        st = sp_grammar_bind(*g, *t);
+    if (st != SP_OK)
+        sp_tool_fail("%s: %s", path, sp_error_message());
+    free(text);
+    return st;
+}
+
 int sp_tool_run(int argc, char **argv)
 {
     struct sp_engine_params ep = {0};
@@ -203,6 +249,9 @@ int sp_tool_run(int argc, char **argv)
     struct sp_logit_bias bias[SP_RUN_MAX_BIAS];
     size_t n_stop = 0, n_bias = 0;
     bool chat = false, special = false, json = false;
+    const char *grammar_file = NULL, *schema_file = NULL;
+    struct sp_grammar *grammar = NULL;
+    struct sp_grammar_tokens *gtoks = NULL;
     struct sp_engine *e = NULL;
     struct sp_run_state *s = NULL;
     sp_token *toks = NULL;
@@ -212,6 +261,7 @@ int sp_tool_run(int argc, char **argv)
 
     sp_gen_params_default(&gp);
     gp.max_tokens = 256;
+    gp.max_retries = 2;
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             fputs(sp_run_usage, stdout);
@@ -257,6 +307,9 @@ int sp_tool_run(int argc, char **argv)
         else if (sp_args_is(&a, "--json", NULL)) json = true;
         else if (sp_args_is(&a, "--explain", NULL)) gp.explain = stderr;
         else if (sp_args_is(&a, "--ignore-eos", NULL)) gp.ignore_eos = true;
+        else if (sp_args_is(&a, "--grammar", NULL)) grammar_file = sp_args_value(&a);
+        else if (sp_args_is(&a, "--json-schema", NULL)) schema_file = sp_args_value(&a);
+        else if (sp_args_is(&a, "--max-retries", NULL)) sp_args_int(&a, 0, 16, &gp.max_retries);
         else {
             sp_tool_fail("run: unknown option '%s' (see spindle run --help)", argv[a.i]);
             goto done;
@@ -295,6 +348,18 @@ int sp_tool_run(int argc, char **argv)
         goto done;
     }
     const struct sp_vocab *v = sp_engine_vocab(e);
+    if (grammar_file || schema_file) {
+        if (grammar_file && schema_file) {
+            sp_tool_fail("run: --grammar and --json-schema exclude each other");
+            goto done;
+        }
+        if (sp_run_grammar(grammar_file ? grammar_file : schema_file, schema_file != NULL, v, &grammar,
+                           &gtoks) != SP_OK)
+            goto done;
+        gp.grammar = grammar;
+        gp.validate = sp_grammar_check;
+        gp.validate_ctx = grammar;
+    }
     if (chat) {
         struct sp_chat_msg msgs[2];
         size_t n = 0;
@@ -315,7 +380,8 @@ int sp_tool_run(int argc, char **argv)
         goto done;
     }
     s->json = json;
-    s->stream = !json && gp.n <= 1 && gp.beams <= 1;
+    s->constrained = grammar != NULL;
+    s->stream = !json && gp.n <= 1 && gp.beams <= 1 && !grammar; /* a retry would void streamed text */
     s->vocab = v;
     st = sp_request_submit(e, toks, n_toks, &gp, sp_run_event, s, NULL);
     if (st != SP_OK) {
@@ -375,6 +441,11 @@ int sp_tool_run(int argc, char **argv)
             tm.t_decode_s > 0 && tm.n_decode > 1 ? (tm.n_decode - 1) / tm.t_decode_s : 0.0, ru.ru_maxrss / 1024.0,
             es.kv_bytes / 1048576.0, sp_engine_n_ctx(e), sp_finish_name(s->choices[0].finish));
     rc = 0;
+    for (int i = 0; i < n_choices; i++)
+        if (s->choices[i].finish == SP_FINISH_ERROR) {
+            sp_tool_fail("choice %d: %s", i, s->choices[i].error[0] ? s->choices[i].error : "generation failed");
+            rc = 2;
+        }
 done:
     if (s) {
         for (int i = 0; i < 16; i++) {
@@ -385,6 +456,8 @@ done:
     }
     free(toks);
     free(file_text);
+    sp_grammar_free(grammar);
+    sp_grammar_tokens_free(gtoks);
     sp_engine_free(e);
     return rc;
 }

@@ -23,6 +23,7 @@
 #include "spindle.h"
 
 struct sp_engine;
+struct sp_grammar;
 struct sp_request;
 struct sp_vocab;
 struct sp_model;
@@ -76,6 +77,18 @@ struct sp_gen_params {
     bool ignore_eos;
     int logprobs;               /* < 0: none; K >= 0: the token's logprob and top K */
     FILE *explain;              /* if set, each step's decoding is printed here */
+    /* Constrained output.  grammar: bound to this engine's vocabulary
+     * (sp_grammar_bind), borrowed until the request's last event; each
+     * token is drawn from those the grammar allows, an end token only where
+     * it accepts.  A choice that stops (end token or stop string) is
+     * checked: the grammar must accept its text, and `validate` (optional)
+     * must return SP_OK for it; if not, the choice starts over from the
+     * prompt with a new seed, up to max_retries times, and then ends with
+     * SP_FINISH_ERROR.  Output cut at max_tokens is not checked. */
+    struct sp_grammar *grammar;
+    sp_status (*validate)(void *ctx, const char *text, size_t len, char *why, size_t cap);
+    void *validate_ctx;
+    int max_retries;
 };
 void sp_gen_params_default(struct sp_gen_params *gp);
 
@@ -92,6 +105,15 @@ struct sp_token_event {
     /* usage, valid on every event */
     uint32_t n_prompt, n_cached, n_generated;
     double logprob_sum;                 /* over this choice's generated tokens */
+    /* Constrained output: the attempt this event belongs to (1, 2, ...).
+     * An event with `retry` set (id -1, finish NONE) says the attempt
+     * failed its check (`error` says why) and everything this choice sent
+     * since its last retry is void; the next attempt follows.  A final
+     * event with SP_FINISH_ERROR may carry `error` too (grammar dead end,
+     * every attempt invalid); `valid`: a final STOP event passed its check. */
+    int attempt;
+    bool retry, valid;
+    const char *error;
 };
 typedef void (*sp_event_fn)(void *user, const struct sp_token_event *ev);
 

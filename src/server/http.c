@@ -275,6 +275,8 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     lim.max_n = h->cfg.max_n;
     lim.max_timeout_s = h->cfg.timeout_s;
     lim.model = sp_sched_model(h->sched);
+    lim.gtoks = sp_sched_grammar_tokens(h->sched);
+    lim.max_retries = h->cfg.max_retries;
     enum sp_api_kind kind = c->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETIONS;
     if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_vocab(h->sched), &lim,
                              &err) != SP_OK)
@@ -344,6 +346,9 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
         }
     }
     MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S);
+    struct sp_api_error verr;
+    if (sp_resp_failed(&c->resp, &verr))
+        return sp_respond_error(c, &verr);
     return sp_respond(c, 200, "application/json", sp_resp_body(&c->resp), NULL, NULL);
 }
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "grammar/grammar.h"
 #include "server/server.h"
 
 struct sp_sched {
@@ -41,6 +42,7 @@ struct sp_sched {
     struct sp_engine *engine;
     const struct sp_vocab *vocab;
     const struct sp_model *model;
+    struct sp_grammar_tokens *gtoks;
     int n_ctx;
 
     /* scheduler thread only */
@@ -176,7 +178,8 @@ static void sp_on_event(void *user, const struct sp_token_event *ev)
 
     pthread_mutex_lock(&j->mu);
     struct sp_job_buf *b = &j->buf;
-    if (sp_buf_reserve(b, ev->len)) {
+    size_t err_len = ev->error ? strlen(ev->error) : 0;
+    if (sp_buf_reserve(b, ev->len + err_len + 1)) {
         struct sp_job_event *e = &b->ev[b->n_ev++];
         e->choice = ev->choice;
         e->id = ev->id;
@@ -192,6 +195,14 @@ static void sp_on_event(void *user, const struct sp_token_event *ev)
         if (ev->len)
             memcpy(b->text + b->n_text, ev->text, ev->len);
         b->n_text += ev->len;
+        e->attempt = ev->attempt;
+        e->retry = ev->retry;
+        e->valid = ev->valid;
+        e->err_off = (uint32_t)b->n_text;
+        e->err_len = (uint32_t)err_len;
+        if (err_len)
+            memcpy(b->text + b->n_text, ev->error, err_len);
+        b->n_text += err_len;
         b->text[b->n_text] = '\0';
     } else {
         j->lost_events = true;
@@ -298,6 +309,14 @@ static void *sp_sched_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         return NULL;
     }
+    /* the grammars' view of the vocabulary: built once, read-only after */
+    if (sp_grammar_tokens_from_vocab(&s->gtoks, sp_engine_vocab(e)) != SP_OK) {
+        snprintf(s->fail_msg, sizeof s->fail_msg, "%s", sp_error_message());
+        atomic_store(&s->failed, true);
+        pthread_mutex_unlock(&s->mu);
+        sp_engine_free(e);
+        return NULL;
+    }
     s->engine = e;
     s->vocab = sp_engine_vocab(e);
     s->model = sp_engine_model(e);
@@ -390,6 +409,11 @@ const struct sp_model *sp_sched_model(const struct sp_sched *s)
     return sp_sched_ready(s) ? s->model : NULL;
 }
 
+const struct sp_grammar_tokens *sp_sched_grammar_tokens(const struct sp_sched *s)
+{
+    return sp_sched_ready(s) ? s->gtoks : NULL;
+}
+
 int sp_sched_n_ctx(const struct sp_sched *s)
 {
     return sp_sched_ready(s) ? s->n_ctx : 0;
@@ -437,6 +461,7 @@ void sp_sched_stop(struct sp_sched *s)
     if (s->thread_started)
         pthread_join(s->thread, NULL);
     sp_engine_free(s->engine);
+    sp_grammar_tokens_free(s->gtoks);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -22,6 +22,9 @@
 #include "engine/engine.h"
 #include "spindle.h"
 
+struct sp_grammar;
+struct sp_grammar_tokens;
+
 enum sp_api_kind {
     SP_API_COMPLETIONS,
     SP_API_CHAT,
@@ -37,6 +40,11 @@ struct sp_api_limits {
     int max_logit_bias;   /* most logit_bias entries */
     double max_timeout_s; /* per-request `timeout` is clamped to this; 0: no cap */
     const struct sp_model *model; /* for the built-in chat format; may be NULL */
+    /* constrained output: the vocabulary grammars are bound to (NULL: the
+     * grammar is compiled but not bound, as for the fuzzer), and the cap
+     * on a request's max_retries */
+    const struct sp_grammar_tokens *gtoks;
+    int max_retries;
 };
 void sp_api_limits_default(struct sp_api_limits *lim);
 
@@ -74,6 +82,9 @@ struct sp_api_request {
     size_t n_prompt;
     double timeout_s;         /* 0: none requested */
     bool seed_set;            /* `seed` was given; else the server picks one */
+    /* response_format json_object/json_schema, `grammar` or `json_schema`:
+     * the compiled grammar (gp.grammar points at it) */
+    struct sp_grammar *grammar;
 };
 
 /* Parses a /v1/completions or /v1/chat/completions body.  On SP_OK *out

@@ -19,6 +19,7 @@ void sp_server_config_default(struct sp_server_config *c)
     c->max_queue = 64;
     c->max_body = 4u << 20;
     c->max_n = 8;
+    c->max_retries = 4;
 }
 
 /* The id clients send as `model`: the file name without directory or .gguf. */

@@ -35,6 +35,7 @@ struct sp_server_config {
     int max_queue;          /* waiting requests beyond this get 429 */
     size_t max_body;        /* request body cap in bytes */
     int max_n;              /* cap on `n` */
+    int max_retries;        /* cap on a request's max_retries (constrained output) */
 };
 void sp_server_config_default(struct sp_server_config *c);
 
@@ -87,6 +88,11 @@ struct sp_job_event {
     uint32_t n_prompt, n_cached, n_generated;
     bool has_lp;
     struct sp_token_logprobs lp;
+    /* constrained output (see sp_token_event): the error text, if any, is
+     * at err_off/err_len in the buffer's text */
+    int attempt;
+    bool retry, valid;
+    uint32_t err_off, err_len;
 };
 
 /* Events not yet taken by the HTTP thread.  The HTTP thread swaps its own
@@ -153,6 +159,8 @@ const char *sp_sched_failed(const struct sp_sched *s);
 /* Valid once ready: immutable and safe to read from any thread. */
 const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s);
 const struct sp_model *sp_sched_model(const struct sp_sched *s);
+/* The vocabulary as grammars see it (built at load, before ready). */
+const struct sp_grammar_tokens *sp_sched_grammar_tokens(const struct sp_sched *s);
 int sp_sched_n_ctx(const struct sp_sched *s);
 /* Enqueues j (taking a reference).  SP_ERR_FULL when max_queue jobs are
  * already waiting. */
@@ -188,6 +196,7 @@ struct sp_resp {
     struct sp_choice_acc *acc;
     struct sp_api_usage usage;
     bool timed_out;
+    bool hold;      /* streaming a checked output that may be retried: chunks wait for the verdict */
 };
 sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
                        const struct sp_vocab *vocab, const char *model);
@@ -201,5 +210,8 @@ sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t 
 /* Non-streaming: accumulate, then build the whole body (malloc'd). */
 sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b);
 char *sp_resp_body(struct sp_resp *r);
+/* A choice ended in error (grammar dead end, every attempt invalid): fills
+ * *err (422) and returns true. */
+bool sp_resp_failed(const struct sp_resp *r, struct sp_api_error *err);
 
 #endif

@@ -24,6 +24,11 @@ struct sp_choice_acc {
     bool finished;
     bool role_sent;
     uint32_t n_generated;
+    int attempts;           /* constrained output: attempts used */
+    bool valid;
+    char *error;            /* the choice ended in error: why (malloc'd) */
+    char *held;             /* streaming with retries: chunks of the current attempt */
+    size_t n_held, cap_held;
 };
 
 static const char *sp_finish_reason(enum sp_finish f)
@@ -46,6 +51,7 @@ sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
     snprintf(r->id, sizeof r->id, "%s-%016llx", api->kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)rnd);
     r->usage.prompt_tokens = (uint32_t)api->n_prompt;
+    r->hold = api->stream && api->grammar && api->gp.max_retries > 0;
     r->acc = calloc((size_t)r->n_choices, sizeof *r->acc);
     return r->acc ? SP_OK : SP_ERR_NOMEM;
 }
@@ -54,6 +60,8 @@ void sp_resp_free(struct sp_resp *r)
 {
     for (int i = 0; r->acc && i < r->n_choices; i++) {
         free(r->acc[i].text);
+        free(r->acc[i].error);
+        free(r->acc[i].held);
         json_decref(r->acc[i].lp);
     }
     free(r->acc);
@@ -193,6 +201,28 @@ static sp_status sp_append_chunk(json_t *chunk, char **out, size_t *len, size_t 
     return st;
 }
 
+/* Constrained output: a retry voids the attempt's text; a final event
+ * records the verdict.  Returns true for a retry event (nothing to send). */
+static bool sp_track_attempt(struct sp_resp *r, const struct sp_job_buf *b, const struct sp_job_event *e)
+{
+    struct sp_choice_acc *a = &r->acc[e->choice];
+    a->attempts = e->attempt;
+    if (e->retry) {
+        a->len = 0;
+        a->n_held = 0;
+        a->role_sent = false;
+        json_decref(a->lp);
+        a->lp = NULL;
+        return true;
+    }
+    if (e->finish != SP_FINISH_NONE) {
+        a->valid = e->valid;
+        if (e->err_len && !a->error)
+            a->error = strndup(b->text + e->err_off, e->err_len);
+    }
+    return false;
+}
+
 static void sp_track_usage(struct sp_resp *r, const struct sp_job_event *e)
 {
     struct sp_choice_acc *a = &r->acc[e->choice];
@@ -207,13 +237,42 @@ static void sp_track_usage(struct sp_resp *r, const struct sp_job_event *e)
     }
 }
 
+/* An error object in the stream (OpenAI's clients raise it). */
+static sp_status sp_stream_error(struct sp_resp *r, int choice, char **out, size_t *len, size_t *cap)
+{
+    struct sp_api_error err;
+    sp_resp_failed(r, &err);
+    (void)choice;
+    char *body = sp_api_error_body(&err);
+    if (!body)
+        return SP_ERR_NOMEM;
+    sp_status st = sp_append(out, len, cap, "data: ", 6);
+    if (st == SP_OK)
+        st = sp_append(out, len, cap, body, strlen(body));
+    if (st == SP_OK)
+        st = sp_append(out, len, cap, "\n\n", 2);
+    free(body);
+    return st;
+}
+
 /* One streamed chunk for one choice: text, optional logprobs entry,
- * optional finish reason. */
+ * optional finish reason.  While the choice's attempt may still be voided
+ * (r->hold), chunks wait in its held buffer; the final one releases them. */
 static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *text, size_t n,
                                   json_t *lp, const char *finish, char **out, size_t *len,
                                   size_t *cap)
 {
     struct sp_choice_acc *a = &r->acc[choice];
+    if (r->hold && !finish) {
+        out = &a->held;
+        len = &a->n_held;
+        cap = &a->cap_held;
+    } else if (r->hold && a->n_held) {
+        sp_status st = sp_append(out, len, cap, a->held, a->n_held);
+        a->n_held = 0;
+        if (st != SP_OK)
+            return st;
+    }
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(choice));
     if (r->api->kind == SP_API_CHAT) {
@@ -247,9 +306,16 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
         if (e->choice < 0 || e->choice >= r->n_choices)
             continue;
         struct sp_choice_acc *a = &r->acc[e->choice];
-        if (a->finished)
+        if (a->finished || sp_track_attempt(r, b, e))
             continue;
         sp_track_usage(r, e);
+        if (e->finish == SP_FINISH_ERROR && a->error) {
+            a->n_held = 0;
+            sp_status st = sp_stream_error(r, e->choice, out, len, cap);
+            if (st != SP_OK)
+                return st;
+            continue;
+        }
         json_t *lp = NULL;
         if (e->has_lp && e->id >= 0 && r->api->logprobs >= 0) {
             if (r->api->kind == SP_API_CHAT) {
@@ -303,7 +369,7 @@ sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
         if (e->choice < 0 || e->choice >= r->n_choices)
             continue;
         struct sp_choice_acc *a = &r->acc[e->choice];
-        if (a->finished)
+        if (a->finished || sp_track_attempt(r, b, e))
             continue;
         sp_track_usage(r, e);
         if (e->has_lp && e->id >= 0 && r->api->logprobs >= 0) {
@@ -321,6 +387,19 @@ sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
             return SP_ERR_NOMEM;
     }
     return SP_OK;
+}
+
+bool sp_resp_failed(const struct sp_resp *r, struct sp_api_error *err)
+{
+    for (int c = 0; c < r->n_choices; c++) {
+        const struct sp_choice_acc *a = &r->acc[c];
+        if (a->finished && a->finish == SP_FINISH_ERROR && a->error) {
+            sp_api_fail(err, 422, "invalid_request_error", "output_validation_failed", NULL,
+                        "Choice %d produced no valid output: %.300s", c, a->error);
+            return true;
+        }
+    }
+    return false;
 }
 
 char *sp_resp_body(struct sp_resp *r)
@@ -355,6 +434,10 @@ char *sp_resp_body(struct sp_resp *r)
         }
         json_object_set_new(ch, "finish_reason",
                             json_string(a->finished ? sp_finish_reason(a->finish) : "length"));
+        if (r->api->grammar) { /* an extension: the check's verdict (length: never valid) */
+            json_object_set_new(ch, "attempts", json_integer(a->attempts ? a->attempts : 1));
+            json_object_set_new(ch, "valid", json_boolean(a->valid));
+        }
         json_array_append_new(choices, ch);
     }
     json_object_set_new(o, "choices", choices);

@@ -1,0 +1,55 @@
+/* The compiled form of a grammar, shared by the compiler (gbnf.c) and the
+ * matcher (match.c).  Not an interface for other rooms.
+ *
+ * Each rule is an NFA over bytes without epsilon edges.  A state has byte
+ * edges (a 256-bit set -> target) and call edges (rule -> the state to
+ * return to), and may be final (its rule can end there).  Every state left
+ * after compilation can reach its rule's end, and every rule called can
+ * finish, so any stack of states is a viable prefix of some sentence. */
+#ifndef SP_GRAMMAR_INTERNAL_H
+#define SP_GRAMMAR_INTERNAL_H
+
+#include <stdint.h>
+
+#include "grammar/grammar.h"
+
+enum { SP_GEDGE_BYTES = 0, SP_GEDGE_CALL = 1 };
+
+struct sp_gedge {
+    uint32_t kind;   /* SP_GEDGE_* */
+    uint32_t arg;    /* byte set index, or the rule called */
+    uint32_t target; /* next state, or the state returned to */
+};
+
+struct sp_gbits {
+    uint64_t w[4];
+};
+
+static inline int sp_gbits_has(const struct sp_gbits *b, unsigned c)
+{
+    return (int)((b->w[c >> 6] >> (c & 63)) & 1u);
+}
+
+struct sp_grammar_nfa {
+    uint32_t n_rules, root;
+    char **rule_name;     /* [n_rules] */
+    uint32_t *rule_start; /* [n_rules] */
+    uint32_t n_states;
+    uint32_t *edge_off;   /* [n_states + 1] into edges */
+    struct sp_gedge *edges;
+    uint8_t *final;       /* [n_states] */
+    uint32_t *rule_of;    /* [n_states] */
+    struct sp_gbits *reads; /* [n_states] union of the byte edges' sets */
+    uint32_t n_sets;
+    struct sp_gbits *sets;
+};
+
+/* gbnf.c: text -> nfa (zeroed on failure; error set). */
+sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, size_t len,
+                               const char *root);
+void sp_grammar_nfa_free(struct sp_grammar_nfa *nfa);
+
+/* match.c: takes ownership of nfa. */
+sp_status sp_grammar_from_nfa(struct sp_grammar **out, struct sp_grammar_nfa *nfa);
+
+#endif
