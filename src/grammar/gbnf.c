@@ -11,7 +11,8 @@
  * takes the edges of its epsilon closure; unreachable states go, byte edges
  * to one target merge into one set.  Then the checks: rules that can never
  * finish and states that cannot reach their rule's end are pruned (every
- * stack left is a viable prefix), and left recursion is refused. */
+ * stack left is a viable prefix), and left recursion is refused.  Last,
+ * states with equal futures merge (minimize.c). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1361,7 +1362,8 @@ sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, siz
         sp_grammar_nfa_free(nfa);
         goto done;
     }
-    st = SP_OK;
+    if ((st = sp_grammar_nfa_minimize(nfa)) != SP_OK)
+        sp_grammar_nfa_free(nfa);
 done:
     if (st != SP_OK && !p.failed && st == SP_ERR_ARG && !sp_error_message()[0])
         sp_error_set(SP_ERR_ARG, "grammar: invalid");

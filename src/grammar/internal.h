@@ -48,6 +48,9 @@ struct sp_grammar_nfa {
 sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, size_t len,
                                const char *root);
 void sp_grammar_nfa_free(struct sp_grammar_nfa *nfa);
+/* minimize.c: merges states with equal futures (same rule, finality and
+ * edges); the language of every rule is unchanged. */
+sp_status sp_grammar_nfa_minimize(struct sp_grammar_nfa *nfa);
 
 /* match.c: takes ownership of nfa. */
 sp_status sp_grammar_from_nfa(struct sp_grammar **out, struct sp_grammar_nfa *nfa);

@@ -27,6 +27,8 @@
 #define FIRST_NODE 3u
 #define MAX_DEPTH 2048u
 #define MASK_CACHE_BYTES (64u << 20)
+#define ROWS_MAX (8u << 20)     /* row entries (4 bytes each) before transitions go to the hash */
+#define NO_TRANS UINT32_MAX
 
 struct htab {
     uint64_t *key;
@@ -63,7 +65,10 @@ struct sp_grammar {
     uint32_t *ds_mask;           /* mask slot + 1, 0: none */
     uint32_t n_ds, cap_ds, n_pool, cap_pool;
     struct htab ds_tab;          /* hash -> id, probed by hash */
-    struct htab trans;           /* (ds << 8 | byte) -> ds */
+    uint32_t *ds_row;            /* offset + 1 of the dstate's row in rows, 0: none */
+    uint32_t *rows;              /* per byte the dstate reads (by rank): target, or NO_TRANS */
+    uint32_t n_rows, cap_rows;
+    struct htab trans;           /* (ds << 8 | byte) -> ds, once rows are at ROWS_MAX */
 
     /* scratch for closure */
     uint32_t *work, *out;
@@ -306,7 +311,9 @@ static uint32_t intern(struct sp_grammar *g, uint32_t n)
     }
     uint32_t id = g->n_ds;
     uint32_t c1 = g->cap_ds, c2 = g->cap_ds, c3 = g->cap_ds, c4 = g->cap_ds, c5 = g->cap_ds, c6 = g->cap_ds;
+    uint32_t c7 = g->cap_ds;
     if (!grow((void **)&g->ds_off, &c1, id + 2, sizeof *g->ds_off) ||
+        !grow((void **)&g->ds_row, &c7, id + 2, sizeof *g->ds_row) ||
         !grow((void **)&g->ds_self, &c6, id + 2, sizeof *g->ds_self) ||
         !grow((void **)&g->ds_hash, &c2, id + 2, sizeof *g->ds_hash) ||
         !grow((void **)&g->ds_reads, &c3, id + 2, sizeof *g->ds_reads) ||
@@ -320,6 +327,7 @@ static uint32_t intern(struct sp_grammar *g, uint32_t n)
     g->ds_off[id + 1] = g->n_pool;
     g->ds_hash[id] = h;
     g->ds_mask[id] = 0;
+    g->ds_row[id] = 0;
     struct sp_gbits rd = {{0}};
     uint8_t fl = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -380,15 +388,61 @@ static inline const uint32_t *ds_nodes(const struct sp_grammar *g, uint32_t d, u
     return g->ds_pool + g->ds_off[d];
 }
 
-/* The dstate after reading byte c in d (cached); UINT32_MAX on no memory. */
-static uint32_t step(struct sp_grammar *g, uint32_t d, unsigned c)
+static inline uint32_t gbits_count(const struct sp_gbits *b)
+{
+    return (uint32_t)(__builtin_popcountll(b->w[0]) + __builtin_popcountll(b->w[1]) +
+                      __builtin_popcountll(b->w[2]) + __builtin_popcountll(b->w[3]));
+}
+
+/* The index of byte c among the bytes set in b (c must be set). */
+static inline uint32_t gbits_rank(const struct sp_gbits *b, unsigned c)
+{
+    uint32_t k = (uint32_t)__builtin_popcountll(b->w[c >> 6] & ((1ull << (c & 63)) - 1));
+    for (unsigned w = 0; w < c >> 6; w++)
+        k += (uint32_t)__builtin_popcountll(b->w[w]);
+    return k;
+}
+
+/* The row slot of (d, c), giving d a row first if it has none; NULL once
+ * the rows are full (the hash takes over) or on no memory. */
+static uint32_t *row_slot(struct sp_grammar *g, uint32_t d, unsigned c)
+{
+    if (!g->ds_row[d]) {
+        uint32_t n = gbits_count(&g->ds_reads[d]);
+        if (g->n_rows + n > ROWS_MAX || !grow((void **)&g->rows, &g->cap_rows, g->n_rows + n, sizeof *g->rows))
+            return NULL;
+        memset(g->rows + g->n_rows, 0xff, (size_t)n * sizeof *g->rows);
+        g->ds_row[d] = g->n_rows + 1;
+        g->n_rows += n;
+    }
+    return g->rows + g->ds_row[d] - 1 + gbits_rank(&g->ds_reads[d], c);
+}
+
+/* The dstate after reading byte c in d, computed once: UINT32_MAX on no
+ * memory.  Transitions live in per-dstate rows indexed by the byte's rank
+ * among the bytes d reads (a trie walk steps siblings from one dstate, so
+ * the row stays in cache); past ROWS_MAX entries in a hash. */
+static uint32_t step_new(struct sp_grammar *g, uint32_t d, unsigned c);
+
+static inline uint32_t step(struct sp_grammar *g, uint32_t d, unsigned c)
 {
     if (d == SP_GRAMMAR_DEAD || !sp_gbits_has(&g->ds_reads[d], c))
         return SP_GRAMMAR_DEAD;
-    if (sp_gbits_has(&g->ds_self[d], c)) /* loops (string characters) skip the hash */
+    if (sp_gbits_has(&g->ds_self[d], c)) /* loops (string characters) skip the lookup */
         return d;
+    if (g->ds_row[d]) {
+        uint32_t r = g->rows[g->ds_row[d] - 1 + gbits_rank(&g->ds_reads[d], c)];
+        if (r != NO_TRANS)
+            return r;
+    }
+    return step_new(g, d, c);
+}
+
+/* step() for a transition not in a row yet. */
+static uint32_t step_new(struct sp_grammar *g, uint32_t d, unsigned c)
+{
     uint64_t key = (uint64_t)d << 8 | c;
-    uint32_t r = htab_get(&g->trans, key);
+    uint32_t r = g->ds_row[d] ? UINT32_MAX : htab_get(&g->trans, key);
     if (r != UINT32_MAX)
         return r;
     const struct sp_grammar_nfa *a = &g->nfa;
@@ -414,7 +468,12 @@ static uint32_t step(struct sp_grammar *g, uint32_t d, unsigned c)
     if (!closure(g, n_work, &n_out))
         return UINT32_MAX;
     r = intern(g, n_out);
-    if (r == UINT32_MAX || !htab_put(&g->trans, key, r))
+    if (r == UINT32_MAX)
+        return UINT32_MAX;
+    uint32_t *slot = row_slot(g, d, c);
+    if (slot)
+        *slot = r;
+    else if (!htab_put(&g->trans, key, r))
         return UINT32_MAX;
     if (r == d)
         g->ds_self[d].w[c >> 6] |= 1ull << (c & 63);
@@ -480,6 +539,12 @@ sp_status sp_grammar_from_nfa(struct sp_grammar **out, struct sp_grammar_nfa *nf
     memset(&g->ds_self[0], 0, sizeof g->ds_self[0]);
     g->ds_flags[0] = 0;
     g->ds_mask[0] = 0;
+    uint32_t c9 = 0;
+    if (!grow((void **)&g->ds_row, &c9, 2, sizeof *g->ds_row)) {
+        sp_grammar_free(g);
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    }
+    g->ds_row[0] = 0;
     *out = g;
     return SP_OK;
 }
@@ -544,6 +609,8 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g->ds_mask);
     htab_free(&g->ds_tab);
     htab_free(&g->trans);
+    free(g->ds_row);
+    free(g->rows);
     free(g->work);
     free(g->out);
     free(g->follow);
@@ -621,9 +688,24 @@ sp_grammar_state sp_grammar_advance(struct sp_grammar *g, sp_grammar_state s, sp
 /* ---- bind: per read state, the accepted and uncertain tokens ---- */
 
 struct collect {
-    uint32_t *acc, *unc; /* sorted indices */
-    uint32_t n_acc, n_unc;
+    uint32_t *acc;       /* accepted: ranges [acc[2i], acc[2i+1]) of sorted indices */
+    uint32_t *unc;       /* uncertain: sorted indices */
+    uint32_t n_acc_r, n_acc, n_unc;
 };
+
+static inline void add_acc(struct collect *c, uint32_t lo, uint32_t hi)
+{
+    if (lo == hi)
+        return;
+    if (c->n_acc_r && c->acc[2 * c->n_acc_r - 1] == lo) {
+        c->acc[2 * c->n_acc_r - 1] = hi;
+    } else {
+        c->acc[2 * c->n_acc_r] = lo;
+        c->acc[2 * c->n_acc_r + 1] = hi;
+        c->n_acc_r++;
+    }
+    c->n_acc += hi - lo;
+}
 
 static void add_range(uint32_t *dst, uint32_t *n, uint32_t lo, uint32_t hi)
 {
@@ -718,7 +800,7 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
     if (ds[0] == UINT32_MAX)
         return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
     esc[0] = 0;
-    c->n_acc = c->n_unc = 0;
+    c->n_acc_r = c->n_acc = c->n_unc = 0;
     for (uint32_t i = 0; i < t->n_nodes;) {
         uint32_t d = t->node_depth[i];
         uint32_t p = ds[d - 1];
@@ -729,7 +811,7 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
             return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         uint32_t lo = t->node_lo[i], here = lo + t->node_here[i];
         if (nd != SP_GRAMMAR_DEAD)
-            add_range(c->acc, &c->n_acc, lo, here);
+            add_acc(c, lo, here);
         else if (esc_a)
             add_range(c->unc, &c->n_unc, lo, here);
         if (nd == SP_GRAMMAR_DEAD || (!(g->ds_flags[nd] & 4) && esc_a)) {
@@ -775,7 +857,7 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
     struct collect c = {0};
     uint32_t *ds = malloc(((size_t)t->max_len + 2) * sizeof *ds);
     uint8_t *esc = malloc((size_t)t->max_len + 2);
-    c.acc = malloc(((size_t)t->n_sorted + 1) * sizeof *c.acc);
+    c.acc = malloc(((size_t)t->n_sorted + 1) * 2 * sizeof *c.acc);
     c.unc = malloc(((size_t)t->n_sorted + 1) * sizeof *c.unc);
     uint32_t *ids = malloc(((size_t)t->n_sorted + 1) * sizeof *ids);
     g->pre = calloc(n_states ? n_states : 1, sizeof *g->pre);
@@ -807,15 +889,18 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
             }
             uint64_t *bits = g->acc_bits + g->n_acc_bits;
             memset(bits, 0, (size_t)g->n_words * sizeof *bits);
-            for (uint32_t i = 0; i < c.n_acc; i++) {
-                uint32_t id = t->sorted[c.acc[i]];
-                bits[id >> 6] |= 1ull << (id & 63);
-            }
+            for (uint32_t r = 0; r < c.n_acc_r; r++)
+                for (uint32_t k = c.acc[2 * r]; k < c.acc[2 * r + 1]; k++) {
+                    uint32_t id = t->sorted[k];
+                    bits[id >> 6] |= 1ull << (id & 63);
+                }
             g->n_acc_bits += g->n_words;
             p->n_acc = c.n_acc;
         } else {
-            for (uint32_t i = 0; i < c.n_acc; i++)
-                ids[i] = t->sorted[c.acc[i]];
+            uint32_t n = 0;
+            for (uint32_t r = 0; r < c.n_acc_r; r++)
+                for (uint32_t k = c.acc[2 * r]; k < c.acc[2 * r + 1]; k++)
+                    ids[n++] = t->sorted[k];
             p->acc_off = g->n_acc_ids;
             p->n_acc = c.n_acc;
             if (!append_u32(&g->acc_ids, &g->n_acc_ids, &cap_acc, ids, c.n_acc)) {
