@@ -26,7 +26,17 @@
  *
  * A grammar and everything it caches belongs to one thread at a time (the
  * request's parser, then the engine's thread); it is never used by two at
- * once.  Masks and matching allocate only when a cache grows. */
+ * once.  The exception is sharing: once bound, a grammar that nobody
+ * matches with may be copied (sp_grammar_clone) by any number of threads at
+ * once; copies share its compiled form and bind results, each has its own
+ * matching state, and the shared part lives until the last copy is freed.
+ * sp_grammar_cache_*() keeps such grammars by their text.  Masks and
+ * matching allocate only when a cache grows.
+ *
+ * A lazy grammar (sp_grammar_set_trigger) leaves the output free until its
+ * trigger text appears in it, and from the trigger on the output must be a
+ * sentence of the grammar (whose sentences start with the trigger): tool
+ * calls that a model may or may not make. */
 #ifndef SP_GRAMMAR_GRAMMAR_H
 #define SP_GRAMMAR_GRAMMAR_H
 
@@ -44,6 +54,7 @@ struct sp_vocab;
 #define SP_GRAMMAR_MAX_TEXT (1u << 20)     /* bytes of GBNF */
 #define SP_GRAMMAR_MAX_STATES (1u << 18)   /* automaton states after expansion */
 #define SP_GRAMMAR_MAX_STACKS 4096         /* parallel stacks in one state */
+#define SP_GRAMMAR_MAX_TRIGGER 64          /* bytes of a lazy grammar's trigger */
 
 /* ---- vocabularies ---- */
 
@@ -80,7 +91,41 @@ sp_status sp_grammar_check(void *grammar, const char *text, size_t len, char *wh
 /* Prepares g for the vocabulary t (which must outlive g): precomputes the
  * per-state token sets.  Idempotent for the same t. */
 sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *t);
+/* Makes g lazy (before binding): output before `text` is free, the rest
+ * must be a sentence of g.  SP_ERR_ARG when g's sentences do not start
+ * with text, or it is empty or longer than SP_GRAMMAR_MAX_TRIGGER. */
+sp_status sp_grammar_set_trigger(struct sp_grammar *g, const char *text, size_t len);
+/* A copy of g for one more user: shares g's compiled form and bind results
+ * (g must be bound or never be bound), starts with empty caches.  Safe to
+ * call from several threads at once while nobody matches with g. */
+sp_status sp_grammar_clone(struct sp_grammar *g, struct sp_grammar **out);
+/* Drops g (a copy, or the original: the shared part goes with the last). */
 void sp_grammar_free(struct sp_grammar *g);
+
+/* ---- ready-to-use grammars ---- */
+
+enum sp_grammar_kind {
+    SP_GRAMMAR_GBNF = 'g',   /* GBNF text */
+    SP_GRAMMAR_SCHEMA = 's', /* a JSON Schema (validated afterwards too) */
+};
+
+/* Compiles text as kind, makes it lazy on `trigger` (NULL: not lazy) and
+ * binds it to t (NULL: unbound).  Errors as the steps'. */
+sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t len, const char *trigger,
+                             const struct sp_grammar_tokens *t, struct sp_grammar **out);
+
+/* Prepared grammars kept by (kind, trigger, text), at most max_entries of
+ * them, least recently used out first.  Thread-safe. */
+struct sp_grammar_cache;
+sp_status sp_grammar_cache_new(struct sp_grammar_cache **out, const struct sp_grammar_tokens *t,
+                               uint32_t max_entries);
+void sp_grammar_cache_free(struct sp_grammar_cache *c);
+/* A copy of the prepared grammar for (kind, text, trigger), prepared now
+ * when not kept yet (*hit says which; may be NULL).  Errors as
+ * sp_grammar_prepare's, and are not kept. */
+sp_status sp_grammar_cache_get(struct sp_grammar_cache *c, enum sp_grammar_kind kind, const char *text, size_t len,
+                               const char *trigger, struct sp_grammar **out, bool *hit);
+void sp_grammar_cache_stats(struct sp_grammar_cache *c, uint64_t *hits, uint64_t *misses);
 
 /* Counts for the benchmark and tests. */
 struct sp_grammar_stats {

@@ -15,6 +15,7 @@
  * is the union of the accepted sets of its tops, plus the uncertain tokens
  * walked again from the real stack (sorted by bytes, shared prefixes
  * walked once), cached per dstate. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,12 +43,27 @@ struct pre {          /* per read state, after bind */
     uint8_t is_bits;
 };
 
+/* A grammar is its compiled form and bind results (immutable once bound,
+ * shared by its copies: `proto` points at the owner, which lives while any
+ * copy does) and its own matching state (nodes, dstates, masks). */
 struct sp_grammar {
+    atomic_int refs;
+    struct sp_grammar *proto;    /* a copy: whose shared part this borrows; NULL: owns it */
+
+    /* ---- shared ---- */
     struct sp_grammar_nfa nfa;
     char *schema;                /* the JSON Schema it came from, or NULL */
     size_t schema_len;
     const struct sp_grammar_tokens *toks;
+    char *trigger;               /* lazy: the text before which output is free */
+    uint8_t *trig_dfa;           /* lazy: [trig_len][256] progress through the trigger */
+    uint32_t trig_len;
+
+    /* ---- own ---- */
     bool failed_overflow;
+    uint32_t trig_state;         /* lazy: the dstate once the trigger is read; 0: not yet */
+    uint64_t *lazy_masks;        /* lazy: [trig_len][n_words] masks before the trigger */
+    uint32_t *lazy_count;        /* allowed tokens + 1 of each, 0: not computed */
 
     /* nodes */
     uint32_t *nq, *np;
@@ -74,7 +90,7 @@ struct sp_grammar {
     uint32_t *work, *out;
     uint32_t cap_work, cap_out;
 
-    /* bind results */
+    /* bind results (shared) */
     struct sp_gbits *follow;     /* [n_rules] bytes that can come right after a rule ends */
     struct pre *pre;             /* [n_states] */
     uint32_t *acc_ids, *unc_ids;
@@ -83,7 +99,7 @@ struct sp_grammar {
     uint32_t n_acc_ids, n_unc_ids, n_acc_bits; /* n_acc_bits in words */
     uint32_t n_words;
 
-    /* masks */
+    /* masks (own) */
     uint64_t *masks;             /* [n_slots][n_words] */
     uint32_t *slot_ds;           /* dstate of each slot */
     uint32_t *slot_count;
@@ -491,6 +507,43 @@ static uint32_t single(struct sp_grammar *g, uint32_t x)
 
 /* ---- grammars ---- */
 
+/* Empty matching state: nodes 0..2 reserved ((none), the real bottom, the
+ * precompute bottom), dstate 0 DEAD.  False on no memory. */
+static bool matching_init(struct sp_grammar *g)
+{
+    uint32_t cap = 0, c1 = 0, c2 = 0, c3 = 0;
+    if (!grow((void **)&g->nq, &cap, FIRST_NODE, sizeof *g->nq) ||
+        !grow((void **)&g->np, &c1, FIRST_NODE, sizeof *g->np) ||
+        !grow((void **)&g->ndepth, &c2, FIRST_NODE, sizeof *g->ndepth) ||
+        !grow((void **)&g->mark, &c3, FIRST_NODE, sizeof *g->mark))
+        return false;
+    g->cap_nodes = cap;
+    memset(g->mark, 0, (size_t)cap * sizeof *g->mark);
+    for (uint32_t i = 0; i < FIRST_NODE; i++) {
+        g->nq[i] = g->np[i] = UINT32_MAX;
+        g->ndepth[i] = 0;
+    }
+    g->n_nodes = FIRST_NODE;
+    g->n_ds = 1;
+    uint32_t c = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0, c8 = 0, c9 = 0;
+    if (!grow((void **)&g->ds_off, &c, 2, sizeof *g->ds_off) ||
+        !grow((void **)&g->ds_self, &c8, 2, sizeof *g->ds_self) ||
+        !grow((void **)&g->ds_hash, &c4, 2, sizeof *g->ds_hash) ||
+        !grow((void **)&g->ds_reads, &c5, 2, sizeof *g->ds_reads) ||
+        !grow((void **)&g->ds_flags, &c6, 2, sizeof *g->ds_flags) ||
+        !grow((void **)&g->ds_mask, &c7, 2, sizeof *g->ds_mask) ||
+        !grow((void **)&g->ds_row, &c9, 2, sizeof *g->ds_row))
+        return false;
+    g->cap_ds = c;
+    g->ds_off[0] = g->ds_off[1] = 0;
+    memset(&g->ds_reads[0], 0, sizeof g->ds_reads[0]);
+    memset(&g->ds_self[0], 0, sizeof g->ds_self[0]);
+    g->ds_flags[0] = 0;
+    g->ds_mask[0] = 0;
+    g->ds_row[0] = 0;
+    return true;
+}
+
 sp_status sp_grammar_from_nfa(struct sp_grammar **out, struct sp_grammar_nfa *nfa)
 {
     *out = NULL;
@@ -499,53 +552,50 @@ sp_status sp_grammar_from_nfa(struct sp_grammar **out, struct sp_grammar_nfa *nf
         sp_grammar_nfa_free(nfa);
         return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
     }
+    atomic_init(&g->refs, 1);
     g->nfa = *nfa;
     memset(nfa, 0, sizeof *nfa);
-    /* nodes 0..2 are reserved: (none), the real bottom, the precompute bottom */
-    uint32_t cap = 0, c1 = 0, c2 = 0, c3 = 0;
-    if (!grow((void **)&g->nq, &cap, FIRST_NODE, sizeof *g->nq) ||
-        !grow((void **)&g->np, &c1, FIRST_NODE, sizeof *g->np) ||
-        !grow((void **)&g->ndepth, &c2, FIRST_NODE, sizeof *g->ndepth) ||
-        !grow((void **)&g->mark, &c3, FIRST_NODE, sizeof *g->mark)) {
+    if (!matching_init(g)) {
         sp_grammar_free(g);
         return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
     }
-    g->cap_nodes = cap;
-    memset(g->mark, 0, (size_t)cap * sizeof *g->mark);
-    for (uint32_t i = 0; i < FIRST_NODE; i++) {
-        g->nq[i] = g->np[i] = UINT32_MAX;
-        g->ndepth[i] = 0;
-    }
-    g->n_nodes = FIRST_NODE;
-    /* dstate 0 is DEAD */
-    g->n_ds = 1;
-    uint32_t c = 0;
-    if (!grow((void **)&g->ds_off, &c, 2, sizeof *g->ds_off)) {
-        sp_grammar_free(g);
-        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-    }
-    g->ds_off[0] = g->ds_off[1] = 0;
-    uint32_t c4 = 0, c5 = 0, c6 = 0, c7 = 0, c8 = 0;
-    if (!grow((void **)&g->ds_self, &c8, 2, sizeof *g->ds_self) ||
-        !grow((void **)&g->ds_hash, &c4, 2, sizeof *g->ds_hash) ||
-        !grow((void **)&g->ds_reads, &c5, 2, sizeof *g->ds_reads) ||
-        !grow((void **)&g->ds_flags, &c6, 2, sizeof *g->ds_flags) ||
-        !grow((void **)&g->ds_mask, &c7, 2, sizeof *g->ds_mask)) {
-        sp_grammar_free(g);
-        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-    }
-    g->cap_ds = c;
-    memset(&g->ds_reads[0], 0, sizeof g->ds_reads[0]);
-    memset(&g->ds_self[0], 0, sizeof g->ds_self[0]);
-    g->ds_flags[0] = 0;
-    g->ds_mask[0] = 0;
-    uint32_t c9 = 0;
-    if (!grow((void **)&g->ds_row, &c9, 2, sizeof *g->ds_row)) {
-        sp_grammar_free(g);
-        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-    }
-    g->ds_row[0] = 0;
     *out = g;
+    return SP_OK;
+}
+
+sp_status sp_grammar_clone(struct sp_grammar *g, struct sp_grammar **out)
+{
+    struct sp_grammar *src = g->proto ? g->proto : g;
+    struct sp_grammar *c = calloc(1, sizeof *c);
+    *out = NULL;
+    if (!c)
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    atomic_init(&c->refs, 1);
+    atomic_fetch_add(&src->refs, 1);
+    c->proto = src;
+    c->nfa = src->nfa;
+    c->schema = src->schema;
+    c->schema_len = src->schema_len;
+    c->toks = src->toks;
+    c->trig_dfa = src->trig_dfa;
+    c->trig_len = src->trig_len;
+    c->follow = src->follow;
+    c->pre = src->pre;
+    c->acc_ids = src->acc_ids;
+    c->unc_ids = src->unc_ids;
+    c->unc_lcp = src->unc_lcp;
+    c->acc_bits = src->acc_bits;
+    c->n_acc_ids = src->n_acc_ids;
+    c->n_unc_ids = src->n_unc_ids;
+    c->n_acc_bits = src->n_acc_bits;
+    c->n_words = src->n_words;
+    c->max_slots = src->max_slots;
+    if (!matching_init(c) ||
+        (c->toks && !(c->walk = malloc(((size_t)c->toks->max_len + 2) * sizeof *c->walk)))) {
+        sp_grammar_free(c);
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    }
+    *out = c;
     return SP_OK;
 }
 
@@ -591,10 +641,8 @@ sp_status sp_grammar_check(void *grammar, const char *text, size_t len, char *wh
 
 void sp_grammar_free(struct sp_grammar *g)
 {
-    if (!g)
+    if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
         return;
-    sp_grammar_nfa_free(&g->nfa);
-    free(g->schema);
     free(g->nq);
     free(g->np);
     free(g->ndepth);
@@ -613,16 +661,26 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g->rows);
     free(g->work);
     free(g->out);
-    free(g->follow);
-    free(g->pre);
-    free(g->acc_ids);
-    free(g->unc_ids);
-    free(g->unc_lcp);
-    free(g->acc_bits);
     free(g->masks);
     free(g->slot_ds);
     free(g->slot_count);
     free(g->walk);
+    free(g->lazy_masks);
+    free(g->lazy_count);
+    if (g->proto) {
+        sp_grammar_free(g->proto);
+    } else {
+        sp_grammar_nfa_free(&g->nfa);
+        free(g->schema);
+        free(g->trigger);
+        free(g->trig_dfa);
+        free(g->follow);
+        free(g->pre);
+        free(g->acc_ids);
+        free(g->unc_ids);
+        free(g->unc_lcp);
+        free(g->acc_bits);
+    }
     free(g);
 }
 
@@ -648,7 +706,11 @@ void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *o)
 
 /* ---- matching ---- */
 
-sp_grammar_state sp_grammar_start(struct sp_grammar *g)
+/* Before a lazy grammar's trigger, a state is LAZY_BASE + the number of
+ * trigger bytes just read. */
+#define LAZY_BASE 0x80000000u
+
+static uint32_t real_start(struct sp_grammar *g)
 {
     uint32_t n_work = 0, n_out = 0;
     g->stamp++;
@@ -658,18 +720,74 @@ sp_grammar_state sp_grammar_start(struct sp_grammar *g)
     return d == UINT32_MAX ? SP_GRAMMAR_DEAD : d;
 }
 
+static uint32_t real_feed(struct sp_grammar *g, uint32_t s, const unsigned char *b, size_t len)
+{
+    for (size_t i = 0; i < len && s != SP_GRAMMAR_DEAD; i++)
+        if ((s = step(g, s, b[i])) == UINT32_MAX)
+            return SP_GRAMMAR_DEAD;
+    return s;
+}
+
+/* The dstate right after the trigger (the grammar's own sentences start
+ * with it); DEAD on no memory. */
+static uint32_t trigger_state(struct sp_grammar *g)
+{
+    if (!g->trig_state) {
+        const char *trig = g->proto ? g->proto->trigger : g->trigger;
+        g->trig_state = real_feed(g, real_start(g), (const unsigned char *)trig, g->trig_len);
+    }
+    return g->trig_state;
+}
+
+sp_status sp_grammar_set_trigger(struct sp_grammar *g, const char *text, size_t len)
+{
+    if (g->proto || atomic_load(&g->refs) != 1 || g->toks || g->trig_len)
+        return sp_error_set(SP_ERR_ARG, "grammar: a trigger is set once, before binding");
+    if (!len || len > SP_GRAMMAR_MAX_TRIGGER)
+        return sp_error_set(SP_ERR_ARG, "grammar: a trigger has 1 to %d bytes", SP_GRAMMAR_MAX_TRIGGER);
+    if (real_feed(g, real_start(g), (const unsigned char *)text, len) == SP_GRAMMAR_DEAD)
+        return sp_error_set(SP_ERR_ARG, "grammar: its sentences do not start with the trigger '%.*s'",
+                            (int)len, text);
+    g->trigger = malloc(len);
+    g->trig_dfa = malloc(len * 256);
+    if (!g->trigger || !g->trig_dfa)
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    memcpy(g->trigger, text, len);
+    /* the string-matching automaton: a mismatch falls back to the longest
+     * prefix of the trigger that ends the bytes read */
+    const unsigned char *w = (const unsigned char *)text;
+    uint8_t *dfa = g->trig_dfa;
+    memset(dfa, 0, 256);
+    dfa[w[0]] = 1;
+    for (uint32_t k = 1, x = 0; k < len; k++) {
+        memcpy(dfa + k * 256, dfa + x * 256, 256);
+        dfa[k * 256 + w[k]] = (uint8_t)(k + 1);
+        x = dfa[x * 256 + w[k]];
+    }
+    g->trig_len = (uint32_t)len;
+    return SP_OK;
+}
+
+sp_grammar_state sp_grammar_start(struct sp_grammar *g)
+{
+    return g->trig_len ? LAZY_BASE : real_start(g);
+}
+
 sp_grammar_state sp_grammar_feed(struct sp_grammar *g, sp_grammar_state s, const char *bytes, size_t len)
 {
-    for (size_t i = 0; i < len && s != SP_GRAMMAR_DEAD; i++) {
-        s = step(g, s, (unsigned char)bytes[i]);
-        if (s == UINT32_MAX)
-            return SP_GRAMMAR_DEAD;
+    const unsigned char *b = (const unsigned char *)bytes;
+    size_t i = 0;
+    for (; i < len && s >= LAZY_BASE; i++) {
+        uint32_t k = g->trig_dfa[(s - LAZY_BASE) * 256 + b[i]];
+        s = k < g->trig_len ? LAZY_BASE + k : trigger_state(g);
     }
-    return s;
+    return real_feed(g, s, b + i, len - i);
 }
 
 bool sp_grammar_accepting(struct sp_grammar *g, sp_grammar_state s)
 {
+    if (s >= LAZY_BASE)
+        return true; /* free text may end anywhere */
     return s != SP_GRAMMAR_DEAD && s < g->n_ds && (g->ds_flags[s] & 1);
 }
 
@@ -683,6 +801,49 @@ sp_grammar_state sp_grammar_advance(struct sp_grammar *g, sp_grammar_state s, sp
     if (t->kind[id] != SP_GRAMMAR_TOKEN_TEXT)
         return SP_GRAMMAR_DEAD;
     return sp_grammar_feed(g, s, t->bytes + t->off[id], t->off[id + 1] - t->off[id]);
+}
+
+static uint32_t count_bits(const uint64_t *m, uint32_t n_words);
+
+/* The mask before the trigger, k bytes of it read: every text token
+ * except those that complete the trigger and then leave the grammar, and
+ * the end tokens.  Computed once per k. */
+static sp_status lazy_mask(struct sp_grammar *g, uint32_t k, const uint64_t **mask, uint32_t *n_allowed)
+{
+    const struct sp_grammar_tokens *t = g->toks;
+    if (k >= g->trig_len)
+        return sp_error_set(SP_ERR_ARG, "grammar: the output so far cannot be continued");
+    if (!g->lazy_masks) {
+        g->lazy_masks = malloc((size_t)g->trig_len * g->n_words * sizeof *g->lazy_masks);
+        g->lazy_count = calloc(g->trig_len, sizeof *g->lazy_count);
+        if (!g->lazy_masks || !g->lazy_count) {
+            free(g->lazy_masks);
+            g->lazy_masks = NULL;
+            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for masks");
+        }
+    }
+    uint64_t *m = g->lazy_masks + (size_t)k * g->n_words;
+    if (!g->lazy_count[k]) {
+        memset(m, 0, (size_t)g->n_words * sizeof *m);
+        for (uint32_t id = 0; id < t->n_vocab; id++) {
+            if (t->kind[id] != SP_GRAMMAR_TOKEN_TEXT)
+                continue;
+            const unsigned char *b = (const unsigned char *)t->bytes + t->off[id];
+            uint32_t len = t->off[id + 1] - t->off[id], j = 0, p = k;
+            while (j < len && (p = g->trig_dfa[p * 256 + b[j]]) < g->trig_len)
+                j++;
+            if (j < len && real_feed(g, trigger_state(g), b + j + 1, len - j - 1) == SP_GRAMMAR_DEAD)
+                continue;
+            m[id >> 6] |= 1ull << (id & 63);
+        }
+        for (uint32_t e = 0; e < t->n_end; e++)
+            m[t->ends[e] >> 6] |= 1ull << (t->ends[e] & 63);
+        g->lazy_count[k] = count_bits(m, g->n_words) + 1;
+    }
+    *mask = m;
+    if (n_allowed)
+        *n_allowed = g->lazy_count[k] - 1;
+    return SP_OK;
 }
 
 /* ---- bind: per read state, the accepted and uncertain tokens ---- */
@@ -852,6 +1013,8 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
         return SP_OK;
     if (g->toks)
         return sp_error_set(SP_ERR_ARG, "grammar: already bound to another vocabulary");
+    if (g->proto || atomic_load(&g->refs) != 1)
+        return sp_error_set(SP_ERR_ARG, "grammar: a shared grammar is bound before it is copied");
     sp_status st = SP_OK;
     uint32_t n_states = g->nfa.n_states;
     struct collect c = {0};
@@ -1012,6 +1175,8 @@ sp_status sp_grammar_mask(struct sp_grammar *g, sp_grammar_state s, const uint64
         *n_allowed = 0;
     if (!t)
         return sp_error_set(SP_ERR_ARG, "grammar: not bound to a vocabulary");
+    if (s >= LAZY_BASE)
+        return lazy_mask(g, s - LAZY_BASE, mask, n_allowed);
     if ((s == SP_GRAMMAR_DEAD || s >= g->n_ds) && g->failed_overflow)
         return sp_error_set(SP_ERR_ARG, "grammar: the output matches too many ways at once (more "
                             "than %d parallel parses); make the grammar less ambiguous",

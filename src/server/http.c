@@ -276,6 +276,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     lim.max_timeout_s = h->cfg.timeout_s;
     lim.model = sp_sched_model(h->sched);
     lim.gtoks = sp_sched_grammar_tokens(h->sched);
+    lim.gcache = sp_sched_grammar_cache(h->sched);
     lim.max_retries = h->cfg.max_retries;
     enum sp_api_kind kind = c->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETIONS;
     if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_vocab(h->sched), &lim,

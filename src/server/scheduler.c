@@ -43,6 +43,7 @@ struct sp_sched {
     const struct sp_vocab *vocab;
     const struct sp_model *model;
     struct sp_grammar_tokens *gtoks;
+    struct sp_grammar_cache *gcache;
     int n_ctx;
 
     /* scheduler thread only */
@@ -310,7 +311,8 @@ static void *sp_sched_main(void *arg)
         return NULL;
     }
     /* the grammars' view of the vocabulary: built once, read-only after */
-    if (sp_grammar_tokens_from_vocab(&s->gtoks, sp_engine_vocab(e)) != SP_OK) {
+    if (sp_grammar_tokens_from_vocab(&s->gtoks, sp_engine_vocab(e)) != SP_OK ||
+        sp_grammar_cache_new(&s->gcache, s->gtoks, SP_SCHED_GRAMMARS) != SP_OK) {
         snprintf(s->fail_msg, sizeof s->fail_msg, "%s", sp_error_message());
         atomic_store(&s->failed, true);
         pthread_mutex_unlock(&s->mu);
@@ -414,6 +416,11 @@ const struct sp_grammar_tokens *sp_sched_grammar_tokens(const struct sp_sched *s
     return sp_sched_ready(s) ? s->gtoks : NULL;
 }
 
+struct sp_grammar_cache *sp_sched_grammar_cache(const struct sp_sched *s)
+{
+    return sp_sched_ready(s) ? s->gcache : NULL;
+}
+
 int sp_sched_n_ctx(const struct sp_sched *s)
 {
     return sp_sched_ready(s) ? s->n_ctx : 0;
@@ -461,6 +468,7 @@ void sp_sched_stop(struct sp_sched *s)
     if (s->thread_started)
         pthread_join(s->thread, NULL);
     sp_engine_free(s->engine);
+    sp_grammar_cache_free(s->gcache);
     sp_grammar_tokens_free(s->gtoks);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);

@@ -570,14 +570,14 @@ static sp_status sp_check_fields(const json_t *root, enum sp_api_kind kind, stru
     return SP_OK;
 }
 
-/* Compiles one constraint and binds it to the served vocabulary. */
+/* Compiles one constraint and binds it to the served vocabulary (or takes
+ * a copy of the one an earlier request compiled). */
 static sp_status sp_constraint(struct sp_api_request *r, const char *text, size_t len, bool schema,
                                const char *param, const struct sp_api_limits *lim, struct sp_api_error *err)
 {
-    sp_status st = schema ? sp_grammar_compile_schema(&r->grammar, text, len)
-                          : sp_grammar_compile(&r->grammar, text, len, NULL);
-    if (st == SP_OK && lim->gtoks)
-        st = sp_grammar_bind(r->grammar, lim->gtoks);
+    enum sp_grammar_kind kind = schema ? SP_GRAMMAR_SCHEMA : SP_GRAMMAR_GBNF;
+    sp_status st = lim->gcache ? sp_grammar_cache_get(lim->gcache, kind, text, len, NULL, &r->grammar, NULL)
+                               : sp_grammar_prepare(kind, text, len, NULL, lim->gtoks, &r->grammar);
     if (st == SP_ERR_NOMEM)
         return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     if (st != SP_OK)

@@ -23,6 +23,7 @@
 #include "spindle.h"
 
 struct sp_grammar;
+struct sp_grammar_cache;
 struct sp_grammar_tokens;
 
 enum sp_api_kind {
@@ -44,6 +45,7 @@ struct sp_api_limits {
      * grammar is compiled but not bound, as for the fuzzer), and the cap
      * on a request's max_retries */
     const struct sp_grammar_tokens *gtoks;
+    struct sp_grammar_cache *gcache; /* grammars bound to gtoks by their text; may be NULL */
     int max_retries;
 };
 void sp_api_limits_default(struct sp_api_limits *lim);

@@ -161,6 +161,10 @@ const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s);
 const struct sp_model *sp_sched_model(const struct sp_sched *s);
 /* The vocabulary as grammars see it (built at load, before ready). */
 const struct sp_grammar_tokens *sp_sched_grammar_tokens(const struct sp_sched *s);
+/* Grammars bound to it, kept by their text for the requests that repeat
+ * them (thread-safe; at most SP_SCHED_GRAMMARS). */
+#define SP_SCHED_GRAMMARS 32
+struct sp_grammar_cache *sp_sched_grammar_cache(const struct sp_sched *s);
 int sp_sched_n_ctx(const struct sp_sched *s);
 /* Enqueues j (taking a reference).  SP_ERR_FULL when max_queue jobs are
  * already waiting. */

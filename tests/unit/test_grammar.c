@@ -49,6 +49,9 @@ static const struct lang_case lang_cases[] = {
     {"root ::=\n  a\n  | b\na ::= \"a\"\nb ::= \"b\" b?", {"a", "b", "bbb"}, {"ab", ""}},
     {"root ::= \"\\u4e2d\"+", {"\xe4\xb8\xad", "\xe4\xb8\xad\xe4\xb8\xad"}, {"\xe4\xb8", ""}},
     {"root ::= x? y\nx ::= \"\"\ny ::= \"y\"", {"y"}, {"", "yy"}},
+    /* alternatives inside a bounded repetition: their end states merge */
+    {"root ::= ( \"a\" | \"b\" \"c\" ){0,3} \"d\"", {"d", "ad", "bcad", "aaad", "bcbcbcd"},
+     {"aaaad", "bd", "", "abd"}},
 };
 
 static void test_languages(void)
@@ -113,7 +116,7 @@ static const char *small_vocab[] = {
     "{", "}", "{\"", "\"", "\":", "a", "ab", "abc", "b", "1", "12", "123", ",", ",\"", "\"}",
     "}\n", " ", "\"a", "\xc3", "\xa9", "\xc3\xa9", "\xe2\x82", "\xac", "x", "[", "]", "[1", "1]",
     "true", "tr", "ue", "null", "\"\"", "\\", "\\n", "", /* empty: never allowed */
-    "<end>",
+    "<end>", "<", "t>", "<t>", "</t>", "a<t", ">", "<t>a", "t",
 };
 
 struct vocab {
@@ -169,7 +172,34 @@ static const char *mask_grammars[] = {
     "root ::= \"\\\"\" ( [^\"\\\\] | \"\\\\n\" )* \"\\\"\"",
 };
 
-/* Random walks: at each step check the mask, then take a random allowed token. */
+/* Random walks from the start: at each step check the mask, then take a
+ * random allowed token. */
+static void random_walks(struct sp_grammar *g, struct vocab *v, const char *label, int walks, uint64_t *rng)
+{
+    for (int walk = 0; walk < walks; walk++) {
+        sp_grammar_state s = sp_grammar_start(g);
+        for (int step = 0; step < 12; step++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s walk %d step %d", label, walk, step);
+            uint32_t n = check_mask(g, v, s, what);
+            if (!n)
+                break;
+            const uint64_t *m;
+            sp_grammar_mask(g, s, &m, NULL);
+            *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t pick = (uint32_t)(*rng >> 33) % n, k = 0;
+            sp_token t = -1;
+            for (uint32_t i = 0; i < v->n; i++)
+                if ((m[i >> 6] >> (i & 63) & 1) && k++ == pick)
+                    t = (sp_token)i;
+            if (v->kinds[t] == SP_GRAMMAR_TOKEN_END)
+                break;
+            s = sp_grammar_advance(g, s, t);
+            CHECK(s != SP_GRAMMAR_DEAD, "%s: advanced into DEAD over '%s'", what, small_vocab[t]);
+        }
+    }
+}
+
 static void test_masks(void)
 {
     struct vocab v;
@@ -183,33 +213,22 @@ static void test_masks(void)
             continue;
         sp_status st = sp_grammar_bind(g, v.t);
         CHECK(st == SP_OK, "bind: %s", sp_error_message());
-        for (int walk = 0; walk < 40 && st == SP_OK; walk++) {
-            sp_grammar_state s = sp_grammar_start(g);
-            for (int step = 0; step < 12; step++) {
-                char what[64];
-                snprintf(what, sizeof what, "grammar %zu walk %d step %d", gi, walk, step);
-                uint32_t n = check_mask(g, &v, s, what);
-                if (!n)
-                    break;
-                const uint64_t *m;
-                sp_grammar_mask(g, s, &m, NULL);
-                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-                uint32_t pick = (uint32_t)(rng >> 33) % n, k = 0;
-                sp_token t = -1;
-                for (uint32_t i = 0; i < v.n; i++)
-                    if ((m[i >> 6] >> (i & 63) & 1) && k++ == pick)
-                        t = (sp_token)i;
-                if (v.kinds[t] == SP_GRAMMAR_TOKEN_END)
-                    break;
-                s = sp_grammar_advance(g, s, t);
-                CHECK(s != SP_GRAMMAR_DEAD, "%s: advanced into DEAD over '%s'", what, small_vocab[t]);
-            }
-        }
+        char label[48];
+        snprintf(label, sizeof label, "grammar %zu", gi);
+        if (st == SP_OK)
+            random_walks(g, &v, label, 40, &rng);
         struct sp_grammar_stats gs;
         sp_grammar_stats(g, &gs);
         CHECK(gs.mask_hits > 0 && gs.mask_misses > 0, "cache used: %llu hits %llu misses",
               (unsigned long long)gs.mask_hits, (unsigned long long)gs.mask_misses);
+        /* a copy matches alike with its own caches, also once the original is gone */
+        struct sp_grammar *c = NULL;
+        CHECK(sp_grammar_clone(g, &c) == SP_OK, "clone: %s", sp_error_message());
         sp_grammar_free(g);
+        snprintf(label, sizeof label, "copy of grammar %zu", gi);
+        if (c)
+            random_walks(c, &v, label, 20, &rng);
+        sp_grammar_free(c);
     }
     /* a grammar that needs a byte no token has: a clear error, not a hang */
     struct sp_grammar *g = compile("root ::= \"a\" \"Q\"");
@@ -223,10 +242,99 @@ static void test_masks(void)
     sp_grammar_tokens_free(v.t);
 }
 
+/* Merged states: x{0,30} of a two-way alternative keeps about one state
+ * per copy, not three. */
+static void test_minimize(void)
+{
+    struct sp_grammar *g = compile("root ::= ( [a-z] | \"\\\\\" [nt] ){0,30} \"x\"");
+    if (!g)
+        return;
+    struct sp_grammar_stats gs;
+    sp_grammar_stats(g, &gs);
+    CHECK(gs.n_states <= 2 * 30 + 4, "%u states for 30 copies", gs.n_states);
+    CHECK(accepts(g, "ab\\nx", 5) && !accepts(g, "a\\x", 3), "language kept");
+    sp_grammar_free(g);
+}
+
+/* Lazy grammars: free text, then the grammar from its trigger on. */
+static void test_lazy(void)
+{
+    struct vocab v;
+    vocab_init(&v);
+    if (!v.t)
+        return;
+    struct sp_grammar *g = compile("root ::= \"<t>\" [ab]+ \"</t>\"");
+    CHECK(g && sp_grammar_set_trigger(g, "<t>", 3) == SP_OK, "trigger: %s", sp_error_message());
+    if (!g)
+        return;
+    CHECK(accepts(g, "", 0) && accepts(g, "x1", 2) && accepts(g, "x<<t>ab</t>", 11), "free text, then a call");
+    CHECK(!accepts(g, "x<t>ab", 6) && !prefix_ok(g, "<t>x") && !prefix_ok(g, "1<<t>a</t>1"), "the call is checked");
+    CHECK(prefix_ok(g, "<<t") && prefix_ok(g, "tt<t") && prefix_ok(g, "<t<t"), "partial triggers are text");
+    CHECK(sp_grammar_set_trigger(g, "<t>", 3) == SP_ERR_ARG, "set once");
+    CHECK(sp_grammar_bind(g, v.t) == SP_OK, "bind: %s", sp_error_message());
+    uint64_t rng = 7;
+    random_walks(g, &v, "lazy", 60, &rng);
+    /* "<t>a" completes the trigger and continues; "a<t" only starts it */
+    sp_grammar_state s = sp_grammar_start(g);
+    check_mask(g, &v, s, "lazy start");
+    check_mask(g, &v, sp_grammar_feed(g, s, "<", 1), "lazy after <");
+    check_mask(g, &v, sp_grammar_feed(g, s, "<t", 2), "lazy after <t");
+    sp_grammar_free(g);
+    struct sp_grammar *h = compile("root ::= \"a\" \"<t>\"");
+    CHECK(h && sp_grammar_set_trigger(h, "<t>", 3) == SP_ERR_ARG && strstr(sp_error_message(), "do not start"),
+          "a grammar must start with its trigger: %s", sp_error_message());
+    sp_grammar_free(h);
+    sp_grammar_tokens_free(v.t);
+}
+
+/* The cache: a hit is a copy of the kept grammar; errors are not kept; the
+ * least recently used entry goes first. */
+static void test_cache(void)
+{
+    struct vocab v;
+    vocab_init(&v);
+    struct sp_grammar_cache *c = NULL;
+    if (!v.t || sp_grammar_cache_new(&c, v.t, 2) != SP_OK)
+        return;
+    const char *a = mask_grammars[0], *b = mask_grammars[1], *d = mask_grammars[2];
+    struct sp_grammar *g = NULL;
+    bool hit = true;
+    uint64_t rng = 3;
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, a, strlen(a), NULL, &g, &hit) == SP_OK && !hit, "miss");
+    sp_grammar_free(g);
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, a, strlen(a), NULL, &g, &hit) == SP_OK && hit, "hit");
+    if (g)
+        random_walks(g, &v, "cached", 20, &rng);
+    sp_grammar_free(g);
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, a, strlen(a), "{", &g, &hit) == SP_OK && !hit,
+          "the trigger is part of the key");
+    sp_grammar_free(g);
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, b, strlen(b), NULL, &g, &hit) == SP_OK && !hit, "b");
+    sp_grammar_free(g);
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, d, strlen(d), NULL, &g, &hit) == SP_OK && !hit, "d");
+    sp_grammar_free(g);
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, b, strlen(b), NULL, &g, &hit) == SP_OK && hit, "b kept");
+    sp_grammar_free(g);
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, a, strlen(a), NULL, &g, &hit) == SP_OK && !hit, "a evicted");
+    sp_grammar_free(g);
+    for (int i = 0; i < 2; i++) {
+        CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, "root ::= (", 10, NULL, &g, &hit) == SP_ERR_ARG && !g &&
+                  !hit, "an error each time");
+    }
+    uint64_t hits, misses;
+    sp_grammar_cache_stats(c, &hits, &misses);
+    CHECK(hits == 2 && misses == 7, "%llu hits %llu misses", (unsigned long long)hits, (unsigned long long)misses);
+    sp_grammar_cache_free(c);
+    sp_grammar_tokens_free(v.t);
+}
+
 int main(void)
 {
     test_languages();
     test_errors();
     test_masks();
+    test_minimize();
+    test_lazy();
+    test_cache();
     return sp_check_report("test_grammar");
 }
