@@ -364,8 +364,8 @@ int sp_tool_run(int argc, char **argv)
         struct sp_chat_msg msgs[2];
         size_t n = 0;
         if (system)
-            msgs[n++] = (struct sp_chat_msg){"system", system};
-        msgs[n++] = (struct sp_chat_msg){"user", prompt};
+            msgs[n++] = (struct sp_chat_msg){.role = "system", .content = system};
+        msgs[n++] = (struct sp_chat_msg){.role = "user", .content = prompt};
         st = sp_prompt_chat(v, sp_engine_model(e), msgs, n, &toks, &n_toks);
     } else {
         st = sp_prompt_tokens(v, prompt, strlen(prompt), special, &toks, &n_toks);

@@ -4,10 +4,11 @@
  * lstrip_blocks=True, loopcontrols, HF's tojson), or with a built-in ChatML
  * template when the file has none.
  *
- * Globals seen by the template: messages (list of {role, content} dicts),
+ * Globals seen by the template: messages (list of {role, content} dicts,
+ * with tool_calls, tool_call_id and name where given), tools (when given),
  * add_generation_prompt, bos_token, eos_token, raise_exception(msg),
- * strftime_now(fmt), namespace(...), range(...).  `tools` and `documents`
- * are undefined.
+ * strftime_now(fmt), namespace(...), range(...).  `documents` is
+ * undefined.
  *
  * Work is bounded for hostile templates: output and every string value are
  * capped at SP_CHAT_MAX_OUTPUT bytes, memory at SP_CHAT_MAX_MEMORY, work at
@@ -29,7 +30,29 @@
 struct sp_chat_msg {
     const char *role;    /* NUL-terminated UTF-8 */
     const char *content; /* NUL-terminated UTF-8; NULL renders as none */
+    /* Tool use; NULL leaves the key out of the message (templates test
+     * `'tool_calls' in message` and `message.tool_calls is defined`).
+     * tool_calls is JSON text: [{"id", "type", "function": {"name",
+     * "arguments": {...}}}], arguments as an object, which templates write
+     * with tojson. */
+    const char *tool_calls;
+    const char *tool_call_id;
+    const char *name;
 };
+
+/* Everything besides the messages; zero means: no generation prompt, empty
+ * BOS/EOS, the local time, no tools. */
+struct sp_chat_opts {
+    bool add_generation_prompt;
+    const char *bos_token, *eos_token;
+    int64_t now_unix;    /* strftime_now() formats this UTC time; < 0: the local time */
+    const char *tools;   /* JSON text of the tools array, or NULL (undefined) */
+};
+
+/* Renders tmpl for msgs[0..n_msgs) with *o (see sp_chat_render).  Also
+ * SP_ERR_ARG when tools or a message's tool_calls is not valid JSON. */
+sp_status sp_chat_render_opts(const char *tmpl, const struct sp_chat_msg *msgs, size_t n_msgs,
+                              const struct sp_chat_opts *o, char **out);
 
 /* Renders `tmpl` (NUL-terminated Jinja source) for msgs[0..n_msgs).
  * bos_token/eos_token may be NULL (treated as "").  On success *out is a

@@ -614,8 +614,12 @@ int jfilter_apply(struct jctx *c, const struct jnode *at, const char *name, stru
 {
     struct jval x, s;
     struct jlist *items;
-    if (!strcmp(name, "safe")) /* Markup(value): a string from now on */
-        return jv_stringify(c, v, out);
+    if (!strcmp(name, "safe")) { /* Markup(value): a string from now on */
+        if (jv_stringify(c, v, out))
+            return -1;
+        out->markup = true;
+        return 0;
+    }
     if (!strcmp(name, "trim")) {
         x = jv_none();
         arg(a, 0, "chars", &x);
