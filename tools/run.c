@@ -366,7 +366,7 @@ int sp_tool_run(int argc, char **argv)
         if (system)
             msgs[n++] = (struct sp_chat_msg){.role = "system", .content = system};
         msgs[n++] = (struct sp_chat_msg){.role = "user", .content = prompt};
-        st = sp_prompt_chat(v, sp_engine_model(e), msgs, n, &toks, &n_toks);
+        st = sp_prompt_chat(v, sp_engine_model(e), msgs, n, NULL, &toks, &n_toks);
     } else {
         st = sp_prompt_tokens(v, prompt, strlen(prompt), special, &toks, &n_toks);
     }

@@ -61,14 +61,20 @@ static char *sp_prompt_token_text(const struct sp_vocab *v, sp_token t)
     return strdup(buf);
 }
 
-sp_status sp_prompt_render_chat(const struct sp_vocab *v, const struct sp_model *m, const struct sp_chat_msg *msgs,
-                                size_t n, char **text)
+const char *sp_prompt_template(const struct sp_vocab *v, const struct sp_model *m)
 {
     const char *tmpl = sp_vocab_chat_template(v);
     if (!tmpl)
         tmpl = m && !strcmp(m->arch->chat_format, "gemma") ? sp_gemma_template : sp_chat_chatml_template();
+    return tmpl;
+}
+
+sp_status sp_prompt_render_chat(const struct sp_vocab *v, const struct sp_model *m, const struct sp_chat_msg *msgs,
+                                size_t n, const char *tools, char **text)
+{
     char *bos = sp_prompt_token_text(v, sp_vocab_bos(v)), *eos = sp_prompt_token_text(v, sp_vocab_eos(v));
-    sp_status st = bos && eos ? sp_chat_render(tmpl, msgs, n, true, bos, eos, text)
+    struct sp_chat_opts o = {true, bos, eos, -1, tools};
+    sp_status st = bos && eos ? sp_chat_render_opts(sp_prompt_template(v, m), msgs, n, &o, text)
                               : sp_error_set(SP_ERR_NOMEM, "chat: no memory");
     free(bos);
     free(eos);
@@ -76,10 +82,10 @@ sp_status sp_prompt_render_chat(const struct sp_vocab *v, const struct sp_model 
 }
 
 sp_status sp_prompt_chat(const struct sp_vocab *v, const struct sp_model *m, const struct sp_chat_msg *msgs, size_t n,
-                         sp_token **out, size_t *n_out)
+                         const char *tools, sp_token **out, size_t *n_out)
 {
     char *text = NULL, bos[512];
-    sp_status st = sp_prompt_render_chat(v, m, msgs, n, &text);
+    sp_status st = sp_prompt_render_chat(v, m, msgs, n, tools, &text);
     if (st != SP_OK)
         return st;
     /* The template may write the BOS text itself: then do not add another. */

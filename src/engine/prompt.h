@@ -17,13 +17,18 @@ struct sp_model;
 sp_status sp_prompt_tokens(const struct sp_vocab *v, const char *text, size_t len, bool parse_special,
                            sp_token **out, size_t *n_out);
 
-/* Renders msgs with a generation prompt; *text is malloc'd. */
+/* The template chat prompts render with: the file's own, else the
+ * architecture's built-in format. */
+const char *sp_prompt_template(const struct sp_vocab *v, const struct sp_model *m);
+
+/* Renders msgs with a generation prompt; tools: JSON text of the tools
+ * array the template receives, or NULL.  *text is malloc'd. */
 sp_status sp_prompt_render_chat(const struct sp_vocab *v, const struct sp_model *m, const struct sp_chat_msg *msgs,
-                                size_t n, char **text);
+                                size_t n, const char *tools, char **text);
 
 /* Renders and tokenizes with special tokens recognised; BOS is added unless
  * the template already wrote it.  *out is malloc'd. */
 sp_status sp_prompt_chat(const struct sp_vocab *v, const struct sp_model *m, const struct sp_chat_msg *msgs, size_t n,
-                         sp_token **out, size_t *n_out);
+                         const char *tools, sp_token **out, size_t *n_out);
 
 #endif

@@ -165,6 +165,10 @@ sp_grammar_state sp_grammar_advance(struct sp_grammar *g, sp_grammar_state s, sp
  * naming the keyword and its JSON path ("unsupported keyword 'not' at
  * $.properties.a"), also for a schema no value satisfies. */
 sp_status sp_grammar_from_schema(const char *schema, size_t len, char **gbnf);
+/* The same with the schema's rule named `rule` instead of root, to be part
+ * of a larger grammar (the other rules are named arrN, objN, optN, refN,
+ * hex and json-*). */
+sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, char **gbnf);
 
 /* Validates `text` (the finished output) against `schema`.  SP_OK when
  * valid; SP_ERR_ARG otherwise, with every failure (up to a few) listed in

@@ -1102,6 +1102,11 @@ out:
 
 sp_status sp_grammar_from_schema(const char *schema, size_t len, char **gbnf)
 {
+    return sp_grammar_from_schema_as(schema, len, "root", gbnf);
+}
+
+sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, char **gbnf)
+{
     struct sc c = {0};
     json_error_t jerr;
     *gbnf = NULL;
@@ -1121,7 +1126,7 @@ sp_status sp_grammar_from_schema(const char *schema, size_t len, char **gbnf)
     sp_status st = SP_ERR_ARG;
     if (!c.failed) {
         struct sp_gstr all = {0};
-        sp_gstr_add(&all, "root ::= ");
+        sp_gstr_addf(&all, "%s ::= ", rule);
         sp_gstr_add(&all, top.p ? top.p : "json-value");
         sp_gstr_add(&all, "\n");
         sp_gstr_addn(&all, c.rules.p ? c.rules.p : "", c.rules.n);

@@ -13,6 +13,7 @@
 #include "grammar/grammar.h"
 #include "server/chat_glue.h"
 #include "tokenizer/tokenizer.h"
+#include "toolcall/toolcall.h"
 
 #define SP_API_INVALID "invalid_request_error"
 
@@ -391,6 +392,8 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
             goto free_msgs;
         }
         msgs[i].role = json_string_value(role);
+        if ((st = sp_api_message_tools(msg, i, &msgs[i], err)) != SP_OK)
+            goto free_msgs;
         json_t *content = json_object_get(msg, "content");
         snprintf(param, sizeof param, "messages[%zu].content", i);
         if (json_is_string(content)) {
@@ -438,7 +441,7 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         msgs[i].owned = true;
     }
     if (vocab)
-        st = sp_chat_glue_tokens(vocab, lim->model, msgs, n, &r->prompt, &r->n_prompt, err);
+        st = sp_chat_glue_tokens(vocab, lim->model, msgs, n, r->tools, &r->prompt, &r->n_prompt, err);
 free_msgs:
     for (size_t i = 0; i < n; i++)
         if (msgs[i].owned)
@@ -539,6 +542,7 @@ static const struct {
     {"top_logprobs", 2}, {"stop", 3}, {"logit_bias", 3}, {"timeout", 3}, {"ignore_eos", 3},
     {"prompt", 1}, {"echo", 1}, {"best_of", 1}, {"suffix", 1}, {"messages", 2},
     {"response_format", 3}, {"grammar", 3}, {"json_schema", 3}, {"max_retries", 3},
+    {"tools", 2}, {"tool_choice", 2}, {"parallel_tool_calls", 2},
     /* labels: they change nothing in the answer */
     {"user", 3}, {"metadata", 3}, {"store", 3},
 };
@@ -796,6 +800,8 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
         goto free_root;
     if ((st = sp_parse_constraint(r, root, lim, err)) != SP_OK)
         goto free_root;
+    if (kind == SP_API_CHAT && (st = sp_api_parse_tools(r, root, vocab, lim, err)) != SP_OK)
+        goto free_root;
     if (kind == SP_API_COMPLETIONS)
         st = sp_parse_prompt(r, root, vocab, lim, err);
     else
@@ -838,6 +844,7 @@ void sp_api_request_free(struct sp_api_request *r)
     free(r->prompt);
     free(r->model);
     sp_grammar_free(r->grammar);
+    sp_toolcall_free(r->tools);
     memset(r, 0, sizeof *r);
 }
 

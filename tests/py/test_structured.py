@@ -185,7 +185,7 @@ def test_cut_by_max_tokens_is_incomplete(smollm2):
      "response_format.json_schema.schema", "format"),
     ({"response_format": {"type": "xml"}}, "response_format.type", "xml"),
     ({"grammar": "root ::= \"a\"", "json_schema": {}}, None, "at most one"),
-    ({"tools": []}, "tools", "not supported"),
+    ({"tools": []}, "tools", "1 to 128"),
     ({"audio": {}}, "audio", "not supported"),
     ({"frobnicate": 1}, "frobnicate", "Unrecognized request argument"),
 ])
