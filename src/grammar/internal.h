@@ -25,6 +25,17 @@ struct sp_gbits {
     uint64_t w[4];
 };
 
+/* A 64-bit finalizer (MurmurHash3's): the hash of table keys. */
+static inline uint64_t sp_grammar_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
 static inline int sp_gbits_has(const struct sp_gbits *b, unsigned c)
 {
     return (int)((b->w[c >> 6] >> (c & 63)) & 1u);

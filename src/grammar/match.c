@@ -58,12 +58,12 @@ struct sp_grammar {
     char *trigger;               /* lazy: the text before which output is free */
     uint8_t *trig_dfa;           /* lazy: [trig_len][256] progress through the trigger */
     uint32_t trig_len;
+    uint64_t *lazy_masks;        /* lazy, made at bind: [trig_len][n_words] masks before the trigger */
+    uint32_t *lazy_count;        /* allowed tokens of each */
 
     /* ---- own ---- */
     bool failed_overflow;
     uint32_t trig_state;         /* lazy: the dstate once the trigger is read; 0: not yet */
-    uint64_t *lazy_masks;        /* lazy: [trig_len][n_words] masks before the trigger */
-    uint32_t *lazy_count;        /* allowed tokens + 1 of each, 0: not computed */
 
     /* nodes */
     uint32_t *nq, *np;
@@ -110,15 +110,6 @@ struct sp_grammar {
 
 /* ---- hash tables ---- */
 
-static inline uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
 
 static bool htab_grow(struct htab *h)
 {
@@ -133,7 +124,7 @@ static bool htab_grow(struct htab *h)
     for (uint32_t i = 0; i < h->cap; i++) {
         if (!h->val[i])
             continue;
-        uint32_t j = (uint32_t)mix(h->key[i]) & (cap - 1);
+        uint32_t j = (uint32_t)sp_grammar_mix(h->key[i]) & (cap - 1);
         while (val[j])
             j = (j + 1) & (cap - 1);
         key[j] = h->key[i];
@@ -152,7 +143,7 @@ static inline uint32_t htab_get(const struct htab *h, uint64_t key)
 {
     if (!h->cap)
         return UINT32_MAX;
-    uint32_t j = (uint32_t)mix(key) & (h->cap - 1);
+    uint32_t j = (uint32_t)sp_grammar_mix(key) & (h->cap - 1);
     while (h->val[j]) {
         if (h->key[j] == key)
             return h->val[j] - 1;
@@ -165,7 +156,7 @@ static bool htab_put(struct htab *h, uint64_t key, uint32_t val)
 {
     if ((h->n + 1) * 2 > h->cap && !htab_grow(h))
         return false;
-    uint32_t j = (uint32_t)mix(key) & (h->cap - 1);
+    uint32_t j = (uint32_t)sp_grammar_mix(key) & (h->cap - 1);
     while (h->val[j] && h->key[j] != key)
         j = (j + 1) & (h->cap - 1);
     if (!h->val[j])
@@ -314,9 +305,9 @@ static uint32_t intern(struct sp_grammar *g, uint32_t n)
     qsort(g->out, n, sizeof *g->out, cmp_u32);
     uint64_t h = 0x9e3779b97f4a7c15ull;
     for (uint32_t i = 0; i < n; i++)
-        h = mix(h ^ g->out[i]) + i;
+        h = sp_grammar_mix(h ^ g->out[i]) + i;
     if (g->ds_tab.cap) {
-        uint32_t j = (uint32_t)mix(h) & (g->ds_tab.cap - 1);
+        uint32_t j = (uint32_t)sp_grammar_mix(h) & (g->ds_tab.cap - 1);
         while (g->ds_tab.val[j]) {
             uint32_t id = g->ds_tab.val[j] - 1;
             if (g->ds_tab.key[j] == h && g->ds_off[id + 1] - g->ds_off[id] == n &&
@@ -377,7 +368,7 @@ static uint32_t intern(struct sp_grammar *g, uint32_t n)
         }
         for (uint32_t i = 0; i < t->cap; i++)
             if (t->val[i]) {
-                uint32_t j = (uint32_t)mix(t->key[i]) & (cap - 1);
+                uint32_t j = (uint32_t)sp_grammar_mix(t->key[i]) & (cap - 1);
                 while (val[j])
                     j = (j + 1) & (cap - 1);
                 key[j] = t->key[i];
@@ -389,7 +380,7 @@ static uint32_t intern(struct sp_grammar *g, uint32_t n)
         t->val = val;
         t->cap = cap;
     }
-    uint32_t j = (uint32_t)mix(h) & (t->cap - 1);
+    uint32_t j = (uint32_t)sp_grammar_mix(h) & (t->cap - 1);
     while (t->val[j])
         j = (j + 1) & (t->cap - 1);
     t->key[j] = h;
@@ -579,6 +570,8 @@ sp_status sp_grammar_clone(struct sp_grammar *g, struct sp_grammar **out)
     c->toks = src->toks;
     c->trig_dfa = src->trig_dfa;
     c->trig_len = src->trig_len;
+    c->lazy_masks = src->lazy_masks;
+    c->lazy_count = src->lazy_count;
     c->follow = src->follow;
     c->pre = src->pre;
     c->acc_ids = src->acc_ids;
@@ -665,8 +658,6 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g->slot_ds);
     free(g->slot_count);
     free(g->walk);
-    free(g->lazy_masks);
-    free(g->lazy_count);
     if (g->proto) {
         sp_grammar_free(g->proto);
     } else {
@@ -674,6 +665,8 @@ void sp_grammar_free(struct sp_grammar *g)
         free(g->schema);
         free(g->trigger);
         free(g->trig_dfa);
+        free(g->lazy_masks);
+        free(g->lazy_count);
         free(g->follow);
         free(g->pre);
         free(g->acc_ids);
@@ -805,26 +798,18 @@ sp_grammar_state sp_grammar_advance(struct sp_grammar *g, sp_grammar_state s, sp
 
 static uint32_t count_bits(const uint64_t *m, uint32_t n_words);
 
-/* The mask before the trigger, k bytes of it read: every text token
+/* The masks before the trigger, k bytes of it read: every text token
  * except those that complete the trigger and then leave the grammar, and
- * the end tokens.  Computed once per k. */
-static sp_status lazy_mask(struct sp_grammar *g, uint32_t k, const uint64_t **mask, uint32_t *n_allowed)
+ * the end tokens.  Made at bind, shared by copies. */
+static sp_status lazy_masks(struct sp_grammar *g)
 {
     const struct sp_grammar_tokens *t = g->toks;
-    if (k >= g->trig_len)
-        return sp_error_set(SP_ERR_ARG, "grammar: the output so far cannot be continued");
-    if (!g->lazy_masks) {
-        g->lazy_masks = malloc((size_t)g->trig_len * g->n_words * sizeof *g->lazy_masks);
-        g->lazy_count = calloc(g->trig_len, sizeof *g->lazy_count);
-        if (!g->lazy_masks || !g->lazy_count) {
-            free(g->lazy_masks);
-            g->lazy_masks = NULL;
-            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for masks");
-        }
-    }
-    uint64_t *m = g->lazy_masks + (size_t)k * g->n_words;
-    if (!g->lazy_count[k]) {
-        memset(m, 0, (size_t)g->n_words * sizeof *m);
+    g->lazy_masks = calloc((size_t)g->trig_len * g->n_words, sizeof *g->lazy_masks);
+    g->lazy_count = calloc(g->trig_len, sizeof *g->lazy_count);
+    if (!g->lazy_masks || !g->lazy_count)
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for masks");
+    for (uint32_t k = 0; k < g->trig_len; k++) {
+        uint64_t *m = g->lazy_masks + (size_t)k * g->n_words;
         for (uint32_t id = 0; id < t->n_vocab; id++) {
             if (t->kind[id] != SP_GRAMMAR_TOKEN_TEXT)
                 continue;
@@ -838,11 +823,8 @@ static sp_status lazy_mask(struct sp_grammar *g, uint32_t k, const uint64_t **ma
         }
         for (uint32_t e = 0; e < t->n_end; e++)
             m[t->ends[e] >> 6] |= 1ull << (t->ends[e] & 63);
-        g->lazy_count[k] = count_bits(m, g->n_words) + 1;
+        g->lazy_count[k] = count_bits(m, g->n_words);
     }
-    *mask = m;
-    if (n_allowed)
-        *n_allowed = g->lazy_count[k] - 1;
     return SP_OK;
 }
 
@@ -1084,6 +1066,8 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
         for (uint32_t i = 0; i < c.n_unc; i++)
             g->unc_lcp[before + i] = (uint16_t)(i ? lcp_bytes(t, ids[i - 1], ids[i]) : 0);
     }
+    if (st == SP_OK && g->trig_len)
+        st = lazy_masks(g);
     if (st == SP_OK) {
         uint64_t slot_bytes = (uint64_t)g->n_words * 8;
         g->max_slots = (uint32_t)(MASK_CACHE_BYTES / slot_bytes);
@@ -1091,8 +1075,13 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
             g->max_slots = 16;
     }
 done:
-    if (st != SP_OK)
+    if (st != SP_OK) {
         g->toks = NULL;
+        free(g->lazy_masks);
+        free(g->lazy_count);
+        g->lazy_masks = NULL;
+        g->lazy_count = NULL;
+    }
     free(ds);
     free(esc);
     free(c.acc);
@@ -1175,8 +1164,12 @@ sp_status sp_grammar_mask(struct sp_grammar *g, sp_grammar_state s, const uint64
         *n_allowed = 0;
     if (!t)
         return sp_error_set(SP_ERR_ARG, "grammar: not bound to a vocabulary");
-    if (s >= LAZY_BASE)
-        return lazy_mask(g, s - LAZY_BASE, mask, n_allowed);
+    if (s >= LAZY_BASE && s - LAZY_BASE < g->trig_len) {
+        *mask = g->lazy_masks + (size_t)(s - LAZY_BASE) * g->n_words;
+        if (n_allowed)
+            *n_allowed = g->lazy_count[s - LAZY_BASE];
+        return SP_OK;
+    }
     if ((s == SP_GRAMMAR_DEAD || s >= g->n_ds) && g->failed_overflow)
         return sp_error_set(SP_ERR_ARG, "grammar: the output matches too many ways at once (more "
                             "than %d parallel parses); make the grammar less ambiguous",

@@ -50,16 +50,6 @@ static int cmp_sig_edge(const void *x, const void *y)
     return memcmp(&a->bits, &b->bits, sizeof a->bits);
 }
 
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
 /* The signature of s with targets through rep: sorted, byte edges to one
  * target merged (their sets united), duplicate calls dropped. */
 static bool signature(struct minimizer *m, uint32_t s, uint32_t at)
@@ -101,11 +91,11 @@ static bool signature(struct minimizer *m, uint32_t s, uint32_t at)
         }
         e[k++] = e[i];
     }
-    uint64_t h = mix64(((uint64_t)a->rule_of[s] << 1 | a->final[s]) + 0x9e3779b97f4a7c15ull);
+    uint64_t h = sp_grammar_mix(((uint64_t)a->rule_of[s] << 1 | a->final[s]) + 0x9e3779b97f4a7c15ull);
     for (uint32_t i = 0; i < k; i++) {
-        h = mix64(h ^ ((uint64_t)e[i].kind << 62 ^ (uint64_t)e[i].arg << 32 ^ e[i].target));
+        h = sp_grammar_mix(h ^ ((uint64_t)e[i].kind << 62 ^ (uint64_t)e[i].arg << 32 ^ e[i].target));
         for (int w = 0; w < 4; w++)
-            h = mix64(h ^ e[i].bits.w[w]);
+            h = sp_grammar_mix(h ^ e[i].bits.w[w]);
     }
     m->sig_off[s] = at;
     m->sig_n[s] = k;
