@@ -48,6 +48,13 @@ struct vec {
     size_t n, cap, elem;
 };
 
+/* Element i of v's pool, or NULL while the pool is empty (then nothing is
+ * read from it). */
+static const void *vec_at(const struct vec *v, size_t i)
+{
+    return v->p ? (const char *)v->p + i * v->elem : NULL;
+}
+
 static bool vec_push(struct vec *v, const void *x)
 {
     if (v->n == v->cap) {
@@ -739,8 +746,10 @@ static struct frag build_class(struct builder *b, const struct ast *a)
         nomem(b->p);
         return f;
     }
-    memcpy(r, (uint32_t *)b->p->ranges.p + (size_t)a->off * 2, (size_t)n * 2 * sizeof *r);
-    qsort(r, n, 2 * sizeof *r, cmp_u32pair);
+    if (n) {
+        memcpy(r, vec_at(&b->p->ranges, (size_t)a->off * 2), (size_t)n * 2 * sizeof *r);
+        qsort(r, n, 2 * sizeof *r, cmp_u32pair);
+    }
     /* merge overlapping ranges */
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -840,11 +849,11 @@ static struct frag build(struct builder *b, uint32_t ai, int depth)
         return f;
     }
     const struct ast a = *ast_at(p, ai);
-    const uint32_t *kids = (const uint32_t *)p->kids.p + a.off;
+    const uint32_t *kids = vec_at(&p->kids, a.off);
     switch (a.kind) {
     case A_LIT: {
         f.s = f.e = new_state(b);
-        const unsigned char *s = (const unsigned char *)p->bytes.p + a.off;
+        const unsigned char *s = vec_at(&p->bytes, a.off);
         for (uint32_t i = 0; i < a.n && !p->failed; i++) {
             uint32_t nxt = new_state(b);
             add_byte_edge(b, f.e, s[i], s[i], nxt);
@@ -935,7 +944,8 @@ struct flat {
 /* Groups edges by source state (sorted, duplicates removed). */
 static bool flatten(struct flat *f, struct raw_edge *e, size_t n_e, uint32_t n_states)
 {
-    qsort(e, n_e, sizeof *e, cmp_edge);
+    if (n_e)
+        qsort(e, n_e, sizeof *e, cmp_edge);
     size_t k = 0;
     for (size_t i = 0; i < n_e; i++)
         if (!k || cmp_edge(&e[i], &e[k - 1]))
@@ -1221,7 +1231,8 @@ static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint
         nomem(p);
         goto free_ef;
     }
-    memcpy(nfa->sets, b->sets.p, b->sets.n * sizeof *nfa->sets);
+    if (b->sets.n)
+        memcpy(nfa->sets, b->sets.p, b->sets.n * sizeof *nfa->sets);
     for (uint32_t r = 0; r < n_rules; r++) {
         nfa->rule_name[r] = strdup(an.rules[r].name);
         nfa->rule_start[r] = rule_used[r] ? newid[rstart[r]] : UINT32_MAX;

@@ -973,6 +973,8 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
 
 static bool append_u32(uint32_t **p, uint32_t *n, uint32_t *cap, const uint32_t *src, uint32_t k)
 {
+    if (!k)
+        return true;
     if (!grow((void **)p, cap, *n + k, sizeof **p))
         return false;
     memcpy(*p + *n, src, (size_t)k * sizeof *src);

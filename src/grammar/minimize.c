@@ -56,7 +56,7 @@ static bool signature(struct minimizer *m, uint32_t s, uint32_t at)
 {
     const struct sp_grammar_nfa *a = m->a;
     uint32_t n = a->edge_off[s + 1] - a->edge_off[s];
-    if (at + n > m->cap_sig) {
+    if (!m->sig || at + n > m->cap_sig) {
         uint32_t cap = m->cap_sig ? m->cap_sig : 1024;
         while (cap < at + n)
             cap *= 2;

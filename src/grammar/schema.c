@@ -46,7 +46,8 @@ void sp_gstr_addn(struct sp_gstr *s, const char *t, size_t n)
         s->p = p;
         s->cap = cap;
     }
-    memcpy(s->p + s->n, t, n);
+    if (n)
+        memcpy(s->p + s->n, t, n);
     s->n += n;
     s->p[s->n] = '\0';
 }
