@@ -37,6 +37,9 @@ const char *sp_toolcall_format_name(const struct sp_toolcall_format *f) { return
 
 /* ---- the grammar ---- */
 
+/* The answer may hold several calls. */
+static bool several(const struct sp_toolcall *tc) { return tc->parallel && tc->choice != SP_TOOLCALL_NAMED; }
+
 /* A GBNF string literal of s (dst holds 2 * strlen(s) + 3 bytes). */
 static void gbnf_lit(char *dst, const char *s)
 {
@@ -169,7 +172,7 @@ sp_status sp_toolcall_grammar(const struct sp_toolcall *tc, char **gbnf, const c
     if (st != SP_OK)
         return st;
     const struct sp_toolcall_format *f = tc->f;
-    bool many = tc->parallel && tc->choice != SP_TOOLCALL_NAMED;
+    bool many = several(tc);
     size_t need = strlen(calls) + 2 * (strlen(f->begin) + strlen(f->open) + strlen(f->close) +
                                        strlen(f->sep) + strlen(f->end)) + 128;
     char *out = malloc(need), b[64], op[64], cl[64], sp[64], en[64];
@@ -492,7 +495,7 @@ sp_status sp_toolcall_parser_new(struct sp_toolcall_parser **out, const struct s
     if (!p)
         return sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
     p->tc = tc;
-    bool many = tc->parallel && tc->choice != SP_TOOLCALL_NAMED;
+    bool many = several(tc);
     p->prefix = concat(f->begin, f->open, "");
     p->more = many ? concat(f->close, f->sep, f->open) : NULL;
     p->last = concat(f->close, f->end, "");
