@@ -139,6 +139,26 @@ static sp_status read_choice(struct sp_toolcall *tc, const json_t *choice, char 
     return SP_OK;
 }
 
+/* The tools as templates get them: as sent, with an empty description and
+ * parameters without properties where a function has none (templates
+ * write tool.description and tool.parameters.properties unguarded). */
+static char *template_tools(const json_t *tools)
+{
+    json_t *copy = json_deep_copy(tools);
+    size_t i;
+    json_t *t;
+    json_array_foreach(copy, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        if (!json_is_string(json_object_get(fn, "description")))
+            json_object_set_new(fn, "description", json_string(""));
+        if (!json_is_object(json_object_get(fn, "parameters")))
+            json_object_set_new(fn, "parameters", json_pack("{s:s,s:{}}", "type", "object", "properties"));
+    }
+    char *s = copy ? json_dumps(copy, JSON_COMPACT) : NULL;
+    json_decref(copy);
+    return s;
+}
+
 sp_status sp_toolcall_new(struct sp_toolcall **out, const struct sp_toolcall_format *f, const json_t *tools,
                           const json_t *choice, const json_t *parallel, char *param, size_t cap)
 {
@@ -154,12 +174,14 @@ sp_status sp_toolcall_new(struct sp_toolcall **out, const struct sp_toolcall_for
         st = fail(param, cap, "tools", "expected an array of 1 to %d tools.", MAX_TOOLS);
         goto done;
     }
-    if (!(tc->fn = calloc(n, sizeof *tc->fn)) || !(tc->tools = json_dumps(tools, JSON_COMPACT))) {
+    if (!(tc->fn = calloc(n, sizeof *tc->fn))) {
         st = sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
         goto done;
     }
     for (size_t i = 0; i < n && st == SP_OK; i++)
         st = read_tool(tc, json_array_get(tools, i), i, param, cap);
+    if (st == SP_OK && !(tc->tools = template_tools(tools)))
+        st = sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
     if (st == SP_OK)
         st = read_choice(tc, choice, param, cap);
     if (st == SP_OK && parallel && !json_is_null(parallel) && !json_is_boolean(parallel))

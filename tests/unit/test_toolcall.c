@@ -278,11 +278,76 @@ static void test_prompt(void)
     json_decref(calls);
 }
 
+static sp_status args_of_first(void *user, const struct sp_toolcall_event *ev)
+{
+    char *args = user;
+    if (ev->kind == SP_TOOLCALL_ARGS && ev->index == 0 && strlen(args) + ev->len < 256)
+        strncat(args, ev->text, ev->len);
+    return SP_OK;
+}
+
+/* What a native template writes for an earlier call is what the format
+ * reads back: render a round trip with each family's real template, find
+ * the call (the last trigger in the text: the instructions before it may
+ * show one too) and read it. */
+static void test_native_round_trip(void)
+{
+    static const struct {
+        const char *file, *trigger;
+    } cases[] = {
+        {"Qwen-Qwen2.5-7B-Instruct.json", "<tool_call>"},
+        {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.json", "<tool_call>"},
+        {"mistralai-Mistral-Nemo-Instruct-2407.json", "[TOOL_CALLS]"},
+        {"meta-llama-Llama-3.2-3B-Instruct.json", "{\"name\""},
+    };
+    json_error_t jerr;
+    json_t *calls = json_loads("[{\"id\":\"abcdefghi\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                               "\"arguments\":\"{\\\"a\\\": 1}\"}}]", 0, &jerr);
+    CHECK(calls != NULL, "calls: %s", jerr.text);
+    const struct sp_toolcall_msg msgs[] = {
+        {"user", "Call f.", NULL, NULL, NULL},
+        {"assistant", NULL, calls, NULL, NULL},
+        {"tool", "ok", NULL, "abcdefghi", "f"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[256], args[256] = "", *text = NULL;
+        snprintf(path, sizeof path, "tests/goldens/chat/%s", cases[i].file);
+        json_t *doc = json_load_file(path, 0, &jerr);
+        const char *tmpl = json_string_value(json_object_get(doc, "template"));
+        const struct sp_toolcall_format *f = sp_toolcall_format_for(tmpl);
+        struct sp_toolcall *tc = make(sp_toolcall_format_name(f), "\"required\"", false);
+        struct sp_toolcall_prompt p = {0};
+        if (tmpl && tc && sp_toolcall_prompt(f, tc, msgs, 3, &p) == SP_OK) {
+            struct sp_chat_opts o = {false, "<s>", "</s>", 1721995200, p.tools};
+            CHECK(sp_chat_render_opts(tmpl, p.msgs, p.n, &o, &text) == SP_OK, "%s: %s", path, sp_error_message());
+        }
+        const char *at = NULL;
+        for (const char *q = text; q && (q = strstr(q, cases[i].trigger)); q++)
+            at = q;
+        struct sp_toolcall_parser *pr = NULL;
+        if (at && sp_toolcall_parser_new(&pr, tc) == SP_OK) {
+            sp_toolcall_parser_feed(pr, at, strlen(at), true, args_of_first, args);
+            CHECK(sp_toolcall_parser_calls(pr) == 1, "%s: %d calls in [%.120s]", path, sp_toolcall_parser_calls(pr), at);
+        }
+        sp_toolcall_parser_free(pr);
+        json_t *got = json_loads(args, 0, &jerr);
+        CHECK(got && json_integer_value(json_object_get(got, "a")) == 1 && json_object_size(got) == 1,
+              "%s: arguments [%s] in [%s]", path, args, text ? text : "(no text)");
+        json_decref(got);
+        free(text);
+        sp_toolcall_prompt_free(&p);
+        sp_toolcall_free(tc);
+        json_decref(doc);
+    }
+    json_decref(calls);
+}
+
 int main(void)
 {
     test_parse();
     test_errors();
     test_formats();
     test_prompt();
+    test_native_round_trip();
     return sp_check_report("test_toolcall");
 }
