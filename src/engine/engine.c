@@ -286,6 +286,9 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
         return sp_error_set(SP_ERR_ARG, "logprobs = %d is more than %d", gp->logprobs, SP_SAMPLER_MAX_LOGPROBS);
     if (gp->max_retries < 0 || gp->max_retries > SP_MAX_RETRIES)
         return sp_error_set(SP_ERR_ARG, "max_retries = %d is outside 0..%d", gp->max_retries, SP_MAX_RETRIES);
+    if (gp->grammar && sp_grammar_n_vocab(gp->grammar) != e->model->hp.n_vocab)
+        return sp_error_set(SP_ERR_ARG, "grammar: made for a vocabulary of %u tokens, not this model's %u",
+                            sp_grammar_n_vocab(gp->grammar), e->model->hp.n_vocab);
     bool retries = gp->grammar && gp->max_retries > 0 && !width;
     for (size_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || (uint32_t)prompt[i] >= e->model->hp.n_vocab)

@@ -91,6 +91,8 @@ sp_status sp_grammar_check(void *grammar, const char *text, size_t len, char *wh
 /* Prepares g for the vocabulary t (which must outlive g): precomputes the
  * per-state token sets.  Idempotent for the same t. */
 sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *t);
+/* The size of the vocabulary g is bound to (0: unbound). */
+uint32_t sp_grammar_n_vocab(const struct sp_grammar *g);
 /* Makes g lazy (before binding): output before `text` is free, the rest
  * must be a sentence of g.  SP_ERR_ARG when g's sentences do not start
  * with text, or it is empty or longer than SP_GRAMMAR_MAX_TRIGGER. */

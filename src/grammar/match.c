@@ -991,6 +991,8 @@ static uint32_t lcp_bytes(const struct sp_grammar_tokens *t, uint32_t a, uint32_
     return k;
 }
 
+uint32_t sp_grammar_n_vocab(const struct sp_grammar *g) { return g->toks ? g->toks->n_vocab : 0; }
+
 sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *t)
 {
     if (g->toks == t)

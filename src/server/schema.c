@@ -575,8 +575,10 @@ static const struct {
     {"user", 3}, {"metadata", 3}, {"store", 3},
 };
 
+/* tools and its companions are chat-only: on /v1/completions they name
+ * themselves as unsupported too. */
 static const char *const sp_unimplemented[] = {
-    "functions", "function_call", "audio",
+    "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "audio",
     "modalities", "prediction", "reasoning_effort", "service_tier", "web_search_options",
     "verbosity", "prompt_cache_key", "safety_identifier",
 };
