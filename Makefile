@@ -232,7 +232,7 @@ test-tsan: tsan
 FUZZ_CC      ?= clang-16
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN     := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 40
 FUZZ_CFLAGS  := -O1 -g $(ARCH) -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 # The library is built by a sub-make (its own BUILD dir and flags); the

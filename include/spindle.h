@@ -240,8 +240,16 @@ SP_API void sp_detokenizer_free(sp_detokenizer *d);
  * bounded for hostile templates.  Thread-safe. */
 
 typedef struct sp_chat_msg {
-    const char *role;    /* "system", "user", "assistant", ... (NUL-terminated UTF-8) */
+    const char *role;    /* "system", "user", "assistant", "tool", ... (NUL-terminated UTF-8) */
     const char *content; /* NUL-terminated UTF-8; NULL renders as none */
+    /* Tool use; NULL leaves the key out of the message (templates test
+     * `'tool_calls' in message` and `message.tool_calls is defined`).
+     * tool_calls is JSON text: [{"id", "type", "function": {"name",
+     * "arguments": {...}}}], arguments as an object, which templates write
+     * with tojson.  tool_call_id and name label a "tool" result. */
+    const char *tool_calls;
+    const char *tool_call_id;
+    const char *name;
 } sp_chat_msg;
 
 /* The template this model's chats use (the file's, or the built-in one);
@@ -392,6 +400,61 @@ typedef void (*sp_logits_fn)(void *user, size_t pos, const float *logits);
 SP_API sp_status sp_engine_logits(sp_engine *e, const sp_token *prompt, size_t n_prompt, size_t first,
                                   sp_logits_fn fn, void *user);
 
+/* ----------------------------------------------------------------- grammar
+ * Constrained output: a GBNF grammar (llama.cpp's format: rules,
+ * alternation, grouping, * + ? {m,n}, literals, character classes,
+ * comments) or a JSON Schema, compiled for one model's vocabulary.  Given
+ * to a request (sp_gen_params.grammar), every token is drawn from those
+ * that can continue a sentence of the grammar, and an end-of-generation
+ * token only where the text so far is one.  docs/structured-output.md lists
+ * the schema keywords.  A grammar is used by one thread at a time (the
+ * requests of one engine may share it); sp_grammar_clone makes copies for
+ * other threads. */
+
+typedef struct sp_grammar sp_grammar;
+
+typedef enum sp_grammar_kind {
+    SP_GRAMMAR_GBNF = 'g',   /* GBNF text, start rule "root" */
+    SP_GRAMMAR_SCHEMA = 's', /* a JSON Schema (JSON text): outputs are also validated against it */
+} sp_grammar_kind;
+
+/* Compiles text[0..len) and prepares it for m's vocabulary (the first
+ * grammar of a model also builds the model's table of token bytes).
+ * Errors: SP_ERR_ARG with "line L, column C: ..." for GBNF; for a schema,
+ * the keyword and JSON path that cannot be enforced ("unsupported keyword
+ * 'not' at $.properties.a"), or a schema no value satisfies; SP_ERR_NOMEM.
+ * The model must outlive the grammar.  Thread-safe. */
+SP_API sp_status sp_grammar_create(const sp_model *m, sp_grammar_kind kind, const char *text, size_t len,
+                                   sp_grammar **out);
+/* A copy for one more user: shares g's compiled form, has its own matching
+ * state.  Any number of threads may copy g at once while no request uses it. */
+SP_API sp_status sp_grammar_clone(sp_grammar *g, sp_grammar **out);
+/* Frees a grammar or a copy (NULL is fine); no request may still use it. */
+SP_API void sp_grammar_free(sp_grammar *g);
+/* Checks a finished output: SP_OK when text[0..len) is a sentence of the
+ * grammar and, for a schema, valid against the whole schema (also what no
+ * grammar enforces: uniqueItems, multipleOf, bounds on floats); SP_ERR_ARG
+ * otherwise, with the failures in why[0..cap) ("$.path: problem; ...").
+ * The shape of sp_gen_params.validate, grammar being the sp_grammar. */
+SP_API sp_status sp_grammar_check_text(void *grammar, const char *text, size_t len, char *why, size_t cap);
+
+/* Grammar costs for benchmarks (`spindle bench --json-schema`). */
+typedef struct sp_grammar_bench {
+    double compile_ms;        /* sp_grammar_create (the model's table already built) */
+    double copy_us;           /* sp_grammar_clone of the result: what a request
+                                 repeating a grammar pays */
+    double mask_us_p50, mask_us_p99; /* one token mask */
+    size_t n_masks;           /* masks timed */
+} sp_grammar_bench;
+/* Compiles (kind, text) for m again, copies it, and on the copy replays
+ * each token sequence seqs[i][0..lens[i]) from the start, timing the mask
+ * before each token (first visits of each state included, as in a run; a
+ * sequence stops where the grammar refuses a token).  Errors as
+ * sp_grammar_create's. */
+SP_API sp_status sp_grammar_benchmark(const sp_model *m, sp_grammar_kind kind, const char *text, size_t len,
+                                      const sp_token *const *seqs, const size_t *lens, size_t n_seqs,
+                                      sp_grammar_bench *out);
+
 /* -------------------------------------------------------------- decoding */
 
 #define SP_MAX_LOGPROBS 20
@@ -452,10 +515,25 @@ typedef struct sp_gen_params {
     bool ignore_eos;            /* end-of-generation tokens do not stop */
     int logprobs;               /* < 0: none; K >= 0: each token's logprob and the top K */
     bool explain;               /* each token event carries its sp_explain */
+    /* Constrained output.  grammar: made from this engine's model, used by
+     * the request until its last event; each token is drawn from those the
+     * grammar allows, an end token only where it accepts.  A choice that
+     * stops (end token or stop string) is checked: the grammar must accept
+     * its text, and validate (optional; sp_grammar_check_text checks a
+     * schema) must return SP_OK for it, writing why it fails to
+     * why[0..cap).  If not, the choice starts over from the prompt with a
+     * new seed, up to max_retries (0..16) times (not with beams: beam
+     * search is deterministic), and then ends with SP_FINISH_ERROR.  Output
+     * cut at max_tokens is not checked.  A state where the grammar allows
+     * no token ends the choice with SP_FINISH_ERROR. */
+    sp_grammar *grammar;
+    sp_status (*validate)(void *ctx, const char *text, size_t len, char *why, size_t cap);
+    void *validate_ctx;
+    int max_retries;
 } sp_gen_params;
 
 /* sp_sampler_params_default(), max_tokens -1, n 1, no beams, length
- * penalty 1, no stop strings, no logprobs. */
+ * penalty 1, no stop strings, no logprobs, no grammar, no retries. */
 SP_API void sp_gen_params_default(sp_gen_params *gp);
 
 typedef enum sp_finish {
@@ -488,9 +566,10 @@ typedef struct sp_token_logprobs {
  * the active ones in chain order; each has a name, its setting and, per
  * row, the probability among the survivors after it (-1: removed there or
  * earlier).  Names: "penalties" (logit bias and repeat/presence/frequency
- * penalties, probabilities at temperature 1), "top-k", "temperature",
- * "top-p", "min-p", "typical-p", and "greedy" (temperature 0: only the
- * argmax survives). */
+ * penalties, probabilities at temperature 1),
+ * "grammar" (the tokens a request's grammar allows), "top-k",
+ * "temperature", "top-p", "min-p", "typical-p", and "greedy" (temperature
+ * 0: only the argmax survives). */
 #define SP_EXPLAIN_ROWS 16
 #define SP_EXPLAIN_STAGES 10
 
@@ -533,6 +612,15 @@ typedef struct sp_token_event {
     /* usage, valid on every event */
     uint32_t n_prompt, n_cached, n_generated;
     double logprob_sum;             /* over this choice's generated tokens */
+    /* Constrained output: the attempt this event belongs to (1, 2, ...).
+     * An event with `retry` set (id -1, finish NONE) says the attempt
+     * failed its check (`error` says why) and everything this choice sent
+     * since its last retry is void; the next attempt follows.  A final
+     * event with SP_FINISH_ERROR may carry `error` too (grammar dead end,
+     * every attempt invalid); `valid`: a final STOP event passed its check. */
+    int attempt;
+    bool retry, valid;
+    const char *error;
 } sp_token_event;
 typedef void (*sp_event_fn)(void *user, const sp_token_event *ev);
 
@@ -613,10 +701,11 @@ typedef struct sp_server_config {
     double drain_timeout_s; /* how long SIGTERM waits for requests in flight;
                                0: no limit (a second signal ends the wait) */
     sp_cache_type cache_type_k, cache_type_v; /* the KV cache's (sp_engine_params) */
+    int max_retries;        /* cap on a constrained request's max_retries, 0..16 */
 } sp_server_config;
 /* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8, sampling
  * defaults not set, text log lines, replica id from the host name, drain
- * timeout 60 s. */
+ * timeout 60 s, max_retries capped at 4. */
 SP_API void sp_server_config_default(sp_server_config *c);
 
 /* Whether id can name a replica: 1 to 64 characters of [A-Za-z0-9._:-]

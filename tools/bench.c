@@ -38,6 +38,8 @@ static void sp_bench_stats(const double *x, int n, double *mean, double *sd)
 struct sp_bench_count {
     double t_first, t_last;
     uint32_t n;
+    sp_token *ids;   /* constrained runs: the tokens, for the mask replay */
+    uint32_t cap;
 };
 
 static void sp_bench_event(void *user, const struct sp_token_event *ev)
@@ -49,7 +51,65 @@ static void sp_bench_event(void *user, const struct sp_token_event *ev)
     if (c->n == 0)
         c->t_first = now;
     c->t_last = now;
+    if (c->ids && c->n < c->cap)
+        c->ids[c->n] = ev->id;
     c->n++;
+}
+
+/* B requests with a short distinct prompt each; the aggregate decode rate,
+ * timed from the step after which every stream has its first token (the
+ * steps before also prefill the other streams' prompts).  -1 on error. */
+static double sp_bench_decode(sp_engine *e, const sp_token *prompt, int depth, int batch, const sp_gen_params *gp,
+                              struct sp_bench_count *cnt)
+{
+    for (int b = 0; b < batch; b++) {
+        cnt[b].n = 0;
+        cnt[b].t_first = cnt[b].t_last = 0;
+        if (sp_request_submit(e, prompt + b, (size_t)depth, gp, sp_bench_event, &cnt[b], NULL) != SP_OK) {
+            sp_tool_fail("%s", sp_error_message());
+            return -1;
+        }
+    }
+    double t_start = 0, t_end = 0;
+    uint64_t before = 0, after = 0; /* tokens out when the timing starts, at the end */
+    while (sp_engine_step(e) > 0) {
+        if (t_start > 0)
+            continue;
+        int started = 0;
+        for (int b = 0; b < batch; b++)
+            started += cnt[b].n > 0;
+        if (started == batch) {
+            t_start = sp_bench_now();
+            for (int b = 0; b < batch; b++)
+                before += cnt[b].n;
+        }
+    }
+    for (int b = 0; b < batch; b++) {
+        t_end = cnt[b].t_last > t_end ? cnt[b].t_last : t_end;
+        after += cnt[b].n;
+    }
+    return after > before && t_end > t_start ? (after - before) / (t_end - t_start) : 0.0;
+}
+
+/* --json-schema: compile time, the cost of a copy (what a server request
+ * repeating a schema pays), and the mask time of every token the
+ * constrained streams produced, replayed on a fresh copy. */
+static sp_status sp_bench_masks(const sp_model *m, const char *schema, size_t len, const struct sp_bench_count *cnt,
+                                int batch, sp_grammar_bench *gb)
+{
+    const sp_token **seqs = calloc((size_t)batch, sizeof *seqs);
+    size_t *lens = calloc((size_t)batch, sizeof *lens);
+    sp_status st = SP_ERR_NOMEM;
+    if (seqs && lens) {
+        for (int b = 0; b < batch; b++) {
+            seqs[b] = cnt[b].ids;
+            lens[b] = cnt[b].n < cnt[b].cap ? cnt[b].n : cnt[b].cap;
+        }
+        st = sp_grammar_benchmark(m, SP_GRAMMAR_SCHEMA, schema, len, seqs, lens, (size_t)batch, gb);
+    }
+    free(seqs);
+    free(lens);
+    return st;
 }
 
 int sp_tool_bench(int argc, char **argv)
@@ -59,6 +119,12 @@ int sp_tool_bench(int argc, char **argv)
     struct sp_args a = {argc, argv, 1, false};
     int n_prompt = 512, n_gen = 128, reps = 3, batch = 1, depth = 2;
     bool json = false, bandwidth = false;
+    const char *schema_file = NULL;
+    char *schema = NULL;
+    size_t schema_len = 0;
+    sp_grammar *grammar = NULL, *proto = NULL;
+    sp_grammar_bench gb = {0};
+    double *tg_c = NULL;
     sp_model *model = NULL;
     sp_engine *e = NULL;
     sp_token *prompt = NULL;
@@ -70,6 +136,8 @@ int sp_tool_bench(int argc, char **argv)
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [-d DEPTH] [--json]\n"
+                 "       [--json-schema FILE]  also decode under the schema (alternating with unconstrained\n"
+                 "                             runs): compile time, mask time per token p50/p99, tokens/s\n"
                  "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
@@ -81,6 +149,7 @@ int sp_tool_bench(int argc, char **argv)
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &mp.n_threads);
         else if (sp_args_is(&a, "--json", NULL)) json = true;
         else if (sp_args_is(&a, "--bandwidth", NULL)) bandwidth = true;
+        else if (sp_args_is(&a, "--json-schema", NULL)) schema_file = sp_args_value(&a);
         else
             return sp_tool_fail("bench: unknown option '%s'", argv[a.i]);
     }
@@ -113,7 +182,24 @@ int sp_tool_bench(int argc, char **argv)
     pp = calloc((size_t)reps, sizeof *pp);
     tg = calloc((size_t)reps, sizeof *tg);
     cnt = calloc((size_t)batch, sizeof *cnt);
-    if (!prompt || !pp || !tg || !cnt) {
+    tg_c = calloc((size_t)reps, sizeof *tg_c);
+    if (schema_file) {
+        double t0 = sp_bench_now();
+        if (!(schema = sp_read_file(schema_file, &schema_len)) ||
+            sp_grammar_create(model, SP_GRAMMAR_SCHEMA, schema, schema_len, &proto) != SP_OK) {
+            sp_tool_fail("%s: %s", schema_file, schema ? sp_error_message() : "cannot read");
+            goto done;
+        }
+        fprintf(stderr, "bench: vocabulary table and first grammar in %.1f ms\n", (sp_bench_now() - t0) * 1e3);
+        for (int b = 0; b < batch; b++) {
+            cnt[b].cap = (uint32_t)n_gen + 1;
+            if (!(cnt[b].ids = malloc(cnt[b].cap * sizeof *cnt[b].ids))) {
+                sp_tool_fail("out of memory");
+                goto done;
+            }
+        }
+    }
+    if (!prompt || !pp || !tg || !cnt || !tg_c) {
         sp_tool_fail("out of memory");
         goto done;
     }
@@ -129,7 +215,8 @@ int sp_tool_bench(int argc, char **argv)
         }
         /* prefill: one request, one token */
         gp.max_tokens = 1;
-        memset(cnt, 0, sizeof *cnt);
+        cnt[0].n = 0;
+        cnt[0].t_first = cnt[0].t_last = 0;
         double t0 = sp_bench_now();
         if (sp_request_submit(e, prompt, (size_t)n_prompt, &gp, sp_bench_event, cnt, NULL) != SP_OK) {
             sp_tool_fail("%s", sp_error_message());
@@ -140,41 +227,38 @@ int sp_tool_bench(int argc, char **argv)
         double t_pp = cnt[0].t_first - t0;
         /* decode: B requests with a short distinct prompt each, n tokens */
         gp.max_tokens = n_gen + 1;
-        memset(cnt, 0, (size_t)batch * sizeof *cnt);
-        for (int b = 0; b < batch; b++) {
-            if (sp_request_submit(e, prompt + b, (size_t)depth, &gp, sp_bench_event, &cnt[b], NULL) != SP_OK) {
+        double rate = sp_bench_decode(e, prompt, depth, batch, &gp, cnt);
+        double rate_c = 0;
+        if (schema_file) { /* the same streams under the schema, a fresh copy as a server request has */
+            sp_gen_params gc = gp;
+            sp_grammar_free(grammar);
+            grammar = NULL;
+            if (sp_grammar_clone(proto, &grammar) != SP_OK) {
                 sp_tool_fail("%s", sp_error_message());
                 goto done;
             }
+            gc.grammar = grammar;
+            gc.ignore_eos = false;
+            rate_c = sp_bench_decode(e, prompt, depth, batch, &gc, cnt);
         }
-        /* timed from the step after which every stream has its first token
-         * (the steps before also prefill the other streams' prompts) */
-        double t_start = 0, t_end = 0;
-        uint64_t before = 0, after = 0; /* tokens out when the timing starts, at the end */
-        while (sp_engine_step(e) > 0) {
-            if (t_start > 0)
-                continue;
-            int started = 0;
-            for (int b = 0; b < batch; b++)
-                started += cnt[b].n > 0;
-            if (started == batch) {
-                t_start = sp_bench_now();
-                for (int b = 0; b < batch; b++)
-                    before += cnt[b].n;
-            }
-        }
-        for (int b = 0; b < batch; b++) {
-            t_end = cnt[b].t_last > t_end ? cnt[b].t_last : t_end;
-            after += cnt[b].n;
-        }
+        if (rate < 0 || rate_c < 0)
+            goto done;
         if (r >= 0) {
             pp[r] = n_prompt / t_pp;
-            tg[r] = after > before && t_end > t_start ? (after - before) / (t_end - t_start) : 0.0;
+            tg[r] = rate;
+            tg_c[r] = rate_c;
         }
     }
-    double pm, ps, tm, ts;
+    double pm, ps, tm, ts, tcm = 0, tcs = 0;
     sp_bench_stats(pp, reps, &pm, &ps);
     sp_bench_stats(tg, reps, &tm, &ts);
+    if (schema_file) {
+        sp_bench_stats(tg_c, reps, &tcm, &tcs);
+        if (sp_bench_masks(model, schema, schema_len, cnt, batch, &gb) != SP_OK) {
+            sp_tool_fail("%s: %s", schema_file, sp_error_message());
+            goto done;
+        }
+    }
     uint64_t kv_dim = (uint64_t)m.n_head_kv * m.head_dim;
     /* mean KV bytes read per decode token over the run: positions ~ n/2 on
      * average; a sliding-window layer reads at most its window */
@@ -204,6 +288,17 @@ int sp_tool_bench(int argc, char **argv)
         json_object_set_new(o, "weights_bytes", json_integer((json_int_t)m.weights_bytes));
         json_object_set_new(o, "decode_bytes_per_token", json_real(bytes_per_tok));
         json_object_set_new(o, "decode_bandwidth_gb_s", json_real(gbs));
+        if (schema_file) {
+            json_object_set_new(o, "json_schema", json_string(schema_file));
+            json_object_set_new(o, "grammar_compile_ms", json_real(gb.compile_ms));
+            json_object_set_new(o, "grammar_copy_us", json_real(gb.copy_us));
+            json_object_set_new(o, "mask_us_p50", json_real(gb.mask_us_p50));
+            json_object_set_new(o, "mask_us_p99", json_real(gb.mask_us_p99));
+            json_object_set_new(o, "masks_timed", json_integer((json_int_t)gb.n_masks));
+            json_object_set_new(o, "constrained_decode_tokens_per_s", json_real(tcm));
+            json_object_set_new(o, "constrained_decode_tokens_per_s_sd", json_real(tcs));
+            json_object_set_new(o, "constrained_ratio", json_real(tm > 0 ? tcm / tm : 0));
+        }
         json_dumpf(o, stdout, JSON_COMPACT);
         fputc('\n', stdout);
         json_decref(o);
@@ -214,14 +309,25 @@ int sp_tool_bench(int argc, char **argv)
         printf("prefill pp%-5d %10.1f ± %.1f tokens/s\n", n_prompt, pm, ps);
         printf("decode  tg%-5d %10.1f ± %.1f tokens/s%s (%.1f GB/s of weights+KV)\n", n_gen, tm, ts,
                batch > 1 ? " aggregate" : "", gbs);
+        if (schema_file)
+            printf("schema  %s: compile+bind %.1f ms, cached copy %.1f us | mask p50 %.1f us p99 %.1f us (%zu tokens) | "
+                   "constrained decode %.1f ± %.1f tokens/s = %.1f %% of unconstrained\n",
+                   schema_file, gb.compile_ms, gb.copy_us, gb.mask_us_p50, gb.mask_us_p99, gb.n_masks, tcm, tcs,
+                   tm > 0 ? 100 * tcm / tm : 0);
     }
     rc = 0;
 done:
+    for (int b = 0; cnt && b < batch; b++)
+        free(cnt[b].ids);
     free(prompt);
     free(pp);
     free(tg);
+    free(tg_c);
     free(cnt);
+    free(schema);
     sp_engine_free(e);
+    sp_grammar_free(grammar);
+    sp_grammar_free(proto);
     sp_model_free(model);
     return rc;
 }

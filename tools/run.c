@@ -25,6 +25,9 @@ static const char sp_run_usage[] =
     "  --logit-bias ID=BIAS (repeatable)   --stop STR (repeatable)   --ignore-eos\n"
     "  --n N                N independent samples   --beams B   --logprobs K\n"
     "  --json               one JSON object on stdout   --explain  print each decoding step\n"
+    "  --grammar FILE       constrain the output to a GBNF grammar\n"
+    "  --json-schema FILE   constrain the output to JSON matching a JSON Schema (validated)\n"
+    "  --max-retries N      attempts after an output fails its check (default 2)\n"
     "  --ctx N  -t THREADS  --mlock (keep the weights in RAM)\n"
     "  --cache-type-k T  --cache-type-v T   KV cache keys/values: f16 (default), q8_0, q4_0\n";
 
@@ -43,10 +46,13 @@ struct sp_run_choice {
     size_t n_toks, cap_toks;
     enum sp_finish finish;
     double logprob_sum;
+    int attempts;
+    bool valid;
+    char error[512];
 };
 
 struct sp_run_state {
-    bool json, stream;
+    bool json, stream, constrained;
     const sp_model *model;
     struct sp_run_choice choices[16];
     uint32_t n_prompt, n_cached, n_generated;
@@ -74,6 +80,14 @@ static void sp_run_event(void *user, const struct sp_token_event *ev)
 {
     struct sp_run_state *s = user;
     struct sp_run_choice *c = &s->choices[ev->choice];
+    c->attempts = ev->attempt;
+    if (ev->retry) { /* this attempt failed its check: start the choice's record over */
+        fprintf(stderr, "spindle: choice %d, attempt %d invalid (%s); retrying\n", ev->choice, ev->attempt,
+                ev->error ? ev->error : "?");
+        c->len = 0;
+        c->n_toks = 0;
+        return;
+    }
     if (ev->explain)
         sp_explain_print(ev->explain, s->model, stderr);
     if (s->stream && ev->len) {
@@ -86,6 +100,9 @@ static void sp_run_event(void *user, const struct sp_token_event *ev)
     if (ev->finish != SP_FINISH_NONE) {
         c->finish = ev->finish;
         c->logprob_sum = ev->logprob_sum;
+        c->valid = ev->valid;
+        if (ev->error)
+            snprintf(c->error, sizeof c->error, "%s", ev->error);
         s->n_generated += ev->n_generated;
         return;
     }
@@ -161,6 +178,12 @@ static json_t *sp_run_choice_json(const struct sp_run_state *s, const struct sp_
     if (logprobs)
         json_object_set_new(o, "logprob", json_real(c->logprob_sum));
     json_object_set_new(o, "tokens", toks);
+    if (s->constrained) {
+        json_object_set_new(o, "attempts", json_integer(c->attempts));
+        json_object_set_new(o, "valid", json_boolean(c->valid));
+        if (c->error[0])
+            json_object_set_new(o, "error", json_string(c->error));
+    }
     return o;
 }
 
@@ -190,6 +213,22 @@ static bool sp_run_logit_bias(struct sp_args *a, struct sp_logit_bias *b)
     return true;
 }
 
+/* Reads a GBNF grammar or a JSON Schema and compiles it for the model. */
+static sp_status sp_run_grammar(const char *path, bool schema, const sp_model *m, sp_grammar **g)
+{
+    size_t len;
+    char *text = sp_read_file(path, &len);
+    if (!text) {
+        sp_tool_fail("%s: cannot read", path);
+        return SP_ERR_IO;
+    }
+    sp_status st = sp_grammar_create(m, schema ? SP_GRAMMAR_SCHEMA : SP_GRAMMAR_GBNF, text, len, g);
+    if (st != SP_OK)
+        sp_tool_fail("%s: %s", path, sp_error_message());
+    free(text);
+    return st;
+}
+
 int sp_tool_run(int argc, char **argv)
 {
     sp_model_params mp;
@@ -201,6 +240,8 @@ int sp_tool_run(int argc, char **argv)
     struct sp_logit_bias bias[SP_RUN_MAX_BIAS];
     size_t n_stop = 0, n_bias = 0;
     bool chat = false, special = false, json = false;
+    const char *grammar_file = NULL, *schema_file = NULL;
+    sp_grammar *grammar = NULL;
     sp_model *model = NULL;
     sp_engine *e = NULL;
     struct sp_run_state *s = NULL;
@@ -213,6 +254,7 @@ int sp_tool_run(int argc, char **argv)
     sp_engine_params_default(&ep);
     sp_gen_params_default(&gp);
     gp.max_tokens = 256;
+    gp.max_retries = 2;
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             fputs(sp_run_usage, stdout);
@@ -265,6 +307,9 @@ int sp_tool_run(int argc, char **argv)
         else if (sp_args_is(&a, "--json", NULL)) json = true;
         else if (sp_args_is(&a, "--explain", NULL)) gp.explain = true;
         else if (sp_args_is(&a, "--ignore-eos", NULL)) gp.ignore_eos = true;
+        else if (sp_args_is(&a, "--grammar", NULL)) grammar_file = sp_args_value(&a);
+        else if (sp_args_is(&a, "--json-schema", NULL)) schema_file = sp_args_value(&a);
+        else if (sp_args_is(&a, "--max-retries", NULL)) sp_args_int(&a, 0, 16, &gp.max_retries);
         else {
             sp_tool_fail("run: unknown option '%s' (see spindle run --help)", argv[a.i]);
             goto done;
@@ -302,12 +347,23 @@ int sp_tool_run(int argc, char **argv)
         sp_tool_fail("%s", sp_error_message());
         goto done;
     }
+    if (grammar_file || schema_file) {
+        if (grammar_file && schema_file) {
+            sp_tool_fail("run: --grammar and --json-schema exclude each other");
+            goto done;
+        }
+        if (sp_run_grammar(grammar_file ? grammar_file : schema_file, schema_file != NULL, model, &grammar) != SP_OK)
+            goto done;
+        gp.grammar = grammar;
+        gp.validate = sp_grammar_check_text;
+        gp.validate_ctx = grammar;
+    }
     if (chat) {
         sp_chat_msg msgs[2];
         size_t n = 0;
         if (system)
-            msgs[n++] = (sp_chat_msg){"system", system};
-        msgs[n++] = (sp_chat_msg){"user", prompt};
+            msgs[n++] = (sp_chat_msg){.role = "system", .content = system};
+        msgs[n++] = (sp_chat_msg){.role = "user", .content = prompt};
         if (sp_model_chat_tokenize(model, msgs, n, &toks, &n_toks) != SP_OK) {
             sp_tool_fail("%s", sp_error_message());
             goto done;
@@ -319,7 +375,8 @@ int sp_tool_run(int argc, char **argv)
         goto done;
     }
     s->json = json;
-    s->stream = !json && gp.n <= 1 && gp.beams <= 1;
+    s->constrained = grammar != NULL;
+    s->stream = !json && gp.n <= 1 && gp.beams <= 1 && !grammar; /* a retry would void streamed text */
     s->model = model;
     sp_status st = chat ? sp_request_submit(e, toks, n_toks, &gp, sp_run_event, s, NULL)
                         : sp_request_submit_text(e, prompt, strlen(prompt), special, &gp, sp_run_event, s, NULL);
@@ -382,6 +439,11 @@ int sp_tool_run(int argc, char **argv)
             peak / 1048576.0,
             es.kv_bytes / 1048576.0, sp_engine_n_ctx(e), sp_finish_name(s->choices[0].finish));
     rc = 0;
+    for (int i = 0; i < n_choices; i++)
+        if (s->choices[i].finish == SP_FINISH_ERROR) {
+            sp_tool_fail("choice %d: %s", i, s->choices[i].error[0] ? s->choices[i].error : "generation failed");
+            rc = 2;
+        }
 done:
     if (s) {
         for (int i = 0; i < 16; i++) {
@@ -393,6 +455,7 @@ done:
     sp_free(toks);
     free(file_text);
     sp_engine_free(e);
+    sp_grammar_free(grammar);
     sp_model_free(model);
     return rc;
 }

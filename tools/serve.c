@@ -20,6 +20,7 @@ static const char sp_serve_usage[] =
     "  --kv-mem MIB         KV cache size (default: ctx x parallel positions)\n"
     "  --api-key KEY        require 'Authorization: Bearer KEY' (all routes but /health)\n"
     "  --timeout SECONDS    cap on a request's total time (default: none)\n"
+    "  --max-retries N      cap on a constrained request's max_retries (default 4)\n"
     "  --queue N            waiting requests before 429 (default 64)\n"
     "  --max-body BYTES     request body cap (default 4194304)\n"
     "  --max-n N            largest `n` accepted (default 8)\n"
@@ -163,6 +164,10 @@ int sp_tool_serve(int argc, char **argv)
             if (strcmp(v, "text") && strcmp(v, "json"))
                 return sp_tool_fail("serve: --log-format wants text or json, got '%s'", v);
             cfg.log_format = strcmp(v, "json") ? SP_LOG_TEXT : SP_LOG_JSON;
+        } else if (!strcmp(a, "--max-retries")) {
+            if (!sp_parse_long(v, 0, 16, &n))
+                return sp_tool_fail("serve: --max-retries wants 0..16, got '%s'", v);
+            cfg.max_retries = (int)n;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!sp_parse_long(v, 0, 1024, &n))
                 return sp_tool_fail("serve: --threads wants 0..1024, got '%s'", v);

@@ -15,8 +15,11 @@ conversations.  Writes one tests/goldens/chat/NAME.json per template:
      {"name": ..., "messages": [{"role":..,"content":..}], "add_generation_prompt": bool,
       "bos_token": .., "eos_token": .., "output": "<text>"  |  "error": "<message>"}]}
 
-`tools` and `documents` are left undefined (we render plain conversations
-only).  Usage: scripts/goldens/chat.py [--models DIR] [--templates DIR] [--out DIR]
+`tools` and `documents` are left undefined there.  The tool-use goldens go to
+tests/goldens/chat-tools/NAME.json, same shape, each case with "tools" too:
+conversations with tool definitions, assistant messages with tool_calls
+(arguments as objects, as HF documents) and tool results.
+Usage: scripts/goldens/chat.py [--models DIR] [--templates DIR] [--out DIR] [--tools-out DIR]
 """
 import argparse
 import json
@@ -126,22 +129,66 @@ CONVS = [
 ]
 TOKENS = [("<s>", "</s>"), ("<|begin_of_text|>", "<|eot_id|>")]
 
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "City name"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "Unit"}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "Local time in a timezone.",
+        "parameters": {"type": "object", "properties": {
+            "tz": {"type": "string", "description": "IANA timezone"}}, "required": ["tz"]}}},
+]
+CALL1 = {"id": "call00001", "type": "function",
+         "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}
+CALL2 = {"id": "call00002", "type": "function",
+         "function": {"name": "get_time", "arguments": {"tz": "Europe/Paris"}}}
+ASK = {"role": "user", "content": "What's the weather and time in Paris?"}
+TOOL_CONVS = [
+    ("tools_sys_user", [SYS, ASK]),
+    ("tools_user_only", [ASK]),
+    ("tool_round_trip", [SYS, ASK,
+                         {"role": "assistant", "content": None, "tool_calls": [CALL1]},
+                         {"role": "tool", "tool_call_id": "call00001", "name": "get_weather",
+                          "content": "{\"temperature\": 21}"}]),
+    ("tool_parallel", [ASK,
+                       {"role": "assistant", "content": None, "tool_calls": [CALL1, CALL2]},
+                       {"role": "tool", "tool_call_id": "call00001", "content": "21 C"},
+                       {"role": "tool", "tool_call_id": "call00002", "content": "12:00"},
+                       {"role": "assistant", "content": "It is 21 C and noon."},
+                       {"role": "user", "content": "Thanks"}]),
+]
 
-def render_cases(env, src):
+
+def render_cases(env, src, convs=CONVS, tools=None):
     tmpl = env.from_string(src)
     cases = []
-    for name, msgs in CONVS:
+    for name, msgs in convs:
         for agp in (True, False):
             for bos, eos in TOKENS[:1] if name != "sys_user" else TOKENS:
                 case = {"name": "%s/agp=%d/bos=%s" % (name, agp, bos), "messages": msgs,
                         "add_generation_prompt": agp, "bos_token": bos, "eos_token": eos}
+                extra = {}
+                if tools is not None:
+                    case["tools"] = extra["tools"] = tools
                 try:
                     case["output"] = tmpl.render(messages=msgs, add_generation_prompt=agp,
-                                                 bos_token=bos, eos_token=eos)
+                                                 bos_token=bos, eos_token=eos, **extra)
                 except Exception as e:  # noqa: BLE001 - any failure is the expected result
                     case["error"] = "%s: %s" % (type(e).__name__, e)
                 cases.append(case)
     return cases
+
+
+def write(out_dir, name, src, origin, cases):
+    doc = {"template": src, "source": origin, "jinja2": jinja2.__version__, "cases": cases}
+    with open(os.path.join(out_dir, name + ".json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    nerr = sum(1 for c in cases if "error" in c)
+    print("%-55s %3d cases, %d errors" % (name, len(cases), nerr))
 
 
 def main():
@@ -153,6 +200,7 @@ def main():
     ap.add_argument("--extra", default=os.path.join(ROOT, "tests", "goldens", "chat", "templates"),
                     help="more .jinja templates (Gemma 3 / Qwen3 style), rendered as extra-NAME")
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "goldens", "chat"))
+    ap.add_argument("--tools-out", default=os.path.join(ROOT, "tests", "goldens", "chat-tools"))
     args = ap.parse_args()
     env = make_env()
     sources = []
@@ -179,14 +227,10 @@ def main():
             continue
         sources.append(("gguf-" + base.split(".")[0], src, base + ":tokenizer.chat_template"))
     os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.tools_out, exist_ok=True)
     for name, src, origin in sources:
-        cases = render_cases(env, src)
-        doc = {"template": src, "source": origin, "jinja2": jinja2.__version__, "cases": cases}
-        with open(os.path.join(args.out, name + ".json"), "w", encoding="utf-8") as f:
-            json.dump(doc, f, ensure_ascii=False, indent=1)
-            f.write("\n")
-        nerr = sum(1 for c in cases if "error" in c)
-        print("%-55s %3d cases, %d errors" % (name, len(cases), nerr))
+        write(args.out, name, src, origin, render_cases(env, src))
+        write(args.tools_out, name, src, origin, render_cases(env, src, TOOL_CONVS, TOOLS))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 #ifndef SP_API_INTERNAL_H
 #define SP_API_INTERNAL_H
 
+#include <pthread.h>
+
 #include "core/mmap.h"
 #include "gguf/gguf.h"
 #include "spindle.h"
@@ -19,6 +21,13 @@ struct spindle_model {
     char *path;
     char *arch;                 /* general.architecture, or NULL */
     int n_threads;
+    /* The vocabulary as grammars see it (src/grammar), built by the first
+     * sp_grammar_create and kept for the model's life. */
+    pthread_mutex_t grammar_mu;
+    struct sp_grammar_tokens *grammar_tokens;
 };
+
+/* The model's grammar table, built on first use (thread-safe). */
+sp_status sp_api_grammar_tokens(const sp_model *m, const struct sp_grammar_tokens **out);
 
 #endif

@@ -9,6 +9,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "chat/chat.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -54,6 +55,7 @@ sp_status sp_model_load(const sp_model_params *p, sp_model **out)
         return sp_error_set(SP_ERR_NOMEM, "model: no memory");
     }
     m->n_threads = p->n_threads;
+    pthread_mutex_init(&m->grammar_mu, NULL);
     unsigned flags = (p->use_mmap ? 0 : SP_MAP_READ) | (p->use_mlock ? SP_MAP_LOCK : 0);
     st = p->vocab_only ? sp_model_open_gguf(&m->map, &m->gguf, p->path, flags)
                        : sp_model_open(&m->weights, p->path, flags,
@@ -88,6 +90,8 @@ void sp_model_free(sp_model *m)
 {
     if (!m)
         return;
+    sp_grammar_tokens_free(m->grammar_tokens);
+    pthread_mutex_destroy(&m->grammar_mu);
     sp_vocab_free(m->vocab);
     sp_model_close(m->weights);
     sp_gguf_free(&m->gguf);
@@ -345,10 +349,10 @@ const char *sp_model_chat_template(const sp_model *m)
 sp_status sp_model_chat_apply(const sp_model *m, const sp_chat_msg *msgs, size_t n, bool add_generation_prompt,
                               char **text)
 {
-    return sp_chat_prompt_text(m->vocab, sp_api_chat_format(m), msgs, n, add_generation_prompt, text);
+    return sp_chat_prompt_text(m->vocab, sp_api_chat_format(m), msgs, n, NULL, add_generation_prompt, text);
 }
 
 sp_status sp_model_chat_tokenize(const sp_model *m, const sp_chat_msg *msgs, size_t n, sp_token **out, size_t *n_out)
 {
-    return sp_chat_prompt(m->vocab, sp_api_chat_format(m), msgs, n, out, n_out);
+    return sp_chat_prompt(m->vocab, sp_api_chat_format(m), msgs, n, NULL, out, n_out);
 }

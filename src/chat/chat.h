@@ -4,10 +4,11 @@
  * lstrip_blocks=True, loopcontrols, HF's tojson), or with a built-in ChatML
  * template when the file has none.
  *
- * Globals seen by the template: messages (list of {role, content} dicts),
+ * Globals seen by the template: messages (list of {role, content} dicts,
+ * with tool_calls, tool_call_id and name where given), tools (when given),
  * add_generation_prompt, bos_token, eos_token, raise_exception(msg),
- * strftime_now(fmt), namespace(...), range(...).  `tools` and `documents`
- * are undefined.
+ * strftime_now(fmt), namespace(...), range(...).  `documents` is
+ * undefined.
  *
  * Work is bounded for hostile templates: output and every string value are
  * capped at SP_CHAT_MAX_OUTPUT bytes, memory at SP_CHAT_MAX_MEMORY, work at
@@ -26,7 +27,22 @@
 #define SP_CHAT_MAX_MEMORY (64u << 20)
 #define SP_CHAT_MAX_STEPS 5000000u
 
-/* struct sp_chat_msg {role, content} is public: include/spindle.h. */
+/* struct sp_chat_msg {role, content, tool_calls, tool_call_id, name} is public:
+ * include/spindle.h. */
+
+/* Everything besides the messages; zero means: no generation prompt, empty
+ * BOS/EOS, the local time, no tools. */
+struct sp_chat_opts {
+    bool add_generation_prompt;
+    const char *bos_token, *eos_token;
+    int64_t now_unix;    /* strftime_now() formats this UTC time; < 0: the local time */
+    const char *tools;   /* JSON text of the tools array, or NULL (undefined) */
+};
+
+/* Renders tmpl for msgs[0..n_msgs) with *o (see sp_chat_render).  Also
+ * SP_ERR_ARG when tools or a message's tool_calls is not valid JSON. */
+sp_status sp_chat_render_opts(const char *tmpl, const struct sp_chat_msg *msgs, size_t n_msgs,
+                              const struct sp_chat_opts *o, char **out);
 
 /* Renders `tmpl` (NUL-terminated Jinja source) for msgs[0..n_msgs).
  * bos_token/eos_token may be NULL (treated as "").  On success *out is a
@@ -59,15 +75,16 @@ struct sp_vocab;
 const char *sp_chat_template_for(const struct sp_vocab *v, const char *arch_format);
 
 /* Renders msgs (with the assistant's opening when add_generation_prompt)
- * and the model's BOS/EOS texts; *text is malloc'd. */
+ * and the model's BOS/EOS texts; tools: JSON text of the tools array the
+ * template receives, or NULL.  *text is malloc'd. */
 sp_status sp_chat_prompt_text(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs,
-                              size_t n, bool add_generation_prompt, char **text);
+                              size_t n, const char *tools, bool add_generation_prompt, char **text);
 
 /* Renders and tokenizes with special tokens recognised; BOS is added
  * unless the template already wrote it.  *out is malloc'd.  The one path
  * from chat messages to prompt tokens (`spindle run --chat` and the
  * server's /v1/chat/completions). */
 sp_status sp_chat_prompt(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs, size_t n,
-                         sp_token **out, size_t *n_out);
+                         const char *tools, sp_token **out, size_t *n_out);
 
 #endif

@@ -45,6 +45,7 @@ struct jloop;
 
 struct jval {
     enum jtype t;
+    bool markup; /* JV_STR made by |safe (markupsafe.Markup): `+` escapes a plain str it meets */
     union {
         bool b;
         int64_t i;

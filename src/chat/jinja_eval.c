@@ -412,8 +412,19 @@ static int binary(struct jctx *c, const struct jnode *at, int op, struct jval a,
         return jerr_undef(c, at, a);
     if (b.t == JV_UNDEF)
         return jerr_undef(c, at, b);
-    if (op == JO_ADD && a.t == JV_STR && b.t == JV_STR)
-        return str_concat(c, a.u.s.p, a.u.s.n, b.u.s.p, b.u.s.n, out);
+    if (op == JO_ADD && a.t == JV_STR && b.t == JV_STR) {
+        if (a.markup != b.markup) { /* Markup + str: the str is HTML-escaped, the sum is Markup */
+            struct jargs none = {0};
+            struct jval *plain = a.markup ? &b : &a;
+            if (jfilter_apply(c, at, "escape", *plain, &none, plain))
+                return -1;
+        }
+        bool markup = a.markup || b.markup;
+        if (str_concat(c, a.u.s.p, a.u.s.n, b.u.s.p, b.u.s.n, out))
+            return -1;
+        out->markup = markup;
+        return 0;
+    }
     if (op == JO_ADD && a.t == JV_LIST && b.t == JV_LIST && a.u.l->tuple == b.u.l->tuple &&
         !a.u.l->gen && !b.u.l->gen) {
         struct jlist *l = jlist_new(c, a.u.l->n + b.u.l->n);

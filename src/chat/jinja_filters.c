@@ -571,11 +571,16 @@ struct jfilter {
     unsigned mode; /* what the function needs to tell its names apart */
 };
 
-/* safe (Markup(value): a string from now on) and string */
+enum { JF_MARKUP = 1 };
+
+/* string, and safe (Markup(value): a string from now on, marked so `+` escapes a plain str) */
 static int filter_string(struct jctx *c, const struct jnode *at, const struct jfilter *f, struct jval v,
                          const struct jargs *a, struct jval *out)
 {
-    return jv_stringify(c, v, out);
+    if (jv_stringify(c, v, out))
+        return -1;
+    out->markup = f->mode == JF_MARKUP;
+    return 0;
 }
 
 static int filter_trim(struct jctx *c, const struct jnode *at, const struct jfilter *f, struct jval v,
@@ -1098,7 +1103,7 @@ static const struct jfilter jfilters[] = {
     {"replace", filter_replace, 0},
     {"reverse", filter_reverse, 0},
     {"round", NULL, 0},
-    {"safe", filter_string, 0},
+    {"safe", filter_string, JF_MARKUP},
     {"select", filter_select, JF_SELECT},
     {"selectattr", filter_select, JF_SELECT | JF_BY_ATTR},
     {"slice", NULL, 0},

@@ -70,7 +70,7 @@ static sp_status sp_conv_insert(struct sp_conv *c, size_t i, const char *role, c
     if (!copy)
         return sp_error_set(SP_ERR_NOMEM, "conversation: out of memory");
     memmove(c->msgs + i + 1, c->msgs + i, (c->n - i) * sizeof *c->msgs);
-    c->msgs[i] = (struct sp_chat_msg){r, copy};
+    c->msgs[i] = (struct sp_chat_msg){.role = r, .content = copy};
     c->n++;
     return SP_OK;
 }

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "engine/internal.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 
 sp_status sp_beam_request_init(struct sp_request *r, const sp_token *prompt, uint32_t n_prompt)
@@ -107,6 +108,7 @@ static void sp_beam_emit(struct sp_engine *e, struct sp_request *r)
         c->idx = k;
         c->n_generated = 0;
         c->logprob_sum = 0;
+        c->n_out = 0;
         for (uint32_t i = 0; i < h->n; i++) {
             struct sp_stop_result sr = {0, false};
             int len = sp_detok_push(&c->detok, h->tokens[i], e->text, SP_TEXT_CAP);
@@ -114,6 +116,7 @@ static void sp_beam_emit(struct sp_engine *e, struct sp_request *r)
             c->logprob_sum += h->lps[i];
             lp.logprob = h->lps[i];
             sp_stop_feed(&c->stop, e->text, len > 0 ? (size_t)len : 0, e->text2, &sr);
+            sp_choice_record(c, e->text2, sr.n_emit);
             sp_choice_emit(c, h->tokens[i], e->text2, sr.n_emit, r->gp.logprobs >= 0 ? &lp : NULL, NULL,
                           SP_FINISH_NONE);
             if (sr.stopped) {
@@ -129,11 +132,40 @@ static void sp_beam_emit(struct sp_engine *e, struct sp_request *r)
                 m = sr.n_emit;
             m += sp_stop_flush(&c->stop, e->text2 + m);
         }
+        /* beam search is deterministic: an invalid hypothesis is an error, not a retry */
+        if (r->gp.grammar && why == SP_FINISH_STOP) {
+            if (sp_choice_record(c, e->text2, m) && sp_choice_check(r, c)) {
+                c->valid = true;
+            } else {
+                why = SP_FINISH_ERROR;
+                c->err = r->why;
+                m = 0;
+            }
+        }
         sp_choice_emit(c, -1, e->text2, m, NULL, NULL, why);
+        c->err = NULL;
     }
     for (int i = 0; i < r->n_choices; i++) {
         sp_kv_seq_release(e->kv, &r->choices[i].seq);
         r->choices[i].done = true;
+    }
+    r->n_open = 0;
+}
+
+/* Ends the search with an error on every choice (r->why says why). */
+static void sp_beam_fail(struct sp_engine *e, struct sp_request *r)
+{
+    for (int i = 0; i < r->n_choices; i++) {
+        sp_kv_seq_release(e->kv, &r->choices[i].seq);
+        r->choices[i].done = true;
+    }
+    for (int k = 0; k < r->gp.n; k++) {
+        struct sp_choice *c = &r->choices[k];
+        c->idx = k;
+        c->n_generated = 0;
+        c->err = r->why;
+        sp_choice_emit(c, -1, "", 0, NULL, NULL, SP_FINISH_ERROR);
+        c->err = NULL;
     }
     r->n_open = 0;
 }
@@ -145,6 +177,12 @@ void sp_beam_advance(struct sp_engine *e, struct sp_request *r)
     struct sp_choice *live = &r->choices[r->live], *nxt = &r->choices[next];
     for (int b = 0; b < r->n_live; b++)
         r->scores[b] = live[b].logprob_sum;
+    if (r->gp.grammar)
+        for (int b = 0; b < r->n_live; b++)
+            if (!sp_choice_mask_row(r, &live[b], (float *)r->rows[b], n_vocab)) {
+                sp_beam_fail(e, r);
+                return;
+            }
     /* sp_beam_select wants [n_beams][n_vocab]; rows are consecutive output
      * rows of this step, in live order, so the first row's base works. */
     int n_pick = sp_beam_select(r->rows[0], n_vocab, r->scores, r->n_live, 2 * w, r->picks, r->pick_scratch);
@@ -171,6 +209,8 @@ void sp_beam_advance(struct sp_engine *e, struct sp_request *r)
         c->lps[c->n_generated++] = lp;
         c->logprob_sum = p->score;
         c->done = false;
+        if (r->gp.grammar)
+            c->gstate = sp_grammar_advance(r->gp.grammar, par->gstate, p->token);
         if ((r->gp.max_tokens > 0 && c->n_generated >= (uint32_t)r->gp.max_tokens) || c->n_tokens >= (uint32_t)e->n_ctx)
             at_limit = true;
     }

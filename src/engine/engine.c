@@ -11,6 +11,7 @@
 #include "core/mem.h"
 #include "core/pool.h"
 #include "engine/stop.h"
+#include "grammar/grammar.h"
 #include "kv/kv.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -239,7 +240,10 @@ static void sp_request_release(struct sp_request *r)
         sp_kv_seq_release(e->kv, &c->seq);
         sp_sampler_free(c->sampler);
         free(c->tokens);
+        free(c->out);
     }
+    sp_kv_seq_release(e->kv, &r->pseq);
+    free(r->plogits);
     e->committed_blocks -= r->budget_blocks;
     if (r->width)
         sp_beam_request_free(r);
@@ -280,6 +284,12 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     int n_seqs = width ? 2 * width : n; /* beams: the live set and the next set */
     if (gp->logprobs > SP_SAMPLER_MAX_LOGPROBS)
         return sp_error_set(SP_ERR_ARG, "logprobs = %d is more than %d", gp->logprobs, SP_SAMPLER_MAX_LOGPROBS);
+    if (gp->max_retries < 0 || gp->max_retries > SP_MAX_RETRIES)
+        return sp_error_set(SP_ERR_ARG, "max_retries = %d is outside 0..%d", gp->max_retries, SP_MAX_RETRIES);
+    if (gp->grammar && sp_grammar_n_vocab(gp->grammar) != e->model->hp.n_vocab)
+        return sp_error_set(SP_ERR_ARG, "grammar: made for a vocabulary of %u tokens, not this model's %u",
+                            sp_grammar_n_vocab(gp->grammar), e->model->hp.n_vocab);
+    bool retries = gp->grammar && gp->max_retries > 0 && !width;
     for (size_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || (uint32_t)prompt[i] >= e->model->hp.n_vocab)
             return sp_error_set(SP_ERR_ARG, "prompt token %zu: id %d out of range 0..%u", i, prompt[i],
@@ -294,7 +304,7 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     sp_kv_stats(e->kv, 0, &ks);
     const uint32_t kv_blocks = ks.blocks_total;
     uint32_t per_choice = (uint32_t)sp_kv_blocks_for(total);
-    uint32_t budget = per_choice * (uint32_t)n_seqs + (n_seqs > 1 ? (uint32_t)n_seqs : 0);
+    uint32_t budget = per_choice * (uint32_t)n_seqs + (n_seqs > 1 || retries ? (uint32_t)n_seqs : 0);
     uint32_t min_budget = (uint32_t)sp_kv_blocks_for(n_prompt + 1) + (uint32_t)n_seqs;
     if (min_budget > kv_blocks)
         return sp_error_set(SP_ERR_CONTEXT, "the prompt (%zu tokens, %d choices) can never fit the KV cache of %u tokens",
@@ -347,6 +357,20 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
         }
         memcpy(c->tokens, prompt, n_prompt * sizeof *prompt);
         c->n_tokens = (uint32_t)n_prompt;
+        c->attempt = 1;
+        if (gp->grammar) {
+            c->gstate = sp_grammar_start(gp->grammar);
+            if (c->gstate == SP_GRAMMAR_DEAD) {
+                st = sp_error_set(SP_ERR_ARG, "grammar: cannot start (%s)", sp_error_message());
+                goto fail;
+            }
+        }
+    }
+    r->retries = retries;
+    r->stop0 = r->choices[0].stop;
+    if (retries && !(r->plogits = malloc((size_t)e->model->hp.n_vocab * sizeof *r->plogits))) {
+        st = sp_error_set(SP_ERR_NOMEM, "request: no memory");
+        goto fail;
     }
     if (width && (st = sp_beam_request_init(r, prompt, (uint32_t)n_prompt)) != SP_OK)
         goto fail;
@@ -403,7 +427,8 @@ void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t l
         .choice = c->idx, .id = id, .text = text, .len = len, .lp = lp, .explain = explain,
         .finish = finish,
         .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_generated = c->n_generated,
-        .logprob_sum = c->logprob_sum,
+        .logprob_sum = c->logprob_sum, .attempt = c->attempt > 0 ? c->attempt : 1,
+        .retry = c->retry, .valid = c->valid, .error = c->err,
     };
     if (r->fn)
         r->fn(r->user, &ev);
@@ -411,8 +436,62 @@ void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t l
         sp_evq_push(&r->q, &ev);
 }
 
+static void sp_choice_advance(struct sp_engine *e, struct sp_choice *c, const float *logits);
+static void sp_choice_restart(struct sp_engine *e, struct sp_choice *c);
+
+bool sp_choice_record(struct sp_choice *c, const char *text, size_t len)
+{
+    if (!c->req->gp.grammar || !len)
+        return true;
+    if (c->n_out + len > c->cap_out) {
+        size_t cap = c->cap_out ? c->cap_out : 1024;
+        while (cap < c->n_out + len)
+            cap *= 2;
+        char *p = realloc(c->out, cap);
+        if (!p)
+            return false;
+        c->out = p;
+        c->cap_out = cap;
+    }
+    memcpy(c->out + c->n_out, text, len);
+    c->n_out += len;
+    return true;
+}
+
+bool sp_choice_check(struct sp_request *r, struct sp_choice *c)
+{
+    struct sp_grammar *g = r->gp.grammar;
+    r->why[0] = '\0';
+    if (!sp_grammar_accepting(g, sp_grammar_feed(g, sp_grammar_start(g), c->out, c->n_out))) {
+        snprintf(r->why, sizeof r->why, "the output ended before the grammar was complete");
+        return false;
+    }
+    if (r->gp.validate && r->gp.validate(r->gp.validate_ctx, c->out, c->n_out, r->why, sizeof r->why) != SP_OK) {
+        if (!r->why[0])
+            snprintf(r->why, sizeof r->why, "the output failed validation");
+        return false;
+    }
+    return true;
+}
+
+bool sp_choice_mask_row(struct sp_request *r, struct sp_choice *c, float *row, uint32_t n_vocab)
+{
+    const uint64_t *m;
+    if (sp_grammar_mask(r->gp.grammar, c->gstate, &m, NULL) != SP_OK) {
+        snprintf(r->why, sizeof r->why, "%s", sp_error_message());
+        return false;
+    }
+    for (uint32_t i = 0; i < n_vocab; i++)
+        if (!((m[i >> 6] >> (i & 63)) & 1))
+            row[i] = -INFINITY;
+    return true;
+}
+
+/* Ends c (final event).  A constrained choice that stopped is checked first
+ * and, when invalid with retries left, starts over instead. */
 static void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_finish why)
 {
+    struct sp_request *r = c->req;
     size_t n = 0;
     if (c->done)
         return;
@@ -423,10 +502,61 @@ static void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_f
             n = sr.n_emit;
         n += sp_stop_flush(&c->stop, e->text2 + n);
     }
+    if (why == SP_FINISH_STOP && r->gp.grammar) {
+        if (!sp_choice_record(c, e->text2, n)) {
+            snprintf(r->why, sizeof r->why, "out of memory");
+            why = SP_FINISH_ERROR;
+        } else if (sp_choice_check(r, c)) {
+            c->valid = true;
+        } else if (r->retries && c->attempt <= r->gp.max_retries) {
+            sp_choice_restart(e, c);
+            return;
+        } else {
+            why = SP_FINISH_ERROR;
+        }
+        if (why == SP_FINISH_ERROR) {
+            char msg[sizeof r->why];
+            snprintf(msg, sizeof msg, "%s", r->why);
+            snprintf(r->why, sizeof r->why, "attempt %d of %d: %.440s", c->attempt,
+                     r->retries ? r->gp.max_retries + 1 : 1, msg);
+            n = 0;
+        }
+    }
     c->done = true;
-    c->req->n_open--;
+    r->n_open--;
     sp_kv_seq_release(e->kv, &c->seq);
+    c->err = why == SP_FINISH_ERROR && r->why[0] ? r->why : NULL;
     sp_choice_emit(c, -1, e->text2, n, NULL, NULL, why);
+    c->err = NULL;
+}
+
+/* Starts an invalid choice over from the prompt with a new seed: a retry
+ * event voids what it sent, then it draws its first token again from the
+ * prompt's saved logits. */
+static void sp_choice_restart(struct sp_engine *e, struct sp_choice *c)
+{
+    struct sp_request *r = c->req;
+    c->retry = true;
+    c->err = r->why;
+    sp_choice_emit(c, -1, "", 0, NULL, NULL, SP_FINISH_NONE);
+    c->retry = false;
+    c->err = NULL;
+    c->attempt++;
+    sp_kv_seq_release(e->kv, &c->seq);
+    if (sp_kv_seq_fork(e->kv, &c->seq, &r->pseq) != SP_OK) {
+        snprintf(r->why, sizeof r->why, "no KV blocks to start attempt %d", c->attempt);
+        sp_choice_finish(e, c, SP_FINISH_ERROR);
+        return;
+    }
+    c->n_tokens = r->n_prompt;
+    c->n_generated = 0;
+    c->logprob_sum = 0.0;
+    c->n_out = 0;
+    sp_detok_init(&c->detok, e->vocab, false);
+    c->stop = r->stop0;
+    c->gstate = sp_grammar_start(r->gp.grammar);
+    sp_sampler_set_seed(c->sampler, r->gp.sampling.seed + (uint64_t)c->idx + 0x9E3779B97F4A7C15ull * (uint64_t)(c->attempt - 1));
+    sp_choice_advance(e, c, r->plogits);
 }
 
 /* Ends every open choice of r with `why` (cancel, internal error). */
@@ -456,15 +586,27 @@ static void sp_choice_advance(struct sp_engine *e, struct sp_choice *c, const fl
 {
     struct sp_request *r = c->req;
     struct sp_token_logprobs *lp = r->gp.logprobs >= 0 ? &e->lp : NULL;
+    if (r->gp.grammar) {
+        const uint64_t *m;
+        if (sp_grammar_mask(r->gp.grammar, c->gstate, &m, NULL) != SP_OK) {
+            snprintf(r->why, sizeof r->why, "%s", sp_error_message());
+            sp_choice_finish(e, c, SP_FINISH_ERROR);
+            return;
+        }
+        sp_sampler_set_mask(c->sampler, m);
+    }
     const struct sp_sampler_explain *xp = NULL;
     if (r->gp.explain && sp_sampler_explain_data(c->sampler, logits, c->tokens, c->n_tokens,
                                                  &e->explain) == SP_OK)
         xp = &e->explain;
     sp_token t = sp_sampler_sample(c->sampler, logits, c->tokens, c->n_tokens, lp);
     if (t < 0) {
+        snprintf(r->why, sizeof r->why, "%s", sp_error_message());
         sp_choice_finish(e, c, SP_FINISH_ERROR);
         return;
     }
+    if (r->gp.grammar && !sp_vocab_is_eog(e->vocab, t))
+        c->gstate = sp_grammar_advance(r->gp.grammar, c->gstate, t);
     if (r->t_first == 0.0)
         r->t_first = sp_engine_now();
     bool eog = !r->gp.ignore_eos && sp_vocab_is_eog(e->vocab, t);
@@ -481,6 +623,11 @@ static void sp_choice_advance(struct sp_engine *e, struct sp_choice *c, const fl
     if (k < 0)
         k = 0;
     sp_stop_feed(&c->stop, e->text, (size_t)k, e->text2, &sr);
+    if (!sp_choice_record(c, e->text2, sr.n_emit)) {
+        snprintf(r->why, sizeof r->why, "out of memory");
+        sp_choice_finish(e, c, SP_FINISH_ERROR);
+        return;
+    }
     sp_choice_emit(c, t, e->text2, sr.n_emit, lp, xp, SP_FINISH_NONE);
     if (sr.stopped)
         sp_choice_finish(e, c, SP_FINISH_STOP);
@@ -493,6 +640,11 @@ static sp_status sp_request_fork(struct sp_engine *e, struct sp_request *r)
 {
     if (r->width)
         return SP_OK; /* beams fork as they are chosen */
+    if (r->retries) {
+        sp_status st = sp_kv_seq_fork(e->kv, &r->pseq, &r->choices[0].seq);
+        if (st != SP_OK)
+            return st;
+    }
     for (int i = 1; i < r->n_choices; i++) {
         sp_status st = sp_kv_seq_fork(e->kv, &r->choices[i].seq, &r->choices[0].seq);
         if (st != SP_OK)
@@ -615,6 +767,8 @@ int sp_engine_step(struct sp_engine *e)
                 sp_request_end(e, r, SP_FINISH_ERROR);
                 continue;
             }
+            if (r->plogits)
+                memcpy(r->plogits, lg, (size_t)e->model->hp.n_vocab * sizeof *lg);
             if (r->width) {
                 r->rows[0] = lg;
                 sp_beam_advance(e, r);

@@ -12,6 +12,7 @@
 
 #define SP_MAX_CHOICES 16
 #define SP_TEXT_CAP 65536
+#define SP_MAX_RETRIES 16
 
 enum sp_req_state { SP_REQ_PREFILL, SP_REQ_DECODE };
 
@@ -45,6 +46,12 @@ struct sp_choice {
     double logprob_sum;
     float *lps;             /* beams: [n_ctx] logprob of each generated token */
     bool done;
+    uint32_t gstate;        /* grammar state (sp_grammar_state) */
+    int attempt;            /* 1-based */
+    char *out;              /* with a grammar: the text emitted by this attempt */
+    size_t n_out, cap_out;
+    bool retry, valid;      /* for the event being emitted */
+    const char *err;
 };
 
 /* A finished beam hypothesis. */
@@ -78,6 +85,13 @@ struct sp_request {
     struct sp_beam_pick *picks, *pick_scratch;
     double *scores;
     const float **rows;     /* [width] logits row of each live beam this step */
+    /* checked output with retries: the prompt's own sequence and the logits
+     * after it, to start a choice over without a second prefill */
+    bool retries;
+    struct sp_kv_seq pseq;
+    float *plogits;
+    struct sp_stop stop0;   /* the stop strings' initial state */
+    char why[512];          /* the last check's failure */
 };
 
 struct sp_engine {
@@ -107,6 +121,14 @@ double sp_engine_now(void);
 void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t len,
                     const struct sp_token_logprobs *lp, const struct sp_sampler_explain *explain,
                     enum sp_finish finish);
+/* Appends emitted text to a constrained choice's record (false: no memory). */
+bool sp_choice_record(struct sp_choice *c, const char *text, size_t len);
+/* The check of a stopped constrained choice: true when its text is valid
+ * (the reason is left in r->why otherwise). */
+bool sp_choice_check(struct sp_request *r, struct sp_choice *c);
+/* Masks a logits row in place to the tokens c's grammar allows; false with
+ * the reason in r->why when none is allowed. */
+bool sp_choice_mask_row(struct sp_request *r, struct sp_choice *c, float *row, uint32_t n_vocab);
 
 /* Beam search (beam.c). */
 sp_status sp_beam_request_init(struct sp_request *r, const sp_token *prompt, uint32_t n_prompt);

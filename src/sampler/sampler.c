@@ -26,6 +26,7 @@ struct sp_sampler {
     int32_t *count;               /* [n_vocab] penalty counts, all zero between calls */
     struct sp_heap_entry *heap;   /* [HEAP_MAX] scratch for small top-k selections */
     struct sp_rng rng;
+    const uint64_t *mask;         /* allowed tokens, or NULL */
 
     /* State of one run of the chain (scratch, valid during a call). */
     size_t n;        /* surviving candidates: cand[0..n) */
@@ -155,6 +156,11 @@ void sp_sampler_free(struct sp_sampler *s)
 void sp_sampler_set_seed(struct sp_sampler *s, uint64_t seed)
 {
     sp_rng_seed(&s->rng, seed);
+}
+
+void sp_sampler_set_mask(struct sp_sampler *s, const uint64_t *allowed)
+{
+    s->mask = allowed;
 }
 
 /* ---- ordering -------------------------------------------------------------- */
@@ -402,6 +408,33 @@ static void apply_penalties(struct sp_sampler *s, const sp_token *hist, size_t n
     }
 }
 
+static inline bool allowed(const uint64_t *m, sp_token id)
+{
+    return (m[(uint32_t)id >> 6] >> ((uint32_t)id & 63)) & 1;
+}
+
+/* Keeps only the allowed candidates, in order.  With cand[i].id == i (no
+ * prefix sorted yet) it walks the mask's words, else every candidate. */
+static void apply_mask(struct sp_sampler *s)
+{
+    size_t k = 0;
+    if (s->sorted == 0 && s->n == s->n_vocab) {
+        uint32_t n_words = (s->n_vocab + 63) / 64;
+        for (uint32_t w = 0; w < n_words; w++)
+            for (uint64_t bits = s->mask[w]; bits; bits &= bits - 1) {
+                uint32_t id = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                if (id < s->n_vocab)
+                    s->cand[k++] = s->cand[id];
+            }
+    } else {
+        for (size_t i = 0; i < s->n; i++)
+            if (allowed(s->mask, s->cand[i].id))
+                s->cand[k++] = s->cand[i];
+    }
+    s->n = k;
+    s->sorted = 0;
+}
+
 /* log of the softmax normaliser of cand[0..n) at temperature 1. */
 static double log_partition(const struct sp_sampler *s)
 {
@@ -621,17 +654,27 @@ static sp_status run_chain(struct sp_sampler *s, const float *logits, const sp_t
     load(s, logits);
     apply_bias(s);
     apply_penalties(s, hist, n_hist);
+    if (s->mask) {
+        if (ex) {
+            explain_add_rows(ex, s);
+            explain_stage(ex, s, "penalties", NAN, false);
+        }
+        apply_mask(s);
+        if (s->n == 0)
+            return sp_error_set(SP_ERR_ARG, "sampler: the grammar allows no token");
+    }
 
     size_t bi = best_index(s);
     if (s->cand[bi].logit == -INFINITY)
-        return sp_error_set(SP_ERR_ARG, "sampler: every token is banned or has a NaN logit");
+        return sp_error_set(SP_ERR_ARG, s->mask ? "sampler: every token the grammar allows is banned"
+                                                : "sampler: every token is banned or has a NaN logit");
     /* the best candidate first: a sorted prefix of one, so later stages find
      * the maximum without scanning again */
     swap_cand(&s->cand[0], &s->cand[bi]);
     s->sorted = 1;
     if (ex) {
         explain_add_rows(ex, s);
-        explain_stage(ex, s, "penalties", NAN, false);
+        explain_stage(ex, s, s->mask ? "grammar" : "penalties", NAN, false);
     }
     if (lp) {
         *logz = log_partition(s);
@@ -697,12 +740,27 @@ sp_token sp_sampler_sample(struct sp_sampler *s, const float *logits, const sp_t
         /* plain greedy: the chain's answer (the first maximum of the clamped
          * logits) without filling the candidate array */
         uint32_t bi = 0;
-        float best = clamp_logit(logits[0]);
-        for (uint32_t i = 1; i < s->n_vocab; i++) {
-            float l = clamp_logit(logits[i]);
-            if (l > best) {
-                best = l;
-                bi = i;
+        float best = -INFINITY;
+        if (s->mask) {
+            uint32_t n_words = (s->n_vocab + 63) / 64;
+            bi = UINT32_MAX;
+            for (uint32_t w = 0; w < n_words; w++)
+                for (uint64_t bits = s->mask[w]; bits; bits &= bits - 1) {
+                    uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                    float l = i < s->n_vocab ? clamp_logit(logits[i]) : -INFINITY;
+                    if (l > best || bi == UINT32_MAX) {
+                        best = l;
+                        bi = i;
+                    }
+                }
+        } else {
+            best = clamp_logit(logits[0]);
+            for (uint32_t i = 1; i < s->n_vocab; i++) {
+                float l = clamp_logit(logits[i]);
+                if (l > best) {
+                    best = l;
+                    bi = i;
+                }
             }
         }
         if (best == -INFINITY) {
@@ -798,6 +856,10 @@ void sp_sampler_explain_print(const struct sp_sampler_explain *ex, FILE *out,
         fprintf(out, " %15u", ex->stage[k].kept);
     bool greedy = ex->n_stages && !strcmp(ex->stage[ex->n_stages - 1].name, "greedy");
     fprintf(out, "\nnext token: %d%s\n", (int)ex->chosen, greedy ? " (greedy)" : "");
+    for (uint32_t k = 1; k < ex->n_stages; k++)
+        if (!strcmp(ex->stage[k].name, "grammar"))
+            fprintf(out, "grammar: removed %u of %u candidates\n", ex->stage[k - 1].kept - ex->stage[k].kept,
+                    ex->stage[k - 1].kept);
 }
 
 sp_status sp_sampler_explain(struct sp_sampler *s, const float *logits, const sp_token *history,

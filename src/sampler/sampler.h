@@ -10,6 +10,10 @@
  *                      repeat (llama.cpp: logit > 0 ? logit / r : logit * r),
  *                      then presence and frequency (OpenAI:
  *                      logit -= count * frequency + (count > 0) * presence).
+ *   2b. grammar mask   when a mask is set (sp_sampler_set_mask): only the
+ *                      allowed tokens stay candidates.  Like a ban in the
+ *                      bias, it is part of the request, so logprobs below
+ *                      are over the allowed tokens.
  *   -- logprobs are taken here: log-softmax of the biased, penalised logits at
  *      temperature 1.  This is OpenAI's meaning of `logprobs`: the model's
  *      distribution (after the request's bias/penalties) before any sampling
@@ -72,6 +76,11 @@ void sp_sampler_free(struct sp_sampler *s);
 
 /* Restart the random sequence (e.g. for the i-th of n completions). */
 void sp_sampler_set_seed(struct sp_sampler *s, uint64_t seed);
+
+/* The tokens allowed at the next call (bit i of allowed[i / 64]; n_vocab
+ * bits, read during the calls only), or NULL for all.  Stays set until
+ * changed.  A mask that leaves no candidate makes sampling fail. */
+void sp_sampler_set_mask(struct sp_sampler *s, const uint64_t *allowed);
 
 /* Sample one token.  logits: n_vocab floats, read only.  history: the tokens
  * so far (prompt + generated), for the penalties; may be NULL when

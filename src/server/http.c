@@ -306,6 +306,9 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     lim.max_timeout_s = h->cfg.timeout_s;
     lim.chat_format = sp_model_chat_format(sp_sched_model(h->sched));
     lim.defaults = sp_sched_sampling(h->sched);
+    lim.gtoks = sp_sched_grammar_tokens(h->sched);
+    lim.gcache = sp_sched_grammar_cache(h->sched);
+    lim.max_retries = h->cfg.max_retries;
     enum sp_api_kind kind = c->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETIONS;
     if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_vocab(h->sched), &lim,
                              &err) != SP_OK)
@@ -384,6 +387,8 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
         sp_shutdown_error(&err);
         return sp_respond_error(c, &err);
     }
+    if (sp_resp_failed(&c->resp, &err))
+        return sp_respond_error(c, &err);
     return sp_respond(c, 200, "application/json", sp_resp_body(&c->resp), NULL, NULL);
 }
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "grammar/grammar.h"
 #include "server/server.h"
 
 struct sp_sched {
@@ -40,6 +41,8 @@ struct sp_sched {
     struct sp_engine *engine;
     const struct sp_vocab *vocab;
     const struct sp_model *model;
+    struct sp_grammar_tokens *gtoks;
+    struct sp_grammar_cache *gcache;
     int n_ctx;
     struct sp_sampler_params sampling;
 
@@ -202,7 +205,8 @@ static void sp_on_event(void *user, const struct sp_token_event *ev)
 
     pthread_mutex_lock(&j->mu);
     struct sp_job_buf *b = &j->buf;
-    if (sp_buf_reserve(b, ev->len)) {
+    size_t err_len = ev->error ? strlen(ev->error) : 0;
+    if (sp_buf_reserve(b, ev->len + err_len + 1)) {
         struct sp_job_event *e = &b->ev[b->n_ev++];
         e->choice = ev->choice;
         e->id = ev->id;
@@ -221,6 +225,14 @@ static void sp_on_event(void *user, const struct sp_token_event *ev)
         if (ev->len)
             memcpy(b->text + b->n_text, ev->text, ev->len);
         b->n_text += ev->len;
+        e->attempt = ev->attempt;
+        e->retry = ev->retry;
+        e->valid = ev->valid;
+        e->err_off = (uint32_t)b->n_text;
+        e->err_len = (uint32_t)err_len;
+        if (err_len)
+            memcpy(b->text + b->n_text, ev->error, err_len);
+        b->n_text += err_len;
         b->text[b->n_text] = '\0';
     } else {
         j->lost_events = true;
@@ -411,6 +423,16 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
     s->n_ctx = sp_engine_n_ctx(e);
     s->overrides = *sampling;
     sp_sched_sampling_init(s);
+    /* the grammars' view of the vocabulary: built once, read-only after */
+    sp_status st = sp_grammar_tokens_from_vocab(&s->gtoks, s->vocab);
+    if (st == SP_OK)
+        st = sp_grammar_cache_new(&s->gcache, s->gtoks, SP_SCHED_GRAMMARS);
+    if (st != SP_OK) {
+        sp_grammar_tokens_free(s->gtoks);
+        sp_engine_free(e);
+        free(s);
+        return st;
+    }
     struct sp_engine_stats stats;
     sp_engine_stats_get(e, &stats);
     sp_metrics_set_load(m, &stats, 0, 0);
@@ -424,6 +446,8 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
     if (rc != 0) {
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
+        sp_grammar_cache_free(s->gcache);
+        sp_grammar_tokens_free(s->gtoks);
         sp_engine_free(e);
         free(s);
         return sp_error_set(SP_ERR_NOMEM, "scheduler: cannot start a thread: %s", strerror(rc));
@@ -443,6 +467,10 @@ const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s)
 {
     return &s->sampling;
 }
+
+const struct sp_grammar_tokens *sp_sched_grammar_tokens(const struct sp_sched *s) { return s->gtoks; }
+
+struct sp_grammar_cache *sp_sched_grammar_cache(const struct sp_sched *s) { return s->gcache; }
 
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j)
 {
@@ -494,6 +522,8 @@ void sp_sched_stop(struct sp_sched *s)
     if (s->thread_started)
         pthread_join(s->thread, NULL);
     sp_engine_free(s->engine);
+    sp_grammar_cache_free(s->gcache);
+    sp_grammar_tokens_free(s->gtoks);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -11,7 +11,9 @@
 
 #include "chat/chat.h"
 #include "core/error.h"
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
+#include "toolcall/toolcall.h"
 
 #define SP_API_INVALID "invalid_request_error"
 
@@ -23,6 +25,7 @@ void sp_api_limits_default(struct sp_api_limits *lim)
     lim->max_stop = 4;
     lim->max_stop_len = 1024;
     lim->max_logit_bias = 1024;
+    lim->max_retries = 4;
 }
 
 sp_status sp_api_fail(struct sp_api_error *err, int http_status, const char *type,
@@ -367,7 +370,7 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "messages",
                            "Invalid value for 'messages': expected a non-empty array.");
     size_t n = json_array_size(m);
-    struct sp_chat_msg *msgs = calloc(n, sizeof *msgs);
+    struct sp_toolcall_msg *msgs = calloc(n, sizeof *msgs);
     char **joined = calloc(n, sizeof *joined); /* contents this function built from text parts */
     sp_status st = SP_OK;
     if (!msgs || !joined) {
@@ -396,6 +399,8 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
             goto free_msgs;
         }
         msgs[i].role = json_string_value(role);
+        if ((st = sp_api_message_tools(msg, i, &msgs[i], err)) != SP_OK)
+            goto free_msgs;
         json_t *content = json_object_get(msg, "content");
         snprintf(param, sizeof param, "messages[%zu].content", i);
         if (json_is_string(content)) {
@@ -439,7 +444,15 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         msgs[i].content = joined[i];
     }
     if (vocab) {
-        st = sp_chat_prompt(vocab, lim->chat_format, msgs, n, &r->prompt, &r->n_prompt);
+        /* tool calls, results and the request's tools in the form the
+         * template's tool-call format wants (src/toolcall) */
+        struct sp_toolcall_prompt tp;
+        const struct sp_toolcall_format *f =
+            sp_toolcall_format_for(sp_chat_template_for(vocab, lim->chat_format));
+        st = sp_toolcall_prompt(f, r->tools, msgs, n, &tp);
+        if (st == SP_OK)
+            st = sp_chat_prompt(vocab, lim->chat_format, tp.msgs, tp.n, tp.tools, &r->prompt, &r->n_prompt);
+        sp_toolcall_prompt_free(&tp);
         if (st == SP_ERR_NOMEM)
             sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         else if (st != SP_OK)
@@ -541,6 +554,155 @@ static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
     return SP_OK;
 }
 
+/* ---- fields: every one is implemented, a label, or refused ---- */
+
+/* Fields read by this parser (both endpoints unless marked).  Anything
+ * else gets a 400: OpenAI's fields we do not implement name themselves,
+ * unknown ones are "unrecognized", as OpenAI answers. */
+static const struct {
+    const char *name;
+    uint8_t kinds; /* 1: completions, 2: chat */
+} sp_fields[] = {
+    {"model", 3}, {"stream", 3}, {"stream_options", 3}, {"max_tokens", 3},
+    {"max_completion_tokens", 2}, {"n", 3}, {"temperature", 3}, {"top_p", 3}, {"top_k", 3},
+    {"min_p", 3}, {"repeat_penalty", 3}, {"presence_penalty", 3}, {"frequency_penalty", 3}, {"seed", 3},
+    {"logprobs", 3}, {"explain", 3},
+    {"top_logprobs", 2}, {"stop", 3}, {"logit_bias", 3}, {"timeout", 3}, {"ignore_eos", 3},
+    {"prompt", 1}, {"echo", 1}, {"best_of", 1}, {"suffix", 1}, {"messages", 2},
+    {"response_format", 3}, {"grammar", 3}, {"json_schema", 3}, {"max_retries", 3},
+    {"tools", 2}, {"tool_choice", 2}, {"parallel_tool_calls", 2},
+    /* labels: they change nothing in the answer */
+    {"user", 3}, {"metadata", 3}, {"store", 3},
+};
+
+/* tools and its companions are chat-only: on /v1/completions they name
+ * themselves as unsupported too. */
+static const char *const sp_unimplemented[] = {
+    "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "audio",
+    "modalities", "prediction", "reasoning_effort", "service_tier", "web_search_options",
+    "verbosity", "prompt_cache_key", "safety_identifier",
+};
+
+static sp_status sp_check_fields(const json_t *root, enum sp_api_kind kind, struct sp_api_error *err)
+{
+    const char *key;
+    json_t *v;
+    uint8_t bit = kind == SP_API_CHAT ? 2 : 1;
+    json_object_foreach((json_t *)root, key, v) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof sp_fields / sizeof sp_fields[0] && !known; i++)
+            known = !strcmp(key, sp_fields[i].name) && (sp_fields[i].kinds & bit);
+        if (known)
+            continue;
+        for (size_t i = 0; i < sizeof sp_unimplemented / sizeof sp_unimplemented[0]; i++)
+            if (!strcmp(key, sp_unimplemented[i]))
+                return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_parameter", key,
+                                   "'%.60s' is not supported by this server.", key);
+        return sp_api_fail(err, 400, SP_API_INVALID, "unknown_parameter", key,
+                           "Unrecognized request argument supplied: %.60s", key);
+    }
+    return SP_OK;
+}
+
+/* Compiles one constraint and binds it to the served vocabulary (or takes
+ * a copy of the one an earlier request compiled). */
+static sp_status sp_constraint(struct sp_api_request *r, const char *text, size_t len, bool schema,
+                               const char *param, const struct sp_api_limits *lim, struct sp_api_error *err)
+{
+    enum sp_grammar_kind kind = schema ? SP_GRAMMAR_SCHEMA : SP_GRAMMAR_GBNF;
+    sp_status st = lim->gcache ? sp_grammar_cache_get(lim->gcache, kind, text, len, NULL, &r->grammar, NULL)
+                               : sp_grammar_prepare(kind, text, len, NULL, lim->gtoks, &r->grammar);
+    if (st == SP_ERR_NOMEM)
+        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (st != SP_OK)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", param, "Invalid '%s': %s", param,
+                           sp_error_message());
+    r->gp.grammar = r->grammar;
+    r->gp.validate = sp_grammar_check;
+    r->gp.validate_ctx = r->grammar;
+    return SP_OK;
+}
+
+/* response_format, and llama-server's `grammar` and `json_schema`: at most one. */
+static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *root,
+                                     const struct sp_api_limits *lim, struct sp_api_error *err)
+{
+    json_t *rf = sp_field(root, "response_format"), *g = sp_field(root, "grammar");
+    json_t *js = sp_field(root, "json_schema");
+    json_int_t i;
+    int got;
+    r->gp.max_retries = lim->max_retries < 2 ? lim->max_retries : 2;
+    if ((got = sp_read_int(root, "max_retries", 0, lim->max_retries, &i, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        r->gp.max_retries = (int)i;
+    const char *type = NULL;
+    if (rf) {
+        json_t *t = json_object_get(rf, "type");
+        if (!json_is_object(rf) || !json_is_string(t))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "response_format",
+                               "Invalid 'response_format': expected an object with a 'type'.");
+        type = json_string_value(t);
+        const char *k;
+        json_t *v;
+        json_object_foreach(rf, k, v) {
+            if (strcmp(k, "type") && strcmp(k, "json_schema"))
+                return sp_api_fail(err, 400, SP_API_INVALID, "unknown_parameter", "response_format",
+                                   "Unrecognized field in 'response_format': %.60s", k);
+        }
+        if (strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema"))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "response_format.type",
+                               "Invalid 'response_format.type': '%.40s' (expected text, json_object or "
+                               "json_schema).", type);
+    }
+    int n = (type && strcmp(type, "text")) + (g != NULL) + (js != NULL);
+    if (n > 1)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", g ? "grammar" : "json_schema",
+                           "Give at most one of response_format (json_object/json_schema), grammar and "
+                           "json_schema.");
+    if (g) {
+        if (!json_is_string(g))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "grammar",
+                               "Invalid type for 'grammar': expected a string of GBNF.");
+        return sp_constraint(r, json_string_value(g), json_string_length(g), false, "grammar", lim, err);
+    }
+    const json_t *schema = js;
+    const char *param = "json_schema";
+    if (type && !strcmp(type, "json_object"))
+        return sp_constraint(r, sp_grammar_json_object_gbnf(), strlen(sp_grammar_json_object_gbnf()), false,
+                             "response_format", lim, err);
+    if (type && !strcmp(type, "json_schema")) {
+        json_t *o = json_object_get(rf, "json_schema");
+        if (!json_is_object(o) || !json_is_string(json_object_get(o, "name")))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "response_format.json_schema",
+                               "Invalid 'response_format.json_schema': expected an object with a 'name'.");
+        const char *k;
+        json_t *v;
+        json_object_foreach(o, k, v) {
+            if (strcmp(k, "name") && strcmp(k, "schema") && strcmp(k, "strict") && strcmp(k, "description"))
+                return sp_api_fail(err, 400, SP_API_INVALID, "unknown_parameter", "response_format.json_schema",
+                                   "Unrecognized field in 'response_format.json_schema': %.60s", k);
+        }
+        json_t *strict = json_object_get(o, "strict");
+        if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "response_format.json_schema.strict",
+                               "Invalid type for 'response_format.json_schema.strict': expected a boolean.");
+        schema = json_object_get(o, "schema");
+        param = "response_format.json_schema.schema";
+        if (!schema) /* no schema: any JSON object */
+            return sp_constraint(r, sp_grammar_json_object_gbnf(), strlen(sp_grammar_json_object_gbnf()),
+                                 false, "response_format", lim, err);
+    }
+    if (!schema)
+        return SP_OK;
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text)
+        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    sp_status st = sp_constraint(r, text, strlen(text), true, param, lim, err);
+    free(text);
+    return st;
+}
+
 sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind,
                                const char *body, size_t len, const struct sp_vocab *vocab,
                                const struct sp_api_limits *lim, struct sp_api_error *err)
@@ -568,6 +730,9 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
                     "The request body must be a JSON object.");
         goto free_root;
     }
+    if ((st = sp_check_fields(root, kind, err)) != SP_OK)
+        goto free_root;
+    st = SP_ERR_ARG;
 
     json_t *model = sp_field(root, "model");
     if (model && !json_is_string(model)) {
@@ -666,6 +831,10 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
         goto free_root;
     if ((st = sp_parse_logit_bias(r, root, vocab, lim, err)) != SP_OK)
         goto free_root;
+    if ((st = sp_parse_constraint(r, root, lim, err)) != SP_OK)
+        goto free_root;
+    if (kind == SP_API_CHAT && (st = sp_api_parse_tools(r, root, vocab, lim, err)) != SP_OK)
+        goto free_root;
     if (kind == SP_API_COMPLETIONS)
         st = sp_parse_prompt(r, root, vocab, lim, err);
     else
@@ -707,6 +876,8 @@ void sp_api_request_free(struct sp_api_request *r)
     free(r->prompt_text);
     free(r->prompt);
     free(r->model);
+    sp_grammar_free(r->grammar);
+    sp_toolcall_free(r->tools);
     memset(r, 0, sizeof *r);
 }
 

@@ -22,6 +22,11 @@
 #include "engine/engine.h"
 #include "spindle.h"
 
+struct sp_grammar;
+struct sp_grammar_cache;
+struct sp_grammar_tokens;
+struct sp_toolcall;
+
 enum sp_api_kind {
     SP_API_COMPLETIONS,
     SP_API_CHAT,
@@ -40,6 +45,12 @@ struct sp_api_limits {
     /* What unset sampling fields get; NULL: llama-server's defaults
      * (sp_sampler_params_default). */
     const struct sp_sampler_params *defaults;
+    /* constrained output: the vocabulary grammars are bound to (NULL: the
+     * grammar is compiled but not bound, as for the fuzzer), and the cap
+     * on a request's max_retries */
+    const struct sp_grammar_tokens *gtoks;
+    struct sp_grammar_cache *gcache; /* grammars bound to gtoks by their text; may be NULL */
+    int max_retries;
 };
 void sp_api_limits_default(struct sp_api_limits *lim);
 
@@ -77,6 +88,10 @@ struct sp_api_request {
     size_t n_prompt;
     double timeout_s;         /* 0: none requested */
     bool seed_set;            /* `seed` was given; else the server picks one */
+    /* response_format json_object/json_schema, `grammar` or `json_schema`,
+     * or the calls of `tools`: the compiled grammar (gp.grammar points at it) */
+    struct sp_grammar *grammar;
+    struct sp_toolcall *tools; /* `tools` with tool_choice and parallel_tool_calls, or NULL */
 };
 
 /* Parses a /v1/completions or /v1/chat/completions body.  On SP_OK *out
@@ -88,6 +103,17 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
                                const char *body, size_t len, const struct sp_vocab *vocab,
                                const struct sp_api_limits *lim, struct sp_api_error *err);
 void sp_api_request_free(struct sp_api_request *r);
+
+/* tools.c: a chat request's `tools`, `tool_choice` and `parallel_tool_calls`
+ * into r->tools, and unless tool_choice is none, the grammar of the calls
+ * (after response_format: the two do not combine). */
+sp_status sp_api_parse_tools(struct sp_api_request *r, const json_t *root, const struct sp_vocab *vocab,
+                             const struct sp_api_limits *lim, struct sp_api_error *err);
+/* tools.c: messages[i]'s tool_calls (assistant), tool_call_id (tool) and
+ * name, checked, into *out (out->role already set). */
+struct sp_toolcall_msg;
+sp_status sp_api_message_tools(const json_t *msg, size_t i, struct sp_toolcall_msg *out,
+                               struct sp_api_error *err);
 
 /* POST /tokenize: {"content": str, "add_special": bool?, "parse_special": bool?}
  * -> {"tokens": [...]}.  POST /detokenize: {"tokens": [int...]} -> {"content": str}.

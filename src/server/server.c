@@ -23,6 +23,7 @@ void sp_server_config_default(struct sp_server_config *c)
     c->max_n = 8;
     c->sampling = (struct sp_server_sampling){NAN, NAN, NAN, NAN, INT32_MIN, INT32_MIN};
     c->drain_timeout_s = 60;
+    c->max_retries = 4;
 }
 
 static const char sp_replica_chars[] =

@@ -79,6 +79,11 @@ struct sp_job_event {
     bool has_lp;
     struct sp_token_logprobs lp;
     int32_t explain;          /* index into the buffer's xp, or -1 */
+    /* constrained output (see sp_token_event): the error text, if any, is
+     * at err_off/err_len in the buffer's text */
+    int attempt;
+    bool retry, valid;
+    uint32_t err_off, err_len;
 };
 
 /* Events not yet taken by the HTTP thread.  The HTTP thread swaps its own
@@ -152,6 +157,12 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
 /* Immutable and safe to read from any thread. */
 const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s);
 const struct sp_model *sp_sched_model(const struct sp_sched *s);
+/* The vocabulary as grammars see it (built when the scheduler starts). */
+const struct sp_grammar_tokens *sp_sched_grammar_tokens(const struct sp_sched *s);
+/* Grammars bound to it, kept by their text for the requests that repeat
+ * them (thread-safe; at most SP_SCHED_GRAMMARS). */
+#define SP_SCHED_GRAMMARS 32
+struct sp_grammar_cache *sp_sched_grammar_cache(const struct sp_sched *s);
 int sp_sched_n_ctx(const struct sp_sched *s);
 /* The sampling a request gets for the fields it leaves unset (see
  * sp_engine_sampling_defaults and struct sp_server_sampling). */
@@ -193,6 +204,7 @@ struct sp_resp {
     struct sp_choice_acc *acc;
     struct sp_api_usage usage;
     bool timed_out;
+    bool hold;      /* streaming a checked output that may be retried: chunks wait for the verdict */
 };
 sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
                        const struct sp_vocab *vocab, const char *model);
@@ -210,5 +222,8 @@ sp_status sp_resp_stream_error(const struct sp_api_error *err, char **out, size_
 /* Non-streaming: accumulate, then build the whole body (malloc'd). */
 sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b);
 char *sp_resp_body(struct sp_resp *r);
+/* A choice ended in error (grammar dead end, every attempt invalid): fills
+ * *err (422) and returns true. */
+bool sp_resp_failed(const struct sp_resp *r, struct sp_api_error *err);
 
 #endif

@@ -19,6 +19,7 @@
 
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
+#include "toolcall/toolcall.h"
 
 struct sp_choice_acc {
     char *text;
@@ -29,10 +30,19 @@ struct sp_choice_acc {
     bool finished;
     bool role_sent;
     uint32_t n_generated;
+    int attempts;           /* constrained output: attempts used */
+    bool valid;
+    char *error;            /* the choice ended in error: why (malloc'd) */
+    char *held;             /* streaming with retries: chunks of the current attempt */
+    size_t n_held, cap_held;
+    struct sp_toolcall_parser *tp; /* tools: the text read into content and calls */
+    json_t *calls;          /* non-streaming: the tool_calls being built */
 };
 
-static const char *sp_finish_reason(enum sp_finish f)
+static const char *sp_finish_reason(const struct sp_choice_acc *a, enum sp_finish f)
 {
+    if (f == SP_FINISH_STOP && a->tp && sp_toolcall_parser_calls(a->tp) > 0)
+        return "tool_calls";
     return f == SP_FINISH_STOP ? "stop" : "length";
 }
 
@@ -51,16 +61,27 @@ sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
     snprintf(r->id, sizeof r->id, "%s-%016llx", api->kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)rnd);
     r->usage.prompt_tokens = (uint32_t)api->n_prompt;
+    r->hold = api->stream && api->grammar && api->gp.max_retries > 0;
     r->acc = calloc((size_t)r->n_choices, sizeof *r->acc);
-    return r->acc ? SP_OK : SP_ERR_NOMEM;
+    if (!r->acc)
+        return SP_ERR_NOMEM;
+    for (int i = 0; api->tools && sp_toolcall_choice(api->tools) != SP_TOOLCALL_NONE && i < r->n_choices; i++)
+        if (sp_toolcall_parser_new(&r->acc[i].tp, api->tools) != SP_OK ||
+            (!api->stream && !(r->acc[i].calls = json_array())))
+            return SP_ERR_NOMEM;
+    return SP_OK;
 }
 
 void sp_resp_free(struct sp_resp *r)
 {
     for (int i = 0; r->acc && i < r->n_choices; i++) {
         free(r->acc[i].text);
+        free(r->acc[i].error);
+        free(r->acc[i].held);
         json_decref(r->acc[i].lp);
         json_decref(r->acc[i].xp);
+        sp_toolcall_parser_free(r->acc[i].tp);
+        json_decref(r->acc[i].calls);
     }
     free(r->acc);
     memset(r, 0, sizeof *r);
@@ -253,6 +274,34 @@ static sp_status sp_append_chunk(json_t *chunk, char **out, size_t *len, size_t 
     return sp_append_event(sp_json_dump_free(chunk), out, len, cap);
 }
 
+/* Constrained output: a retry voids the attempt's text; a final event
+ * records the verdict.  Returns true for a retry event (nothing to send). */
+static bool sp_track_attempt(struct sp_resp *r, const struct sp_job_buf *b, const struct sp_job_event *e)
+{
+    struct sp_choice_acc *a = &r->acc[e->choice];
+    a->attempts = e->attempt;
+    if (e->retry) {
+        a->len = 0;
+        a->n_held = 0;
+        a->role_sent = false;
+        json_decref(a->lp);
+        a->lp = NULL;
+        json_decref(a->xp);
+        a->xp = NULL;
+        if (a->tp)
+            sp_toolcall_parser_reset(a->tp);
+        if (a->calls)
+            json_array_clear(a->calls);
+        return true;
+    }
+    if (e->finish != SP_FINISH_NONE) {
+        a->valid = e->valid;
+        if (e->err_len && !a->error)
+            a->error = strndup(b->text + e->err_off, e->err_len);
+    }
+    return false;
+}
+
 static void sp_track_usage(struct sp_resp *r, const struct sp_job_event *e)
 {
     struct sp_choice_acc *a = &r->acc[e->choice];
@@ -267,13 +316,33 @@ static void sp_track_usage(struct sp_resp *r, const struct sp_job_event *e)
     }
 }
 
-/* One streamed chunk for one choice: text, optional logprobs entry,
- * optional finish reason. */
-static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *text, size_t n,
-                                  json_t *lp, json_t *xp, const char *finish, char **out,
-                                  size_t *len, size_t *cap)
+/* An error object in the stream (OpenAI's clients raise it). */
+static sp_status sp_stream_error(struct sp_resp *r, char **out, size_t *len, size_t *cap)
+{
+    struct sp_api_error err;
+    sp_resp_failed(r, &err);
+    return sp_append_event(sp_api_error_body(&err), out, len, cap);
+}
+
+/* One streamed chunk for one choice: text, or one tool call's piece
+ * (chat, `call`), optional logprobs entry, optional explain record,
+ * optional finish reason.  While the choice's attempt may still be voided
+ * (r->hold), chunks wait in its held buffer; the final one releases them. */
+static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *text, size_t n, json_t *call,
+                                  json_t *lp, json_t *xp, const char *finish, char **out, size_t *len,
+                                  size_t *cap)
 {
     struct sp_choice_acc *a = &r->acc[choice];
+    if (r->hold && !finish) {
+        out = &a->held;
+        len = &a->n_held;
+        cap = &a->cap_held;
+    } else if (r->hold && a->n_held) {
+        sp_status st = sp_append(out, len, cap, a->held, a->n_held);
+        a->n_held = 0;
+        if (st != SP_OK)
+            return st;
+    }
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(choice));
     if (r->api->kind == SP_API_CHAT) {
@@ -282,8 +351,13 @@ static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *tex
             json_object_set_new(delta, "role", json_string("assistant"));
             a->role_sent = true;
         }
-        if (n || !finish)
+        if (call) {
+            json_t *calls = json_array();
+            json_array_append_new(calls, call);
+            json_object_set_new(delta, "tool_calls", calls);
+        } else if (n || !finish) {
             json_object_set_new(delta, "content", sp_json_text(text, n));
+        }
         json_object_set_new(c, "delta", delta);
     } else {
         json_object_set_new(c, "text", sp_json_text(text, n));
@@ -301,6 +375,42 @@ static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *tex
     return sp_append_chunk(chunk, out, len, cap);
 }
 
+/* A tool call's piece as OpenAI streams it: the first names the call, the
+ * others carry argument text. */
+static json_t *sp_call_delta(const struct sp_toolcall_event *ev)
+{
+    json_t *c = json_object(), *fn = json_object();
+    json_object_set_new(c, "index", json_integer(ev->index));
+    if (ev->kind == SP_TOOLCALL_CALL) {
+        json_object_set_new(c, "id", json_string(ev->id));
+        json_object_set_new(c, "type", json_string("function"));
+        json_object_set_new(fn, "name", sp_json_text(ev->text, ev->len));
+        json_object_set_new(fn, "arguments", json_string(""));
+    } else {
+        json_object_set_new(fn, "arguments", sp_json_text(ev->text, ev->len));
+    }
+    json_object_set_new(c, "function", fn);
+    return c;
+}
+
+struct sp_stream_tools {
+    struct sp_resp *r;
+    int choice;
+    json_t *lp, *xp;    /* the token's logprobs and explain record, for the first chunk it makes */
+    char **out;
+    size_t *len, *cap;
+};
+
+static sp_status sp_stream_tool_event(void *user, const struct sp_toolcall_event *ev)
+{
+    struct sp_stream_tools *t = user;
+    json_t *lp = t->lp, *xp = t->xp;
+    t->lp = t->xp = NULL;
+    if (ev->kind == SP_TOOLCALL_TEXT)
+        return sp_stream_choice(t->r, t->choice, ev->text, ev->len, NULL, lp, xp, NULL, t->out, t->len, t->cap);
+    return sp_stream_choice(t->r, t->choice, "", 0, sp_call_delta(ev), lp, xp, NULL, t->out, t->len, t->cap);
+}
+
 sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, char **out,
                                 size_t *len, size_t *cap)
 {
@@ -309,9 +419,16 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
         if (e->choice < 0 || e->choice >= r->n_choices)
             continue;
         struct sp_choice_acc *a = &r->acc[e->choice];
-        if (a->finished)
+        if (a->finished || sp_track_attempt(r, b, e))
             continue;
         sp_track_usage(r, e);
+        if (e->finish == SP_FINISH_ERROR && a->error) {
+            a->n_held = 0;
+            sp_status st = sp_stream_error(r, out, len, cap);
+            if (st != SP_OK)
+                return st;
+            continue;
+        }
         json_t *lp = NULL;
         if (e->has_lp && e->id >= 0 && r->api->logprobs >= 0) {
             if (r->api->kind == SP_API_CHAT) {
@@ -325,12 +442,30 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
             }
         }
         a->len += e->text_len; /* the text offset of the next token */
-        const char *finish = e->finish != SP_FINISH_NONE ? sp_finish_reason(e->finish) : NULL;
         const struct sp_sampler_explain *x = sp_event_explain(b, e);
-        if (!e->text_len && !lp && !finish && !x)
+        json_t *xp = x ? sp_explain_json(r, x) : NULL;
+        sp_status st = SP_OK;
+        if (a->tp) { /* content and calls as the parser reads them */
+            struct sp_stream_tools t = {r, e->choice, lp, xp, out, len, cap};
+            st = sp_toolcall_parser_feed(a->tp, b->text + e->text_off, e->text_len, e->finish != SP_FINISH_NONE,
+                                         sp_stream_tool_event, &t);
+            if (st == SP_OK && (t.lp || t.xp)) /* no chunk took the logprobs or explain record */
+                st = sp_stream_choice(r, e->choice, "", 0, NULL, t.lp, t.xp, NULL, out, len, cap);
+            else if (st != SP_OK) {
+                json_decref(t.lp);
+                json_decref(t.xp);
+            }
+            if (st != SP_OK)
+                return st;
+            if (e->finish == SP_FINISH_NONE)
+                continue;
+            lp = xp = NULL;
+        }
+        const char *finish = e->finish != SP_FINISH_NONE ? sp_finish_reason(a, e->finish) : NULL;
+        if (!e->text_len && !lp && !xp && !finish)
             continue;
-        sp_status st = sp_stream_choice(r, e->choice, b->text + e->text_off, e->text_len, lp,
-                                        x ? sp_explain_json(r, x) : NULL, finish, out, len, cap);
+        st = sp_stream_choice(r, e->choice, a->tp ? "" : b->text + e->text_off, a->tp ? 0 : e->text_len, NULL, lp,
+                              xp, finish, out, len, cap);
         if (st != SP_OK)
             return st;
     }
@@ -346,7 +481,7 @@ sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t 
             continue;
         r->acc[c].finished = true;
         r->acc[c].finish = SP_FINISH_LENGTH;
-        st = sp_stream_choice(r, c, "", 0, NULL, NULL, "length", out, len, cap);
+        st = sp_stream_choice(r, c, "", 0, NULL, NULL, NULL, "length", out, len, cap);
     }
     if (st == SP_OK && r->api->include_usage) {
         json_t *chunk = sp_chunk_base(r);
@@ -365,6 +500,37 @@ sp_status sp_resp_stream_error(const struct sp_api_error *err, char **out, size_
     return sp_append_event(sp_api_error_body(err), out, len, cap);
 }
 
+/* Non-streaming: content text and tool_calls[] as the parser reads them. */
+static sp_status sp_collect_tool_event(void *user, const struct sp_toolcall_event *ev)
+{
+    struct sp_choice_acc *a = user;
+    if (ev->kind == SP_TOOLCALL_TEXT)
+        return sp_append(&a->text, &a->len, &a->cap, ev->text, ev->len);
+    if (ev->kind == SP_TOOLCALL_CALL) {
+        json_t *c = json_object(), *fn = json_object();
+        json_object_set_new(c, "id", json_string(ev->id));
+        json_object_set_new(c, "type", json_string("function"));
+        json_object_set_new(fn, "name", sp_json_text(ev->text, ev->len));
+        json_object_set_new(fn, "arguments", json_string(""));
+        json_object_set_new(c, "function", fn);
+        return json_array_append_new(a->calls, c) ? SP_ERR_NOMEM : SP_OK;
+    }
+    json_t *fn = json_object_get(json_array_get(a->calls, (size_t)ev->index), "function");
+    json_t *args = json_object_get(fn, "arguments");
+    if (!args)
+        return SP_OK;
+    size_t n = json_string_length(args);
+    char *s = malloc(n + ev->len + 1);
+    if (!s)
+        return SP_ERR_NOMEM;
+    memcpy(s, json_string_value(args), n);
+    memcpy(s + n, ev->text, ev->len);
+    s[n + ev->len] = '\0';
+    json_object_set_new(fn, "arguments", sp_json_text(s, n + ev->len));
+    free(s);
+    return SP_OK;
+}
+
 sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
 {
     for (size_t i = 0; i < b->n_ev; i++) {
@@ -372,7 +538,7 @@ sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
         if (e->choice < 0 || e->choice >= r->n_choices)
             continue;
         struct sp_choice_acc *a = &r->acc[e->choice];
-        if (a->finished)
+        if (a->finished || sp_track_attempt(r, b, e))
             continue;
         sp_track_usage(r, e);
         if (e->has_lp && e->id >= 0 && r->api->logprobs >= 0) {
@@ -392,10 +558,28 @@ sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
                 a->xp = json_array();
             json_array_append_new(a->xp, sp_explain_json(r, x));
         }
-        if (sp_append(&a->text, &a->len, &a->cap, b->text + e->text_off, e->text_len) != SP_OK)
+        if (a->tp) {
+            if (sp_toolcall_parser_feed(a->tp, b->text + e->text_off, e->text_len, e->finish != SP_FINISH_NONE,
+                                        sp_collect_tool_event, a) != SP_OK)
+                return SP_ERR_NOMEM;
+        } else if (sp_append(&a->text, &a->len, &a->cap, b->text + e->text_off, e->text_len) != SP_OK) {
             return SP_ERR_NOMEM;
+        }
     }
     return SP_OK;
+}
+
+bool sp_resp_failed(const struct sp_resp *r, struct sp_api_error *err)
+{
+    for (int c = 0; c < r->n_choices; c++) {
+        const struct sp_choice_acc *a = &r->acc[c];
+        if (a->finished && a->finish == SP_FINISH_ERROR && a->error) {
+            sp_api_fail(err, 422, "invalid_request_error", "output_validation_failed", NULL,
+                        "Choice %d produced no valid output: %.300s", c, a->error);
+            return true;
+        }
+    }
+    return false;
 }
 
 char *sp_resp_body(struct sp_resp *r)
@@ -415,8 +599,15 @@ char *sp_resp_body(struct sp_resp *r)
         json_t *text = sp_json_text(a->text, a->len);
         if (r->api->kind == SP_API_CHAT) {
             json_t *msg = json_object();
+            bool calls = a->calls && json_array_size(a->calls);
             json_object_set_new(msg, "role", json_string("assistant"));
+            if (calls && !a->len) {
+                json_decref(text);
+                text = json_null();
+            }
             json_object_set_new(msg, "content", text);
+            if (calls)
+                json_object_set(msg, "tool_calls", a->calls);
             json_object_set_new(ch, "message", msg);
             json_t *lp = json_null();
             if (r->api->chat_logprobs) {
@@ -431,7 +622,11 @@ char *sp_resp_body(struct sp_resp *r)
         if (r->api->gp.explain)
             json_object_set_new(ch, "explain", a->xp ? json_incref(a->xp) : json_array());
         json_object_set_new(ch, "finish_reason",
-                            json_string(a->finished ? sp_finish_reason(a->finish) : "length"));
+                            json_string(a->finished ? sp_finish_reason(a, a->finish) : "length"));
+        if (r->api->grammar) { /* an extension: the check's verdict (length: never valid) */
+            json_object_set_new(ch, "attempts", json_integer(a->attempts ? a->attempts : 1));
+            json_object_set_new(ch, "valid", json_boolean(a->valid));
+        }
         json_array_append_new(choices, ch);
     }
     json_object_set_new(o, "choices", choices);

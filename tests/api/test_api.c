@@ -122,7 +122,7 @@ static void test_model(const sp_model *m)
     CHECK(whole && sl == strlen(text) && !memcmp(stream, text, sl), "streamed text '%.*s'", (int)sl, stream);
     sp_detokenizer_free(d);
 
-    sp_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Name a colour."}};
+    sp_chat_msg msgs[] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "Name a colour."}};
     char *chat = NULL;
     CHECK(sp_model_chat_apply(m, msgs, 2, true, &chat) == SP_OK && strstr(chat, "Name a colour."), "chat text");
     sp_free(chat);
@@ -180,6 +180,80 @@ static void test_requests(const sp_model *m, const struct collect *want, const c
         ;
     CHECK(sp_request_done(r), "a request whose engine is gone is done");
     sp_request_free(r);
+}
+
+/* Constrained output through the public API: errors with their position,
+ * a request whose every choice is a sentence of the grammar, the check of
+ * a finished text, and the benchmark's timings. */
+static void test_grammar(const sp_model *m)
+{
+    sp_grammar *g = NULL;
+    const char *bad = "root ::= \"a\"\nitem ::= (\"b\"";
+    CHECK(sp_grammar_create(m, SP_GRAMMAR_GBNF, bad, strlen(bad), &g) == SP_ERR_ARG && !g &&
+              strstr(sp_error_message(), "line 2"), "bad GBNF: %s", sp_error_message());
+    const char *bad_schema = "{\"type\":\"object\",\"not\":{}}";
+    CHECK(sp_grammar_create(m, SP_GRAMMAR_SCHEMA, bad_schema, strlen(bad_schema), &g) == SP_ERR_ARG && !g &&
+              strstr(sp_error_message(), "not"), "bad schema: %s", sp_error_message());
+    const char *gbnf = "root ::= (\"yes\" | \"no\") \" \" [0-9] [0-9]?";
+    CHECK(sp_grammar_create(m, SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), &g) == SP_OK && g, "GBNF: %s",
+          sp_error_message());
+    if (!g)
+        return;
+    char why[256];
+    CHECK(sp_grammar_check_text(g, "yes 42", 6, why, sizeof why) == SP_OK, "accepts 'yes 42'");
+    CHECK(sp_grammar_check_text(g, "yes", 3, why, sizeof why) == SP_ERR_ARG && why[0], "refuses 'yes': %s", why);
+
+    sp_engine *e = NULL;
+    sp_engine_params ep;
+    sp_engine_params_default(&ep);
+    ep.n_parallel = 2;
+    CHECK(sp_engine_create(m, &ep, &e) == SP_OK, "engine: %s", sp_error_message());
+    sp_gen_params gp;
+    sp_gen_params_default(&gp);
+    gp.sampling.temperature = 1.0f;
+    gp.sampling.seed = 7;
+    gp.max_tokens = 16;
+    gp.n = 3;
+    gp.grammar = g;
+    gp.validate = sp_grammar_check_text;
+    gp.validate_ctx = g;
+    gp.max_retries = 2;
+    struct collect got[3] = {0};
+    sp_request *r = NULL;
+    const char *prompt = "Is the sky blue? Answer and give a number:";
+    CHECK(sp_request_submit_text(e, prompt, strlen(prompt), false, &gp, NULL, NULL, &r) == SP_OK, "submit: %s",
+          sp_error_message());
+    bool valid[3] = {false, false, false};
+    while (r && !sp_request_done(r)) {
+        CHECK(sp_engine_step(e) >= 0, "step");
+        sp_token_event ev;
+        while (sp_request_poll(r, &ev)) {
+            CHECK(ev.attempt >= 1 && ev.attempt <= 3, "attempt %d", ev.attempt);
+            if (ev.retry) {
+                got[ev.choice].len = 0;
+                continue;
+            }
+            collect_event(&got[ev.choice], &ev);
+            if (ev.finish != SP_FINISH_NONE)
+                valid[ev.choice] = ev.valid;
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        got[i].text[got[i].len] = '\0';
+        CHECK(got[i].finish == SP_FINISH_STOP && valid[i] &&
+                  sp_grammar_check_text(g, got[i].text, got[i].len, why, sizeof why) == SP_OK,
+              "choice %d '%s' (finish %s)", i, got[i].text, sp_finish_name(got[i].finish));
+    }
+    sp_request_free(r);
+    sp_token t = 0;
+    sp_grammar_bench gb;
+    const sp_token *seqs[1] = {&t};
+    size_t lens[1] = {1};
+    CHECK(sp_grammar_benchmark(m, SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), seqs, lens, 1, &gb) == SP_OK &&
+              gb.n_masks == 1 && gb.compile_ms > 0 && gb.mask_us_p99 >= gb.mask_us_p50,
+          "benchmark: %zu masks, %.3f ms", gb.n_masks, gb.compile_ms);
+    sp_engine_free(e);
+    sp_grammar_free(g);
 }
 
 struct argmax {
@@ -240,6 +314,7 @@ int main(int argc, char **argv)
     greedy(m, prompt, &want);
     CHECK(want.n_final == 1 && want.len > 0 && want.finish == SP_FINISH_LENGTH, "greedy '%s'", want.text);
     test_requests(m, &want, prompt);
+    test_grammar(m);
 
     /* the first greedy token is the argmax of the prompt's last logits */
     sp_engine *e = NULL;

@@ -1,6 +1,7 @@
 /* libFuzzer target: the fuzzer input is a chat template rendered over a fixed
- * conversation.  Any result is fine except a crash, a sanitizer report, a
- * hang, or an inconsistent status/output pair.
+ * conversation (with a tool call and its result, and tools half of the
+ * time).  Any result is fine except a crash, a sanitizer report, a hang, or
+ * an inconsistent status/output pair.
  *
  * Build and run (from the repo root):
  *   clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
@@ -15,11 +16,16 @@
 #include "chat/chat.h"
 
 static const struct sp_chat_msg msgs[] = {
-    { "system", "You are helpful." },
-    { "user", "Hi {{ there }} {% raw %}" },
-    { "assistant", "Hello! \xc3\xa9\xe4\xb8\x96" },
-    { "user", "Bye\n" },
+    { .role = "system", .content = "You are helpful." },
+    { .role = "user", .content = "Hi {{ there }} {% raw %}" },
+    { .role = "assistant", .content = "Hello! \xc3\xa9\xe4\xb8\x96" },
+    { .role = "user", .content = "Bye\n" },
+    { .role = "assistant", .tool_calls = "[{\"id\":\"call00001\",\"type\":\"function\",\"function\":"
+                                         "{\"name\":\"f\",\"arguments\":{\"a\":[1,2.5,null,true]}}}]" },
+    { .role = "tool", .content = "{\"ok\": 1}", .tool_call_id = "call00001", .name = "f" },
 };
+static const char tools[] = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"d\","
+                            "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\"}}}}}]";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -31,8 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(tmpl, data, size);
     tmpl[size] = 0; /* an embedded NUL just ends the template early */
     char *out = NULL;
-    sp_status st = sp_chat_render_at(tmpl, msgs, sizeof(msgs) / sizeof(msgs[0]), size & 1,
-                                     "<s>", "</s>", 1721995200, &out);
+    struct sp_chat_opts o = {size & 1, "<s>", "</s>", 1721995200, size & 2 ? tools : NULL};
+    sp_status st = sp_chat_render_opts(tmpl, msgs, sizeof(msgs) / sizeof(msgs[0]), &o, &out);
     if ((st == SP_OK) != (out != NULL))
         __builtin_trap();
     if (out && strlen(out) > SP_CHAT_MAX_OUTPUT)

@@ -1,5 +1,6 @@
 /* Chat templates: byte-for-byte agreement with Python's jinja2 on the goldens
- * in tests/goldens/chat/ (made by scripts/goldens/chat.py), plus targeted
+ * in tests/goldens/chat/ and, with tools, tool calls and tool results,
+ * tests/goldens/chat-tools/ (both made by scripts/goldens/chat.py), plus targeted
  * semantics checks and hostile templates that must fail cleanly. */
 #include <dirent.h>
 #include <jansson.h>
@@ -10,9 +11,10 @@
 #include "check.h"
 
 #define GOLDEN_DIR "tests/goldens/chat"
+#define TOOLS_GOLDEN_DIR "tests/goldens/chat-tools"
 #define FIXED_NOW 1721995200 /* 2024-07-26 12:00:00 UTC, as in chat.py */
 
-static int n_cases, n_error_cases, n_files;
+static int n_cases, n_error_cases, n_files, n_tool_cases;
 
 static void run_golden(const char *path)
 {
@@ -31,18 +33,26 @@ static void run_golden(const char *path)
         json_t *jm = json_object_get(cs, "messages");
         size_t nm = json_array_size(jm);
         struct sp_chat_msg *msgs = calloc(nm ? nm : 1, sizeof(*msgs));
+        char **calls = calloc(nm ? nm : 1, sizeof *calls);
         for (size_t k = 0; k < nm; k++) {
             json_t *m = json_array_get(jm, k);
             msgs[k].role = json_string_value(json_object_get(m, "role"));
             msgs[k].content = json_string_value(json_object_get(m, "content"));
+            msgs[k].tool_call_id = json_string_value(json_object_get(m, "tool_call_id"));
+            msgs[k].name = json_string_value(json_object_get(m, "name"));
+            if (json_object_get(m, "tool_calls"))
+                msgs[k].tool_calls = calls[k] = json_dumps(json_object_get(m, "tool_calls"), JSON_COMPACT);
         }
         const char *name = json_string_value(json_object_get(cs, "name"));
         const char *want = json_string_value(json_object_get(cs, "output"));
-        char *got = NULL;
-        sp_status st = sp_chat_render_at(
-            tmpl, msgs, nm, json_is_true(json_object_get(cs, "add_generation_prompt")),
-            json_string_value(json_object_get(cs, "bos_token")),
-            json_string_value(json_object_get(cs, "eos_token")), FIXED_NOW, &got);
+        char *got = NULL, *tools = NULL;
+        if (json_object_get(cs, "tools"))
+            tools = json_dumps(json_object_get(cs, "tools"), JSON_COMPACT);
+        struct sp_chat_opts o = {json_is_true(json_object_get(cs, "add_generation_prompt")),
+                                 json_string_value(json_object_get(cs, "bos_token")),
+                                 json_string_value(json_object_get(cs, "eos_token")), FIXED_NOW, tools};
+        sp_status st = sp_chat_render_opts(tmpl, msgs, nm, &o, &got);
+        n_tool_cases += tools != NULL;
         n_cases++;
         if (want) {
             CHECK(st == SP_OK, "%s [%s]: status %d: %s", path, name, st, sp_error_message());
@@ -75,15 +85,19 @@ static void run_golden(const char *path)
             }
         }
         free(got);
+        free(tools);
+        for (size_t k = 0; k < nm; k++)
+            free(calls[k]);
+        free(calls);
         free(msgs);
     }
     json_decref(doc);
 }
 
-static void run_goldens(void)
+static void run_goldens(const char *dir)
 {
-    DIR *d = opendir(GOLDEN_DIR);
-    CHECK(d != NULL, "cannot open %s (run from the repo root)", GOLDEN_DIR);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL, "cannot open %s (run from the repo root)", dir);
     if (!d)
         return;
     char *names[256];
@@ -98,17 +112,17 @@ static void run_goldens(void)
     CHECK(n >= 18, "expected at least 18 golden files, found %zu", n);
     for (size_t i = 0; i < n; i++) {
         char path[512];
-        snprintf(path, sizeof(path), "%s/%s", GOLDEN_DIR, names[i]);
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
         run_golden(path);
         free(names[i]);
     }
 }
 
 static const struct sp_chat_msg conv[] = {
-    { "system", "Be brief." },
-    { "user", "Hi {{ x }}" },
-    { "assistant", "Hello" },
-    { "user", "Bye" },
+    { .role = "system", .content = "Be brief." },
+    { .role = "user", .content = "Hi {{ x }}" },
+    { .role = "assistant", .content = "Hello" },
+    { .role = "user", .content = "Bye" },
 };
 
 /* Renders with the fixed conversation; returns the output (caller frees) or NULL. */
@@ -189,6 +203,9 @@ static void semantics(void)
     expect("{{ ['b', 'a', 'B']|unique|list }} {{ [1,2,3]|first }}{{ [1,2,3]|last }}", "['b', 'a'] 13");
     expect("{% if false %}{{ x|nofilter }}{% endif %}{{ x|nofilter if false else 1 }}", "1");
     expect("{{ 1 is lessthan 2 }}{{ 2 is le 2 }}{{ 3 is greaterthan 3 }}{{ 'trim' is filter }}", "TrueTrueFalseTrue");
+    /* markupsafe: Markup + str escapes the str (functionary writes tools this way) */
+    expect("{{ 'a'|safe + '<b>' }}|{{ '<' + 'x'|safe }}|{{ ('q'|safe + '\"') ~ '<' }}|{{ 'x'|safe + 'y'|safe }}",
+           "a&lt;b&gt;|&lt;x|q&#34;<|xy");
     expect("x\n", "x");                      /* one trailing newline dropped */
     expect("x\r\ny", "x\ny");               /* newlines normalised */
     expect(sp_chat_chatml_template(),
@@ -258,7 +275,7 @@ static void errors(void)
                          "{% for ch in '\x80\xbf' %}{{ ch }}{% endfor %}", &st);
         CHECK(st == SP_OK && o != NULL, "invalid UTF-8 template: %d %s", st, sp_error_message());
         free(o);
-        const struct sp_chat_msg bad[] = { { "user", "\xbf\xbf\xe2\x82" } };
+        const struct sp_chat_msg bad[] = { { .role = "user", .content = "\xbf\xbf\xe2\x82" } };
         o = NULL;
         st = sp_chat_render_at("{{ messages[0].content[::-1]|trim|title }}{{ messages[0].content[1:] }}",
                                bad, 1, false, NULL, NULL, FIXED_NOW, &o);
@@ -273,8 +290,11 @@ static void errors(void)
 
 int main(void)
 {
-    run_goldens();
-    printf("goldens: %d files, %d cases (%d expected errors)\n", n_files, n_cases, n_error_cases);
+    run_goldens(GOLDEN_DIR);
+    run_goldens(TOOLS_GOLDEN_DIR);
+    CHECK(n_tool_cases >= 18 * 8, "%d tool-use cases", n_tool_cases);
+    printf("goldens: %d files, %d cases (%d expected errors, %d with tools)\n", n_files, n_cases, n_error_cases,
+           n_tool_cases);
     semantics();
     errors();
     return sp_check_report("test_chat");

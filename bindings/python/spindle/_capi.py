@@ -49,7 +49,8 @@ class SamplerParams(Structure):
 class GenParams(Structure):
     _fields_ = [("sampling", SamplerParams), ("max_tokens", c_int32), ("stop", POINTER(c_char_p)),
                 ("n_stop", c_size_t), ("n", c_int), ("beams", c_int), ("length_penalty", c_float),
-                ("ignore_eos", c_bool), ("logprobs", c_int), ("explain", c_bool)]
+                ("ignore_eos", c_bool), ("logprobs", c_int), ("explain", c_bool), ("grammar", c_void_p),
+                ("validate", c_void_p), ("validate_ctx", c_void_p), ("max_retries", c_int)]
 
 
 class TopLogprob(Structure):
@@ -63,11 +64,13 @@ class TokenLogprobs(Structure):
 class TokenEvent(Structure):
     _fields_ = [("choice", c_int), ("id", c_int32), ("text", c_void_p), ("len", c_size_t),
                 ("lp", POINTER(TokenLogprobs)), ("explain", c_void_p), ("finish", c_int), ("n_prompt", c_uint32),
-                ("n_cached", c_uint32), ("n_generated", c_uint32), ("logprob_sum", c_double)]
+                ("n_cached", c_uint32), ("n_generated", c_uint32), ("logprob_sum", c_double), ("attempt", c_int),
+                ("retry", c_bool), ("valid", c_bool), ("error", c_char_p)]
 
 
 class ChatMsg(Structure):
-    _fields_ = [("role", c_char_p), ("content", c_char_p)]
+    _fields_ = [("role", c_char_p), ("content", c_char_p), ("tool_calls", c_char_p), ("tool_call_id", c_char_p),
+                ("name", c_char_p)]
 
 
 class EngineStats(Structure):
@@ -126,6 +129,9 @@ _SIGNATURES = {
     "sp_engine_step": (c_int, [_P]),
     "sp_engine_logits": (c_int, [_P, POINTER(c_int32), c_size_t, c_size_t, LOGITS_FN, c_void_p]),
     "sp_gen_params_default": (None, [POINTER(GenParams)]),
+    "sp_grammar_create": (c_int, [_P, c_int, c_char_p, c_size_t, POINTER(_P)]),
+    "sp_grammar_free": (None, [_P]),
+    "sp_grammar_check_text": (c_int, [_P, c_char_p, c_size_t, c_char_p, c_size_t]),
     "sp_request_submit": (c_int, [_P, POINTER(c_int32), c_size_t, POINTER(GenParams), EVENT_FN, c_void_p,
                                   POINTER(_P)]),
     "sp_request_poll": (c_bool, [_P, POINTER(TokenEvent)]),

@@ -1,0 +1,168 @@
+/* Compiled and bound grammars kept by their text (see grammar.h).
+ *
+ * A request that sends the schema of the one before it gets a copy of the
+ * grammar already bound (sp_grammar_clone: shared tables, fresh matching
+ * state) instead of compiling and binding again.  Entries are few and
+ * large, so they live in a small array scanned under one mutex; the least
+ * recently used goes when the array is full.  Compiling happens outside the
+ * lock: two threads missing on one text at once both compile, and the
+ * second keeps the first's entry. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+
+struct entry {
+    uint64_t hash, last_use;
+    char *key;       /* kind, trigger, NUL, text */
+    size_t key_len;
+    struct sp_grammar *g;
+};
+
+struct sp_grammar_cache {
+    pthread_mutex_t mu;
+    const struct sp_grammar_tokens *toks;
+    struct entry *e;
+    uint32_t n, cap;
+    uint64_t clock, hits, misses;
+};
+
+sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t len, const char *trigger,
+                             const struct sp_grammar_tokens *t, struct sp_grammar **out)
+{
+    sp_status st = kind == SP_GRAMMAR_SCHEMA ? sp_grammar_compile_schema(out, text, len)
+                                             : sp_grammar_compile(out, text, len, NULL);
+    if (st == SP_OK && trigger)
+        st = sp_grammar_set_trigger(*out, trigger, strlen(trigger));
+    if (st == SP_OK && t)
+        st = sp_grammar_bind(*out, t);
+    if (st != SP_OK) {
+        sp_grammar_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+sp_status sp_grammar_cache_new(struct sp_grammar_cache **out, const struct sp_grammar_tokens *t,
+                               uint32_t max_entries)
+{
+    struct sp_grammar_cache *c = calloc(1, sizeof *c);
+    *out = NULL;
+    if (!c || !(c->e = calloc(max_entries ? max_entries : 1, sizeof *c->e))) {
+        free(c);
+        return sp_error_set(SP_ERR_NOMEM, "grammar cache: out of memory");
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    c->toks = t;
+    c->cap = max_entries ? max_entries : 1;
+    *out = c;
+    return SP_OK;
+}
+
+void sp_grammar_cache_free(struct sp_grammar_cache *c)
+{
+    if (!c)
+        return;
+    for (uint32_t i = 0; i < c->n; i++) {
+        free(c->e[i].key);
+        sp_grammar_free(c->e[i].g);
+    }
+    free(c->e);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static uint64_t key_hash(const char *k, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)k[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The entry holding key, or NULL (under the lock). */
+static struct entry *find(struct sp_grammar_cache *c, uint64_t h, const char *key, size_t n)
+{
+    for (uint32_t i = 0; i < c->n; i++)
+        if (c->e[i].hash == h && c->e[i].key_len == n && !memcmp(c->e[i].key, key, n))
+            return &c->e[i];
+    return NULL;
+}
+
+/* Keeps g under key (taking both), evicting the least recently used entry
+ * when full; returns the entry (under the lock). */
+static struct entry *insert(struct sp_grammar_cache *c, uint64_t h, char *key, size_t n, struct sp_grammar *g)
+{
+    struct entry *e = &c->e[c->n];
+    if (c->n == c->cap) {
+        e = &c->e[0];
+        for (uint32_t i = 1; i < c->n; i++)
+            if (c->e[i].last_use < e->last_use)
+                e = &c->e[i];
+        free(e->key);
+        sp_grammar_free(e->g);
+    } else {
+        c->n++;
+    }
+    *e = (struct entry){h, 0, key, n, g};
+    return e;
+}
+
+sp_status sp_grammar_cache_get(struct sp_grammar_cache *c, enum sp_grammar_kind kind, const char *text, size_t len,
+                               const char *trigger, struct sp_grammar **out, bool *hit)
+{
+    size_t tl = trigger ? strlen(trigger) : 0, n = 1 + tl + 1 + len;
+    char *key = malloc(n);
+    sp_status st;
+    *out = NULL;
+    if (hit)
+        *hit = false;
+    if (!key)
+        return sp_error_set(SP_ERR_NOMEM, "grammar cache: out of memory");
+    key[0] = (char)kind;
+    memcpy(key + 1, trigger ? trigger : "", tl);
+    key[1 + tl] = '\0';
+    memcpy(key + 2 + tl, text, len);
+    uint64_t h = key_hash(key, n);
+    pthread_mutex_lock(&c->mu);
+    struct entry *e = find(c, h, key, n);
+    if (e) {
+        e->last_use = ++c->clock;
+        c->hits++;
+        st = sp_grammar_clone(e->g, out);
+        pthread_mutex_unlock(&c->mu);
+        free(key);
+        if (hit)
+            *hit = true;
+        return st;
+    }
+    c->misses++;
+    pthread_mutex_unlock(&c->mu);
+    struct sp_grammar *g = NULL;
+    if ((st = sp_grammar_prepare(kind, text, len, trigger, c->toks, &g)) != SP_OK) {
+        free(key);
+        return st;
+    }
+    pthread_mutex_lock(&c->mu);
+    e = find(c, h, key, n);
+    if (e) { /* another thread compiled it meanwhile */
+        sp_grammar_free(g);
+        free(key);
+    } else {
+        e = insert(c, h, key, n, g);
+    }
+    e->last_use = ++c->clock;
+    st = sp_grammar_clone(e->g, out);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+void sp_grammar_cache_stats(struct sp_grammar_cache *c, uint64_t *hits, uint64_t *misses)
+{
+    pthread_mutex_lock(&c->mu);
+    *hits = c->hits;
+    *misses = c->misses;
+    pthread_mutex_unlock(&c->mu);
+}

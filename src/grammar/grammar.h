@@ -1,0 +1,182 @@
+/* Constrained decoding: GBNF grammars and JSON Schema, compiled to a
+ * byte-level pushdown automaton that masks the tokens which cannot continue
+ * the output.
+ *
+ * The pieces:
+ *   - sp_grammar_compile() parses GBNF text (llama.cpp's format: rules,
+ *     alternation, grouping, * + ? {m} {m,} {m,n}, literals with escapes,
+ *     character classes with ranges and negation, `.`, comments) into one
+ *     NFA per rule over bytes: character classes become their UTF-8 byte
+ *     sequences, so partial characters inside tokens need no special case.
+ *     Errors name the line and column.  Left recursion, undefined rules and
+ *     rules that can never finish are refused.
+ *   - sp_grammar_tokens_*() turn a vocabulary into byte strings in a trie
+ *     (tokens sorted by bytes, nodes in preorder), built once per model.
+ *   - sp_grammar_bind() prepares a compiled grammar for one vocabulary: for
+ *     every automaton state that reads a byte it walks the trie once and
+ *     splits the tokens into accepted (whatever the stack below), rejected,
+ *     and uncertain (the token runs past the end of the state's rule, so the
+ *     stack below decides).  A mask is then the union of the accepted sets
+ *     of the current stack tops plus the uncertain tokens checked against the
+ *     real stack, cached per automaton state.
+ *   - sp_grammar_from_schema() compiles a JSON Schema to GBNF text and
+ *     sp_grammar_validate() checks a finished output against the schema
+ *     (including what no grammar enforces: uniqueItems, multipleOf, bounds
+ *     on floats).
+ *
+ * A grammar and everything it caches belongs to one thread at a time (the
+ * request's parser, then the engine's thread); it is never used by two at
+ * once.  The exception is sharing: once bound, a grammar that nobody
+ * matches with may be copied (sp_grammar_clone) by any number of threads at
+ * once; copies share its compiled form and bind results, each has its own
+ * matching state, and the shared part lives until the last copy is freed.
+ * sp_grammar_cache_*() keeps such grammars by their text.  Masks and
+ * matching allocate only when a cache grows.
+ *
+ * A lazy grammar (sp_grammar_set_trigger) leaves the output free until its
+ * trigger text appears in it, and from the trigger on the output must be a
+ * sentence of the grammar (whose sentences start with the trigger): tool
+ * calls that a model may or may not make. */
+#ifndef SP_GRAMMAR_GRAMMAR_H
+#define SP_GRAMMAR_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spindle.h"
+
+struct sp_grammar;
+struct sp_grammar_tokens;
+struct sp_vocab;
+
+/* Hard limits that keep hostile input bounded. */
+#define SP_GRAMMAR_MAX_TEXT (1u << 20)     /* bytes of GBNF */
+#define SP_GRAMMAR_MAX_STATES (1u << 18)   /* automaton states after expansion */
+#define SP_GRAMMAR_MAX_STACKS 4096         /* parallel stacks in one state */
+#define SP_GRAMMAR_MAX_TRIGGER 64          /* bytes of a lazy grammar's trigger */
+
+/* ---- vocabularies ---- */
+
+enum sp_grammar_token_kind {
+    SP_GRAMMAR_TOKEN_TEXT = 0, /* its bytes are output text */
+    SP_GRAMMAR_TOKEN_END,      /* ends the output: allowed where the grammar accepts */
+    SP_GRAMMAR_TOKEN_NEVER,    /* control and empty tokens: never allowed */
+};
+
+/* A vocabulary given as byte strings (tests, tools).  bytes[i]/lens[i] is
+ * token i's text; kinds may be NULL (all TEXT).  Copies everything. */
+sp_status sp_grammar_tokens_init(struct sp_grammar_tokens **out, uint32_t n_vocab,
+                                 const char *const *bytes, const uint32_t *lens,
+                                 const uint8_t *kinds);
+/* A model's vocabulary: each token's text as the detokenizer emits it;
+ * end-of-generation tokens are END, control tokens NEVER. */
+sp_status sp_grammar_tokens_from_vocab(struct sp_grammar_tokens **out, const struct sp_vocab *v);
+void sp_grammar_tokens_free(struct sp_grammar_tokens *t);
+uint32_t sp_grammar_tokens_size(const struct sp_grammar_tokens *t);
+
+/* ---- grammars ---- */
+
+/* Compiles GBNF text; `root` names the start rule (NULL: "root").  Errors:
+ * SP_ERR_ARG with "line L, column C: ..." (or the rule's name). */
+sp_status sp_grammar_compile(struct sp_grammar **out, const char *text, size_t len,
+                             const char *root);
+/* Compiles a JSON Schema (sp_grammar_from_schema) into a grammar that keeps
+ * the schema, so that sp_grammar_check validates against it. */
+sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len);
+/* The check of a finished output, in the shape of sp_gen_params.validate
+ * (ctx: the grammar): the schema's validation when the grammar came from
+ * one, else SP_OK (the engine checks that the grammar accepts). */
+sp_status sp_grammar_check(void *grammar, const char *text, size_t len, char *why, size_t cap);
+/* Prepares g for the vocabulary t (which must outlive g): precomputes the
+ * per-state token sets.  Idempotent for the same t. */
+sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *t);
+/* The size of the vocabulary g is bound to (0: unbound). */
+uint32_t sp_grammar_n_vocab(const struct sp_grammar *g);
+/* Makes g lazy (before binding): output before `text` is free, the rest
+ * must be a sentence of g.  SP_ERR_ARG when g's sentences do not start
+ * with text, or it is empty or longer than SP_GRAMMAR_MAX_TRIGGER. */
+sp_status sp_grammar_set_trigger(struct sp_grammar *g, const char *text, size_t len);
+/* A copy of g for one more user: shares g's compiled form and bind results
+ * (g must be bound or never be bound), starts with empty caches.  Safe to
+ * call from several threads at once while nobody matches with g. */
+sp_status sp_grammar_clone(struct sp_grammar *g, struct sp_grammar **out);
+/* Drops g (a copy, or the original: the shared part goes with the last). */
+void sp_grammar_free(struct sp_grammar *g);
+
+/* ---- ready-to-use grammars ---- */
+
+/* enum sp_grammar_kind (GBNF text, or a JSON Schema validated afterwards
+ * too) is public: include/spindle.h. */
+
+/* Compiles text as kind, makes it lazy on `trigger` (NULL: not lazy) and
+ * binds it to t (NULL: unbound).  Errors as the steps'. */
+sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t len, const char *trigger,
+                             const struct sp_grammar_tokens *t, struct sp_grammar **out);
+
+/* Prepared grammars kept by (kind, trigger, text), at most max_entries of
+ * them, least recently used out first.  Thread-safe. */
+struct sp_grammar_cache;
+sp_status sp_grammar_cache_new(struct sp_grammar_cache **out, const struct sp_grammar_tokens *t,
+                               uint32_t max_entries);
+void sp_grammar_cache_free(struct sp_grammar_cache *c);
+/* A copy of the prepared grammar for (kind, text, trigger), prepared now
+ * when not kept yet (*hit says which; may be NULL).  Errors as
+ * sp_grammar_prepare's, and are not kept. */
+sp_status sp_grammar_cache_get(struct sp_grammar_cache *c, enum sp_grammar_kind kind, const char *text, size_t len,
+                               const char *trigger, struct sp_grammar **out, bool *hit);
+void sp_grammar_cache_stats(struct sp_grammar_cache *c, uint64_t *hits, uint64_t *misses);
+
+/* Counts for the benchmark and tests. */
+struct sp_grammar_stats {
+    uint32_t n_rules, n_states, n_read_states; /* read: states with byte edges */
+    uint32_t n_uncertain;     /* uncertain tokens summed over read states */
+    uint32_t n_nodes, n_dstates, n_masks_cached;
+    uint64_t mask_hits, mask_misses;
+};
+void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *out);
+
+/* ---- matching (a state is a small integer; copy it freely) ---- */
+
+typedef uint32_t sp_grammar_state;
+#define SP_GRAMMAR_DEAD 0u   /* no stack survives: nothing can follow */
+
+sp_grammar_state sp_grammar_start(struct sp_grammar *g);
+/* Advances over raw bytes; SP_GRAMMAR_DEAD when they leave the language. */
+sp_grammar_state sp_grammar_feed(struct sp_grammar *g, sp_grammar_state s, const char *bytes,
+                                 size_t len);
+/* The whole input is a sentence of the grammar. */
+bool sp_grammar_accepting(struct sp_grammar *g, sp_grammar_state s);
+/* Token masks (needs sp_grammar_bind).  *mask points at n_vocab bits
+ * (bit i of word i / 64: token i allowed), valid until the next call on g.
+ * END tokens are allowed exactly where the state accepts.  SP_ERR_ARG when
+ * no token is allowed (the message says why); SP_ERR_NOMEM. */
+sp_status sp_grammar_mask(struct sp_grammar *g, sp_grammar_state s, const uint64_t **mask,
+                          uint32_t *n_allowed);
+/* The state after token id; SP_GRAMMAR_DEAD if id may not follow (END
+ * tokens: s itself when s accepts). */
+sp_grammar_state sp_grammar_advance(struct sp_grammar *g, sp_grammar_state s, sp_token id);
+
+/* ---- JSON Schema ---- */
+
+/* Compiles a JSON Schema (JSON text) to GBNF text (*gbnf, malloc'd;
+ * root rule "root").  Every keyword is either enforced by the grammar,
+ * checked by sp_grammar_validate, or refused: SP_ERR_ARG with the message
+ * naming the keyword and its JSON path ("unsupported keyword 'not' at
+ * $.properties.a"), also for a schema no value satisfies. */
+sp_status sp_grammar_from_schema(const char *schema, size_t len, char **gbnf);
+/* The same with the schema's rule named `rule` instead of root, to be part
+ * of a larger grammar (the other rules are named arrN, objN, optN, refN,
+ * hex and json-*). */
+sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, char **gbnf);
+
+/* Validates `text` (the finished output) against `schema`.  SP_OK when
+ * valid; SP_ERR_ARG otherwise, with every failure (up to a few) listed in
+ * why[0..cap) as "$.path: problem; ...". */
+sp_status sp_grammar_validate(const char *schema, size_t schema_len, const char *text,
+                              size_t len, char *why, size_t cap);
+
+/* The grammar of any JSON value (response_format json_object: an object). */
+const char *sp_grammar_json_object_gbnf(void);
+
+#endif

@@ -1,0 +1,282 @@
+/* Merging equal states of a compiled NFA (see internal.h).
+ *
+ * Two states of one rule with the same finality and the same edges (per
+ * target: the same bytes, the same calls) match the same suffixes, so one of
+ * them can stand for both.  Thompson construction leaves many such pairs:
+ * the states after each alternative of `a | "\\" b` lead to the same
+ * place, and a repetition `x{0,30}` copies that pair thirty times.  Merging
+ * them is repeated until nothing changes (targets merged in one round make
+ * their sources equal in the next), at most MAX_ROUNDS times; each round
+ * only merges states proven equal, so stopping early is safe.
+ *
+ * Fewer states mean fewer trie walks when a grammar is bound to a
+ * vocabulary (one per state that reads a byte) and fewer parallel stacks
+ * while matching. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "grammar/internal.h"
+
+#define MAX_ROUNDS 64
+
+/* One edge of a state's signature: bytes to a target (set by value) or a
+ * call (rule) returning to a target. */
+struct sig_edge {
+    uint32_t kind, arg, target, zero; /* no padding: signatures compare with memcmp */
+    struct sp_gbits bits;
+};
+
+struct minimizer {
+    const struct sp_grammar_nfa *a;
+    uint32_t *rep;            /* [n_states] representative, rep[rep[s]] == rep[s] */
+    struct sig_edge *sig;     /* signatures of this round, state s at sig_off[s] */
+    uint32_t *sig_off, *sig_n;
+    uint32_t cap_sig;
+    uint64_t *hash;
+    uint32_t *tab;            /* open addressing over states, UINT32_MAX: empty */
+    uint32_t cap_tab;
+};
+
+static int cmp_sig_edge(const void *x, const void *y)
+{
+    const struct sig_edge *a = x, *b = y;
+    if (a->kind != b->kind)
+        return a->kind < b->kind ? -1 : 1;
+    if (a->target != b->target)
+        return a->target < b->target ? -1 : 1;
+    if (a->arg != b->arg)
+        return a->arg < b->arg ? -1 : 1;
+    return memcmp(&a->bits, &b->bits, sizeof a->bits);
+}
+
+/* The signature of s with targets through rep: sorted, byte edges to one
+ * target merged (their sets united), duplicate calls dropped. */
+static bool signature(struct minimizer *m, uint32_t s, uint32_t at)
+{
+    const struct sp_grammar_nfa *a = m->a;
+    uint32_t n = a->edge_off[s + 1] - a->edge_off[s];
+    if (!m->sig || at + n > m->cap_sig) {
+        uint32_t cap = m->cap_sig ? m->cap_sig : 1024;
+        while (cap < at + n)
+            cap *= 2;
+        struct sig_edge *p = realloc(m->sig, (size_t)cap * sizeof *p);
+        if (!p)
+            return false;
+        m->sig = p;
+        m->cap_sig = cap;
+    }
+    struct sig_edge *e = m->sig + at;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct sp_gedge *x = &a->edges[a->edge_off[s] + i];
+        e[i].kind = x->kind;
+        e[i].zero = 0;
+        e[i].target = m->rep[x->target];
+        if (x->kind == SP_GEDGE_BYTES) {
+            e[i].arg = 0;
+            e[i].bits = a->sets[x->arg];
+        } else {
+            e[i].arg = x->arg;
+            memset(&e[i].bits, 0, sizeof e[i].bits);
+        }
+    }
+    qsort(e, n, sizeof *e, cmp_sig_edge);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (k && e[k - 1].kind == e[i].kind && e[k - 1].target == e[i].target &&
+            (e[i].kind == SP_GEDGE_BYTES || e[k - 1].arg == e[i].arg)) {
+            for (int w = 0; w < 4; w++)
+                e[k - 1].bits.w[w] |= e[i].bits.w[w];
+            continue;
+        }
+        e[k++] = e[i];
+    }
+    uint64_t h = sp_grammar_mix(((uint64_t)a->rule_of[s] << 1 | a->final[s]) + 0x9e3779b97f4a7c15ull);
+    for (uint32_t i = 0; i < k; i++) {
+        h = sp_grammar_mix(h ^ ((uint64_t)e[i].kind << 62 ^ (uint64_t)e[i].arg << 32 ^ e[i].target));
+        for (int w = 0; w < 4; w++)
+            h = sp_grammar_mix(h ^ e[i].bits.w[w]);
+    }
+    m->sig_off[s] = at;
+    m->sig_n[s] = k;
+    m->hash[s] = h;
+    return true;
+}
+
+static bool same(const struct minimizer *m, uint32_t x, uint32_t y)
+{
+    const struct sp_grammar_nfa *a = m->a;
+    if (m->hash[x] != m->hash[y] || a->rule_of[x] != a->rule_of[y] || a->final[x] != a->final[y] ||
+        m->sig_n[x] != m->sig_n[y])
+        return false;
+    return !memcmp(m->sig + m->sig_off[x], m->sig + m->sig_off[y], m->sig_n[x] * sizeof *m->sig);
+}
+
+/* One round: states with equal signatures get one representative.
+ * Returns the number merged, or -1 on no memory. */
+static int64_t round_merge(struct minimizer *m)
+{
+    const struct sp_grammar_nfa *a = m->a;
+    uint32_t at = 0;
+    for (uint32_t s = 0; s < a->n_states; s++) {
+        if (m->rep[s] != s)
+            continue;
+        if (!signature(m, s, at))
+            return -1;
+        at += m->sig_n[s];
+    }
+    memset(m->tab, 0xff, (size_t)m->cap_tab * sizeof *m->tab);
+    int64_t merged = 0;
+    for (uint32_t s = 0; s < a->n_states; s++) {
+        if (m->rep[s] != s)
+            continue;
+        uint32_t j = (uint32_t)m->hash[s] & (m->cap_tab - 1);
+        while (m->tab[j] != UINT32_MAX && !same(m, m->tab[j], s))
+            j = (j + 1) & (m->cap_tab - 1);
+        if (m->tab[j] == UINT32_MAX) {
+            m->tab[j] = s;
+        } else {
+            m->rep[s] = m->tab[j];
+            merged++;
+        }
+    }
+    /* chains from this round (s -> t where t was merged earlier) collapse */
+    for (uint32_t s = 0; s < a->n_states; s++)
+        m->rep[s] = m->rep[m->rep[s]];
+    return merged;
+}
+
+/* The set id of bits in a's sets (appended when new); UINT32_MAX on no memory. */
+static uint32_t set_id(struct sp_grammar_nfa *a, const struct sp_gbits *bits)
+{
+    for (uint32_t i = 0; i < a->n_sets; i++)
+        if (!memcmp(&a->sets[i], bits, sizeof *bits))
+            return i;
+    struct sp_gbits *p = realloc(a->sets, ((size_t)a->n_sets + 1) * sizeof *p);
+    if (!p)
+        return UINT32_MAX;
+    a->sets = p;
+    a->sets[a->n_sets] = *bits;
+    return a->n_sets++;
+}
+
+/* Rebuilds a with one state per class, numbered in order of the
+ * representatives; the signatures of the last round are the edges. */
+static bool rebuild(struct minimizer *m, struct sp_grammar_nfa *a)
+{
+    uint32_t n = a->n_states, n_new = 0, n_edges = 0;
+    uint32_t *id = malloc((size_t)n * sizeof *id);
+    if (!id)
+        return false;
+    for (uint32_t s = 0; s < n; s++)
+        if (m->rep[s] == s) {
+            id[s] = n_new++;
+            n_edges += m->sig_n[s];
+        }
+    uint32_t *edge_off = calloc((size_t)n_new + 1, sizeof *edge_off);
+    struct sp_gedge *edges = malloc((n_edges ? n_edges : 1) * sizeof *edges);
+    uint8_t *final = malloc(n_new ? n_new : 1);
+    uint32_t *rule_of = malloc((n_new ? n_new : 1) * sizeof *rule_of);
+    struct sp_gbits *reads = calloc(n_new ? n_new : 1, sizeof *reads);
+    bool ok = edge_off && edges && final && rule_of && reads;
+    uint32_t k = 0, ne = 0;
+    for (uint32_t s = 0; s < n && ok; s++) {
+        if (m->rep[s] != s)
+            continue;
+        edge_off[k] = ne;
+        final[k] = a->final[s];
+        rule_of[k] = a->rule_of[s];
+        for (uint32_t i = 0; i < m->sig_n[s] && ok; i++) {
+            const struct sig_edge *e = &m->sig[m->sig_off[s] + i];
+            uint32_t arg = e->arg;
+            if (e->kind == SP_GEDGE_BYTES) {
+                arg = set_id(a, &e->bits);
+                ok = arg != UINT32_MAX;
+                for (int w = 0; w < 4; w++)
+                    reads[k].w[w] |= e->bits.w[w];
+            }
+            edges[ne++] = (struct sp_gedge){e->kind, arg, id[e->target]};
+        }
+        k++;
+    }
+    if (ok) {
+        edge_off[n_new] = ne;
+        for (uint32_t r = 0; r < a->n_rules; r++)
+            if (a->rule_start[r] != UINT32_MAX)
+                a->rule_start[r] = id[m->rep[a->rule_start[r]]];
+        free(a->edge_off);
+        free(a->edges);
+        free(a->final);
+        free(a->rule_of);
+        free(a->reads);
+        a->edge_off = edge_off;
+        a->edges = edges;
+        a->final = final;
+        a->rule_of = rule_of;
+        a->reads = reads;
+        a->n_states = n_new;
+    } else {
+        free(edge_off);
+        free(edges);
+        free(final);
+        free(rule_of);
+        free(reads);
+    }
+    free(id);
+    return ok;
+}
+
+sp_status sp_grammar_nfa_minimize(struct sp_grammar_nfa *a)
+{
+    struct minimizer m = {.a = a};
+    uint32_t n = a->n_states;
+    sp_status st = SP_OK;
+    if (n == 0)
+        return SP_OK;
+    m.cap_tab = 1024;
+    while (m.cap_tab < 2 * n)
+        m.cap_tab *= 2;
+    m.rep = malloc((size_t)n * sizeof *m.rep);
+    m.sig_off = malloc((size_t)n * sizeof *m.sig_off);
+    m.sig_n = malloc((size_t)n * sizeof *m.sig_n);
+    m.hash = malloc((size_t)n * sizeof *m.hash);
+    m.tab = malloc((size_t)m.cap_tab * sizeof *m.tab);
+    if (!m.rep || !m.sig_off || !m.sig_n || !m.hash || !m.tab) {
+        st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    for (uint32_t s = 0; s < n; s++)
+        m.rep[s] = s;
+    int64_t merged = 0, total = 0;
+    for (int r = 0; r < MAX_ROUNDS; r++) {
+        if ((merged = round_merge(&m)) < 0) {
+            st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+            goto done;
+        }
+        total += merged;
+        if (!merged)
+            break;
+    }
+    if (total && merged) {
+        /* stopped at MAX_ROUNDS: the signatures must match the final rep */
+        uint32_t at = 0;
+        for (uint32_t s = 0; s < n; s++)
+            if (m.rep[s] == s) {
+                if (!signature(&m, s, at)) {
+                    st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+                    goto done;
+                }
+                at += m.sig_n[s];
+            }
+    }
+    if (total && !rebuild(&m, a))
+        st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+done:
+    free(m.rep);
+    free(m.sig);
+    free(m.sig_off);
+    free(m.sig_n);
+    free(m.hash);
+    free(m.tab);
+    return st;
+}

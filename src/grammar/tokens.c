@@ -1,0 +1,193 @@
+/* A vocabulary as byte strings, and the trie over them that token masks
+ * walk: tokens sorted by their bytes, trie nodes in preorder, each with the
+ * index of its subtree's end, so a rejected prefix skips its whole subtree
+ * in one step and a shared prefix is walked once. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "grammar/tokens.h"
+#include "tokenizer/tokenizer.h"
+
+uint32_t sp_grammar_tokens_size(const struct sp_grammar_tokens *t) { return t->n_vocab; }
+
+void sp_grammar_tokens_free(struct sp_grammar_tokens *t)
+{
+    if (!t)
+        return;
+    free(t->off);
+    free(t->bytes);
+    free(t->kind);
+    free(t->sorted);
+    free(t->ends);
+    free(t->node_byte);
+    free(t->node_depth);
+    free(t->node_next);
+    free(t->node_lo);
+    free(t->node_here);
+    free(t);
+}
+
+static int cmp_tok(const void *x, const void *y, void *ctx)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    const struct sp_grammar_tokens *t = ctx;
+    uint32_t la = t->off[a + 1] - t->off[a], lb = t->off[b + 1] - t->off[b];
+    int c = memcmp(t->bytes + t->off[a], t->bytes + t->off[b], la < lb ? la : lb);
+    if (c)
+        return c;
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+static sp_status build_trie(struct sp_grammar_tokens *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n_vocab; i++) {
+        uint32_t len = t->off[i + 1] - t->off[i];
+        if (t->kind[i] == SP_GRAMMAR_TOKEN_TEXT && (len == 0 || len > SP_GRAMMAR_TOKEN_MAX_LEN))
+            t->kind[i] = SP_GRAMMAR_TOKEN_NEVER;
+        n += t->kind[i] == SP_GRAMMAR_TOKEN_TEXT;
+        t->n_end += t->kind[i] == SP_GRAMMAR_TOKEN_END;
+    }
+    t->sorted = malloc((n ? n : 1) * sizeof *t->sorted);
+    t->ends = malloc((t->n_end ? t->n_end : 1) * sizeof *t->ends);
+    uint64_t total = t->off[t->n_vocab] + 1;
+    t->node_byte = malloc(total);
+    t->node_depth = malloc(total * sizeof *t->node_depth);
+    t->node_next = malloc(total * sizeof *t->node_next);
+    t->node_lo = malloc(total * sizeof *t->node_lo);
+    t->node_here = malloc(total * sizeof *t->node_here);
+    if (!t->sorted || !t->ends || !t->node_byte || !t->node_depth || !t->node_next || !t->node_lo ||
+        !t->node_here)
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
+    uint32_t k = 0, e = 0;
+    for (uint32_t i = 0; i < t->n_vocab; i++) {
+        if (t->kind[i] == SP_GRAMMAR_TOKEN_TEXT)
+            t->sorted[k++] = i;
+        else if (t->kind[i] == SP_GRAMMAR_TOKEN_END)
+            t->ends[e++] = i;
+    }
+    t->n_sorted = n;
+    qsort_r(t->sorted, n, sizeof *t->sorted, cmp_tok, t);
+    uint32_t path[SP_GRAMMAR_TOKEN_MAX_LEN + 1];
+    uint32_t depth = 0, nn = 0, prev = UINT32_MAX;
+    for (uint32_t s = 0; s < n; s++) {
+        uint32_t id = t->sorted[s];
+        const unsigned char *b = (const unsigned char *)t->bytes + t->off[id];
+        uint32_t len = t->off[id + 1] - t->off[id], lcp = 0;
+        if (prev != UINT32_MAX) {
+            const unsigned char *pb = (const unsigned char *)t->bytes + t->off[prev];
+            uint32_t pl = t->off[prev + 1] - t->off[prev];
+            while (lcp < len && lcp < pl && pb[lcp] == b[lcp])
+                lcp++;
+        }
+        while (depth > lcp)
+            t->node_next[path[depth--]] = nn;
+        for (uint32_t d = lcp; d < len; d++) {
+            path[++depth] = nn;
+            t->node_byte[nn] = b[d];
+            t->node_depth[nn] = (uint16_t)(d + 1);
+            t->node_lo[nn] = s;
+            t->node_here[nn] = 0;
+            nn++;
+        }
+        t->node_here[path[len]]++;
+        if (len > t->max_len)
+            t->max_len = len;
+        prev = id;
+    }
+    while (depth > 0)
+        t->node_next[path[depth--]] = nn;
+    t->n_nodes = nn;
+    return SP_OK;
+}
+
+sp_status sp_grammar_tokens_init(struct sp_grammar_tokens **out, uint32_t n_vocab,
+                                 const char *const *bytes, const uint32_t *lens,
+                                 const uint8_t *kinds)
+{
+    *out = NULL;
+    struct sp_grammar_tokens *t = calloc(1, sizeof *t);
+    uint64_t total = 0;
+    if (!t)
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    for (uint32_t i = 0; i < n_vocab; i++)
+        total += lens[i];
+    if (total > UINT32_MAX - 1) {
+        free(t);
+        return sp_error_set(SP_ERR_ARG, "grammar: vocabulary of %llu bytes is too large",
+                            (unsigned long long)total);
+    }
+    t->n_vocab = n_vocab;
+    t->off = malloc(((size_t)n_vocab + 1) * sizeof *t->off);
+    t->bytes = malloc(total ? total : 1);
+    t->kind = malloc(n_vocab ? n_vocab : 1);
+    if (!t->off || !t->bytes || !t->kind) {
+        sp_grammar_tokens_free(t);
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    }
+    uint32_t o = 0;
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        t->off[i] = o;
+        if (lens[i])
+            memcpy(t->bytes + o, bytes[i], lens[i]);
+        o += lens[i];
+        t->kind[i] = kinds ? kinds[i] : SP_GRAMMAR_TOKEN_TEXT;
+    }
+    t->off[n_vocab] = o;
+    sp_status st = build_trie(t);
+    if (st != SP_OK) {
+        sp_grammar_tokens_free(t);
+        return st;
+    }
+    *out = t;
+    return SP_OK;
+}
+
+sp_status sp_grammar_tokens_from_vocab(struct sp_grammar_tokens **out, const struct sp_vocab *v)
+{
+    uint32_t n = sp_vocab_size(v);
+    char **bytes = calloc(n ? n : 1, sizeof *bytes);
+    uint32_t *lens = calloc(n ? n : 1, sizeof *lens);
+    uint8_t *kinds = calloc(n ? n : 1, 1);
+    sp_status st = SP_OK;
+    *out = NULL;
+    if (!bytes || !lens || !kinds) {
+        st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    char buf[SP_GRAMMAR_TOKEN_MAX_LEN + 1];
+    for (uint32_t i = 0; i < n; i++) {
+        if (sp_vocab_is_eog(v, (sp_token)i)) {
+            kinds[i] = SP_GRAMMAR_TOKEN_END;
+            continue;
+        }
+        if (sp_vocab_is_control(v, (sp_token)i)) {
+            kinds[i] = SP_GRAMMAR_TOKEN_NEVER;
+            continue;
+        }
+        int k = sp_token_to_piece(v, (sp_token)i, false, buf, sizeof buf);
+        if (k <= 0 || k > SP_GRAMMAR_TOKEN_MAX_LEN) {
+            kinds[i] = SP_GRAMMAR_TOKEN_NEVER;
+            continue;
+        }
+        bytes[i] = malloc((size_t)k);
+        if (!bytes[i]) {
+            st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+            goto done;
+        }
+        memcpy(bytes[i], buf, (size_t)k);
+        lens[i] = (uint32_t)k;
+    }
+    st = sp_grammar_tokens_init(out, n, (const char *const *)bytes, lens, kinds);
+done:
+    for (uint32_t i = 0; bytes && i < n; i++)
+        free(bytes[i]);
+    free(bytes);
+    free(lens);
+    free(kinds);
+    return st;
+}
