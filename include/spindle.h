@@ -280,6 +280,21 @@ SP_API sp_status sp_conv_load(sp_conv *c, const char *path);
 
 typedef struct sp_engine sp_engine;
 
+/* Speculative decoding: where the drafts come from.  Drafts are verified in
+ * the same batched forward as every other token, so the output is the
+ * model's own: greedy output is identical token for token, and sampled
+ * output has exactly the model's distribution (the same tokens for the same
+ * seed when drafts are point guesses: n-gram drafts, greedy requests). */
+typedef enum sp_spec_kind {
+    SP_SPEC_NONE = 0,
+    SP_SPEC_NGRAM,  /* prompt lookup: continue an earlier occurrence of the last tokens */
+    SP_SPEC_DRAFT,  /* a smaller model with the same vocabulary (draft_model) */
+    SP_SPEC_SELF,   /* the model's own first spec_layers layers and output head */
+} sp_spec_kind;
+/* "none", "ngram", "draft", "self"; and back (SP_ERR_ARG for another name). */
+SP_API const char *sp_spec_kind_name(sp_spec_kind k);
+SP_API sp_status sp_spec_kind_parse(const char *name, sp_spec_kind *out);
+
 typedef struct sp_engine_params {
     int n_threads;       /* compute threads; 0: the model's n_threads */
     int n_ctx;           /* per-request context limit; 0: the model's training
@@ -289,9 +304,21 @@ typedef struct sp_engine_params {
     int n_batch;         /* most tokens in one forward pass; 0: 512 */
     bool swa_full;       /* keep every position of sliding-window layers
                             (no rings; lets such models use the prefix cache) */
+    /* Speculative decoding (requests with beams or explain decode without) */
+    sp_spec_kind spec;   /* SP_SPEC_NONE: off */
+    int spec_k;          /* most drafts per sequence and step, 1..32 (default 8);
+                            each sequence's k adapts to its acceptance, and
+                            speculation pauses where it would not pay */
+    bool spec_fixed;     /* always spec_k drafts when the source has them (no
+                            adapting: for tests and measurements) */
+    const sp_model *draft_model; /* SP_SPEC_DRAFT: same vocabulary as the model
+                            (checked: SP_ERR_ARG naming the difference); must
+                            outlive the engine */
+    int spec_layers;     /* SP_SPEC_SELF: layers of the draft, 1..n_layer - 1
+                            (default n_layer / 2) */
 } sp_engine_params;
 
-/* All zero: every field takes the default its comment names. */
+/* Every field takes the default its comment names (spec_k 8, the rest 0). */
 SP_API void sp_engine_params_default(sp_engine_params *p);
 
 /* Allocates the KV cache and everything a step needs, once; nothing is
@@ -315,6 +342,8 @@ typedef struct sp_engine_stats {
     uint64_t kv_bytes;              /* KV cache size */
     uint64_t prefix_hits, prefix_tokens_reused;
     uint32_t n_running;             /* requests admitted and not finished */
+    uint64_t spec_drafted, spec_accepted; /* speculative decoding: draft tokens
+                                       verified, and those the model kept */
 } sp_engine_stats;
 SP_API void sp_engine_stats_get(const sp_engine *e, sp_engine_stats *out);
 
@@ -322,6 +351,7 @@ SP_API void sp_engine_stats_get(const sp_engine *e, sp_engine_stats *out);
 typedef struct sp_engine_timing {
     double t_prefill_s, t_decode_s, t_first_token_s;
     uint32_t n_prefill, n_decode;   /* prompt tokens computed (not cached); tokens generated */
+    uint32_t n_drafted, n_accepted; /* speculative decoding: drafts verified, drafts kept */
 } sp_engine_timing;
 SP_API void sp_engine_timing_get(const sp_engine *e, sp_engine_timing *out);
 
@@ -556,6 +586,11 @@ typedef struct sp_server_config {
     int max_n;              /* cap on `n` */
     sp_server_sampling sampling; /* defaults for requests that leave a field unset */
     sp_log_format log_format; /* the per-request log line on stderr */
+    /* speculative decoding inside continuous batching, as sp_engine_params */
+    sp_spec_kind spec;
+    int spec_k;
+    const sp_model *draft_model;
+    int spec_layers;
 } sp_server_config;
 /* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8, sampling
  * defaults not set, text log lines. */
