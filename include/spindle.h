@@ -586,9 +586,12 @@ typedef struct sp_server_config {
     int max_n;              /* cap on `n` */
     sp_server_sampling sampling; /* defaults for requests that leave a field unset */
     sp_log_format log_format; /* the per-request log line on stderr */
-    /* speculative decoding inside continuous batching, as sp_engine_params */
+    /* speculative decoding inside continuous batching: the drafts of every
+     * running request are verified in the same step (as sp_engine_params;
+     * spec_k 0: 8) */
     sp_spec_kind spec;
     int spec_k;
+    bool spec_fixed;
     const sp_model *draft_model;
     int spec_layers;
 } sp_server_config;

@@ -189,6 +189,10 @@ char *sp_metrics_render(struct sp_metrics *m)
                      "Requests that reused cached prefix blocks.", e->prefix_hits);
     sp_render_scalar(&t, "spindle_prefix_cache_tokens_reused_total", "counter",
                      "Prompt tokens reused from the prefix cache.", e->prefix_tokens_reused);
+    sp_render_scalar(&t, "spindle_spec_drafted_tokens_total", "counter",
+                     "Speculative decoding: draft tokens verified.", e->spec_drafted);
+    sp_render_scalar(&t, "spindle_spec_accepted_tokens_total", "counter",
+                     "Speculative decoding: draft tokens the model kept.", e->spec_accepted);
     pthread_mutex_unlock(&m->mu);
     if (t.failed) {
         free(t.s);
