@@ -79,9 +79,8 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
     e->n_parallel = p->n_parallel > 0 ? p->n_parallel : 1;
     e->n_batch = p->n_batch > 0 ? p->n_batch : 512;
     e->n_out_max = e->n_parallel * 4 > SP_BEAM_MAX ? e->n_parallel * 4 : SP_BEAM_MAX;
-    if (p->spec != SP_SPEC_NONE) /* rows for the drafts of up to 8 sequences */
-        e->n_out_max += (p->spec_k > 0 && p->spec_k <= SP_SPEC_K_MAX ? p->spec_k : 8) *
-                        (e->n_parallel < 8 ? e->n_parallel : 8);
+    if (p->spec != SP_SPEC_NONE) /* rows for the drafts of 8 sequences */
+        e->n_out_max += (p->spec_k > 0 && p->spec_k <= SP_SPEC_K_MAX ? p->spec_k : 8) * 8;
     if (e->n_out_max > e->n_batch)
         e->n_out_max = e->n_batch;
     if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
