@@ -30,6 +30,7 @@ struct sp_spec {
      * when measured) and of one draft forward */
     double *t_step;
     uint8_t *seen;
+    uint64_t *stamp, clock;         /* [T]: the forward count when T was last measured */
     double t_draft;
     bool draft_seen;
     uint64_t drafted, accepted;

@@ -11,14 +11,20 @@
 
 /* Acceptance memory: each verification's counts weigh this much less at
  * the next, so k follows a sequence moving between copied and new text
- * within a few steps. */
-#define SP_SPEC_DECAY 0.7
+ * within a few steps, while ten failed drafts in a row bring the estimate
+ * under 5 % (prior: half a draft accepted of one). */
+#define SP_SPEC_DECAY 0.9
 /* A sequence paused for low acceptance drafts one token again after this
  * many steps, doubling (to SP_SPEC_PROBE_MAX) while probes fail. */
 #define SP_SPEC_PROBE_MIN 8
 #define SP_SPEC_PROBE_MAX 128
 /* Smoothing of the measured forward times. */
-#define SP_SPEC_EMA 0.2
+#define SP_SPEC_EMA 0.3
+/* A step size measured longer ago than this many forwards is measured
+ * again (a step without drafts) before drafts are weighed against it: the
+ * machine's speed drifts, and a size that drafting always avoids would
+ * otherwise keep a stale time. */
+#define SP_SPEC_STALE 32
 
 static const char *const sp_spec_names[] = {"none", "ngram", "draft", "self"};
 
@@ -81,10 +87,11 @@ sp_status sp_spec_init(struct sp_spec **out, const struct sp_spec_config *c, con
     size_t B = (size_t)t->n_batch, R = (size_t)t->n_rows;
     sp->t_step = calloc(B + 1, sizeof *sp->t_step);
     sp->seen = calloc(B + 1, 1);
+    sp->stamp = calloc(B + 1, sizeof *sp->stamp);
     sp->k = calloc(R, sizeof *sp->k);
     sp->next = calloc(R, sizeof *sp->next);
     sp->scratch = calloc(sp->n_vocab, sizeof *sp->scratch);
-    if (!sp->t_step || !sp->seen || !sp->k || !sp->next || !sp->scratch) {
+    if (!sp->t_step || !sp->seen || !sp->stamp || !sp->k || !sp->next || !sp->scratch) {
         st = sp_error_set(SP_ERR_NOMEM, "speculative decoding: no memory");
         goto fail;
     }
@@ -139,7 +146,7 @@ void sp_spec_free(struct sp_spec *sp)
     if (sp->dfs == &sp->own_fs)
         sp_forward_scratch_free(&sp->own_fs);
     free(sp->b_tokens); free(sp->b_pos); free(sp->b_seqs); free(sp->b_out); free(sp->b_job);
-    free(sp->logits); free(sp->scratch); free(sp->k); free(sp->next); free(sp->t_step); free(sp->seen);
+    free(sp->logits); free(sp->scratch); free(sp->k); free(sp->next); free(sp->t_step); free(sp->seen); free(sp->stamp);
     free(sp);
 }
 
@@ -195,6 +202,7 @@ void sp_spec_observe(struct sp_spec *sp, int n_tok, double seconds)
     double *t = &sp->t_step[n_tok];
     *t = sp->seen[n_tok] ? *t + SP_SPEC_EMA * (seconds - *t) : seconds;
     sp->seen[n_tok] = 1;
+    sp->stamp[n_tok] = ++sp->clock;
 }
 
 /* Estimated seconds of a forward of T tokens: measured, else interpolated
@@ -229,11 +237,10 @@ static double sp_spec_cost(const struct sp_spec *sp, int T)
 }
 
 /* A sequence's chance that its next draft is accepted, given the one
- * before was: decayed counts with one accepted and one rejected draft as
- * the prior. */
+ * before was: decayed counts over a prior of one draft, half accepted. */
 static double sp_spec_alpha(const struct sp_spec_seq *ss)
 {
-    return (ss->acc_hit + 1.0) / (ss->acc_try + 2.0);
+    return (ss->acc_hit + 0.5) / (ss->acc_try + 1.0);
 }
 
 /* Sets sp->k[i] <= jobs[i].cap: the drafts that raise the step's expected
@@ -251,7 +258,9 @@ static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
     const bool model = sp->dm != NULL;
     double value = n_decode > 0 ? n_decode : 1, t_draft = 0.0;
     int T = n_base, depth = 0;
-    double base = sp_spec_cost(sp, T);
+    if (T < 1 || T > sp->t.n_batch || !sp->seen[T] || sp->clock - sp->stamp[T] > SP_SPEC_STALE)
+        return; /* measure the step without drafts first */
+    double base = sp_spec_cost(sp, T), now = base;
     for (;;) {
         int best = -1;
         double gain = 0.0;
@@ -266,11 +275,13 @@ static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
             break;
         int d = (int)sp->k[best] + 1 > depth ? (int)sp->k[best] + 1 : depth;
         double td = model ? t_draft + (d - depth) * (sp->draft_seen ? sp->t_draft : 0.5 * base) : 0.0;
-        double now = sp_spec_cost(sp, T) + t_draft, then = sp_spec_cost(sp, T + 1) + td;
-        if ((value + gain) * now <= value * then)
+        double next = sp_spec_cost(sp, T + 1);
+        next = next > now ? next : now; /* a bigger step never costs less */
+        if ((value + gain) * (now + t_draft) <= value * (next + td))
             break;
         value += gain;
         T++;
+        now = next;
         t_draft = td;
         depth = d;
         sp->k[best]++;
