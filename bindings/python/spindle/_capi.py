@@ -13,7 +13,7 @@ FINISH_NAMES = {0: None, 1: "stop", 2: "length", 3: "cancelled", 4: "error"}
 
 class ModelParams(Structure):
     _fields_ = [("path", c_char_p), ("n_threads", c_int), ("use_mmap", c_bool), ("use_mlock", c_bool),
-                ("vocab_only", c_bool), ("isa", c_char_p)]
+                ("vocab_only", c_bool), ("isa", c_char_p), ("progress", c_void_p), ("progress_user", c_void_p)]
 
 
 class ModelInfo(Structure):
@@ -31,7 +31,8 @@ class ModelInfo(Structure):
 
 class EngineParams(Structure):
     _fields_ = [("n_threads", c_int), ("n_ctx", c_int), ("n_parallel", c_int), ("kv_mem_mib", c_size_t),
-                ("n_batch", c_int), ("swa_full", c_bool)]
+                ("n_batch", c_int), ("swa_full", c_bool), ("spec", c_int), ("spec_k", c_int),
+                ("spec_fixed", c_bool), ("draft_model", c_void_p), ("spec_layers", c_int)]
 
 
 class LogitBias(Structure):
@@ -48,7 +49,7 @@ class SamplerParams(Structure):
 class GenParams(Structure):
     _fields_ = [("sampling", SamplerParams), ("max_tokens", c_int32), ("stop", POINTER(c_char_p)),
                 ("n_stop", c_size_t), ("n", c_int), ("beams", c_int), ("length_penalty", c_float),
-                ("ignore_eos", c_bool), ("logprobs", c_int), ("explain", c_void_p)]
+                ("ignore_eos", c_bool), ("logprobs", c_int), ("explain", c_bool)]
 
 
 class TopLogprob(Structure):
@@ -61,7 +62,7 @@ class TokenLogprobs(Structure):
 
 class TokenEvent(Structure):
     _fields_ = [("choice", c_int), ("id", c_int32), ("text", c_void_p), ("len", c_size_t),
-                ("lp", POINTER(TokenLogprobs)), ("finish", c_int), ("n_prompt", c_uint32),
+                ("lp", POINTER(TokenLogprobs)), ("explain", c_void_p), ("finish", c_int), ("n_prompt", c_uint32),
                 ("n_cached", c_uint32), ("n_generated", c_uint32), ("logprob_sum", c_double)]
 
 
@@ -72,7 +73,8 @@ class ChatMsg(Structure):
 class EngineStats(Structure):
     _fields_ = [("kv_blocks_total", c_uint32), ("kv_blocks_used", c_uint32), ("kv_blocks_cached", c_uint32),
                 ("kv_block_tokens", c_uint32), ("kv_bytes", c_uint64), ("prefix_hits", c_uint64),
-                ("prefix_tokens_reused", c_uint64), ("n_running", c_uint32)]
+                ("prefix_tokens_reused", c_uint64), ("n_running", c_uint32), ("spec_drafted", c_uint64),
+                ("spec_accepted", c_uint64)]
 
 
 class TensorInfo(Structure):
