@@ -15,7 +15,10 @@
  * under 5 % (prior: half a draft accepted of one). */
 #define SP_SPEC_DECAY 0.9
 /* A sequence paused for low acceptance drafts one token again after this
- * many steps, doubling (to SP_SPEC_PROBE_MAX) while probes fail. */
+ * many steps, doubling (to SP_SPEC_PROBE_MAX) while probes fail, and
+ * stretched by what a draft forward costs against a step (a probe of
+ * self-speculation on Gemma 3, whose output head is most of its weights,
+ * costs most of a step). */
 #define SP_SPEC_PROBE_MIN 8
 #define SP_SPEC_PROBE_MAX 128
 /* Smoothing of the measured forward times. */
@@ -286,11 +289,12 @@ static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
         depth = d;
         sp->k[best]++;
     }
+    const double stretch = model && sp->draft_seen ? 1.0 + 8.0 * sp->t_draft / base : 1.0;
     for (int i = 0; i < n_jobs; i++) {
         struct sp_spec_seq *ss = jobs[i].ss;
         if (sp->k[i] || !jobs[i].cap) {
             ss->idle = 0;
-        } else if (++ss->idle >= ss->probe) {
+        } else if (++ss->idle >= ss->probe * stretch) {
             sp->k[i] = 1;
             ss->idle = 0;
         }
