@@ -31,6 +31,7 @@ struct sp_spec {
     double *t_step;
     uint8_t *seen;
     uint64_t *stamp, clock;         /* [T]: the forward count when T was last measured */
+    double per_tok;                 /* seconds per token in big batches (EMA; 0: none yet) */
     double t_draft;
     bool draft_seen;
     uint64_t drafted, accepted;

@@ -28,6 +28,14 @@
  * machine's speed drifts, and a size that drafting always avoids would
  * otherwise keep a stale time. */
 #define SP_SPEC_STALE 32
+/* A draft is added only when its expected tokens exceed what the time it
+ * adds would produce without it by this fraction: the estimates are noisy
+ * (shared machines), and near the break-even point, where a batch that is
+ * already compute-bound sits, a misjudged draft loses more than a right
+ * one gains. */
+#define SP_SPEC_MARGIN 0.5
+/* Batches of at least this many tokens give the cost of one token more. */
+#define SP_SPEC_BIG 32
 
 static const char *const sp_spec_names[] = {"none", "ngram", "draft", "self"};
 
@@ -206,6 +214,10 @@ void sp_spec_observe(struct sp_spec *sp, int n_tok, double seconds)
     *t = sp->seen[n_tok] ? *t + SP_SPEC_EMA * (seconds - *t) : seconds;
     sp->seen[n_tok] = 1;
     sp->stamp[n_tok] = ++sp->clock;
+    if (n_tok >= SP_SPEC_BIG) {
+        double per = seconds / n_tok;
+        sp->per_tok = sp->per_tok > 0 ? sp->per_tok + SP_SPEC_EMA * (per - sp->per_tok) : per;
+    }
 }
 
 /* Estimated seconds of a forward of T tokens: measured, else interpolated
@@ -278,9 +290,13 @@ static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
             break;
         int d = (int)sp->k[best] + 1 > depth ? (int)sp->k[best] + 1 : depth;
         double td = model ? t_draft + (d - depth) * (sp->draft_seen ? sp->t_draft : 0.5 * base) : 0.0;
+        /* a token more costs at least what one costs in a big batch, where
+         * the machine computes rather than waits for memory: measured times
+         * of nearby sizes taken under different load must not make rows
+         * look free */
         double next = sp_spec_cost(sp, T + 1);
-        next = next > now ? next : now; /* a bigger step never costs less */
-        if ((value + gain) * (now + t_draft) <= value * (next + td))
+        next = next > now + sp->per_tok ? next : now + sp->per_tok;
+        if (gain * (now + t_draft) <= (1.0 + SP_SPEC_MARGIN) * value * (next + td - now - t_draft))
             break;
         value += gain;
         T++;
