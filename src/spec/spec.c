@@ -223,7 +223,8 @@ void sp_spec_observe(struct sp_spec *sp, int n_tok, double seconds)
 /* Estimated seconds of a forward of T tokens: measured, else interpolated
  * between the nearest measured sizes, else extended from the largest
  * measured size below with the slope to the next one below it (at least 2 %
- * per token, so speculation is tried and the sizes it needs get measured). */
+ * per token), else the smallest measured size above; 0 with nothing
+ * measured (the plan drafts only after measuring its base size). */
 static double sp_spec_cost(const struct sp_spec *sp, int T)
 {
     const int N = sp->t.n_batch;
@@ -241,7 +242,7 @@ static double sp_spec_cost(const struct sp_spec *sp, int T)
     if (hi <= N)
         return sp->t_step[hi];
     if (lo == 0)
-        return 1.0 + 0.02 * (T - 1);
+        return 0.0;
     int lo2 = lo - 1;
     while (lo2 > 0 && !sp->seen[lo2])
         lo2--;
@@ -262,8 +263,9 @@ static double sp_spec_alpha(const struct sp_spec_seq *ss)
  * tokens per second.  Draft j of a sequence with acceptance a yields a^j
  * tokens on average; the step's time grows with its tokens (the cost model)
  * and, for model drafts, by one draft forward per draft depth.  Drafts are
- * added best first while the rate improves; a sequence left without drafts
- * probes with one now and then, so its acceptance is measured again. */
+ * added best first while each yields SP_SPEC_MARGIN more than its time
+ * would without it; a sequence left without drafts probes with one now and
+ * then, so its acceptance is measured again. */
 static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_jobs, int n_decode, int n_base)
 {
     for (int i = 0; i < n_jobs; i++)
