@@ -85,7 +85,11 @@ def test_page_served_without_key_api_needs_it(server):
     assert httpx.get(server.url + "/v1/models").status_code == 401
     assert httpx.post(server.url + "/v1/chat/completions",
                       json={"messages": [{"role": "user", "content": "hi"}]}).status_code == 401
-    assert httpx.post(server.url + "/", json={}).status_code == 405
+    # a wrong method on the page's route is an API request like any other:
+    # authenticated first (401 without the key), then refused (405)
+    assert httpx.post(server.url + "/", json={}).status_code == 401
+    assert httpx.post(server.url + "/", json={},
+                      headers={"Authorization": "Bearer " + KEY}).status_code == 405
 
 
 def test_key_then_streamed_answer(browser, server):
