@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "args.h"
+#include "spec.h"
 #include "spindle.h"
 #include "tools.h"
 
@@ -65,11 +66,14 @@ int sp_tool_bench(int argc, char **argv)
     double *pp = NULL, *tg = NULL;
     struct sp_bench_count *cnt = NULL;
     int rc = 2;
+    struct sp_tool_spec spec;
     sp_model_params_default(&mp);
     sp_engine_params_default(&ep);
+    sp_tool_spec_init(&spec);
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [-d DEPTH] [--json]\n"
+                 "       [--spec ngram|draft|self [--spec-k N] [--spec-fixed] [--draft-model M] [--spec-layers L]]\n"
                  "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
@@ -81,6 +85,7 @@ int sp_tool_bench(int argc, char **argv)
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &mp.n_threads);
         else if (sp_args_is(&a, "--json", NULL)) json = true;
         else if (sp_args_is(&a, "--bandwidth", NULL)) bandwidth = true;
+        else if (sp_tool_spec_flag(&a, &spec)) continue;
         else
             return sp_tool_fail("bench: unknown option '%s'", argv[a.i]);
     }
@@ -102,6 +107,8 @@ int sp_tool_bench(int argc, char **argv)
     ep.n_ctx = longest + n_gen + 1;
     ep.n_parallel = batch;
     ep.n_batch = longest > 512 ? longest : 512;
+    if (!sp_tool_spec_load(&spec, mp.n_threads, &ep))
+        goto done;
     if (sp_model_load(&mp, &model) != SP_OK || sp_engine_create(model, &ep, &e) != SP_OK) {
         sp_tool_fail("%s", sp_error_message());
         goto done;
@@ -182,6 +189,8 @@ int sp_tool_bench(int argc, char **argv)
     double kv_read = (double)kv_dim * 2 * 2 * ((m.n_layer - m.n_swa_layers) * ctx + m.n_swa_layers * w_swa);
     double bytes_per_tok = (double)m.weights_bytes / batch + kv_read;
     double gbs = bytes_per_tok * tm / 1e9;
+    sp_engine_stats es;
+    sp_engine_stats_get(e, &es);
     if (json) {
         json_t *o = json_object();
         json_object_set_new(o, "model", json_string(mp.path));
@@ -200,6 +209,9 @@ int sp_tool_bench(int argc, char **argv)
         json_object_set_new(o, "weights_bytes", json_integer((json_int_t)m.weights_bytes));
         json_object_set_new(o, "decode_bytes_per_token", json_real(bytes_per_tok));
         json_object_set_new(o, "decode_bandwidth_gb_s", json_real(gbs));
+        json_object_set_new(o, "spec", json_string(sp_spec_kind_name(ep.spec)));
+        json_object_set_new(o, "spec_drafted", json_integer((json_int_t)es.spec_drafted));
+        json_object_set_new(o, "spec_accepted", json_integer((json_int_t)es.spec_accepted));
         json_dumpf(o, stdout, JSON_COMPACT);
         fputc('\n', stdout);
         json_decref(o);
@@ -209,6 +221,9 @@ int sp_tool_bench(int argc, char **argv)
         printf("prefill pp%-5d %10.1f ± %.1f tokens/s\n", n_prompt, pm, ps);
         printf("decode  tg%-5d %10.1f ± %.1f tokens/s%s (%.1f GB/s of weights+KV)\n", n_gen, tm, ts,
                batch > 1 ? " aggregate" : "", gbs);
+        if (ep.spec != SP_SPEC_NONE)
+            printf("speculative (%s): %llu drafted, %llu accepted\n", sp_spec_kind_name(ep.spec),
+                   (unsigned long long)es.spec_drafted, (unsigned long long)es.spec_accepted);
     }
     rc = 0;
 done:
@@ -217,6 +232,7 @@ done:
     free(tg);
     free(cnt);
     sp_engine_free(e);
+    sp_tool_spec_free(&spec);
     sp_model_free(model);
     return rc;
 }

@@ -270,8 +270,9 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
                 x[i] *= escale;
     }
 
+    const uint32_t n_layer = b->n_layer && b->n_layer < hp->n_layer ? b->n_layer : hp->n_layer;
     struct sp_fwd_job job = {.m = m, .s = s, .kv = kv, .b = b};
-    for (uint32_t il = 0; il < hp->n_layer; il++) {
+    for (uint32_t il = 0; il < n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         job.L = L;
         job.il = il;
@@ -310,7 +311,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         }
         sp_fwd_stage(&job, pool, SP_FWD_GLU, &L->w_down, &cache);
         sp_fwd_mm(s, pool, &cache, &L->w_down, s->g, F, T, s->tmp, E);
-        job.next = il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL;
+        job.next = il + 1 < n_layer ? &m->layers[il + 1] : NULL;
         sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? &job.next->wq : NULL, &cache);
     }
 
