@@ -320,6 +320,21 @@ SP_API const char *sp_cache_type_name(sp_cache_type t);
  * SP_ERR_ARG naming it and the choices when unknown. */
 SP_API sp_status sp_cache_type_parse(const char *name, sp_cache_type *out);
 
+/* Speculative decoding: where the drafts come from.  Drafts are verified in
+ * the same batched forward as every other token, so the output is the
+ * model's own: greedy output is identical token for token, and sampled
+ * output has exactly the model's distribution (the same tokens for the same
+ * seed when drafts are point guesses: n-gram drafts, greedy requests). */
+typedef enum sp_spec_kind {
+    SP_SPEC_NONE = 0,
+    SP_SPEC_NGRAM,  /* prompt lookup: continue an earlier occurrence of the last tokens */
+    SP_SPEC_DRAFT,  /* a smaller model with the same vocabulary (draft_model) */
+    SP_SPEC_SELF,   /* the model's own first spec_layers layers and output head */
+} sp_spec_kind;
+/* "none", "ngram", "draft", "self"; and back (SP_ERR_ARG for another name). */
+SP_API const char *sp_spec_kind_name(sp_spec_kind k);
+SP_API sp_status sp_spec_kind_parse(const char *name, sp_spec_kind *out);
+
 typedef struct sp_engine_params {
     int n_threads;       /* compute threads; 0: the model's n_threads */
     int n_ctx;           /* per-request context limit; 0: the model's training
@@ -335,9 +350,21 @@ typedef struct sp_engine_params {
                             n_batch */
     sp_cache_type cache_type_k; /* how the KV cache stores keys; 0: f16 */
     sp_cache_type cache_type_v; /* and values */
+    /* Speculative decoding (requests with beams or explain decode without) */
+    sp_spec_kind spec;   /* SP_SPEC_NONE: off */
+    int spec_k;          /* most drafts per sequence and step, 1..32 (default 8);
+                            each sequence's k adapts to its acceptance, and
+                            speculation pauses where it would not pay */
+    bool spec_fixed;     /* always spec_k drafts when the source has them (no
+                            adapting: for tests and measurements) */
+    const sp_model *draft_model; /* SP_SPEC_DRAFT: same vocabulary as the model
+                            (checked: SP_ERR_ARG naming the difference); must
+                            outlive the engine */
+    int spec_layers;     /* SP_SPEC_SELF: layers of the draft, 1..n_layer - 1
+                            (default n_layer / 2) */
 } sp_engine_params;
 
-/* All zero: every field takes the default its comment names. */
+/* Every field takes the default its comment names (spec_k 8, the rest 0). */
 SP_API void sp_engine_params_default(sp_engine_params *p);
 
 /* Allocates the KV cache and everything a step needs, once; nothing is
@@ -374,6 +401,8 @@ typedef struct sp_engine_stats {
                                        a request first needs one */
     uint64_t mem_scratch;           /* forward-pass buffers, logits, step buffers */
     uint64_t mem_resident;          /* the process's resident memory now */
+    uint64_t spec_drafted, spec_accepted; /* speculative decoding: draft tokens
+                                       verified, and those the model kept */
 } sp_engine_stats;
 SP_API void sp_engine_stats_get(const sp_engine *e, sp_engine_stats *out);
 
@@ -381,6 +410,7 @@ SP_API void sp_engine_stats_get(const sp_engine *e, sp_engine_stats *out);
 typedef struct sp_engine_timing {
     double t_prefill_s, t_decode_s, t_first_token_s;
     uint32_t n_prefill, n_decode;   /* prompt tokens computed (not cached); tokens generated */
+    uint32_t n_drafted, n_accepted; /* speculative decoding: drafts verified, drafts kept */
 } sp_engine_timing;
 SP_API void sp_engine_timing_get(const sp_engine *e, sp_engine_timing *out);
 
@@ -702,6 +732,14 @@ typedef struct sp_server_config {
                                0: no limit (a second signal ends the wait) */
     sp_cache_type cache_type_k, cache_type_v; /* the KV cache's (sp_engine_params) */
     int max_retries;        /* cap on a constrained request's max_retries, 0..16 */
+    /* speculative decoding inside continuous batching: the drafts of every
+     * running request are verified in the same step (as sp_engine_params;
+     * spec_k 0: 8) */
+    sp_spec_kind spec;
+    int spec_k;
+    bool spec_fixed;
+    const sp_model *draft_model;
+    int spec_layers;
 } sp_server_config;
 /* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8, sampling
  * defaults not set, text log lines, replica id from the host name, drain

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "args.h"
+#include "spec.h"
 #include "spindle.h"
 #include "tools.h"
 
@@ -131,13 +132,16 @@ int sp_tool_bench(int argc, char **argv)
     double *pp = NULL, *tg = NULL;
     struct sp_bench_count *cnt = NULL;
     int rc = 2;
+    struct sp_tool_spec spec;
     sp_model_params_default(&mp);
     sp_engine_params_default(&ep);
+    sp_tool_spec_init(&spec);
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [-d DEPTH] [--json]\n"
                  "       [--json-schema FILE]  also decode under the schema (alternating with unconstrained\n"
                  "                             runs): compile time, mask time per token p50/p99, tokens/s\n"
+                 "       [--spec ngram|draft|self [--spec-k N] [--spec-fixed] [--draft-model M] [--spec-layers L]]\n"
                  "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
@@ -150,6 +154,7 @@ int sp_tool_bench(int argc, char **argv)
         else if (sp_args_is(&a, "--json", NULL)) json = true;
         else if (sp_args_is(&a, "--bandwidth", NULL)) bandwidth = true;
         else if (sp_args_is(&a, "--json-schema", NULL)) schema_file = sp_args_value(&a);
+        else if (sp_tool_spec_flag(&a, &spec)) continue;
         else
             return sp_tool_fail("bench: unknown option '%s'", argv[a.i]);
     }
@@ -171,6 +176,8 @@ int sp_tool_bench(int argc, char **argv)
     ep.n_ctx = longest + n_gen + 1;
     ep.n_parallel = batch;
     ep.n_batch = longest > 512 ? longest : 512;
+    if (!sp_tool_spec_load(&spec, mp.n_threads, &ep))
+        goto done;
     if (sp_model_load(&mp, &model) != SP_OK || sp_engine_create(model, &ep, &e) != SP_OK) {
         sp_tool_fail("%s", sp_error_message());
         goto done;
@@ -268,6 +275,8 @@ int sp_tool_bench(int argc, char **argv)
     double gbs = bytes_per_tok * tm / 1e9;
     sp_isa_info ip;
     sp_isa_info_get(&ip);
+    sp_engine_stats es;
+    sp_engine_stats_get(e, &es);
     if (json) {
         json_t *o = json_object();
         json_object_set_new(o, "model", json_string(mp.path));
@@ -299,6 +308,9 @@ int sp_tool_bench(int argc, char **argv)
             json_object_set_new(o, "constrained_decode_tokens_per_s_sd", json_real(tcs));
             json_object_set_new(o, "constrained_ratio", json_real(tm > 0 ? tcm / tm : 0));
         }
+        json_object_set_new(o, "spec", json_string(sp_spec_kind_name(ep.spec)));
+        json_object_set_new(o, "spec_drafted", json_integer((json_int_t)es.spec_drafted));
+        json_object_set_new(o, "spec_accepted", json_integer((json_int_t)es.spec_accepted));
         json_dumpf(o, stdout, JSON_COMPACT);
         fputc('\n', stdout);
         json_decref(o);
@@ -314,6 +326,9 @@ int sp_tool_bench(int argc, char **argv)
                    "constrained decode %.1f ± %.1f tokens/s = %.1f %% of unconstrained\n",
                    schema_file, gb.compile_ms, gb.copy_us, gb.mask_us_p50, gb.mask_us_p99, gb.n_masks, tcm, tcs,
                    tm > 0 ? 100 * tcm / tm : 0);
+        if (ep.spec != SP_SPEC_NONE)
+            printf("speculative (%s): %llu drafted, %llu accepted\n", sp_spec_kind_name(ep.spec),
+                   (unsigned long long)es.spec_drafted, (unsigned long long)es.spec_accepted);
     }
     rc = 0;
 done:
@@ -328,6 +343,7 @@ done:
     sp_engine_free(e);
     sp_grammar_free(grammar);
     sp_grammar_free(proto);
+    sp_tool_spec_free(&spec);
     sp_model_free(model);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "spec.h"
 #include "spindle.h"
 #include "tools.h"
 
@@ -29,7 +30,8 @@ static const char sp_run_usage[] =
     "  --json-schema FILE   constrain the output to JSON matching a JSON Schema (validated)\n"
     "  --max-retries N      attempts after an output fails its check (default 2)\n"
     "  --ctx N  -t THREADS  --mlock (keep the weights in RAM)\n"
-    "  --cache-type-k T  --cache-type-v T   KV cache keys/values: f16 (default), q8_0, q4_0\n";
+    "  --cache-type-k T  --cache-type-v T   KV cache keys/values: f16 (default), q8_0, q4_0\n"
+    SP_TOOL_SPEC_USAGE;
 
 struct sp_run_token {
     sp_token id;
@@ -249,10 +251,12 @@ int sp_tool_run(int argc, char **argv)
     char *file_text = NULL;
     size_t n_toks = 0;
     int rc = 2;
+    struct sp_tool_spec spec;
 
     sp_model_params_default(&mp);
     sp_engine_params_default(&ep);
     sp_gen_params_default(&gp);
+    sp_tool_spec_init(&spec);
     gp.max_tokens = 256;
     gp.max_retries = 2;
     for (; a.i < argc && !a.failed; a.i++) {
@@ -310,6 +314,7 @@ int sp_tool_run(int argc, char **argv)
         else if (sp_args_is(&a, "--grammar", NULL)) grammar_file = sp_args_value(&a);
         else if (sp_args_is(&a, "--json-schema", NULL)) schema_file = sp_args_value(&a);
         else if (sp_args_is(&a, "--max-retries", NULL)) sp_args_int(&a, 0, 16, &gp.max_retries);
+        else if (sp_tool_spec_flag(&a, &spec)) continue;
         else {
             sp_tool_fail("run: unknown option '%s' (see spindle run --help)", argv[a.i]);
             goto done;
@@ -343,6 +348,8 @@ int sp_tool_run(int argc, char **argv)
     ep.n_parallel = 1;
 
     mp.progress = sp_progress_stderr;
+    if (!sp_tool_spec_load(&spec, mp.n_threads, &ep))
+        goto done;
     if (sp_model_load(&mp, &model) != SP_OK || sp_engine_create(model, &ep, &e) != SP_OK) {
         sp_tool_fail("%s", sp_error_message());
         goto done;
@@ -412,6 +419,13 @@ int sp_tool_run(int argc, char **argv)
         json_object_set_new(timings, "prefill_tokens_per_s", json_real(tm.t_prefill_s > 0 ? tm.n_prefill / tm.t_prefill_s : 0));
         json_object_set_new(timings, "decode_tokens_per_s", json_real(tm.t_decode_s > 0 ? tm.n_decode / tm.t_decode_s : 0));
         json_object_set_new(root, "timings", timings);
+        if (ep.spec != SP_SPEC_NONE) {
+            json_t *sj = json_object();
+            json_object_set_new(sj, "source", json_string(sp_spec_kind_name(ep.spec)));
+            json_object_set_new(sj, "drafted", json_integer(tm.n_drafted));
+            json_object_set_new(sj, "accepted", json_integer(tm.n_accepted));
+            json_object_set_new(root, "speculative", sj);
+        }
         json_dumpf(root, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
         fputc('\n', stdout);
         json_decref(root);
@@ -438,6 +452,9 @@ int sp_tool_run(int argc, char **argv)
             /* VmHWM: getrusage's maxrss also counts the parent's memory at fork */
             peak / 1048576.0,
             es.kv_bytes / 1048576.0, sp_engine_n_ctx(e), sp_finish_name(s->choices[0].finish));
+    if (ep.spec != SP_SPEC_NONE)
+        fprintf(stderr, "speculative (%s): %u drafted, %u accepted (%.0f %%)\n", sp_spec_kind_name(ep.spec),
+                tm.n_drafted, tm.n_accepted, tm.n_drafted ? 100.0 * tm.n_accepted / tm.n_drafted : 0.0);
     rc = 0;
     for (int i = 0; i < n_choices; i++)
         if (s->choices[i].finish == SP_FINISH_ERROR) {
@@ -456,6 +473,7 @@ done:
     free(file_text);
     sp_engine_free(e);
     sp_grammar_free(grammar);
+    sp_tool_spec_free(&spec);
     sp_model_free(model);
     return rc;
 }

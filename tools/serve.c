@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
+#include "spec.h"
 #include "spindle.h"
 #include "tools.h"
 
@@ -33,6 +35,7 @@ static const char sp_serve_usage[] =
     "                       (default: the host name)\n"
     "  --drain-timeout SECONDS  on SIGTERM, how long requests in flight may\n"
     "                       take to finish before they are ended (default 60; 0: no limit)\n"
+    SP_TOOL_SPEC_USAGE
     "sampling defaults for requests that leave a field unset (default: the model's\n"
     "recommendation from its GGUF metadata, else temp 0.8, top-k 40, top-p 0.95, min-p 0.05):\n"
     "  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n";
@@ -73,13 +76,22 @@ int sp_tool_serve(int argc, char **argv)
 {
     sp_server_config cfg;
     sp_model_params mp;
+    struct sp_tool_spec spec;
     sp_server_config_default(&cfg);
     sp_model_params_default(&mp);
+    sp_tool_spec_init(&spec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(sp_serve_usage, stdout);
             return 0;
+        }
+        struct sp_args sa = {argc, argv, i, false};
+        if (sp_tool_spec_flag(&sa, &spec)) {
+            if (sa.failed)
+                return 2;
+            i = sa.i;
+            continue;
         }
         if (!strcmp(a, "--mlock")) {
             mp.use_mlock = true;
@@ -180,10 +192,22 @@ int sp_tool_serve(int argc, char **argv)
         return sp_tool_fail("serve: -m MODEL is required (see spindle serve --help)");
     mp.n_threads = cfg.n_threads;
     sp_model *m = NULL;
+    sp_engine_params ep;
+    sp_engine_params_default(&ep);
     mp.progress = sp_progress_stderr;
-    if (sp_model_load(&mp, &m) != SP_OK)
+    if (!sp_tool_spec_load(&spec, cfg.n_threads, &ep))
+        return 2;
+    cfg.spec = ep.spec;
+    cfg.spec_k = ep.spec_k;
+    cfg.spec_fixed = ep.spec_fixed;
+    cfg.draft_model = ep.draft_model;
+    cfg.spec_layers = ep.spec_layers;
+    if (sp_model_load(&mp, &m) != SP_OK) {
+        sp_tool_spec_free(&spec);
         return sp_tool_fail("%s", sp_error_message());
+    }
     int rc = sp_server_run(m, &cfg) == SP_OK ? 0 : sp_tool_fail("%s", sp_error_message());
     sp_model_free(m);
+    sp_tool_spec_free(&spec);
     return rc;
 }

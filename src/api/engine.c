@@ -25,7 +25,10 @@ sp_status sp_engine_create(const sp_model *m, const sp_engine_params *p, sp_engi
         sp_engine_params_default(&ep);
     if (ep.n_threads <= 0)
         ep.n_threads = m->n_threads;
-    return sp_engine_init(out, m->weights, m->vocab, &ep);
+    const sp_model *d = ep.draft_model;
+    if (d && !d->weights)
+        return sp_error_set(SP_ERR_ARG, "%s: loaded with vocab_only: it cannot draft", d->path);
+    return sp_engine_init(out, m->weights, m->vocab, &ep, d ? d->weights : NULL, d ? d->vocab : NULL);
 }
 
 sp_status sp_request_submit_text(sp_engine *e, const char *text, size_t len, bool parse_special,

@@ -49,10 +49,15 @@ void sp_gen_params_default(struct sp_gen_params *gp)
     gp->logprobs = -1;
 }
 
-void sp_engine_params_default(struct sp_engine_params *p) { memset(p, 0, sizeof *p); }
+void sp_engine_params_default(struct sp_engine_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->spec_k = 8;
+}
 
 sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const struct sp_vocab *v,
-                         const struct sp_engine_params *p)
+                         const struct sp_engine_params *p, const struct sp_model *draft,
+                         const struct sp_vocab *draft_vocab)
 {
     struct sp_engine *e;
     sp_status st;
@@ -82,6 +87,8 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
     e->n_out_max = e->n_parallel * 4 > SP_BEAM_MAX ? e->n_parallel * 4 : SP_BEAM_MAX;
     if (p->n_outputs > e->n_out_max)
         e->n_out_max = p->n_outputs;
+    if (p->spec != SP_SPEC_NONE) /* rows for the drafts of 8 sequences */
+        e->n_out_max += (p->spec_k > 0 && p->spec_k <= SP_SPEC_K_MAX ? p->spec_k : 8) * 8;
     if (e->n_out_max > e->n_batch)
         e->n_out_max = e->n_batch;
     if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
@@ -128,6 +135,10 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
         sp_engine_free(e);
         return st;
     }
+    if ((st = sp_engine_spec_init(e, p, draft, draft_vocab)) != SP_OK) {
+        sp_engine_free(e);
+        return st;
+    }
     /* resident from the start, as spindle info reports it */
     sp_kv_touch(e->kv);
     memset(e->logits, 0, (size_t)e->n_out_max * hp->n_vocab * sizeof(float));
@@ -160,6 +171,7 @@ void sp_engine_free(struct sp_engine *e)
     }
     free(e->b_tokens); free(e->b_pos); free(e->b_out_idx); free(e->b_seqs); free(e->b_out_choice);
     free(e->logits); free(e->text); free(e->text2);
+    sp_engine_spec_free(e);
     sp_forward_scratch_free(&e->fs);
     sp_kv_free(e->kv);
     sp_pool_free(e->pool);
@@ -191,6 +203,8 @@ void sp_engine_stats_get(const struct sp_engine *e, struct sp_engine_stats *o)
     o->mem_scratch = m.scratch;
     o->mem_kv_rings = m.kv_rings;
     o->mem_resident = sp_mem_rss();
+    if (e->spec)
+        sp_spec_totals(e->spec, &o->spec_drafted, &o->spec_accepted);
 }
 
 static uint64_t sp_tensor_bytes(const struct sp_tensor *t)
@@ -239,6 +253,7 @@ static void sp_request_release(struct sp_request *r)
         struct sp_choice *c = &r->choices[i];
         sp_kv_seq_release(e->kv, &c->seq);
         sp_sampler_free(c->sampler);
+        sp_spec_seq_free(e->spec, c->spec);
         free(c->tokens);
         free(c->out);
     }
@@ -346,6 +361,11 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
         c->idx = i;
         sp.seed = gp->sampling.seed + (uint64_t)i;
         if (!width && (st = sp_sampler_init(&c->sampler, &sp, e->model->hp.n_vocab)) != SP_OK)
+            goto fail;
+        /* drafts are verified against the sampler alone: requests whose
+         * tokens also pass a grammar mask decode without them */
+        if (e->spec && !width && !gp->explain && !gp->grammar &&
+            (st = sp_spec_seq_new(e->spec, &sp, &c->spec)) != SP_OK)
             goto fail;
         if ((st = sp_stop_init(&c->stop, gp->stop, gp->n_stop)) != SP_OK)
             goto fail;
@@ -489,7 +509,7 @@ bool sp_choice_mask_row(struct sp_request *r, struct sp_choice *c, float *row, u
 
 /* Ends c (final event).  A constrained choice that stopped is checked first
  * and, when invalid with retries left, starts over instead. */
-static void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_finish why)
+void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_finish why)
 {
     struct sp_request *r = c->req;
     size_t n = 0;
@@ -526,6 +546,8 @@ static void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_f
     r->n_open--;
     sp_kv_seq_release(e->kv, &c->seq);
     c->err = why == SP_FINISH_ERROR && r->why[0] ? r->why : NULL;
+    sp_spec_seq_free(e->spec, c->spec);
+    c->spec = NULL;
     sp_choice_emit(c, -1, e->text2, n, NULL, NULL, why);
     c->err = NULL;
 }
@@ -605,6 +627,13 @@ static void sp_choice_advance(struct sp_engine *e, struct sp_choice *c, const fl
         sp_choice_finish(e, c, SP_FINISH_ERROR);
         return;
     }
+    sp_choice_take(e, c, t, lp, xp);
+}
+
+void sp_choice_take(struct sp_engine *e, struct sp_choice *c, sp_token t, const struct sp_token_logprobs *lp,
+                    const struct sp_sampler_explain *xp)
+{
+    struct sp_request *r = c->req;
     if (r->gp.grammar && !sp_vocab_is_eog(e->vocab, t))
         c->gstate = sp_grammar_advance(r->gp.grammar, c->gstate, t);
     if (r->t_first == 0.0)
@@ -682,6 +711,8 @@ static void sp_engine_reap(struct sp_engine *e)
             e->timing.n_decode = 0;
             for (int i = 0; i < r->n_choices; i++)
                 e->timing.n_decode += r->choices[i].n_generated;
+            e->timing.n_drafted = r->n_drafted;
+            e->timing.n_accepted = r->n_accepted;
             *pp = r->next;
             e->n_running--;
             if (!r->fn)
@@ -698,7 +729,14 @@ int sp_engine_step(struct sp_engine *e)
 {
     int n = 0, n_out = 0;
     sp_engine_reap(e);
-    /* 1. one token for every decoding choice */
+    if (e->spec) {
+        uint32_t waiting = 0;
+        for (struct sp_request *r = e->active; r; r = r->next)
+            if (r->state == SP_REQ_PREFILL && !r->cancelled)
+                waiting += r->n_prompt - r->n_prefilled;
+        sp_engine_spec_draft(e, waiting);
+    }
+    /* 1. one token for every decoding choice, then its drafts */
     for (struct sp_request *r = e->active; r; r = r->next) {
         if (r->state != SP_REQ_DECODE)
             continue;
@@ -706,14 +744,27 @@ int sp_engine_step(struct sp_engine *e)
             continue; /* a beam step needs every live beam's logits at once */
         for (int i = 0; i < r->n_choices; i++) {
             struct sp_choice *c = &r->choices[i];
-            if (c->done || n_out >= e->n_out_max || n >= e->n_batch)
+            if (c->done)
                 continue;
+            if (n_out >= e->n_out_max || n >= e->n_batch) {
+                sp_engine_spec_drop(e, c, 0, false); /* not in this step after all */
+                continue;
+            }
             if (!sp_batch_add(e, &n, c->tokens[c->n_tokens - 1], (int32_t)c->n_tokens - 1, &c->seq)) {
                 sp_choice_finish(e, c, SP_FINISH_LENGTH); /* KV exhausted: cannot grow */
                 continue;
             }
             e->b_out_idx[n_out] = n - 1;
             e->b_out_choice[n_out++] = c;
+            for (uint32_t j = 0; j < c->n_draft; j++) {
+                if (n_out >= e->n_out_max || n >= e->n_batch ||
+                    !sp_batch_add(e, &n, c->tokens[c->n_tokens + j], (int32_t)(c->n_tokens + j), &c->seq)) {
+                    sp_engine_spec_drop(e, c, j, true);
+                    break;
+                }
+                e->b_out_idx[n_out] = n - 1;
+                e->b_out_choice[n_out++] = NULL; /* verified with c's first row */
+            }
         }
     }
     /* 2. prompt chunks with the remaining token budget */
@@ -744,20 +795,26 @@ int sp_engine_step(struct sp_engine *e)
         sp_engine_reap(e);
         return (int)e->n_running;
     }
-    struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out};
+    struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out, 0};
+    double t0 = sp_engine_now();
     if (sp_forward(e->model, e->kv, &e->fs, e->pool, &fb, e->logits) != SP_OK) {
         for (struct sp_request *r = e->active; r; r = r->next)
             sp_request_end(e, r, SP_FINISH_ERROR);
         sp_engine_reap(e);
         return -1;
     }
-    /* register newly completed blocks with the prefix cache */
+    if (e->spec)
+        sp_spec_observe(e->spec, n, sp_engine_now() - t0);
+    /* register newly completed blocks with the prefix cache (a sequence
+     * with drafts in the batch does once it knows which it keeps) */
     for (struct sp_request *r = e->active; r; r = r->next)
         for (int i = 0; i < r->n_choices; i++)
-            if (!r->choices[i].done)
+            if (!r->choices[i].done && !r->choices[i].n_draft)
                 sp_kv_prefix_commit(e->kv, &r->choices[i].seq, r->choices[i].tokens);
     for (int o = 0; o < n_out; o++) {
         struct sp_choice *c = e->b_out_choice[o];
+        if (!c)
+            continue; /* a draft's row */
         struct sp_request *r = c->req;
         const float *lg = e->logits + (size_t)o * e->model->hp.n_vocab;
         if (r->state == SP_REQ_PREFILL) {
@@ -780,6 +837,8 @@ int sp_engine_step(struct sp_engine *e)
             r->rows[c->idx - r->live] = lg;
             if (c->idx - r->live == r->n_live - 1)
                 sp_beam_advance(e, r); /* the last live beam's row: all are in */
+        } else if (!c->done && c->n_draft) {
+            sp_engine_spec_verify(e, c, lg);
         } else if (!c->done) {
             sp_choice_advance(e, c, lg);
         }
@@ -813,7 +872,7 @@ sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n
             if (done + i >= first)
                 e->b_out_idx[n_out++] = n - 1;
         }
-        struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out};
+        struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out, 0};
         if ((st = sp_forward(e->model, e->kv, &e->fs, e->pool, &fb, e->logits)) != SP_OK)
             goto release;
         for (int o = 0; o < n_out; o++)

@@ -29,7 +29,8 @@ struct sp_model;
  * outlive the engine); p->n_threads <= 0: one per core.  Errors name the
  * problem (SP_ERR_ARG for a context out of range, SP_ERR_NOMEM). */
 sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const struct sp_vocab *v,
-                         const struct sp_engine_params *p);
+                         const struct sp_engine_params *p, const struct sp_model *draft,
+                         const struct sp_vocab *draft_vocab);
 
 const struct sp_vocab *sp_engine_vocab(const struct sp_engine *e);
 const struct sp_model *sp_engine_model(const struct sp_engine *e);

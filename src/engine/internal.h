@@ -8,6 +8,7 @@
 #include "kv/kv.h"
 #include "model/forward.h"
 #include "sampler/beam.h"
+#include "spec/spec.h"
 #include "tokenizer/tokenizer.h"
 
 #define SP_MAX_CHOICES 16
@@ -52,6 +53,8 @@ struct sp_choice {
     size_t n_out, cap_out;
     bool retry, valid;      /* for the event being emitted */
     const char *err;
+    struct sp_spec_seq *spec; /* speculative decoding state; NULL: decodes without */
+    uint32_t n_draft;       /* drafts at tokens[n_tokens, ...) in this step's batch */
 };
 
 /* A finished beam hypothesis. */
@@ -72,6 +75,7 @@ struct sp_request {
     struct sp_evq q;
     uint32_t n_prompt, n_cached, n_prefilled;
     uint32_t budget_blocks;   /* blocks committed at admission */
+    uint32_t n_drafted, n_accepted; /* speculative decoding, all choices */
     enum sp_req_state state;
     bool cancelled;
     int n_choices, n_open;
@@ -114,10 +118,21 @@ struct sp_engine {
     struct sp_token_logprobs lp;
     struct sp_sampler_explain explain;
     struct sp_engine_timing timing;
+    /* speculative decoding (NULL: off) */
+    struct sp_spec *spec;
+    int spec_rows;                    /* most sequences drafting in one step */
+    struct sp_spec_job *spec_jobs;    /* [spec_rows] */
+    struct sp_choice **spec_choice;   /* [spec_rows] */
+    struct sp_token_logprobs *spec_lp; /* [SP_SPEC_K_MAX + 1] logprobs of one verified run */
 };
 
 
 double sp_engine_now(void);
+/* Appends t to c and streams it: end-of-generation, stop strings and
+ * length end the choice. */
+void sp_choice_take(struct sp_engine *e, struct sp_choice *c, sp_token t, const struct sp_token_logprobs *lp,
+                    const struct sp_sampler_explain *explain);
+void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_finish why);
 void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t len,
                     const struct sp_token_logprobs *lp, const struct sp_sampler_explain *explain,
                     enum sp_finish finish);
@@ -129,6 +144,21 @@ bool sp_choice_check(struct sp_request *r, struct sp_choice *c);
 /* Masks a logits row in place to the tokens c's grammar allows; false with
  * the reason in r->why when none is allowed. */
 bool sp_choice_mask_row(struct sp_request *r, struct sp_choice *c, float *row, uint32_t n_vocab);
+
+/* Speculative decoding (speculate.c).  sp_engine_spec_init: the spec room
+ * for p's source (nothing when off).  sp_engine_spec_draft: before a step,
+ * drafts for the decoding choices that get some (c->n_draft); n_prefill:
+ * prompt tokens waiting.  sp_engine_spec_verify: after the forward, keeps
+ * the accepted drafts of c (logits rows[0..n_draft]) and the target's next
+ * token, rolls the KV sequence back to them and streams them. */
+sp_status sp_engine_spec_init(struct sp_engine *e, const struct sp_engine_params *p, const struct sp_model *draft,
+                              const struct sp_vocab *draft_vocab);
+void sp_engine_spec_free(struct sp_engine *e);
+void sp_engine_spec_draft(struct sp_engine *e, uint32_t n_prefill);
+/* Keeps only c's first `keep` drafts (none when c is not in the step after
+ * all): its KV sequence forgets what drafting wrote past them. */
+void sp_engine_spec_drop(struct sp_engine *e, struct sp_choice *c, uint32_t keep, bool in_step);
+void sp_engine_spec_verify(struct sp_engine *e, struct sp_choice *c, const float *rows);
 
 /* Beam search (beam.c). */
 sp_status sp_beam_request_init(struct sp_request *r, const sp_token *prompt, uint32_t n_prompt);

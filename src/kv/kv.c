@@ -503,6 +503,24 @@ void sp_kv_seq_release(struct sp_kv *kv, struct sp_kv_seq *seq)
     memset(seq, 0, sizeof *seq);
 }
 
+sp_status sp_kv_seq_truncate(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_pos)
+{
+    if (n_pos >= seq->n_pos)
+        return SP_OK;
+    if (n_pos < seq->n_hashed * kv->block_tokens)
+        return sp_error_set(SP_ERR_INTERNAL, "kv cache: rolling back to %u positions would cut into %u cached blocks",
+                            n_pos, seq->n_hashed);
+    uint32_t keep = (uint32_t)sp_kv_blocks_for(n_pos);
+    while (seq->n_blocks > keep)
+        sp_kv_unref(kv, seq->blocks[--seq->n_blocks]);
+    if (keep) /* the last block kept is where the sequence grows again */
+        kv->tail_bits[seq->blocks[keep - 1] / 64] |= 1ull << (seq->blocks[keep - 1] % 64);
+    seq->n_pos = n_pos;
+    return SP_OK;
+}
+
+uint32_t sp_kv_seq_len(const struct sp_kv_seq *seq) { return seq->n_pos; }
+
 sp_status sp_kv_seq_fork(struct sp_kv *kv, struct sp_kv_seq *dst, const struct sp_kv_seq *src)
 {
     memset(dst, 0, sizeof *dst);

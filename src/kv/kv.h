@@ -86,6 +86,18 @@ void sp_kv_stats(const struct sp_kv *kv, uint32_t rings, struct sp_kv_stats *out
 sp_status sp_kv_seq_reserve(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_pos);
 /* Drops the sequence's references; its blocks become free (or stay cached). */
 void sp_kv_seq_release(struct sp_kv *kv, struct sp_kv_seq *seq);
+/* Rolls the sequence back to its first n_pos positions (speculative
+ * decoding's rejected drafts): blocks wholly past n_pos are released, the
+ * positions kept are untouched, and later writes go to [n_pos, ...) as for
+ * a sequence that never held more.  Positions in blocks registered with the
+ * prefix cache are never rolled back (SP_ERR_INTERNAL), so a rejected token never
+ * reaches the cache when the caller registers only what it keeps.  Ring
+ * (sliding-window) layers need nothing: positions past n_pos are rewritten
+ * before a query reads them, and what their writes overwrote lies further
+ * back than any window reaches (a ring holds window + the largest batch). */
+sp_status sp_kv_seq_truncate(struct sp_kv *kv, struct sp_kv_seq *seq, uint32_t n_pos);
+/* Positions seq holds (reserved, and not rolled back). */
+uint32_t sp_kv_seq_len(const struct sp_kv_seq *seq);
 /* dst (empty) shares all of src's blocks. */
 sp_status sp_kv_seq_fork(struct sp_kv *kv, struct sp_kv_seq *dst, const struct sp_kv_seq *src);
 

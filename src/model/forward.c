@@ -529,8 +529,9 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
                 x[i] *= escale;
     }
 
+    const uint32_t n_layer = b->n_layer && b->n_layer < hp->n_layer ? b->n_layer : hp->n_layer;
     struct sp_fwd_job job = {.m = m, .s = s, .kv = kv, .b = b};
-    for (uint32_t il = 0; il < hp->n_layer; il++) {
+    for (uint32_t il = 0; il < n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         job.L = L;
         job.il = il;
@@ -568,7 +569,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, &L->w_gate, &cache);
             sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
         }
-        job.next = il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL;
+        job.next = il + 1 < n_layer ? &m->layers[il + 1] : NULL;
         sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? &job.next->wq : NULL, &cache);
     }
 

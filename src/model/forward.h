@@ -19,6 +19,10 @@ struct sp_forward_batch {
     const struct sp_kv_seq *const *seqs; /* [n_tok]; blocks reserved through pos */
     const int32_t *out_idx;              /* [n_out] tokens whose logits are wanted */
     int n_out;
+    /* Exit after this many layers (0: all): the output norm and head then
+     * read the residual stream there, and only those layers' K/V are
+     * written (self-speculation drafts with the first layers). */
+    uint32_t n_layer;
 };
 
 struct sp_forward_scratch {

@@ -777,21 +777,32 @@ sp_token sp_sampler_sample(struct sp_sampler *s, const float *logits, const sp_t
     return c->id;
 }
 
-sp_status sp_sampler_candidates(struct sp_sampler *s, const float *logits, const sp_token *history,
-                                size_t n_history, const struct sp_candidate **out, size_t *n_out)
+sp_status sp_sampler_dist(struct sp_sampler *s, const float *logits, const sp_token *history, size_t n_history,
+                          struct sp_token_logprobs *lp, const struct sp_candidate **out, size_t *n_out,
+                          double *logz)
 {
     *out = NULL;
     *n_out = 0;
-    sp_status st = run_chain(s, logits, history, n_history, NULL, NULL, NULL);
+    *logz = 0.0;
+    sp_status st = run_chain(s, logits, history, n_history, lp, logz, NULL);
     if (st != SP_OK)
         return st;
     for (size_t i = 0; i < s->n; i++)
         s->cand[i].p = (float)(s->cand[i].p / s->z);
     s->z = 1.0;
-    qsort(s->cand, s->n, sizeof *s->cand, cmp_prob);
     *out = s->cand;
     *n_out = s->n;
     return SP_OK;
+}
+
+sp_status sp_sampler_candidates(struct sp_sampler *s, const float *logits, const sp_token *history,
+                                size_t n_history, const struct sp_candidate **out, size_t *n_out)
+{
+    double logz;
+    sp_status st = sp_sampler_dist(s, logits, history, n_history, NULL, out, n_out, &logz);
+    if (st == SP_OK)
+        qsort(s->cand, s->n, sizeof *s->cand, cmp_prob);
+    return st;
 }
 
 sp_status sp_sampler_explain_data(struct sp_sampler *s, const float *logits,

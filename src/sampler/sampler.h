@@ -99,6 +99,16 @@ sp_token sp_sampler_sample(struct sp_sampler *s, const float *logits, const sp_t
 sp_status sp_sampler_candidates(struct sp_sampler *s, const float *logits, const sp_token *history,
                                 size_t n_history, const struct sp_candidate **out, size_t *n_out);
 
+/* The chain's distribution for one row, as sp_sampler_sample() would draw
+ * from it, without drawing: *out[0..*n_out) in chain order with p summing
+ * to 1 (temperature <= 0: the greedy token alone, p = 1).  lp (optional)
+ * gets its top list; the logprob of a chosen candidate c is c.logit -
+ * *logz.  For speculative sampling, which needs the target's p of a draft
+ * token; does not touch the random state.  Allocates nothing. */
+sp_status sp_sampler_dist(struct sp_sampler *s, const float *logits, const sp_token *history, size_t n_history,
+                          struct sp_token_logprobs *lp, const struct sp_candidate **out, size_t *n_out,
+                          double *logz);
+
 /* struct sp_sampler_explain (what one step did to the most likely tokens)
  * is public: include/spindle.h. */
 

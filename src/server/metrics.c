@@ -203,6 +203,10 @@ char *sp_metrics_render(struct sp_metrics *m)
                      e->mem_scratch);
     sp_render_scalar(&t, "spindle_memory_resident_bytes", "gauge", "Resident memory of the process.",
                      e->mem_resident);
+    sp_render_scalar(&t, "spindle_spec_drafted_tokens_total", "counter",
+                     "Speculative decoding: draft tokens verified.", e->spec_drafted);
+    sp_render_scalar(&t, "spindle_spec_accepted_tokens_total", "counter",
+                     "Speculative decoding: draft tokens the model kept.", e->spec_accepted);
     pthread_mutex_unlock(&m->mu);
     if (t.failed) {
         free(t.s);

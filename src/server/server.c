@@ -104,14 +104,19 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     char *model_id = sp_model_id(info.path);
     if (!model_id)
         return sp_error_set(SP_ERR_NOMEM, "server: out of memory");
-    struct sp_engine_params ep = {
-        .n_threads = cfg->n_threads,
-        .n_ctx = cfg->n_ctx,
-        .n_parallel = cfg->n_parallel,
-        .kv_mem_mib = cfg->kv_mem_mib,
-        .cache_type_k = cfg->cache_type_k,
-        .cache_type_v = cfg->cache_type_v,
-    };
+    struct sp_engine_params ep;
+    sp_engine_params_default(&ep);
+    ep.n_threads = cfg->n_threads;
+    ep.n_ctx = cfg->n_ctx;
+    ep.n_parallel = cfg->n_parallel;
+    ep.kv_mem_mib = cfg->kv_mem_mib;
+    ep.cache_type_k = cfg->cache_type_k;
+    ep.cache_type_v = cfg->cache_type_v;
+    ep.spec = cfg->spec;
+    ep.spec_k = cfg->spec_k ? cfg->spec_k : ep.spec_k;
+    ep.spec_fixed = cfg->spec_fixed;
+    ep.draft_model = cfg->draft_model;
+    ep.spec_layers = cfg->spec_layers;
     /* Everything that can refuse the configuration happens before the
      * port is bound: a server that listens can serve (a balancer's health
      * check fails on a replica still loading as it would on a 503). */

@@ -213,5 +213,34 @@ int main(void)
     sp_kv_seq_release(kv, &a);
     sp_kv_seq_release(kv, &b);
     sp_kv_free(kv);
+
+    /* rolling back (rejected speculative drafts): blocks past the new end
+     * go back to the pool, kept positions are untouched, the sequence grows
+     * again as if it never held more; a fork rolled back leaves the shared
+     * blocks to its sibling and copies before writing; blocks registered
+     * with the prefix cache are never rolled back */
+    kv = new_kv(12);
+    CHECK(sp_kv_seq_reserve(kv, &a, 40) == SP_OK, "reserve a 40");
+    write_seq(kv, &a, 1, 0, 40);
+    CHECK(sp_kv_seq_truncate(kv, &a, 20) == SP_OK && sp_kv_seq_len(&a) == 20 && a.n_blocks == 2, "a rolled back to 20");
+    CHECK(sp_kv_available(kv) == 10, "its third block is free again (%u available)", sp_kv_available(kv));
+    CHECK(seq_matches(kv, &a, 1, 0, 20) == 0, "positions kept are untouched");
+    CHECK(sp_kv_seq_reserve(kv, &a, 40) == SP_OK && a.n_blocks == 3 && consecutive(&a), "a grows again");
+    write_seq(kv, &a, 2, 20, 40);
+    CHECK(seq_matches(kv, &a, 1, 0, 20) == 0 && seq_matches(kv, &a, 2, 20, 40) == 0, "old and new positions");
+    CHECK(sp_kv_seq_fork(kv, &b, &a) == SP_OK, "fork b from a");
+    CHECK(sp_kv_seq_truncate(kv, &b, 18) == SP_OK && b.n_blocks == 2, "b rolled back to 18");
+    CHECK(sp_kv_available(kv) == 9, "a still holds the third block");
+    CHECK(sp_kv_seq_reserve(kv, &b, 30) == SP_OK && b.blocks[1] != a.blocks[1], "b copies the shared block");
+    write_seq(kv, &b, 3, 18, 30);
+    CHECK(seq_matches(kv, &a, 2, 20, 40) == 0 && seq_matches(kv, &b, 1, 0, 18) == 0, "a untouched, b's prefix kept");
+    sp_kv_prefix_commit(kv, &a, toks);
+    CHECK(a.n_hashed == 2, "a's two full blocks are cached");
+    CHECK(sp_kv_seq_truncate(kv, &a, 30) == SP_ERR_INTERNAL && sp_kv_seq_len(&a) == 40, "no rollback into cached blocks");
+    CHECK(sp_kv_seq_truncate(kv, &a, 32) == SP_OK && sp_kv_seq_len(&a) == 32 && a.n_blocks == 2, "down to them is fine");
+    sp_kv_seq_release(kv, &a);
+    sp_kv_seq_release(kv, &b);
+    CHECK(sp_kv_available(kv) == 12, "every block back");
+    sp_kv_free(kv);
     return sp_check_report("test_kv");
 }

@@ -32,7 +32,8 @@ class ModelInfo(Structure):
 class EngineParams(Structure):
     _fields_ = [("n_threads", c_int), ("n_ctx", c_int), ("n_parallel", c_int), ("kv_mem_mib", c_size_t),
                 ("n_batch", c_int), ("swa_full", c_bool), ("n_outputs", c_int), ("cache_type_k", c_int),
-                ("cache_type_v", c_int)]
+                ("cache_type_v", c_int), ("spec", c_int), ("spec_k", c_int), ("spec_fixed", c_bool),
+                ("draft_model", c_void_p), ("spec_layers", c_int)]
 
 
 class LogitBias(Structure):
@@ -78,7 +79,7 @@ class EngineStats(Structure):
                 ("kv_block_tokens", c_uint32), ("kv_bytes", c_uint64), ("prefix_hits", c_uint64),
                 ("prefix_tokens_reused", c_uint64), ("n_running", c_uint32), ("mem_weights", c_uint64),
                 ("mem_kv", c_uint64), ("mem_kv_rings", c_uint64), ("mem_scratch", c_uint64),
-                ("mem_resident", c_uint64)]
+                ("mem_resident", c_uint64), ("spec_drafted", c_uint64), ("spec_accepted", c_uint64)]
 
 
 class TensorInfo(Structure):

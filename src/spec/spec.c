@@ -1,0 +1,430 @@
+/* Speculative decoding: configuration, per-sequence state, how many drafts
+ * pay, verification and the acceptance rule.  See spec.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "spec/internal.h"
+#include "tokenizer/tokenizer.h"
+
+/* Acceptance memory: each verification's counts weigh this much less at
+ * the next, so k follows a sequence moving between copied and new text
+ * within a few steps, while ten failed drafts in a row bring the estimate
+ * under 5 % (prior: half a draft accepted of one). */
+#define SP_SPEC_DECAY 0.9
+/* A sequence paused for low acceptance drafts one token again after this
+ * many steps, doubling (to SP_SPEC_PROBE_MAX) while probes fail, and
+ * stretched by what a draft forward costs against a step (a probe of
+ * self-speculation on Gemma 3, whose output head is most of its weights,
+ * costs most of a step). */
+#define SP_SPEC_PROBE_MIN 8
+#define SP_SPEC_PROBE_MAX 128
+/* Smoothing of the measured forward times. */
+#define SP_SPEC_EMA 0.3
+/* A step size measured longer ago than this many forwards is measured
+ * again (a step without drafts) before drafts are weighed against it: the
+ * machine's speed drifts, and a size that drafting always avoids would
+ * otherwise keep a stale time. */
+#define SP_SPEC_STALE 32
+/* A draft is added only when its expected tokens exceed what the time it
+ * adds would produce without it by this fraction: the estimates are noisy
+ * (shared machines), and near the break-even point, where a batch that is
+ * already compute-bound sits, a misjudged draft loses more than a right
+ * one gains. */
+#define SP_SPEC_MARGIN 0.5
+/* Batches of at least this many tokens give the cost of one token more. */
+#define SP_SPEC_BIG 32
+
+static const char *const sp_spec_names[] = {"none", "ngram", "draft", "self"};
+
+const char *sp_spec_kind_name(enum sp_spec_kind k)
+{
+    return (unsigned)k < sizeof sp_spec_names / sizeof *sp_spec_names ? sp_spec_names[k] : "unknown";
+}
+
+sp_status sp_spec_kind_parse(const char *name, enum sp_spec_kind *out)
+{
+    for (unsigned i = 0; i < sizeof sp_spec_names / sizeof *sp_spec_names; i++)
+        if (name && !strcmp(name, sp_spec_names[i])) {
+            *out = (enum sp_spec_kind)i;
+            return SP_OK;
+        }
+    return sp_error_set(SP_ERR_ARG, "speculative decoding '%s': want none, ngram, draft or self", name ? name : "");
+}
+
+/* The draft model must share the vocabulary: the same ids for the same
+ * token texts, and an output head over all of them. */
+static sp_status sp_spec_vocab_check(const struct sp_spec_config *c, const struct sp_spec_target *t)
+{
+    uint32_t nt = sp_vocab_size(t->vocab), nd = sp_vocab_size(c->draft_vocab);
+    if (nt != nd || c->draft->hp.n_vocab != t->model->hp.n_vocab)
+        return sp_error_set(SP_ERR_ARG, "--draft-model: its vocabulary has %u tokens, the model's %u", nd, nt);
+    if (strcmp(sp_vocab_model_name(t->vocab), sp_vocab_model_name(c->draft_vocab)))
+        return sp_error_set(SP_ERR_ARG, "--draft-model: its tokenizer is '%s', the model's '%s'",
+                            sp_vocab_model_name(c->draft_vocab), sp_vocab_model_name(t->vocab));
+    for (uint32_t i = 0; i < nt; i++) {
+        const char *a = sp_vocab_token_text(t->vocab, (sp_token)i), *b = sp_vocab_token_text(c->draft_vocab, (sp_token)i);
+        if (strcmp(a ? a : "", b ? b : ""))
+            return sp_error_set(SP_ERR_ARG, "--draft-model: token %u is '%.40s' there, '%.40s' in the model", i,
+                                b ? b : "", a ? a : "");
+    }
+    return SP_OK;
+}
+
+sp_status sp_spec_init(struct sp_spec **out, const struct sp_spec_config *c, const struct sp_spec_target *t)
+{
+    struct sp_spec *sp;
+    sp_status st;
+    *out = NULL;
+    if (c->k < 1 || c->k > SP_SPEC_K_MAX)
+        return sp_error_set(SP_ERR_ARG, "--spec-k %d: want 1..%d", c->k, SP_SPEC_K_MAX);
+    if (c->kind == SP_SPEC_DRAFT && !c->draft)
+        return sp_error_set(SP_ERR_ARG, "--spec draft needs --draft-model");
+    if (c->kind != SP_SPEC_DRAFT && c->draft)
+        return sp_error_set(SP_ERR_ARG, "--draft-model is for --spec draft (not %s)", sp_spec_kind_name(c->kind));
+    if (c->kind == SP_SPEC_SELF && (c->layers < 0 || (uint32_t)c->layers >= t->model->hp.n_layer))
+        return sp_error_set(SP_ERR_ARG, "--spec-layers %d: want 1..%u (the model has %u layers)", c->layers,
+                            t->model->hp.n_layer - 1, t->model->hp.n_layer);
+    if (c->kind == SP_SPEC_DRAFT && (st = sp_spec_vocab_check(c, t)) != SP_OK)
+        return st;
+    sp = calloc(1, sizeof *sp);
+    if (!sp)
+        return sp_error_set(SP_ERR_NOMEM, "speculative decoding: no memory");
+    sp->c = *c;
+    sp->t = *t;
+    sp->n_vocab = t->model->hp.n_vocab;
+    size_t B = (size_t)t->n_batch, R = (size_t)t->n_rows;
+    sp->t_step = calloc(B + 1, sizeof *sp->t_step);
+    sp->seen = calloc(B + 1, 1);
+    sp->stamp = calloc(B + 1, sizeof *sp->stamp);
+    sp->k = calloc(R, sizeof *sp->k);
+    sp->next = calloc(R, sizeof *sp->next);
+    sp->scratch = calloc(sp->n_vocab, sizeof *sp->scratch);
+    if (!sp->t_step || !sp->seen || !sp->stamp || !sp->k || !sp->next || !sp->scratch) {
+        st = sp_error_set(SP_ERR_NOMEM, "speculative decoding: no memory");
+        goto fail;
+    }
+    if (c->kind == SP_SPEC_DRAFT || c->kind == SP_SPEC_SELF) {
+        sp->b_tokens = malloc(B * sizeof *sp->b_tokens);
+        sp->b_pos = malloc(B * sizeof *sp->b_pos);
+        sp->b_seqs = malloc(B * sizeof *sp->b_seqs);
+        sp->b_out = malloc(R * sizeof *sp->b_out);
+        sp->b_job = malloc(R * sizeof *sp->b_job);
+        sp->logits = malloc(R * sp->n_vocab * sizeof *sp->logits);
+        if (!sp->b_tokens || !sp->b_pos || !sp->b_seqs || !sp->b_out || !sp->b_job || !sp->logits) {
+            st = sp_error_set(SP_ERR_NOMEM, "speculative decoding: no memory for %zu draft rows", R);
+            goto fail;
+        }
+    }
+    if (c->kind == SP_SPEC_SELF) {
+        sp->dm = t->model;
+        sp->dkv = t->kv;
+        sp->dfs = t->fs;
+        sp->layers = c->layers ? (uint32_t)c->layers : t->model->hp.n_layer / 2;
+    } else if (c->kind == SP_SPEC_DRAFT) {
+        const struct sp_hparams *hp = &c->draft->hp;
+        /* every layer paged (no sliding-window rings): the draft's memory
+         * is small, and rings would need the engine's ring sizing */
+        const struct sp_kv_shape shape = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim};
+        uint64_t n_blocks = sp_kv_blocks_for((uint64_t)t->n_ctx * t->n_parallel) + (uint64_t)t->n_rows;
+        if (n_blocks > UINT32_MAX / 2) {
+            st = sp_error_set(SP_ERR_ARG, "draft KV cache of %llu blocks is out of range", (unsigned long long)n_blocks);
+            goto fail;
+        }
+        if ((st = sp_kv_new(&sp->own_kv, &shape, (uint32_t)n_blocks)) != SP_OK)
+            goto fail;
+        sp->dkv = sp->own_kv;
+        if ((st = sp_forward_scratch_init(&sp->own_fs, c->draft, t->n_batch, t->n_ctx, sp_pool_size(t->pool))) != SP_OK)
+            goto fail;
+        sp->dfs = &sp->own_fs;
+        sp->dm = c->draft;
+    }
+    *out = sp;
+    return SP_OK;
+fail:
+    sp_spec_free(sp);
+    return st;
+}
+
+void sp_spec_free(struct sp_spec *sp)
+{
+    if (!sp)
+        return;
+    sp_kv_free(sp->own_kv);
+    if (sp->dfs == &sp->own_fs)
+        sp_forward_scratch_free(&sp->own_fs);
+    free(sp->b_tokens); free(sp->b_pos); free(sp->b_seqs); free(sp->b_out); free(sp->b_job);
+    free(sp->logits); free(sp->scratch); free(sp->k); free(sp->next); free(sp->t_step); free(sp->seen); free(sp->stamp);
+    free(sp);
+}
+
+sp_status sp_spec_seq_new(struct sp_spec *sp, const struct sp_sampler_params *params, struct sp_spec_seq **out)
+{
+    sp_status st = SP_OK;
+    struct sp_spec_seq *ss = calloc(1, sizeof *ss);
+    *out = NULL;
+    if (!ss)
+        return sp_error_set(SP_ERR_NOMEM, "speculative decoding: no memory");
+    ss->probe = SP_SPEC_PROBE_MIN;
+    sp_rng_seed(&ss->rng, params->seed ^ 0x5bd1e9955bd1e995ull);
+    if (sp->dm) {
+        struct sp_sampler_params dp = *params;
+        dp.n_logprobs = 0;
+        if ((st = sp_sampler_init(&ss->sampler, &dp, sp->n_vocab)) != SP_OK)
+            goto fail;
+        ss->dense = params->temperature > 0.0f;
+        if (ss->dense) {
+            ss->q_id = malloc((size_t)SP_SPEC_K_MAX * SP_SPEC_Q_MAX * sizeof *ss->q_id);
+            ss->q_p = malloc((size_t)SP_SPEC_K_MAX * SP_SPEC_Q_MAX * sizeof *ss->q_p);
+            if (!ss->q_id || !ss->q_p) {
+                st = sp_error_set(SP_ERR_NOMEM, "speculative decoding: no memory");
+                goto fail;
+            }
+        }
+    }
+    *out = ss;
+    return SP_OK;
+fail:
+    sp_spec_seq_free(sp, ss);
+    return st;
+}
+
+void sp_spec_seq_free(struct sp_spec *sp, struct sp_spec_seq *ss)
+{
+    if (!ss)
+        return;
+    if (sp->own_kv)
+        sp_kv_seq_release(sp->own_kv, &ss->dseq);
+    sp_sampler_free(ss->sampler);
+    free(ss->q_id);
+    free(ss->q_p);
+    free(ss);
+}
+
+/* ---- the cost model ---- */
+
+void sp_spec_observe(struct sp_spec *sp, int n_tok, double seconds)
+{
+    if (n_tok < 1 || n_tok > sp->t.n_batch || !(seconds > 0))
+        return;
+    double *t = &sp->t_step[n_tok];
+    *t = sp->seen[n_tok] ? *t + SP_SPEC_EMA * (seconds - *t) : seconds;
+    sp->seen[n_tok] = 1;
+    sp->stamp[n_tok] = ++sp->clock;
+    if (n_tok >= SP_SPEC_BIG) {
+        double per = seconds / n_tok;
+        sp->per_tok = sp->per_tok > 0 ? sp->per_tok + SP_SPEC_EMA * (per - sp->per_tok) : per;
+    }
+}
+
+/* Estimated seconds of a forward of T tokens: measured, else interpolated
+ * between the nearest measured sizes, else extended from the largest
+ * measured size below with the slope to the next one below it (at least 2 %
+ * per token), else the smallest measured size above; 0 with nothing
+ * measured (the plan drafts only after measuring its base size). */
+static double sp_spec_cost(const struct sp_spec *sp, int T)
+{
+    const int N = sp->t.n_batch;
+    if (T > N)
+        T = N;
+    if (sp->seen[T])
+        return sp->t_step[T];
+    int lo = T - 1, hi = T + 1;
+    while (lo > 0 && !sp->seen[lo])
+        lo--;
+    while (hi <= N && !sp->seen[hi])
+        hi++;
+    if (lo > 0 && hi <= N)
+        return sp->t_step[lo] + (sp->t_step[hi] - sp->t_step[lo]) * (T - lo) / (hi - lo);
+    if (hi <= N)
+        return sp->t_step[hi];
+    if (lo == 0)
+        return 0.0;
+    int lo2 = lo - 1;
+    while (lo2 > 0 && !sp->seen[lo2])
+        lo2--;
+    double slope = lo2 > 0 ? (sp->t_step[lo] - sp->t_step[lo2]) / (lo - lo2) : 0.0;
+    if (slope < 0.02 * sp->t_step[lo])
+        slope = 0.02 * sp->t_step[lo];
+    return sp->t_step[lo] + slope * (T - lo);
+}
+
+/* A sequence's chance that its next draft is accepted, given the one
+ * before was: decayed counts over a prior of one draft, half accepted. */
+static double sp_spec_alpha(const struct sp_spec_seq *ss)
+{
+    return (ss->acc_hit + 0.5) / (ss->acc_try + 1.0);
+}
+
+/* Sets sp->k[i] <= jobs[i].cap: the drafts that raise the step's expected
+ * tokens per second.  Draft j of a sequence with acceptance a yields a^j
+ * tokens on average; the step's time grows with its tokens (the cost model)
+ * and, for model drafts, by one draft forward per draft depth.  Drafts are
+ * added best first while each yields SP_SPEC_MARGIN more than its time
+ * would without it; a sequence left without drafts probes with one now and
+ * then, so its acceptance is measured again. */
+static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_jobs, int n_decode, int n_base)
+{
+    for (int i = 0; i < n_jobs; i++)
+        sp->k[i] = sp->c.fixed ? jobs[i].cap : 0;
+    if (sp->c.fixed)
+        return;
+    const bool model = sp->dm != NULL;
+    double value = n_decode > 0 ? n_decode : 1, t_draft = 0.0;
+    int T = n_base, depth = 0;
+    if (T < 1 || T > sp->t.n_batch || !sp->seen[T] || sp->clock - sp->stamp[T] > SP_SPEC_STALE)
+        return; /* measure the step without drafts first */
+    double base = sp_spec_cost(sp, T), now = base;
+    for (;;) {
+        int best = -1;
+        double gain = 0.0;
+        for (int i = 0; i < n_jobs; i++) {
+            if (sp->k[i] >= jobs[i].cap)
+                continue;
+            double g = pow(sp_spec_alpha(jobs[i].ss), sp->k[i] + 1);
+            if (g > gain)
+                gain = g, best = i;
+        }
+        if (best < 0 || T + 1 > sp->t.n_batch)
+            break;
+        int d = (int)sp->k[best] + 1 > depth ? (int)sp->k[best] + 1 : depth;
+        double td = model ? t_draft + (d - depth) * (sp->draft_seen ? sp->t_draft : 0.5 * base) : 0.0;
+        /* a token more costs at least what one costs in a big batch, where
+         * the machine computes rather than waits for memory: measured times
+         * of nearby sizes taken under different load must not make rows
+         * look free */
+        double next = sp_spec_cost(sp, T + 1);
+        next = next > now + sp->per_tok ? next : now + sp->per_tok;
+        if (gain * (now + t_draft) <= (1.0 + SP_SPEC_MARGIN) * value * (next + td - now - t_draft))
+            break;
+        value += gain;
+        T++;
+        now = next;
+        t_draft = td;
+        depth = d;
+        sp->k[best]++;
+    }
+    const double stretch = model && sp->draft_seen ? 1.0 + 8.0 * sp->t_draft / base : 1.0;
+    for (int i = 0; i < n_jobs; i++) {
+        struct sp_spec_seq *ss = jobs[i].ss;
+        if (sp->k[i] || !jobs[i].cap) {
+            ss->idle = 0;
+        } else if (++ss->idle >= ss->probe * stretch) {
+            sp->k[i] = 1;
+            ss->idle = 0;
+        }
+    }
+}
+
+sp_status sp_spec_draft(struct sp_spec *sp, struct sp_spec_job *jobs, int n_jobs, int n_decode, int n_base)
+{
+    if (n_jobs > sp->t.n_rows)
+        n_jobs = sp->t.n_rows;
+    for (int i = 0; i < n_jobs; i++) {
+        if (jobs[i].cap > (uint32_t)sp->c.k)
+            jobs[i].cap = (uint32_t)sp->c.k;
+        if (sp->c.kind == SP_SPEC_NGRAM)
+            jobs[i].cap = sp_spec_ngram(jobs[i].tokens, jobs[i].n_tokens, jobs[i].cap,
+                                        jobs[i].tokens + jobs[i].n_tokens);
+        jobs[i].n_draft = 0;
+        memset(jobs[i].ss->q_n, 0, sizeof jobs[i].ss->q_n);
+    }
+    sp_spec_plan(sp, jobs, n_jobs, n_decode, n_base);
+    if (sp->dm)
+        sp_spec_model_draft(sp, jobs, n_jobs);
+    else
+        for (int i = 0; i < n_jobs; i++)
+            jobs[i].n_draft = sp->k[i];
+    return SP_OK;
+}
+
+/* ---- verification ---- */
+
+sp_token sp_spec_rule(const struct sp_candidate *p, size_t n_p, const sp_token *q_id, const float *q_p, uint32_t n_q,
+                      sp_token x, struct sp_rng *rng, float *scratch, bool *accepted)
+{
+    float px = 0.0f, qx = 0.0f;
+    for (size_t i = 0; i < n_p; i++)
+        if (p[i].id == x) {
+            px = p[i].p;
+            break;
+        }
+    for (uint32_t i = 0; i < n_q; i++)
+        if (q_id[i] == x) {
+            qx = q_p[i];
+            break;
+        }
+    *accepted = qx > 0.0f && sp_rng_uniform(rng) * qx < px;
+    if (*accepted)
+        return x;
+    /* the residual norm(max(0, p - q)); when p <= q everywhere (p == q but
+     * for rounding) p itself */
+    for (uint32_t i = 0; i < n_q; i++)
+        scratch[q_id[i]] = q_p[i];
+    double z = 0.0;
+    for (size_t i = 0; i < n_p; i++)
+        z += p[i].p > scratch[p[i].id] ? p[i].p - scratch[p[i].id] : 0.0;
+    const bool residual = z > 0.0;
+    double u = sp_rng_uniform(rng) * (residual ? z : 1.0), cum = 0.0;
+    sp_token t = -1;
+    for (size_t i = 0; i < n_p; i++) {
+        double w = residual ? (p[i].p > scratch[p[i].id] ? p[i].p - scratch[p[i].id] : 0.0) : p[i].p;
+        if (w <= 0.0)
+            continue;
+        cum += w;
+        t = p[i].id;
+        if (u < cum)
+            break;
+    }
+    for (uint32_t i = 0; i < n_q; i++)
+        scratch[q_id[i]] = 0.0f;
+    return t;
+}
+
+sp_token sp_spec_verify(struct sp_spec *sp, struct sp_spec_seq *ss, struct sp_sampler *target, const float *logits,
+                        const sp_token *tokens, uint32_t n_hist, uint32_t j, uint32_t n_draft,
+                        struct sp_token_logprobs *lp, bool *accepted)
+{
+    *accepted = false;
+    if (j >= n_draft || !ss->q_n[j]) { /* a point guess, or no draft: the target's own draw */
+        sp_token t = sp_sampler_sample(target, logits, tokens, n_hist, lp);
+        *accepted = j < n_draft && t == tokens[n_hist];
+        return t;
+    }
+    const struct sp_candidate *p;
+    size_t n_p;
+    double logz;
+    if (sp_sampler_dist(target, logits, tokens, n_hist, lp, &p, &n_p, &logz) != SP_OK)
+        return -1;
+    sp_token t = sp_spec_rule(p, n_p, ss->q_id + (size_t)j * SP_SPEC_Q_MAX, ss->q_p + (size_t)j * SP_SPEC_Q_MAX,
+                              ss->q_n[j], tokens[n_hist], &ss->rng, sp->scratch, accepted);
+    for (size_t i = 0; lp && i < n_p; i++)
+        if (p[i].id == t)
+            lp->logprob = (float)((double)p[i].logit - logz);
+    return t;
+}
+
+void sp_spec_seq_done(struct sp_spec *sp, struct sp_spec_seq *ss, uint32_t n_draft, uint32_t n_accepted,
+                      uint32_t n_valid)
+{
+    if (!n_draft)
+        return;
+    sp->drafted += n_draft;
+    sp->accepted += n_accepted;
+    ss->acc_hit = ss->acc_hit * SP_SPEC_DECAY + n_accepted;
+    ss->acc_try = ss->acc_try * SP_SPEC_DECAY + n_accepted + (n_accepted < n_draft);
+    if (n_accepted)
+        ss->probe = SP_SPEC_PROBE_MIN;
+    else if (ss->probe < SP_SPEC_PROBE_MAX)
+        ss->probe *= 2;
+    if (sp->own_kv)
+        sp_kv_seq_truncate(sp->own_kv, &ss->dseq, n_valid);
+}
+
+void sp_spec_totals(const struct sp_spec *sp, uint64_t *drafted, uint64_t *accepted)
+{
+    *drafted = sp->drafted;
+    *accepted = sp->accepted;
+}
