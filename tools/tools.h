@@ -15,6 +15,7 @@ int sp_tool_chat(int argc, char **argv);
 int sp_tool_quantize(int argc, char **argv);
 int sp_tool_perplexity(int argc, char **argv);
 int sp_tool_imatrix(int argc, char **argv);
+int sp_tool_embed(int argc, char **argv);
 
 /* Prints "spindle: <msg>\n" to stderr and returns 2. */
 int sp_tool_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -503,7 +503,7 @@ static sp_status sp_request_fork(struct sp_engine *e, struct sp_request *r)
 
 /* ---- the step ---- */
 
-static bool sp_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_kv_seq *seq)
+bool sp_engine_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_kv_seq *seq)
 {
     if (sp_kv_seq_reserve(e->kv, seq, (uint32_t)pos + 1) != SP_OK)
         return false;
@@ -556,7 +556,7 @@ int sp_engine_step(struct sp_engine *e)
             struct sp_choice *c = &r->choices[i];
             if (c->done || n_out >= e->n_out_max || n >= e->n_batch)
                 continue;
-            if (!sp_batch_add(e, &n, c->tokens[c->n_tokens - 1], (int32_t)c->n_tokens - 1, &c->seq)) {
+            if (!sp_engine_batch_add(e, &n, c->tokens[c->n_tokens - 1], (int32_t)c->n_tokens - 1, &c->seq)) {
                 sp_choice_finish(e, c, SP_FINISH_LENGTH); /* KV exhausted: cannot grow */
                 continue;
             }
@@ -580,7 +580,7 @@ int sp_engine_step(struct sp_engine *e)
         }
         uint32_t i;
         for (i = 0; i < take; i++)
-            if (!sp_batch_add(e, &n, c0->tokens[r->n_prefilled + i], (int32_t)(r->n_prefilled + i), &c0->seq))
+            if (!sp_engine_batch_add(e, &n, c0->tokens[r->n_prefilled + i], (int32_t)(r->n_prefilled + i), &c0->seq))
                 break;
         r->n_prefilled += i;
         if (last && i == take) {
@@ -652,7 +652,7 @@ sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n
         if (done < first && done + take > first)
             take = first - done;
         for (size_t i = 0; i < take; i++) {
-            if (!sp_batch_add(e, &n, prompt[done + i], (int32_t)(done + i), &seq)) {
+            if (!sp_engine_batch_add(e, &n, prompt[done + i], (int32_t)(done + i), &seq)) {
                 st = sp_error_set(SP_ERR_FULL, "the KV cache cannot hold %zu tokens", n_prompt);
                 goto release;
             }

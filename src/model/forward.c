@@ -98,6 +98,11 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     return SP_OK;
 }
 
+const float *sp_forward_hidden(const struct sp_forward_scratch *s)
+{
+    return s->h;
+}
+
 void sp_forward_scratch_free(struct sp_forward_scratch *s)
 {
     free(s->x); free(s->h); free(s->q); free(s->k); free(s->v); free(s->att);
@@ -576,7 +581,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
     for (int i = 0; i < b->n_out; i++)
         sp_rmsnorm(s->x + (size_t)b->out_idx[i] * E, m->out_norm.data, s->h + (size_t)i * E, E, hp->eps);
     cache.src = NULL;
-    if (b->n_out > 0) {
+    if (b->n_out > 0 && logits) {
         sp_fwd_mm(s, pool, &cache, &m->output, s->h, E, b->n_out, logits, hp->n_vocab);
         if (hp->final_softcap > 0.0f) {
             struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap};

@@ -204,7 +204,8 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
         (st = sp_hp_u32(m, "feed_forward_length", true, &hp->n_ff)) ||
         (st = sp_hp_u32(m, "attention.head_count", true, &hp->n_head)) ||
         (st = sp_hp_f32(m, "attention.layer_norm_rms_epsilon", true, &hp->eps)) ||
-        (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)))
+        (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)) ||
+        (st = sp_hp_u32(m, "pooling_type", false, &hp->pooling)))
         return st;
     if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_ff == 0 || hp->n_head == 0 || hp->n_ctx_train == 0)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.*': embedding_length, block_count, feed_forward_length, "

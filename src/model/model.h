@@ -78,6 +78,8 @@ struct sp_hparams {
     uint32_t n_ctx_orig;       /* LongRoPE: long factors for contexts above this */
     float attn_softcap, final_softcap; /* 0 = none */
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense */
+    uint32_t pooling;          /* pooling_type as stored (llama.cpp's values: 0 none, 1 mean, 2 cls,
+                                  3 last; absent: 0); the embed room interprets it */
 };
 
 /* The expert stacks of one layer: views of each expert's matrix. */
