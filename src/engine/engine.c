@@ -265,6 +265,9 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     int width = gp->beams > 1 ? gp->beams : 0;
     if (out)
         *out = NULL;
+    if (e->model->arch->bidirectional)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "a %s model computes embeddings only (no text generation)",
+                            e->model->arch->name);
     if (!fn && !out)
         return sp_error_set(SP_ERR_ARG, "a polled request (no callback) needs `out`");
     if (gp->max_tokens == 0)
@@ -640,6 +643,9 @@ sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n
     struct sp_kv_seq seq = {0};
     sp_status st = SP_OK;
     const uint32_t n_vocab = e->model->hp.n_vocab;
+    if (e->model->arch->bidirectional)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "a %s model computes embeddings only (no logits)",
+                            e->model->arch->name);
     if (n_prompt == 0 || n_prompt > (size_t)e->n_ctx)
         return sp_error_set(SP_ERR_CONTEXT, "the prompt has %zu tokens; the context holds %d", n_prompt, e->n_ctx);
     if (first >= n_prompt)

@@ -29,6 +29,7 @@ struct sp_forward_scratch {
     float *attn;                                 /* attention scratch per pool chunk */
     size_t attn_per_thread;
     int32_t *attn_plan;                          /* attention work list */
+    int32_t *attn_pos;                           /* [n_batch] last key position per query (bidirectional) */
     float *rope;                                 /* [n_batch][n_rot] cos/sin of each token */
     float rope_base;                             /* base the table holds (0: none) */
     size_t bytes;                                /* all of the above */
