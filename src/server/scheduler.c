@@ -32,6 +32,8 @@ struct sp_sched {
     pthread_cond_t cv;
     struct sp_job *q_head, *q_tail;
     size_t n_queued;
+    struct sp_embed_work *e_head; /* embedding batches waiting (LIFO: each runs whole) */
+    pthread_cond_t e_cv;          /* an embedding batch is done */
     atomic_size_t n_jobs;     /* submitted and not yet released by the scheduler */
     bool quit;
     bool abort;               /* sp_sched_abort: end every job as shut down */
@@ -40,7 +42,7 @@ struct sp_sched {
     struct sp_engine *engine;
     const struct sp_vocab *vocab;
     const struct sp_model *model;
-    int n_ctx;
+    int n_ctx, embed_max_tokens;
     struct sp_sampler_params sampling;
 
     /* scheduler thread only */
@@ -351,6 +353,24 @@ static void sp_sched_sampling_init(struct sp_sched *s)
             (double)p->repeat_penalty, n_model);
 }
 
+/* Runs the embedding batches (between steps: each is one sp_engine_embed
+ * call) and wakes their HTTP threads. */
+static void sp_sched_run_embeds(struct sp_sched *s, struct sp_embed_work *w)
+{
+    for (struct sp_embed_work *next; w; w = next) {
+        next = w->next;
+        sp_status st = sp_engine_embed(s->engine, w->inputs, w->n_tokens, w->n_inputs, NULL, w->out);
+        pthread_mutex_lock(&s->mu);
+        w->st = st;
+        if (st != SP_OK)
+            snprintf(w->msg, sizeof w->msg, "%s", sp_error_message());
+        w->done = true;
+        atomic_fetch_sub(&s->n_jobs, 1);
+        pthread_cond_broadcast(&s->e_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
 static void *sp_sched_main(void *arg)
 {
     struct sp_sched *s = arg;
@@ -360,16 +380,19 @@ static void *sp_sched_main(void *arg)
 
     for (;;) {
         /* s->mu is held here */
-        while (!s->quit && !s->q_head && !s->run_head)
+        while (!s->quit && !s->q_head && !s->run_head && !s->e_head)
             pthread_cond_wait(&s->cv, &s->mu);
-        if (s->quit && !s->q_head && !s->run_head)
+        if (s->quit && !s->q_head && !s->run_head && !s->e_head)
             break;
         double now = sp_now();
         sp_admit(s, now);
         size_t n_queued = s->n_queued;
         bool abort = s->abort;
+        struct sp_embed_work *ew = s->e_head;
+        s->e_head = NULL;
         pthread_mutex_unlock(&s->mu);
 
+        sp_sched_run_embeds(s, ew);
         for (struct sp_job *j = s->run_head; j; j = j->next) {
             if (j->cancel_sent)
                 continue;
@@ -409,6 +432,7 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
     s->vocab = sp_engine_vocab(e);
     s->model = sp_engine_model(e);
     s->n_ctx = sp_engine_n_ctx(e);
+    s->embed_max_tokens = sp_engine_embed_max_tokens(e);
     s->overrides = *sampling;
     sp_sched_sampling_init(s);
     struct sp_engine_stats stats;
@@ -419,10 +443,12 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
     s->n_parallel = n_parallel > 0 ? n_parallel : 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->e_cv, NULL);
     atomic_init(&s->n_jobs, 0);
     int rc = pthread_create(&s->thread, NULL, sp_sched_main, s);
     if (rc != 0) {
         pthread_cond_destroy(&s->cv);
+        pthread_cond_destroy(&s->e_cv);
         pthread_mutex_destroy(&s->mu);
         sp_engine_free(e);
         free(s);
@@ -467,6 +493,26 @@ sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j)
     return SP_OK;
 }
 
+int sp_sched_embed_max_tokens(const struct sp_sched *s) { return s->embed_max_tokens; }
+
+sp_status sp_sched_embed(struct sp_sched *s, struct sp_embed_work *w)
+{
+    pthread_mutex_lock(&s->mu);
+    if (atomic_load(&s->n_jobs) >= (size_t)s->n_parallel + (size_t)s->max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        return SP_ERR_FULL;
+    }
+    atomic_fetch_add(&s->n_jobs, 1);
+    w->done = false;
+    w->next = s->e_head;
+    s->e_head = w;
+    pthread_cond_signal(&s->cv);
+    while (!w->done)
+        pthread_cond_wait(&s->e_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return w->st;
+}
+
 void sp_sched_cancel(struct sp_sched *s, struct sp_job *j)
 {
     atomic_store(&j->cancel, true);
@@ -495,6 +541,7 @@ void sp_sched_stop(struct sp_sched *s)
         pthread_join(s->thread, NULL);
     sp_engine_free(s->engine);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->e_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
