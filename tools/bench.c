@@ -59,6 +59,7 @@ int sp_tool_bench(int argc, char **argv)
     struct sp_args a = {argc, argv, 1, false};
     int n_prompt = 512, n_gen = 128, reps = 3, batch = 1, depth = 2;
     bool json = false, bandwidth = false;
+    const char *embed = NULL; /* --embed FILE: sentences per second (bench_embed.c) */
     sp_model *model = NULL;
     sp_engine *e = NULL;
     sp_token *prompt = NULL;
@@ -70,7 +71,9 @@ int sp_tool_bench(int argc, char **argv)
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [-d DEPTH] [--json]\n"
-                 "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)");
+                 "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)\n"
+                 "       spindle bench -m MODEL --embed FILE [-B BATCH] [-r REPS] [--ctx N] [-t THREADS] [--json]\n"
+                 "                     (embedding sentences/s, one sentence a line, BATCH per call)");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
         else if (sp_args_is(&a, "-p", NULL)) sp_args_int(&a, 1, 1 << 20, &n_prompt);
@@ -81,6 +84,8 @@ int sp_tool_bench(int argc, char **argv)
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &mp.n_threads);
         else if (sp_args_is(&a, "--json", NULL)) json = true;
         else if (sp_args_is(&a, "--bandwidth", NULL)) bandwidth = true;
+        else if (sp_args_is(&a, "--embed", NULL)) embed = sp_args_value(&a);
+        else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
         else
             return sp_tool_fail("bench: unknown option '%s'", argv[a.i]);
     }
@@ -98,6 +103,8 @@ int sp_tool_bench(int argc, char **argv)
     }
     if (!mp.path)
         return sp_tool_fail("bench: -m MODEL is required");
+    if (embed)
+        return sp_bench_embed(&mp, &ep, embed, batch, reps, json);
     int longest = n_prompt > depth ? n_prompt : depth;
     ep.n_ctx = longest + n_gen + 1;
     ep.n_parallel = batch;

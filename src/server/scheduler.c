@@ -32,7 +32,7 @@ struct sp_sched {
     pthread_cond_t cv;
     struct sp_job *q_head, *q_tail;
     size_t n_queued;
-    struct sp_embed_work *e_head; /* embedding batches waiting (LIFO: each runs whole) */
+    struct sp_embed_work *e_head; /* embedding batches waiting (run all at the next turn) */
     pthread_cond_t e_cv;          /* an embedding batch is done */
     atomic_size_t n_jobs;     /* submitted and not yet released by the scheduler */
     bool quit;
@@ -470,16 +470,24 @@ const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s)
     return &s->sampling;
 }
 
+/* Counts one more job, unless as many as the queue allows are waiting
+ * (false, s->mu unlocked).  Called with s->mu held.  Waiting = jobs beyond
+ * the running slots, so --queue 0 still admits while a slot is free. */
+static bool sp_sched_count_job(struct sp_sched *s)
+{
+    if (atomic_load(&s->n_jobs) >= (size_t)s->n_parallel + (size_t)s->max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        return false;
+    }
+    atomic_fetch_add(&s->n_jobs, 1);
+    return true;
+}
+
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j)
 {
     pthread_mutex_lock(&s->mu);
-    /* Waiting = jobs beyond the running slots, so --queue 0 still admits
-     * while a slot is free. */
-    if (atomic_load(&s->n_jobs) >= (size_t)s->n_parallel + (size_t)s->max_queue) {
-        pthread_mutex_unlock(&s->mu);
+    if (!sp_sched_count_job(s))
         return SP_ERR_FULL;
-    }
-    atomic_fetch_add(&s->n_jobs, 1);
     atomic_fetch_add(&j->refs, 1);
     j->next = NULL;
     if (s->q_tail)
@@ -498,11 +506,8 @@ int sp_sched_embed_max_tokens(const struct sp_sched *s) { return s->embed_max_to
 sp_status sp_sched_embed(struct sp_sched *s, struct sp_embed_work *w)
 {
     pthread_mutex_lock(&s->mu);
-    if (atomic_load(&s->n_jobs) >= (size_t)s->n_parallel + (size_t)s->max_queue) {
-        pthread_mutex_unlock(&s->mu);
+    if (!sp_sched_count_job(s))
         return SP_ERR_FULL;
-    }
-    atomic_fetch_add(&s->n_jobs, 1);
     w->done = false;
     w->next = s->e_head;
     s->e_head = w;

@@ -952,13 +952,14 @@ sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body,
             goto done;
         }
     }
-    json_t *model = sp_field(root, "model"), *fmt = sp_field(root, "encoding_format"), *user = sp_field(root, "user");
-    if ((model && !json_is_string(model)) || (user && !json_is_string(user)) || (fmt && !json_is_string(fmt))) {
-        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", !model || json_is_string(model) ?
-                    (!user || json_is_string(user) ? "encoding_format" : "user") : "model",
-                    "Invalid type: 'model', 'user' and 'encoding_format' are strings.");
-        goto done;
-    }
+    static const char *const strings[] = {"model", "user", "encoding_format"};
+    for (size_t i = 0; i < 3; i++)
+        if ((v = sp_field(root, strings[i])) && !json_is_string(v)) {
+            sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", strings[i],
+                        "Invalid type for '%s': expected a string.", strings[i]);
+            goto done;
+        }
+    json_t *model = sp_field(root, "model"), *fmt = sp_field(root, "encoding_format");
     if (model && lim->model_id && strcmp(json_string_value(model), lim->model_id)) {
         sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
                     "The model '%.100s' does not exist (this server serves '%.100s').", json_string_value(model),

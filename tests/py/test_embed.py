@@ -128,3 +128,13 @@ def test_bert_matches_sentence_transformers(run_spindle, goldens, embed_path):
     queries, docs = got[-nq - n_doc:-n_doc], got[-n_doc:]
     for q, want in zip(queries, g["rankings"]):
         assert list(np.argsort(-(docs @ q), kind="stable")) == want
+
+
+def test_bench_embed(run_spindle, embed_path, tmp_path):
+    """spindle bench --embed runs (its speed is bench/embed's business)."""
+    f = tmp_path / "s.txt"
+    f.write_text("The cat sat on the mat.\nA dog slept.\nSolar panels convert sunlight.\n")
+    r = run_spindle("bench", "-m", embed_path, "--embed", f, "-B", 2, "-r", 1, "-t", 2, "--json")
+    assert r.returncode == 0, r.stderr
+    d = r.json()
+    assert d["sentences"] == 3 and d["batch"] == 2 and d["sentences_per_s"] > 0
