@@ -484,6 +484,44 @@ typedef struct sp_grammar_bench {
 SP_API sp_status sp_grammar_benchmark(const sp_model *m, sp_grammar_kind kind, const char *text, size_t len,
                                       const sp_token *const *seqs, const size_t *lens, size_t n_seqs,
                                       sp_grammar_bench *out);
+/* ------------------------------------------------------------ embeddings
+ * One vector of n_embd floats per input: the model's forward pass without
+ * the output head, its final-normed hidden states pooled over the input's
+ * tokens (docs/embeddings.md). */
+
+typedef enum sp_pooling {
+    SP_POOLING_DEFAULT = 0, /* the file's <arch>.pooling_type (mean, cls or last); mean when absent or none */
+    SP_POOLING_MEAN,        /* average of every token's state */
+    SP_POOLING_CLS,         /* the first token's state */
+    SP_POOLING_LAST,        /* the last token's state */
+} sp_pooling;
+/* "mean", "cls", "last" ("default" for SP_POOLING_DEFAULT); NULL for an unknown value. */
+SP_API const char *sp_pooling_name(sp_pooling p);
+/* The pooling named `name` ("mean", "cls", "last", any case); SP_ERR_ARG
+ * naming it and the choices when unknown. */
+SP_API sp_status sp_pooling_parse(const char *name, sp_pooling *out);
+/* What SP_POOLING_DEFAULT means for this model (never SP_POOLING_DEFAULT). */
+SP_API sp_pooling sp_model_pooling(const sp_model *m);
+
+typedef struct sp_embed_params {
+    sp_pooling pooling;  /* SP_POOLING_DEFAULT: sp_model_pooling */
+    bool no_normalize;   /* false: each vector scaled to unit L2 length */
+} sp_embed_params;
+
+/* Embeds n_inputs token sequences into out [n_inputs][n_embd].  Each input
+ * needs 1 to min(n_ctx, n_batch) tokens (SP_ERR_CONTEXT naming the input
+ * otherwise: an input is computed in one forward pass).  As many inputs as
+ * fit in n_batch tokens share a forward pass; each token attends to its own
+ * input only, so a vector does not depend on what it is batched with.  Runs
+ * to completion inside the call, beside any running requests.  p NULL: all
+ * defaults.  Errors: SP_ERR_ARG, SP_ERR_CONTEXT, SP_ERR_FULL (the KV cache
+ * cannot hold one input), SP_ERR_NOMEM. */
+SP_API sp_status sp_engine_embed(sp_engine *e, const sp_token *const *inputs, const size_t *n_tokens,
+                                 size_t n_inputs, const sp_embed_params *p, float *out);
+/* Vector length sp_engine_embed writes (the model's n_embd). */
+SP_API int sp_engine_n_embd(const sp_engine *e);
+/* Most tokens one input may have: min(n_ctx, n_batch). */
+SP_API int sp_engine_embed_max_tokens(const sp_engine *e);
 
 /* -------------------------------------------------------------- decoding */
 

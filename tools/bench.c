@@ -126,6 +126,7 @@ int sp_tool_bench(int argc, char **argv)
     sp_grammar *grammar = NULL, *proto = NULL;
     sp_grammar_bench gb = {0};
     double *tg_c = NULL;
+    const char *embed = NULL; /* --embed FILE: sentences per second (bench_embed.c) */
     sp_model *model = NULL;
     sp_engine *e = NULL;
     sp_token *prompt = NULL;
@@ -142,7 +143,9 @@ int sp_tool_bench(int argc, char **argv)
                  "       [--json-schema FILE]  also decode under the schema (alternating with unconstrained\n"
                  "                             runs): compile time, mask time per token p50/p99, tokens/s\n"
                  "       [--spec ngram|draft|self [--spec-k N] [--spec-fixed] [--draft-model M] [--spec-layers L]]\n"
-                 "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)");
+                 "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)\n"
+                 "       spindle bench -m MODEL --embed FILE [-B BATCH] [-r REPS] [--ctx N] [-t THREADS] [--json]\n"
+                 "                     (embedding sentences/s, one sentence a line, BATCH per call)");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
         else if (sp_args_is(&a, "-p", NULL)) sp_args_int(&a, 1, 1 << 20, &n_prompt);
@@ -155,6 +158,8 @@ int sp_tool_bench(int argc, char **argv)
         else if (sp_args_is(&a, "--bandwidth", NULL)) bandwidth = true;
         else if (sp_args_is(&a, "--json-schema", NULL)) schema_file = sp_args_value(&a);
         else if (sp_tool_spec_flag(&a, &spec)) continue;
+        else if (sp_args_is(&a, "--embed", NULL)) embed = sp_args_value(&a);
+        else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
         else
             return sp_tool_fail("bench: unknown option '%s'", argv[a.i]);
     }
@@ -172,6 +177,8 @@ int sp_tool_bench(int argc, char **argv)
     }
     if (!mp.path)
         return sp_tool_fail("bench: -m MODEL is required");
+    if (embed)
+        return sp_bench_embed(&mp, &ep, embed, batch, reps, json);
     int longest = n_prompt > depth ? n_prompt : depth;
     ep.n_ctx = longest + n_gen + 1;
     ep.n_parallel = batch;

@@ -20,6 +20,7 @@ static const struct sp_subcommand sp_subcommands[] = {
     {"quantize", sp_tool_quantize, "convert a model file to another weight type"},
     {"perplexity", sp_tool_perplexity, "perplexity of a text (and KL divergence from a base model)"},
     {"imatrix", sp_tool_imatrix, "importance matrix of a model over a text (for quantize --imatrix)"},
+    {"embed", sp_tool_embed, "embedding vectors of lines of text, as JSON"},
     {"logits", sp_tool_logits, "next-token logits for a prompt, as JSON"},
     {"tokenize", sp_tool_tokenize, "text to token ids"},
     {"detokenize", sp_tool_detokenize, "token ids to text"},

@@ -8,6 +8,7 @@
 #include "api/internal.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "embed/embed.h"
 #include "engine/engine.h"
 #include "grammar/grammar.h"
 #include "chat/chat.h"
@@ -99,6 +100,11 @@ void sp_model_free(sp_model *m)
     free(m->arch);
     free(m->path);
     free(m);
+}
+
+sp_pooling sp_model_pooling(const sp_model *m)
+{
+    return sp_embed_pooling_of(m->weights ? m->weights->hp.pooling : 0);
 }
 
 sp_status sp_model_sampling_defaults(const sp_model *m, sp_sampler_params *p, int *n_from_model)

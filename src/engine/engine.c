@@ -284,6 +284,9 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     int width = gp->beams > 1 ? gp->beams : 0;
     if (out)
         *out = NULL;
+    if (e->model->arch->bidirectional)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "a %s model computes embeddings only (no text generation)",
+                            e->model->arch->name);
     if (!fn && !out)
         return sp_error_set(SP_ERR_ARG, "a polled request (no callback) needs `out`");
     if (gp->max_tokens == 0)
@@ -684,7 +687,7 @@ static sp_status sp_request_fork(struct sp_engine *e, struct sp_request *r)
 
 /* ---- the step ---- */
 
-static bool sp_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_kv_seq *seq)
+bool sp_engine_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_kv_seq *seq)
 {
     if (sp_kv_seq_reserve(e->kv, seq, (uint32_t)pos + 1) != SP_OK)
         return false;
@@ -750,7 +753,7 @@ int sp_engine_step(struct sp_engine *e)
                 sp_engine_spec_drop(e, c, 0, false); /* not in this step after all */
                 continue;
             }
-            if (!sp_batch_add(e, &n, c->tokens[c->n_tokens - 1], (int32_t)c->n_tokens - 1, &c->seq)) {
+            if (!sp_engine_batch_add(e, &n, c->tokens[c->n_tokens - 1], (int32_t)c->n_tokens - 1, &c->seq)) {
                 sp_choice_finish(e, c, SP_FINISH_LENGTH); /* KV exhausted: cannot grow */
                 continue;
             }
@@ -758,7 +761,7 @@ int sp_engine_step(struct sp_engine *e)
             e->b_out_choice[n_out++] = c;
             for (uint32_t j = 0; j < c->n_draft; j++) {
                 if (n_out >= e->n_out_max || n >= e->n_batch ||
-                    !sp_batch_add(e, &n, c->tokens[c->n_tokens + j], (int32_t)(c->n_tokens + j), &c->seq)) {
+                    !sp_engine_batch_add(e, &n, c->tokens[c->n_tokens + j], (int32_t)(c->n_tokens + j), &c->seq)) {
                     sp_engine_spec_drop(e, c, j, true);
                     break;
                 }
@@ -783,7 +786,7 @@ int sp_engine_step(struct sp_engine *e)
         }
         uint32_t i;
         for (i = 0; i < take; i++)
-            if (!sp_batch_add(e, &n, c0->tokens[r->n_prefilled + i], (int32_t)(r->n_prefilled + i), &c0->seq))
+            if (!sp_engine_batch_add(e, &n, c0->tokens[r->n_prefilled + i], (int32_t)(r->n_prefilled + i), &c0->seq))
                 break;
         r->n_prefilled += i;
         if (last && i == take) {
@@ -853,6 +856,9 @@ sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n
     struct sp_kv_seq seq = {0};
     sp_status st = SP_OK;
     const uint32_t n_vocab = e->model->hp.n_vocab;
+    if (e->model->arch->bidirectional)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "a %s model computes embeddings only (no logits)",
+                            e->model->arch->name);
     if (n_prompt == 0 || n_prompt > (size_t)e->n_ctx)
         return sp_error_set(SP_ERR_CONTEXT, "the prompt has %zu tokens; the context holds %d", n_prompt, e->n_ctx);
     if (first >= n_prompt)
@@ -865,7 +871,7 @@ sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n
         if (done < first && done + take > first)
             take = first - done;
         for (size_t i = 0; i < take; i++) {
-            if (!sp_batch_add(e, &n, prompt[done + i], (int32_t)(done + i), &seq)) {
+            if (!sp_engine_batch_add(e, &n, prompt[done + i], (int32_t)(done + i), &seq)) {
                 st = sp_error_set(SP_ERR_FULL, "the KV cache cannot hold %zu tokens", n_prompt);
                 goto release;
             }

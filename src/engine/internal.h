@@ -133,6 +133,9 @@ double sp_engine_now(void);
 void sp_choice_take(struct sp_engine *e, struct sp_choice *c, sp_token t, const struct sp_token_logprobs *lp,
                     const struct sp_sampler_explain *explain);
 void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_finish why);
+/* Appends (tok, pos, seq) to the step's batch, reserving seq's KV through
+ * pos; false when the cache cannot hold it. */
+bool sp_engine_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_kv_seq *seq);
 void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t len,
                     const struct sp_token_logprobs *lp, const struct sp_sampler_explain *explain,
                     enum sp_finish finish);

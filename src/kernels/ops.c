@@ -86,6 +86,25 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
             y[i] = x[i] * scale;
 }
 
+void sp_layernorm(const float *x, const float *w, const float *b, float *y, int64_t n, float eps)
+{
+    double sum = 0.0, var = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    for (int64_t i = 0; i < n; i++) {
+        float d = x[i] - mean;
+        var += (double)d * d;
+    }
+    const float scale = 1.0f / sqrtf((float)(var / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) {
+        float v = (x[i] - mean) * scale;
+        if (w)
+            v *= w[i];
+        y[i] = b ? v + b[i] : v;
+    }
+}
+
 void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neox)
 {
     float cs[SP_ROPE_MAX];
@@ -161,6 +180,24 @@ static void sp_gelu_table_init(void)
 }
 
 void sp_gelu_table_ready(void) { pthread_once(&sp_gelu_once, sp_gelu_table_init); }
+
+void sp_gelu(const float *x, float *y, int64_t n)
+{
+    sp_gelu_table_ready();
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        if (v <= -10.0f) {
+            y[i] = 0.0f;
+        } else if (v < 10.0f) {
+            _Float16 vh = (_Float16)v;
+            uint16_t h;
+            memcpy(&h, &vh, sizeof h);
+            y[i] = (float)sp_gelu_table[h];
+        } else {
+            y[i] = v;
+        }
+    }
+}
 
 void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n)
 {

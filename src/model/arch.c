@@ -92,6 +92,17 @@ static const struct sp_arch sp_archs[] = {
         .moe = SP_MOE_REQUIRED,
         .chat_format = "chatml",
     },
+    {
+        .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
+        .ffn_act = SP_FFN_GELU,
+        .qkv_bias = true,
+        .norm = SP_NORM_LAYER,
+        .post_ln = true,
+        .abs_pos = true,
+        .bidirectional = true,
+        .ffn_plain = true,
+        .layer_bias = true,
+    },
 };
 
 #define SP_N_ARCHS (sizeof sp_archs / sizeof sp_archs[0])

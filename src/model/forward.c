@@ -73,9 +73,10 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->act = sp_fwd_alloc(s, B * s->act_stride);
     s->rope = sp_fwd_alloc(s, B * hp->n_rot * sizeof(float));
     s->attn_plan = sp_fwd_alloc(s, sp_attention_plan_ints(n_batch, (int)hp->n_head) * sizeof(int32_t));
+    s->attn_pos = sp_fwd_alloc(s, B * sizeof(int32_t));
     s->attn = sp_fwd_alloc(s, (size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
     bool ok = s->x && s->h && s->q && s->k && s->v && s->att && s->g && s->u && s->tmp && s->act && s->attn &&
-              s->rope && s->attn_plan;
+              s->rope && s->attn_plan && s->attn_pos;
     if (ok && X) {
         size_t FX = hp->n_ff_exp;
         s->moe_logits = sp_fwd_alloc(s, B * X * sizeof(float));
@@ -98,11 +99,16 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     return SP_OK;
 }
 
+const float *sp_forward_hidden(const struct sp_forward_scratch *s)
+{
+    return s->h;
+}
+
 void sp_forward_scratch_free(struct sp_forward_scratch *s)
 {
     free(s->x); free(s->h); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->g); free(s->u); free(s->tmp); free(s->act); free(s->attn); free(s->rope);
-    free(s->attn_plan);
+    free(s->attn_plan); free(s->attn_pos);
     free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
     memset(s, 0, sizeof *s);
@@ -206,6 +212,24 @@ static void sp_fwd_qk_row(const struct sp_fwd_job *j, int t, float *x, int n_hea
             x[i] *= hp->attn_scale;
 }
 
+/* The family's norm of one row of n_embd (bias: LayerNorm's, data NULL: none). */
+static void sp_fwd_norm(const struct sp_model *m, const float *x, const struct sp_tensor *w,
+                        const struct sp_tensor *bias, float *y)
+{
+    if (m->arch->norm == SP_NORM_LAYER)
+        sp_layernorm(x, w->data, bias->data, y, m->hp.n_embd, m->hp.eps);
+    else
+        sp_rmsnorm(x, w->data, y, m->hp.n_embd, m->hp.eps);
+}
+
+static void sp_fwd_add(float *x, const struct sp_tensor *bias, int n)
+{
+    for (int i = 0; bias->data && i < n; i++)
+        x[i] += ((const float *)bias->data)[i];
+}
+
+static const struct sp_tensor sp_fwd_none;
+
 static void sp_fwd_token(const struct sp_fwd_job *j, int t)
 {
     const struct sp_hparams *hp = &j->m->hp;
@@ -217,7 +241,10 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
     float *x = s->x + (size_t)t * E, *h = s->h + (size_t)t * E;
     switch (j->stage) {
     case SP_FWD_ATTN_IN:
-        sp_rmsnorm(x, L->attn_norm.data, h, E, hp->eps);
+        if (ar->post_ln)
+            memcpy(h, x, (size_t)E * sizeof *h);
+        else
+            sp_fwd_norm(j->m, x, &L->attn_norm, &sp_fwd_none, h);
         break;
     case SP_FWD_QK: {
         float *vt = s->v + (size_t)t * KVW;
@@ -232,23 +259,33 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
     case SP_FWD_ATTN_OUT:
     case SP_FWD_FFN_OUT: {
         float *o = s->tmp + (size_t)t * E;
-        const struct sp_tensor *pn = j->stage == SP_FWD_ATTN_OUT ? &L->post_attn_norm : &L->post_ffn_norm;
+        const bool attn = j->stage == SP_FWD_ATTN_OUT;
+        sp_fwd_add(o, attn ? &L->bo : &L->b_down, E);
         if (ar->post_norms)
-            sp_rmsnorm(o, pn->data, o, E, hp->eps);
+            sp_rmsnorm(o, (attn ? &L->post_attn_norm : &L->post_ffn_norm)->data, o, E, hp->eps);
         for (int i = 0; i < E; i++)
             x[i] += o[i];
-        if (j->stage == SP_FWD_ATTN_OUT)
-            sp_rmsnorm(x, L->ffn_norm.data, h, E, hp->eps);
-        else if (j->next) /* while the row is hot */
-            sp_rmsnorm(x, j->next->attn_norm.data, h, E, hp->eps);
+        if (ar->post_ln) { /* the norm is on the residual stream itself */
+            sp_fwd_norm(j->m, x, attn ? &L->attn_out_norm : &L->ffn_out_norm,
+                        attn ? &L->attn_out_norm_b : &L->ffn_out_norm_b, x);
+            memcpy(h, x, (size_t)E * sizeof *h);
+        } else if (attn) {
+            sp_fwd_norm(j->m, x, &L->ffn_norm, &sp_fwd_none, h);
+        } else if (j->next) { /* while the row is hot */
+            sp_fwd_norm(j->m, x, &j->next->attn_norm, &sp_fwd_none, h);
+        }
         break;
     }
     case SP_FWD_GLU: {
         float *g = s->g + (size_t)t * F, *u = s->u + (size_t)t * F;
-        if (ar->ffn_act == SP_FFN_GELU)
+        if (ar->ffn_plain) { /* g holds ffn_up's output; GELU is the one plain activation */
+            sp_fwd_add(g, &L->b_up, F);
+            sp_gelu(g, g, F);
+        } else if (ar->ffn_act == SP_FFN_GELU) {
             sp_geglu(g, u, g, F);
-        else
+        } else {
             sp_swiglu(g, u, g, F);
+        }
         if (j->qw)
             sp_act_quantize_row(j->qw, g, s->act + (size_t)t * sp_act_row_bytes(j->qw));
         return;
@@ -300,7 +337,10 @@ static void sp_fwd_dense(struct sp_fwd_job *job, struct sp_pool *pool, struct sp
     const struct sp_tensor *w2[2] = {&L->w_gate, &L->w_up};
     float *o2[2] = {s->g, s->u};
     const size_t st2[2] = {(size_t)F, (size_t)F};
-    sp_fwd_mm_multi(s, pool, c, 2, w2, s->h, E, T, o2, st2);
+    if (L->w_gate.data)
+        sp_fwd_mm_multi(s, pool, c, 2, w2, s->h, E, T, o2, st2);
+    else /* ffn_plain: up alone, into g */
+        sp_fwd_mm(s, pool, c, &L->w_up, s->h, E, T, s->g, (size_t)F);
     job->ff = F;
     sp_fwd_stage(job, pool, SP_FWD_GLU, &L->w_down, c);
     sp_fwd_mm(s, pool, c, &L->w_down, s->g, F, T, s->tmp, E);
@@ -527,6 +567,29 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         if (ar->embed_scale)
             for (int i = 0; i < E; i++)
                 x[i] *= escale;
+        if (ar->abs_pos) { /* + position row + token type 0 row, then the embeddings' norm */
+            float *r = s->tmp + (size_t)t * E;
+            sp_tensor_row(&m->pos_embd, b->pos[t], r);
+            for (int i = 0; i < E; i++)
+                x[i] += r[i];
+            sp_tensor_row(&m->tok_types, 0, r);
+            for (int i = 0; i < E; i++)
+                x[i] += r[i];
+            sp_fwd_norm(m, x, &m->embd_norm, &m->embd_norm_b, x);
+        }
+    }
+    /* the last position each query sees: its own, or (bidirectional) its
+     * sequence's last, the sequence being one run of the batch */
+    const int32_t *attn_pos = b->pos;
+    if (ar->bidirectional) {
+        for (int t = 0, r = 0; t < T; t = r) {
+            int32_t last = b->pos[t];
+            for (r = t + 1; r < T && b->seqs[r] == b->seqs[t]; r++)
+                last = b->pos[r] > last ? b->pos[r] : last;
+            for (int i = t; i < r; i++)
+                s->attn_pos[i] = last;
+        }
+        attn_pos = s->attn_pos;
     }
 
     const uint32_t n_layer = b->n_layer && b->n_layer < hp->n_layer ? b->n_layer : hp->n_layer;
@@ -553,7 +616,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         }
         sp_fwd_stage(&job, pool, SP_FWD_QK, NULL, &cache);
         struct sp_attn_args aa = {
-            .kv = kv, .layer = il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = b->seqs, .pos = b->pos,
+            .kv = kv, .layer = il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = b->seqs, .pos = attn_pos,
             .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = ar->q_prescale ? 1.0f : hp->attn_scale,
             .softcap = hp->attn_softcap, .window = L->swa ? (int)hp->n_swa : 0, .out = s->att,
             .out_stride = (size_t)Q, .scratch = s->attn, .scratch_per_thread = s->attn_per_thread,
@@ -574,10 +637,15 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
     }
 
     /* output head over the tokens that want logits */
-    for (int i = 0; i < b->n_out; i++)
-        sp_rmsnorm(s->x + (size_t)b->out_idx[i] * E, m->out_norm.data, s->h + (size_t)i * E, E, hp->eps);
+    for (int i = 0; i < b->n_out; i++) {
+        const float *x = s->x + (size_t)b->out_idx[i] * E;
+        if (m->out_norm.data)
+            sp_fwd_norm(m, x, &m->out_norm, &sp_fwd_none, s->h + (size_t)i * E);
+        else /* post_ln: the stream is normed already */
+            memmove(s->h + (size_t)i * E, x, (size_t)E * sizeof *x);
+    }
     cache.src = NULL;
-    if (b->n_out > 0) {
+    if (b->n_out > 0 && logits) {
         sp_fwd_mm(s, pool, &cache, &m->output, s->h, E, b->n_out, logits, hp->n_vocab);
         if (hp->final_softcap > 0.0f) {
             struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap};

@@ -33,6 +33,7 @@ struct sp_forward_scratch {
     float *attn;                                 /* attention scratch per pool chunk */
     size_t attn_per_thread;
     int32_t *attn_plan;                          /* attention work list */
+    int32_t *attn_pos;                           /* [n_batch] last key position per query (bidirectional) */
     float *rope;                                 /* [n_batch][n_rot] cos/sin of each token */
     float rope_base;                             /* base the table holds (0: none) */
     size_t bytes;                                /* all of the above */
@@ -57,8 +58,13 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
 void sp_forward_scratch_free(struct sp_forward_scratch *s);
 
 /* Runs the batch; writes logits [n_out][n_vocab].  Writes each token's K/V
- * into its sequence's blocks at its position. */
+ * into its sequence's blocks at its position.  logits NULL: no output head;
+ * the out tokens' final-normed hidden states (what the head would read) are
+ * left in sp_forward_hidden(s) until the next call (embeddings). */
 sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forward_scratch *s,
                      struct sp_pool *pool, const struct sp_forward_batch *b, float *logits);
+
+/* [n_out][n_embd]: the hidden states of the last sp_forward without logits. */
+const float *sp_forward_hidden(const struct sp_forward_scratch *s);
 
 #endif

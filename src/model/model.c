@@ -203,8 +203,10 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
         (st = sp_hp_u32(m, "block_count", true, &hp->n_layer)) ||
         (st = sp_hp_u32(m, "feed_forward_length", true, &hp->n_ff)) ||
         (st = sp_hp_u32(m, "attention.head_count", true, &hp->n_head)) ||
-        (st = sp_hp_f32(m, "attention.layer_norm_rms_epsilon", true, &hp->eps)) ||
-        (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)))
+        (st = sp_hp_f32(m, m->arch->norm == SP_NORM_LAYER ? "attention.layer_norm_epsilon"
+                                                            : "attention.layer_norm_rms_epsilon", true, &hp->eps)) ||
+        (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)) ||
+        (st = sp_hp_u32(m, "pooling_type", false, &hp->pooling)))
         return st;
     if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_ff == 0 || hp->n_head == 0 || hp->n_ctx_train == 0)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.*': embedding_length, block_count, feed_forward_length, "
@@ -233,14 +235,15 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     if (v_len != hp->head_dim)
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length': %u differs from key_length %u", a,
                             v_len, hp->head_dim);
-    hp->n_rot = hp->head_dim;
-    if ((st = sp_hp_u32(m, "rope.dimension_count", false, &hp->n_rot)))
+    hp->n_rot = m->arch->abs_pos ? 0 : hp->head_dim; /* absolute positions: no RoPE */
+    if (!m->arch->abs_pos && (st = sp_hp_u32(m, "rope.dimension_count", false, &hp->n_rot)))
         return st;
-    if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_rot > SP_ROPE_MAX)
+    if ((hp->n_rot == 0 && !m->arch->abs_pos) || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_rot > SP_ROPE_MAX)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.dimension_count': %u, expected an even number <= %u", a,
                             hp->n_rot, hp->head_dim < SP_ROPE_MAX ? hp->head_dim : SP_ROPE_MAX);
     if (!(hp->eps > 0.0f && hp->eps < 1.0f))
-        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.layer_norm_rms_epsilon': %g out of (0, 1)", a, hp->eps);
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.layer_norm_%sepsilon': %g out of (0, 1)", a,
+                            m->arch->norm == SP_NORM_LAYER ? "" : "rms_", hp->eps);
     if (!(hp->rope_base > 0.0f) || isinf(hp->rope_base))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.freq_base': %g, expected > 0", a, hp->rope_base);
     if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)) ||
@@ -424,10 +427,22 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     int64_t E = hp->n_embd, F = hp->n_ff;
     char name[96];
     sp_status st;
-    SP_T(L->attn_norm, "attn_norm.weight", E, 0, true);
+    bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
+    SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre);
     if ((st = sp_model_attn(ld, il)) != SP_OK)
         return st;
-    SP_T(L->ffn_norm, "ffn_norm.weight", E, 0, true);
+    SP_T(L->ffn_norm, "ffn_norm.weight", E, 0, pre);
+    SP_T(L->attn_out_norm, "attn_output_norm.weight", E, 0, !pre);
+    SP_T(L->ffn_out_norm, "layer_output_norm.weight", E, 0, !pre);
+    if (!pre && ln) {
+        SP_T(L->attn_out_norm_b, "attn_output_norm.bias", E, 0, true);
+        SP_T(L->ffn_out_norm_b, "layer_output_norm.bias", E, 0, true);
+    }
+    if (ar->layer_bias) {
+        SP_T(L->bo, "attn_output.bias", E, 0, true);
+        SP_T(L->b_up, "ffn_up.bias", F, 0, true);
+        SP_T(L->b_down, "ffn_down.bias", E, 0, true);
+    }
     if (hp->n_expert) {
         if ((st = sp_model_experts(ld, il)) != SP_OK)
             return st;
@@ -437,7 +452,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
         L->w_gate = sp_rows(&up, 0, F), L->w_up = sp_rows(&up, F, F);
         SP_T(L->w_down, "ffn_down.weight", F, E, true);
     } else {
-        SP_T(L->w_gate, "ffn_gate.weight", E, F, true);
+        SP_T(L->w_gate, "ffn_gate.weight", E, F, !ar->ffn_plain);
         SP_T(L->w_up, "ffn_up.weight", E, F, true);
         SP_T(L->w_down, "ffn_down.weight", F, E, true);
     }
@@ -509,7 +524,8 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
     const struct sp_gguf *g = &ld->m->gguf;
     static const char *const globals[] = {"rope_freqs.weight", "rope_factors_long.weight",
                                           "rope_factors_short.weight", "output.bias", "output_norm.bias",
-                                          "token_embd_norm.weight"};
+                                          "token_embd_norm.weight", "token_embd_norm.bias", "position_embd.weight",
+                                          "token_types.weight"};
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         if (ld->used[i])
             continue;
@@ -606,7 +622,11 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
             struct sp_tensor *lv[] = {L ? &L->attn_norm : &m->out_norm, L ? &L->q_norm : NULL,
                                       L ? &L->k_norm : NULL, L ? &L->post_attn_norm : NULL,
                                       L ? &L->ffn_norm : NULL, L ? &L->post_ffn_norm : NULL,
-                                      L ? &L->bq : NULL, L ? &L->bk : NULL, L ? &L->bv : NULL};
+                                      L ? &L->bq : NULL, L ? &L->bk : NULL, L ? &L->bv : NULL,
+                                      L ? &L->bo : &m->embd_norm, L ? &L->b_up : &m->embd_norm_b,
+                                      L ? &L->b_down : NULL, L ? &L->attn_out_norm : NULL,
+                                      L ? &L->attn_out_norm_b : NULL, L ? &L->ffn_out_norm : NULL,
+                                      L ? &L->ffn_out_norm_b : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -628,6 +648,29 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
     return SP_OK;
 }
 
+/* abs_pos families: position and token-type embeddings (rows read one at
+ * a time, F32 or any type with a row reader) and the embeddings' norm. */
+static sp_status sp_model_embd_extras(struct sp_loader *ld)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    sp_status st;
+    if (!m->arch->abs_pos)
+        return SP_OK;
+    uint32_t n_types = 2;
+    if ((st = sp_gguf_get_u32(&m->gguf, "tokenizer.ggml.token_type_count", false, &n_types)))
+        return st;
+    if (n_types == 0 || n_types > 1024)
+        return sp_error_set(SP_ERR_FORMAT, "key 'tokenizer.ggml.token_type_count': %u, expected 1..1024", n_types);
+    if ((st = sp_model_tensor(ld, "position_embd.weight", hp->n_embd, hp->n_ctx_train, true, &m->pos_embd)) ||
+        (st = sp_model_tensor(ld, "token_types.weight", hp->n_embd, n_types, true, &m->tok_types)) ||
+        (st = sp_model_tensor(ld, "token_embd_norm.weight", hp->n_embd, 0, true, &m->embd_norm)) ||
+        (st = sp_model_tensor(ld, "token_embd_norm.bias", hp->n_embd, 0, m->arch->norm == SP_NORM_LAYER,
+                              &m->embd_norm_b)))
+        return st;
+    return SP_OK;
+}
+
 /* Hyper-parameters, then every tensor (each checked against them). */
 static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *progress)
 {
@@ -641,7 +684,8 @@ static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *p
     if ((st = sp_hp_pos(m, "rope.freq_base_swa", &swa_base)) != SP_OK)
         return st;
     if ((st = sp_model_tensor(ld, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd)) != SP_OK ||
-        (st = sp_model_tensor(ld, "output_norm.weight", hp->n_embd, 0, true, &m->out_norm)) != SP_OK ||
+        (st = sp_model_tensor(ld, "output_norm.weight", hp->n_embd, 0, !m->arch->post_ln, &m->out_norm)) != SP_OK ||
+        (st = sp_model_embd_extras(ld)) != SP_OK ||
         (st = sp_model_tensor(ld, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output)) != SP_OK ||
         (st = sp_model_rope_factors_load(ld)) != SP_OK)
         return st;
@@ -759,8 +803,20 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
             n += (size_t)snprintf(buf + n, size - n, __VA_ARGS__);                                  \
     } while (0)
     buf[0] = 0;
-    SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : "SwiGLU");
-    SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
+    if (ar->ffn_plain)
+        SP_F("%s feed-forward (no gate)", ar->ffn_act == SP_FFN_GELU ? "GELU" : "SiLU");
+    else
+        SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : "SwiGLU");
+    if (ar->abs_pos)
+        SP_F("absolute position embeddings, token types");
+    else
+        SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
+    if (ar->bidirectional)
+        SP_F("bidirectional attention (embeddings only)");
+    if (ar->norm == SP_NORM_LAYER)
+        SP_F("LayerNorm with bias%s", ar->post_ln ? " after each residual" : "");
+    if (ar->layer_bias)
+        SP_F("output and feed-forward biases");
     if (hp->n_head_kv < hp->n_head)
         SP_F("grouped-query attention (%u query heads per KV head)", hp->n_head / hp->n_head_kv);
     if (L0->bq.data)

@@ -35,6 +35,10 @@ enum sp_rope_factors {
     SP_ROPE_FACTORS_LONGROPE,  /* optional rope_factors_long/short.weight (Phi-3 LongRoPE) */
 };
 enum sp_moe { SP_MOE_NONE, SP_MOE_OPTIONAL, SP_MOE_REQUIRED };
+enum sp_norm {
+    SP_NORM_RMS,      /* RMSNorm, weight only (attention.layer_norm_rms_epsilon) */
+    SP_NORM_LAYER,    /* LayerNorm with weight and bias (attention.layer_norm_epsilon) */
+};
 
 /* What distinguishes one family's forward pass; one entry per
  * general.architecture (src/model/arch.c).  Zero is "not this feature". */
@@ -61,6 +65,15 @@ struct sp_arch {
     bool moe_norm;             /* renormalize the selected experts' weights to sum to 1 */
     bool moe_ff_key;           /* expert width from expert_feed_forward_length (else feed_forward_length) */
     bool shared_expert;        /* ffn_*_shexp with a sigmoid gate ffn_gate_inp_shexp */
+    enum sp_norm norm;
+    bool post_ln;              /* the norm after each residual add (attn_output_norm, layer_output_norm)
+                                  instead of before each block; no output_norm */
+    bool abs_pos;              /* no RoPE: position_embd and token_types row 0 added to the
+                                  embeddings, then token_embd_norm */
+    bool bidirectional;        /* a token attends to every position of its sequence (which must be
+                                  whole in the batch): an encoder, for embeddings only */
+    bool ffn_plain;            /* act(ffn_up x) into ffn_down, no gate */
+    bool layer_bias;           /* biases on attn_output, ffn_up and ffn_down (required) */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -78,6 +91,8 @@ struct sp_hparams {
     uint32_t n_ctx_orig;       /* LongRoPE: long factors for contexts above this */
     float attn_softcap, final_softcap; /* 0 = none */
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense */
+    uint32_t pooling;          /* pooling_type as stored (llama.cpp's values: 0 none, 1 mean, 2 cls,
+                                  3 last; absent: 0); the embed room interprets it */
 };
 
 /* The expert stacks of one layer: views of each expert's matrix. */
@@ -86,6 +101,9 @@ enum { SP_EXP_GATE, SP_EXP_UP, SP_EXP_DOWN, SP_EXP_KINDS };
 struct sp_layer {
     struct sp_tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, post_attn_norm;
     struct sp_tensor bq, bk, bv;       /* biases (data NULL: none) */
+    struct sp_tensor bo, b_up, b_down; /* layer_bias families */
+    /* post_ln families: the norms after the attention and feed-forward adds */
+    struct sp_tensor attn_out_norm, attn_out_norm_b, ffn_out_norm, ffn_out_norm_b;
     struct sp_tensor ffn_norm, w_gate, w_up, w_down, post_ffn_norm;
     /* mixture of experts (n_expert > 0): router [n_embd -> n_expert], the
      * experts [SP_EXP_KINDS][n_expert], a shared expert (w_gate, w_up,
@@ -102,6 +120,7 @@ struct sp_model {
     struct sp_mapping map;
     struct sp_gguf gguf;
     struct sp_tensor tok_embd, out_norm, output;
+    struct sp_tensor pos_embd, tok_types, embd_norm, embd_norm_b; /* abs_pos families (else data NULL) */
     const float *rope_freqs, *rope_long, *rope_short; /* [n_rot / 2] rope factors (NULL: none) */
     struct sp_layer *layers;   /* [n_layer] */
     struct sp_tensor *exps;    /* owned: every layer's expert views */

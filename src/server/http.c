@@ -50,6 +50,7 @@ enum sp_route {
     SP_ROUTE_CHAT,
     SP_ROUTE_TOKENIZE,
     SP_ROUTE_DETOKENIZE,
+    SP_ROUTE_EMBEDDINGS,
     SP_ROUTE_PAGE,       /* the chat page's files (webui.h): served without the API key */
 };
 
@@ -102,6 +103,7 @@ static enum sp_route sp_route_of(const char *url, const char *method)
         {"/metrics", "GET", SP_ROUTE_METRICS},
         {"/v1/completions", "POST", SP_ROUTE_COMPLETIONS},
         {"/v1/chat/completions", "POST", SP_ROUTE_CHAT},
+        {"/v1/embeddings", "POST", SP_ROUTE_EMBEDDINGS},
         {"/tokenize", "POST", SP_ROUTE_TOKENIZE},
         {"/detokenize", "POST", SP_ROUTE_DETOKENIZE},
     };
@@ -283,7 +285,7 @@ static enum MHD_Result sp_fail_admission(struct sp_conn *c)
     if (st == SP_ERR_CONTEXT)
         sp_api_fail(&err, 400, "invalid_request_error", "context_length_exceeded",
                     c->route == SP_ROUTE_CHAT ? "messages" : "prompt", "%s", msg);
-    else if (st == SP_ERR_ARG)
+    else if (st == SP_ERR_ARG || st == SP_ERR_UNSUPPORTED)
         sp_api_fail(&err, 400, "invalid_request_error", "invalid_value", NULL, "%s", msg);
     else if (st == SP_ERR_FULL)
         sp_api_fail(&err, 503, "server_error", "kv_cache_full", NULL,
@@ -390,6 +392,47 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     if (sp_resp_failed(&c->resp, &err))
         return sp_respond_error(c, &err);
     return sp_respond(c, 200, "application/json", sp_resp_body(&c->resp), NULL, NULL);
+}
+
+/* ---- embeddings ---- */
+
+/* The most inputs of one /v1/embeddings request (docs/server-api.md). */
+#define SP_HTTP_EMBED_MAX_INPUTS 256
+
+/* Parses and tokenizes on this thread, runs the batch on the scheduler's
+ * (sp_sched_embed waits for it), answers the vectors. */
+static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
+{
+    struct sp_http *h = c->h;
+    const struct sp_model *m = sp_sched_model(h->sched);
+    struct sp_api_embed_limits lim = {h->model_id, (int)m->hp.n_embd, sp_sched_embed_max_tokens(h->sched),
+                                      SP_HTTP_EMBED_MAX_INPUTS};
+    struct sp_api_embed_request r;
+    struct sp_api_error err;
+    if (sp_api_embed_parse(&r, c->body, c->n_body, sp_sched_vocab(h->sched), &lim, &err) != SP_OK)
+        return sp_respond_error(c, &err);
+    enum MHD_Result ret;
+    float *out = malloc(r.n_inputs * (size_t)lim.n_embd * sizeof *out);
+    struct sp_embed_work w = {(const sp_token *const *)r.inputs, r.n_tokens, r.n_inputs, out, SP_OK, "", false,
+                              NULL};
+    sp_status st = out ? sp_sched_embed(h->sched, &w) : SP_ERR_NOMEM;
+    char *body = st == SP_OK ? sp_api_embed_body(&r, h->model_id, out, lim.n_embd) : NULL;
+    if (body) {
+        sp_metrics_count_tokens(h->metrics, r.n_total, 0, 0);
+        ret = sp_respond(c, 200, "application/json", body, NULL, NULL);
+    } else if (st == SP_ERR_FULL && !w.done) {
+        ret = sp_fail(c, 429, "requests", "rate_limit_exceeded", "Too many requests are waiting; retry later.");
+    } else if (st == SP_ERR_FULL) {
+        ret = sp_fail(c, 503, "server_error", "kv_cache_full", "The KV cache is full; retry later.");
+    } else if (st == SP_ERR_CONTEXT) {
+        sp_api_fail(&err, 400, "invalid_request_error", "context_length_exceeded", "input", "%s", w.msg);
+        ret = sp_respond_error(c, &err);
+    } else {
+        ret = sp_fail(c, 500, "server_error", NULL, st == SP_OK || st == SP_ERR_NOMEM ? "out of memory" : w.msg);
+    }
+    free(out);
+    sp_api_embed_request_free(&r);
+    return ret;
 }
 
 /* ---- other routes ---- */
@@ -513,6 +556,8 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
         return body ? sp_respond(c, 200, "application/json", body, NULL, NULL)
                     : sp_respond_error(c, &err);
     }
+    case SP_ROUTE_EMBEDDINGS:
+        return sp_handle_embeddings(c);
     default:
         return sp_handle_generate(c);
     }

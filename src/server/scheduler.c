@@ -33,6 +33,8 @@ struct sp_sched {
     pthread_cond_t cv;
     struct sp_job *q_head, *q_tail;
     size_t n_queued;
+    struct sp_embed_work *e_head; /* embedding batches waiting (run all at the next turn) */
+    pthread_cond_t e_cv;          /* an embedding batch is done */
     atomic_size_t n_jobs;     /* submitted and not yet released by the scheduler */
     bool quit;
     bool abort;               /* sp_sched_abort: end every job as shut down */
@@ -43,7 +45,7 @@ struct sp_sched {
     const struct sp_model *model;
     struct sp_grammar_tokens *gtoks;
     struct sp_grammar_cache *gcache;
-    int n_ctx;
+    int n_ctx, embed_max_tokens;
     struct sp_sampler_params sampling;
 
     /* scheduler thread only */
@@ -363,6 +365,24 @@ static void sp_sched_sampling_init(struct sp_sched *s)
             (double)p->repeat_penalty, n_model);
 }
 
+/* Runs the embedding batches (between steps: each is one sp_engine_embed
+ * call) and wakes their HTTP threads. */
+static void sp_sched_run_embeds(struct sp_sched *s, struct sp_embed_work *w)
+{
+    for (struct sp_embed_work *next; w; w = next) {
+        next = w->next;
+        sp_status st = sp_engine_embed(s->engine, w->inputs, w->n_tokens, w->n_inputs, NULL, w->out);
+        pthread_mutex_lock(&s->mu);
+        w->st = st;
+        if (st != SP_OK)
+            snprintf(w->msg, sizeof w->msg, "%s", sp_error_message());
+        w->done = true;
+        atomic_fetch_sub(&s->n_jobs, 1);
+        pthread_cond_broadcast(&s->e_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
 static void *sp_sched_main(void *arg)
 {
     struct sp_sched *s = arg;
@@ -372,16 +392,19 @@ static void *sp_sched_main(void *arg)
 
     for (;;) {
         /* s->mu is held here */
-        while (!s->quit && !s->q_head && !s->run_head)
+        while (!s->quit && !s->q_head && !s->run_head && !s->e_head)
             pthread_cond_wait(&s->cv, &s->mu);
-        if (s->quit && !s->q_head && !s->run_head)
+        if (s->quit && !s->q_head && !s->run_head && !s->e_head)
             break;
         double now = sp_now();
         sp_admit(s, now);
         size_t n_queued = s->n_queued;
         bool abort = s->abort;
+        struct sp_embed_work *ew = s->e_head;
+        s->e_head = NULL;
         pthread_mutex_unlock(&s->mu);
 
+        sp_sched_run_embeds(s, ew);
         for (struct sp_job *j = s->run_head; j; j = j->next) {
             if (j->cancel_sent)
                 continue;
@@ -421,6 +444,7 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
     s->vocab = sp_engine_vocab(e);
     s->model = sp_engine_model(e);
     s->n_ctx = sp_engine_n_ctx(e);
+    s->embed_max_tokens = sp_engine_embed_max_tokens(e);
     s->overrides = *sampling;
     sp_sched_sampling_init(s);
     /* the grammars' view of the vocabulary: built once, read-only after */
@@ -441,10 +465,12 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
     s->n_parallel = n_parallel > 0 ? n_parallel : 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->e_cv, NULL);
     atomic_init(&s->n_jobs, 0);
     int rc = pthread_create(&s->thread, NULL, sp_sched_main, s);
     if (rc != 0) {
         pthread_cond_destroy(&s->cv);
+        pthread_cond_destroy(&s->e_cv);
         pthread_mutex_destroy(&s->mu);
         sp_grammar_cache_free(s->gcache);
         sp_grammar_tokens_free(s->gtoks);
@@ -471,17 +497,24 @@ const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s)
 const struct sp_grammar_tokens *sp_sched_grammar_tokens(const struct sp_sched *s) { return s->gtoks; }
 
 struct sp_grammar_cache *sp_sched_grammar_cache(const struct sp_sched *s) { return s->gcache; }
+/* Counts one more job, unless as many as the queue allows are waiting
+ * (false, s->mu unlocked).  Called with s->mu held.  Waiting = jobs beyond
+ * the running slots, so --queue 0 still admits while a slot is free. */
+static bool sp_sched_count_job(struct sp_sched *s)
+{
+    if (atomic_load(&s->n_jobs) >= (size_t)s->n_parallel + (size_t)s->max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        return false;
+    }
+    atomic_fetch_add(&s->n_jobs, 1);
+    return true;
+}
 
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j)
 {
     pthread_mutex_lock(&s->mu);
-    /* Waiting = jobs beyond the running slots, so --queue 0 still admits
-     * while a slot is free. */
-    if (atomic_load(&s->n_jobs) >= (size_t)s->n_parallel + (size_t)s->max_queue) {
-        pthread_mutex_unlock(&s->mu);
+    if (!sp_sched_count_job(s))
         return SP_ERR_FULL;
-    }
-    atomic_fetch_add(&s->n_jobs, 1);
     atomic_fetch_add(&j->refs, 1);
     j->next = NULL;
     if (s->q_tail)
@@ -493,6 +526,23 @@ sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j)
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return SP_OK;
+}
+
+int sp_sched_embed_max_tokens(const struct sp_sched *s) { return s->embed_max_tokens; }
+
+sp_status sp_sched_embed(struct sp_sched *s, struct sp_embed_work *w)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!sp_sched_count_job(s))
+        return SP_ERR_FULL;
+    w->done = false;
+    w->next = s->e_head;
+    s->e_head = w;
+    pthread_cond_signal(&s->cv);
+    while (!w->done)
+        pthread_cond_wait(&s->e_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return w->st;
 }
 
 void sp_sched_cancel(struct sp_sched *s, struct sp_job *j)
@@ -525,6 +575,7 @@ void sp_sched_stop(struct sp_sched *s)
     sp_grammar_cache_free(s->gcache);
     sp_grammar_tokens_free(s->gtoks);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->e_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

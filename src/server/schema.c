@@ -997,3 +997,239 @@ free_root:
     json_decref(root);
     return res;
 }
+
+/* ---- /v1/embeddings ---- */
+
+static const char *const sp_embed_fields[] = {"model", "input", "encoding_format", "dimensions", "user",
+                                              "truncate"};
+
+/* One input (a string or a token-id array) into r's next slot. */
+static sp_status sp_embed_input(struct sp_api_embed_request *r, const json_t *in, size_t i,
+                                const struct sp_vocab *vocab, const struct sp_api_embed_limits *lim,
+                                bool truncate, struct sp_api_error *err)
+{
+    size_t cap = (size_t)(lim->max_tokens > 0 ? lim->max_tokens : 1), n = 0;
+    sp_token *t = NULL;
+    if (json_is_string(in)) {
+        const char *s = json_string_value(in);
+        size_t len = json_string_length(in);
+        if (strlen(s) != len)
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input",
+                               "Invalid value for 'input' %zu: it contains a NUL character.", i);
+        if (vocab) { /* as `spindle embed`: BOS/EOS as the file says, special texts not parsed */
+            sp_status st = sp_tokenize_alloc(vocab, s, len, true, false, &t, &n);
+            if (st == SP_ERR_NOMEM)
+                return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+            if (st != SP_OK)
+                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input",
+                                   "Input %zu could not be tokenized: %s", i, sp_error_message());
+        } else {
+            n = 1;
+            if (!(t = calloc(1, sizeof *t)))
+                return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        }
+    } else {
+        size_t m = json_array_size(in);
+        if (!(t = malloc((m ? m : 1) * sizeof *t)))
+            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        uint32_t n_vocab = vocab ? sp_vocab_size(vocab) : (uint32_t)INT32_MAX;
+        for (n = 0; n < m; n++) {
+            const json_t *v = json_array_get(in, n);
+            json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+            if (!json_is_integer(v) || id < 0 || id >= (json_int_t)n_vocab) {
+                free(t);
+                return sp_api_fail(err, 400, SP_API_INVALID, json_is_integer(v) ? "invalid_value" : "invalid_type",
+                                   "input", "Invalid token in 'input' %zu: expected ids 0..%u.", i, n_vocab - 1);
+            }
+            t[n] = (sp_token)id;
+        }
+    }
+    r->inputs[i] = t;
+    if (n == 0)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input", "Input %zu is empty (no tokens).", i);
+    if (n > cap && !truncate)
+        return sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded", "input",
+                           "Input %zu has %zu tokens; this model embeds at most %d tokens per input "
+                           "(send \"truncate\": true to cut longer inputs).", i, n, lim->max_tokens);
+    r->n_tokens[i] = n > cap ? cap : n;
+    r->n_total += r->n_tokens[i];
+    return SP_OK;
+}
+
+/* The inputs of `input`: one string or token array, or a list of them (all
+ * strings or all token arrays). */
+static sp_status sp_embed_inputs(struct sp_api_embed_request *r, const json_t *in, const struct sp_vocab *vocab,
+                                 const struct sp_api_embed_limits *lim, bool truncate, struct sp_api_error *err)
+{
+    const char *what = "Invalid type for 'input': expected a string, a list of strings, a list of token ids, "
+                       "or a list of lists of token ids.";
+    if (!in)
+        return sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "input",
+                           "Missing required parameter: 'input'.");
+    if (!json_is_string(in) && !json_is_array(in))
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "input", "%s", what);
+    /* one input: a string, or a list of ids (the empty list is no input at all) */
+    bool single = json_is_string(in) || (json_array_size(in) > 0 && json_is_integer(json_array_get(in, 0)));
+    size_t n = single ? 1 : json_array_size(in);
+    if (n == 0)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input", "'input' is an empty list.");
+    if (n > (size_t)lim->max_inputs)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input",
+                           "'input' has %zu items; this server embeds at most %d per request.", n, lim->max_inputs);
+    r->inputs = calloc(n, sizeof *r->inputs);
+    r->n_tokens = calloc(n, sizeof *r->n_tokens);
+    if (!r->inputs || !r->n_tokens)
+        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    r->n_inputs = n;
+    bool strings = single ? json_is_string(in) : json_is_string(json_array_get(in, 0));
+    for (size_t i = 0; i < n; i++) {
+        const json_t *item = single ? in : json_array_get(in, i);
+        if (!(strings ? json_is_string(item) : json_is_array(item)))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "input", "%s", what);
+        sp_status st = sp_embed_input(r, item, i, vocab, lim, truncate, err);
+        if (st != SP_OK)
+            return st;
+    }
+    return SP_OK;
+}
+
+sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body, size_t len,
+                             const struct sp_vocab *vocab, const struct sp_api_embed_limits *lim,
+                             struct sp_api_error *err)
+{
+    json_error_t jerr;
+    sp_status st = SP_ERR_ARG;
+    json_int_t dims;
+    bool truncate = false;
+    const char *key;
+    json_t *v;
+    memset(out, 0, sizeof *out);
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
+                           "We could not parse the JSON body of your request: %s (line %d, column %d).", jerr.text,
+                           jerr.line, jerr.column);
+    if (!json_is_object(root)) {
+        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL, "The request body must be a JSON object.");
+        goto done;
+    }
+    json_object_foreach(root, key, v) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof sp_embed_fields / sizeof sp_embed_fields[0]; i++)
+            known = known || !strcmp(key, sp_embed_fields[i]);
+        if (!known) {
+            sp_api_fail(err, 400, SP_API_INVALID, "unknown_parameter", NULL,
+                        "Unrecognized request argument supplied: '%.64s'.", key);
+            goto done;
+        }
+    }
+    static const char *const strings[] = {"model", "user", "encoding_format"};
+    for (size_t i = 0; i < 3; i++)
+        if ((v = sp_field(root, strings[i])) && !json_is_string(v)) {
+            sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", strings[i],
+                        "Invalid type for '%s': expected a string.", strings[i]);
+            goto done;
+        }
+    json_t *model = sp_field(root, "model"), *fmt = sp_field(root, "encoding_format");
+    if (model && lim->model_id && strcmp(json_string_value(model), lim->model_id)) {
+        sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
+                    "The model '%.100s' does not exist (this server serves '%.100s').", json_string_value(model),
+                    lim->model_id);
+        goto done;
+    }
+    if (fmt && strcmp(json_string_value(fmt), "float") && strcmp(json_string_value(fmt), "base64")) {
+        sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "encoding_format",
+                    "Invalid value for 'encoding_format': expected 'float' or 'base64'.");
+        goto done;
+    }
+    out->base64 = fmt && !strcmp(json_string_value(fmt), "base64");
+    int got = sp_read_int(root, "dimensions", 1, INT32_MAX, &dims, err);
+    if (got < 0)
+        goto done;
+    if (got && dims != lim->n_embd) {
+        sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "dimensions",
+                    "This model does not support 'dimensions' other than its width %d (it is not trained for "
+                    "truncated embeddings).", lim->n_embd);
+        goto done;
+    }
+    if (sp_read_bool(root, "truncate", &truncate, err) < 0)
+        goto done;
+    st = sp_embed_inputs(out, sp_field(root, "input"), vocab, lim, truncate, err);
+done:
+    json_decref(root);
+    if (st != SP_OK)
+        sp_api_embed_request_free(out);
+    return st;
+}
+
+void sp_api_embed_request_free(struct sp_api_embed_request *r)
+{
+    for (size_t i = 0; r->inputs && i < r->n_inputs; i++)
+        free(r->inputs[i]);
+    free(r->inputs);
+    free(r->n_tokens);
+    memset(r, 0, sizeof *r);
+}
+
+/* base64 of n bytes (RFC 4648, padded) as a JSON string. */
+static json_t *sp_base64(const uint8_t *p, size_t n)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *s = malloc((n + 2) / 3 * 4 + 1);
+    if (!s)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        s[o++] = tab[v >> 18 & 63];
+        s[o++] = tab[v >> 12 & 63];
+        s[o++] = i + 1 < n ? tab[v >> 6 & 63] : '=';
+        s[o++] = i + 2 < n ? tab[v & 63] : '=';
+    }
+    json_t *j = json_stringn(s, o);
+    free(s);
+    return j;
+}
+
+char *sp_api_embed_body(const struct sp_api_embed_request *r, const char *model, const float *vecs, int n_embd)
+{
+    json_t *data = json_array(), *root = json_object(), *usage = json_object();
+    for (size_t i = 0; data && i < r->n_inputs; i++) {
+        const float *v = vecs + i * (size_t)n_embd;
+        json_t *e = NULL, *item = json_object();
+        if (r->base64) {
+            uint8_t *b = malloc((size_t)n_embd * 4);
+            for (int k = 0; b && k < n_embd; k++) { /* little-endian float32, as OpenAI's */
+                uint32_t u;
+                memcpy(&u, &v[k], 4);
+                for (int x = 0; x < 4; x++)
+                    b[4 * k + x] = (uint8_t)(u >> (8 * x));
+            }
+            e = b ? sp_base64(b, (size_t)n_embd * 4) : NULL;
+            free(b);
+        } else {
+            e = json_array();
+            for (int k = 0; e && k < n_embd; k++)
+                json_array_append_new(e, json_real(v[k]));
+        }
+        json_object_set_new(item, "object", json_string("embedding"));
+        json_object_set_new(item, "index", json_integer((json_int_t)i));
+        if (!e || json_object_set_new(item, "embedding", e) || json_array_append_new(data, item)) {
+            json_decref(data);
+            data = NULL;
+        }
+    }
+    if (!data || !root || !usage) {
+        json_decref(data);
+        json_decref(root);
+        json_decref(usage);
+        return NULL;
+    }
+    json_object_set_new(usage, "prompt_tokens", json_integer((json_int_t)r->n_total));
+    json_object_set_new(usage, "total_tokens", json_integer((json_int_t)r->n_total));
+    json_object_set_new(root, "object", json_string("list"));
+    json_object_set_new(root, "data", data);
+    json_object_set_new(root, "model", json_string(model));
+    json_object_set_new(root, "usage", usage);
+    return sp_json_dump_free(root);
+}

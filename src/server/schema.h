@@ -123,6 +123,38 @@ char *sp_api_tokenize(const char *body, size_t len, const struct sp_vocab *vocab
 char *sp_api_detokenize(const char *body, size_t len, const struct sp_vocab *vocab,
                         struct sp_api_error *err);
 
+/* POST /v1/embeddings.  Accepted fields: model, input (a string, a list of
+ * strings, a list of token ids, or a list of those lists), encoding_format
+ * ("float" or "base64"), dimensions (the model's width only: no model here
+ * is trained for truncation), user, and spindle's `truncate` (bool: cut
+ * inputs longer than max_tokens instead of answering 400).  Any other
+ * field is a 400. */
+struct sp_api_embed_limits {
+    const char *model_id; /* requests naming another model get 404 */
+    int n_embd;           /* the vector width (the only `dimensions` allowed) */
+    int max_tokens;       /* most tokens of one input */
+    int max_inputs;       /* most inputs of one request */
+};
+struct sp_api_embed_request {
+    sp_token **inputs;    /* [n_inputs] owned token arrays */
+    size_t *n_tokens;     /* [n_inputs] */
+    size_t n_inputs;
+    size_t n_total;       /* tokens over all inputs (usage) */
+    bool base64;
+};
+/* Parses the body (vocab NULL: strings are not tokenized and count as one
+ * token, for the fuzzer).  On SP_OK *out holds the request (free with
+ * sp_api_embed_request_free); otherwise *err says what to answer. */
+sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body, size_t len,
+                             const struct sp_vocab *vocab, const struct sp_api_embed_limits *lim,
+                             struct sp_api_error *err);
+void sp_api_embed_request_free(struct sp_api_embed_request *r);
+/* The response body (malloc'd; NULL: out of memory): {"object": "list",
+ * "data": [{"object": "embedding", "index", "embedding"}], "model",
+ * "usage": {"prompt_tokens", "total_tokens"}}, each embedding n_embd floats
+ * of vecs as a JSON array, or base64 of their little-endian float32 bytes. */
+char *sp_api_embed_body(const struct sp_api_embed_request *r, const char *model, const float *vecs, int n_embd);
+
 /* A JSON string from arbitrary bytes (invalid UTF-8 -> U+FFFD). */
 json_t *sp_json_text(const char *s, size_t len);
 

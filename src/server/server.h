@@ -170,6 +170,26 @@ const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s);
 /* Enqueues j (taking a reference).  SP_ERR_FULL when max_queue jobs are
  * already waiting. */
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j);
+/* An embedding batch for the scheduler's thread: the HTTP thread fills the
+ * inputs and out ([n_inputs][n_embd]) and waits in sp_sched_embed. */
+struct sp_embed_work {
+    const sp_token *const *inputs;
+    const size_t *n_tokens;
+    size_t n_inputs;
+    float *out;
+    sp_status st;              /* sp_engine_embed's */
+    char msg[256];             /* its message when st != SP_OK */
+    bool done;
+    struct sp_embed_work *next;
+};
+/* Runs w on the scheduler's thread between steps (sp_engine_embed, the
+ * model's pooling, L2-normalised) and waits for it; returns w->st, or
+ * SP_ERR_FULL without running when as many jobs as sp_sched_submit allows
+ * are already waiting. */
+sp_status sp_sched_embed(struct sp_sched *s, struct sp_embed_work *w);
+/* The most tokens one embedding input may have (sp_engine_embed_max_tokens). */
+int sp_sched_embed_max_tokens(const struct sp_sched *s);
+
 /* Asks the scheduler to end j (client gone); safe in any state. */
 void sp_sched_cancel(struct sp_sched *s, struct sp_job *j);
 /* Ends every queued and running job now, marked shut down (the drain ran

@@ -1,5 +1,5 @@
 /* libFuzzer target: HTTP body bytes -> sp_api_request_parse() for both
- * endpoints, with no vocabulary (no rendering or tokenization), then the
+ * generation endpoints and sp_api_embed_parse() for /v1/embeddings, with no vocabulary (no rendering or tokenization), then the
  * error body when parsing fails.  Any crash, leak or sanitizer report is a
  * bug: client input must only ever produce a 4xx.
  *
@@ -40,6 +40,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             free(sp_api_error_body(&err));
         }
+    }
+    struct sp_api_embed_limits el = {"minilm", 384, 64, 256};
+    struct sp_api_embed_request er;
+    struct sp_api_error err;
+    memset(&err, 0, sizeof err);
+    sp_status st = sp_api_embed_parse(&er, (const char *)data, size, NULL, &el, &err);
+    if (st == SP_OK) {
+        if (er.n_inputs < 1 || er.n_inputs > (size_t)el.max_inputs)
+            abort();
+        for (size_t i = 0; i < er.n_inputs; i++)
+            if (er.n_tokens[i] < 1 || er.n_tokens[i] > (size_t)el.max_tokens)
+                abort();
+        float *v = calloc(er.n_inputs * 384, sizeof *v);
+        free(v ? sp_api_embed_body(&er, "minilm", v, 384) : NULL);
+        free(v);
+        sp_api_embed_request_free(&er);
+    } else if (err.http_status < 400 || err.http_status > 599 || (st == SP_ERR_ARG && err.http_status >= 500)) {
+        abort();
     }
     return 0;
 }

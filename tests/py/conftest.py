@@ -6,6 +6,7 @@ Fixtures
                  skips, when it is missing.
   smollm2_path   absolute path of SmolLM2-135M-Instruct Q4_1 (scripts/fetch-model)
   gemma3_path    absolute path of Gemma 3 270M Q4_K_M (scripts/fetch-model)
+  embed_path     absolute path of all-MiniLM-L6-v2 F16 (scripts/fetch-model embed)
   run_spindle    run_spindle(*args, input=None, timeout=...) -> CliResult with
                  .args, .returncode, .stdout, .stderr (text) and .json()
   goldens        goldens(name) -> parsed tests/goldens/<name>.json
@@ -88,6 +89,11 @@ def smollm2_path():
 @pytest.fixture(scope="session")
 def gemma3_path():
     return _fetch_model("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def embed_path():
+    return _fetch_model("embed")
 
 
 @pytest.fixture(scope="session")
