@@ -6,8 +6,7 @@
 
 #include "spindle.h"
 
-sp_status sp_error_set(sp_status st, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* sp_error_set is public (include/spindle.h). */
 /* Prefix the current message with "context: " (keeps the status). */
 sp_status sp_error_wrap(sp_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
