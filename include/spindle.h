@@ -556,8 +556,9 @@ SP_API sp_status sp_toolcall_check(void *tc, const char *text, size_t len, char 
  * message's tool_calls is OpenAI's request form, JSON text of
  * [{"id", "type", "function": {"name", "arguments": "<JSON object text>"}}];
  * tool results are "tool" messages with tool_call_id.  Errors: SP_ERR_ARG
- * (a call's arguments are not a JSON object, the template fails; the
- * message names which), SP_ERR_NOMEM.  *out is the caller's (sp_free).
+ * (tool_calls that are not JSON; for a template that takes calls as they
+ * are, arguments that are not a JSON object; a template that fails; the
+ * message names the message), SP_ERR_NOMEM.  *out is the caller's (sp_free).
  * Thread-safe. */
 SP_API sp_status sp_toolcall_chat_tokenize(const sp_model *m, const sp_toolcall *tc, const sp_chat_msg *msgs,
                                            size_t n, sp_token **out, size_t *n_out);
