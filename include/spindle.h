@@ -71,6 +71,11 @@ typedef enum sp_status {
 SP_API const char *sp_error_message(void);
 /* A short fixed name of a status ("format error", ...). */
 SP_API const char *sp_status_name(sp_status st);
+/* Sets this thread's message (printf-style, one line) and returns st, so
+ * code built on the library (the server, a callback such as
+ * sp_gen_params.validate) reports failures the library's way:
+ * `return sp_error_set(SP_ERR_ARG, "--host '%s' ...", host);`. */
+SP_API sp_status sp_error_set(sp_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Frees memory the library returned as the caller's (NULL is fine). */
 SP_API void sp_free(void *p);
@@ -468,6 +473,28 @@ SP_API void sp_grammar_free(sp_grammar *g);
  * The shape of sp_gen_params.validate, grammar being the sp_grammar. */
 SP_API sp_status sp_grammar_check_text(void *grammar, const char *text, size_t len, char *why, size_t cap);
 
+/* The GBNF of one JSON object (OpenAI's response_format json_object);
+ * static. */
+SP_API const char *sp_grammar_json_object_gbnf(void);
+
+/* Grammars kept by their text, for a server whose requests repeat them:
+ * each get returns a copy (sp_grammar_clone) of the grammar compiled the
+ * first time, at most max_entries of them, least recently used out first.
+ * Made for m's vocabulary (m NULL: grammars are compiled but bound to no
+ * vocabulary: they check text and constrain no request).  Thread-safe; m
+ * must outlive the cache. */
+typedef struct sp_grammar_cache sp_grammar_cache;
+SP_API sp_status sp_grammar_cache_create(const sp_model *m, uint32_t max_entries, sp_grammar_cache **out);
+/* Frees the cache and its grammars (copies handed out live on). */
+SP_API void sp_grammar_cache_free(sp_grammar_cache *c);
+/* A grammar for (kind, text[0..len), trigger), the caller's (sp_grammar_free);
+ * *hit (optional): it was kept.  trigger (NULL: none) makes the grammar
+ * lazy: output before the trigger text is free, the rest must be a
+ * sentence of the grammar, which starts with the trigger.  Errors as
+ * sp_grammar_create's (not kept). */
+SP_API sp_status sp_grammar_cache_get(sp_grammar_cache *c, sp_grammar_kind kind, const char *text, size_t len,
+                                      const char *trigger, sp_grammar **out, bool *hit);
+
 /* Grammar costs for benchmarks (`spindle bench --json-schema`). */
 typedef struct sp_grammar_bench {
     double compile_ms;        /* sp_grammar_create (the model's table already built) */
@@ -522,6 +549,89 @@ SP_API sp_status sp_engine_embed(sp_engine *e, const sp_token *const *inputs, co
 SP_API int sp_engine_n_embd(const sp_engine *e);
 /* Most tokens one input may have: min(n_ctx, n_batch). */
 SP_API int sp_engine_embed_max_tokens(const sp_engine *e);
+
+/* -------------------------------------------------------------- tool calls
+ * OpenAI's `tools`, `tool_choice` and `parallel_tool_calls` for a model's
+ * chat template: the format the template writes calls in (Hermes/Qwen,
+ * Llama 3, Mistral, or plain JSON for templates without tools) is chosen
+ * from the template's source.  An sp_toolcall holds one request's tools;
+ * it gives the prompt (sp_toolcall_chat_tokenize), the grammar of the calls
+ * and their check for sp_gen_params, and reads calls back out of the output
+ * (sp_toolcall_parser).  One thread builds it; once built it is only read,
+ * by any number of threads (the engine's check, the response builder). */
+
+typedef struct sp_toolcall sp_toolcall;
+
+typedef enum sp_toolcall_choice {
+    SP_TOOLCALL_NONE,     /* no call: the answer is text */
+    SP_TOOLCALL_AUTO,     /* text or calls, the model decides */
+    SP_TOOLCALL_REQUIRED, /* one or more calls */
+    SP_TOOLCALL_NAMED,    /* exactly one call of the named function */
+} sp_toolcall_choice;
+
+/* Reads a request's tools (a JSON array), tool_choice and
+ * parallel_tool_calls (JSON values; NULL when absent), all NUL-terminated
+ * JSON text, for m's chat template (m NULL: plain JSON calls).  Errors:
+ * SP_ERR_ARG with the message saying what is wrong and param[0..cap)
+ * naming the field ("tools[1].function.name"); SP_ERR_NOMEM. */
+SP_API sp_status sp_toolcall_create(const sp_model *m, const char *tools, const char *choice, const char *parallel,
+                                    char *param, size_t cap, sp_toolcall **out);
+SP_API void sp_toolcall_free(sp_toolcall *tc);
+SP_API sp_toolcall_choice sp_toolcall_choice_of(const sp_toolcall *tc);
+/* The grammar of the calls (GBNF text, the caller's: sp_free) and, for
+ * `auto`, the trigger that starts it (static; NULL otherwise): give both to
+ * sp_grammar_cache_get.  SP_ERR_ARG for tool_choice none (no grammar) or
+ * parameters no grammar can express. */
+SP_API sp_status sp_toolcall_grammar(const sp_toolcall *tc, char **gbnf, const char **trigger);
+/* The check of a finished output, in the shape of sp_gen_params.validate
+ * (ctx: the sp_toolcall): every call names a function of the request and
+ * its arguments are valid for that function's parameter schema. */
+SP_API sp_status sp_toolcall_check(void *tc, const char *text, size_t len, char *why, size_t cap);
+
+/* Renders msgs with m's chat template and tokenizes them as
+ * sp_model_chat_tokenize does, with the request's tools (tc; NULL: none)
+ * given to the template in the form its call format wants.  Here a
+ * message's tool_calls is OpenAI's request form, JSON text of
+ * [{"id", "type", "function": {"name", "arguments": "<JSON object text>"}}];
+ * tool results are "tool" messages with tool_call_id.  Errors: SP_ERR_ARG
+ * (tool_calls that are not JSON; for a template that takes calls as they
+ * are, arguments that are not a JSON object; a template that fails; the
+ * message names the message), SP_ERR_NOMEM.  *out is the caller's (sp_free).
+ * Thread-safe. */
+SP_API sp_status sp_toolcall_chat_tokenize(const sp_model *m, const sp_toolcall *tc, const sp_chat_msg *msgs,
+                                           size_t n, sp_token **out, size_t *n_out);
+
+/* Reading calls out of one choice's output, also incrementally for a
+ * stream: text that may still turn into a call is held back until it is
+ * known not to.  One parser per choice, used by one thread at a time; tc
+ * must outlive it. */
+typedef enum sp_toolcall_event_kind {
+    SP_TOOLCALL_TEXT, /* content text */
+    SP_TOOLCALL_CALL, /* a call begins: index, id, name (text) */
+    SP_TOOLCALL_ARGS, /* a piece of the arguments' JSON text of call `index` */
+} sp_toolcall_event_kind;
+
+typedef struct sp_toolcall_event {
+    sp_toolcall_event_kind kind;
+    int index;
+    const char *id;     /* SP_TOOLCALL_CALL */
+    const char *text;   /* valid during the callback */
+    size_t len;
+} sp_toolcall_event;
+typedef sp_status (*sp_toolcall_fn)(void *user, const sp_toolcall_event *ev);
+
+typedef struct sp_toolcall_parser sp_toolcall_parser;
+SP_API sp_status sp_toolcall_parser_new(sp_toolcall_parser **out, const sp_toolcall *tc);
+SP_API void sp_toolcall_parser_free(sp_toolcall_parser *p);
+/* Forgets everything read (an attempt that is retried). */
+SP_API void sp_toolcall_parser_reset(sp_toolcall_parser *p);
+/* Reads more output; `last`: the output ends here (held text is released).
+ * Events go to fn on this thread; a status other than SP_OK from fn stops
+ * the feed and is returned. */
+SP_API sp_status sp_toolcall_parser_feed(sp_toolcall_parser *p, const char *text, size_t len, bool last,
+                                         sp_toolcall_fn fn, void *user);
+/* Calls begun so far. */
+SP_API int sp_toolcall_parser_calls(const sp_toolcall_parser *p);
 
 /* -------------------------------------------------------------- decoding */
 

@@ -120,3 +120,11 @@ done:
     sp_grammar_free(proto);
     return st;
 }
+
+sp_status sp_grammar_cache_create(const sp_model *m, uint32_t max_entries, sp_grammar_cache **out)
+{
+    const struct sp_grammar_tokens *t = NULL;
+    *out = NULL;
+    sp_status st = m ? sp_api_grammar_tokens(m, &t) : SP_OK;
+    return st == SP_OK ? sp_grammar_cache_new(out, t, max_entries) : st;
+}

@@ -29,5 +29,8 @@ struct spindle_model {
 
 /* The model's grammar table, built on first use (thread-safe). */
 sp_status sp_api_grammar_tokens(const sp_model *m, const struct sp_grammar_tokens **out);
+/* The model's built-in chat format for files without a template
+ * (sp_model_chat_format), or NULL. */
+const char *sp_api_chat_format(const sp_model *m);
 
 #endif

@@ -342,7 +342,7 @@ void sp_detokenizer_free(sp_detokenizer *d) { free(d); }
 /* ---- chat ---- */
 
 /* The architecture's built-in chat format (NULL for vocab_only: ChatML). */
-static const char *sp_api_chat_format(const sp_model *m)
+const char *sp_api_chat_format(const sp_model *m)
 {
     return m->weights ? sp_model_chat_format(m->weights) : NULL;
 }

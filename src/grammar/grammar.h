@@ -119,12 +119,8 @@ sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t
 struct sp_grammar_cache;
 sp_status sp_grammar_cache_new(struct sp_grammar_cache **out, const struct sp_grammar_tokens *t,
                                uint32_t max_entries);
-void sp_grammar_cache_free(struct sp_grammar_cache *c);
-/* A copy of the prepared grammar for (kind, text, trigger), prepared now
- * when not kept yet (*hit says which; may be NULL).  Errors as
- * sp_grammar_prepare's, and are not kept. */
-sp_status sp_grammar_cache_get(struct sp_grammar_cache *c, enum sp_grammar_kind kind, const char *text, size_t len,
-                               const char *trigger, struct sp_grammar **out, bool *hit);
+/* sp_grammar_cache_get and sp_grammar_cache_free are public
+ * (include/spindle.h; sp_grammar_cache_create makes one for a model). */
 void sp_grammar_cache_stats(struct sp_grammar_cache *c, uint64_t *hits, uint64_t *misses);
 
 /* Counts for the benchmark and tests. */
@@ -175,8 +171,5 @@ sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *
  * why[0..cap) as "$.path: problem; ...". */
 sp_status sp_grammar_validate(const char *schema, size_t schema_len, const char *text,
                               size_t len, char *why, size_t cap);
-
-/* The grammar of any JSON value (response_format json_object: an object). */
-const char *sp_grammar_json_object_gbnf(void);
 
 #endif

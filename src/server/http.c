@@ -30,11 +30,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "model/model.h"
 #include "server/server.h"
 #include "server/webui.h"
-#include "tokenizer/tokenizer.h"
 
 #define SP_HTTP_IDLE_TIMEOUT_S 60u
 #define SP_HTTP_MEMORY_LIMIT (256u * 1024u)
@@ -306,13 +303,11 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     lim.n_ctx = sp_sched_n_ctx(h->sched);
     lim.max_n = h->cfg.max_n;
     lim.max_timeout_s = h->cfg.timeout_s;
-    lim.chat_format = sp_model_chat_format(sp_sched_model(h->sched));
     lim.defaults = sp_sched_sampling(h->sched);
-    lim.gtoks = sp_sched_grammar_tokens(h->sched);
     lim.gcache = sp_sched_grammar_cache(h->sched);
     lim.max_retries = h->cfg.max_retries;
     enum sp_api_kind kind = c->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETIONS;
-    if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_vocab(h->sched), &lim,
+    if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_model(h->sched), &lim,
                              &err) != SP_OK)
         return sp_respond_error(c, &err);
     if (!api.seed_set && getrandom(&api.gp.sampling.seed, sizeof api.gp.sampling.seed,
@@ -325,7 +320,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
         return sp_fail(c, 500, "server_error", NULL, "out of memory");
     }
     c->job = j;
-    if (sp_resp_init(&c->resp, &j->api, sp_sched_vocab(h->sched), h->model_id) != SP_OK)
+    if (sp_resp_init(&c->resp, &j->api, sp_sched_model(h->sched), h->model_id) != SP_OK)
         return sp_fail(c, 500, "server_error", NULL, "out of memory");
     c->resp_init = true;
 
@@ -404,12 +399,14 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
 static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
 {
     struct sp_http *h = c->h;
-    const struct sp_model *m = sp_sched_model(h->sched);
-    struct sp_api_embed_limits lim = {h->model_id, (int)m->hp.n_embd, sp_sched_embed_max_tokens(h->sched),
+    const sp_model *m = sp_sched_model(h->sched);
+    sp_model_info mi;
+    sp_model_info_get(m, &mi);
+    struct sp_api_embed_limits lim = {h->model_id, (int)mi.n_embd, sp_sched_embed_max_tokens(h->sched),
                                       SP_HTTP_EMBED_MAX_INPUTS};
     struct sp_api_embed_request r;
     struct sp_api_error err;
-    if (sp_api_embed_parse(&r, c->body, c->n_body, sp_sched_vocab(h->sched), &lim, &err) != SP_OK)
+    if (sp_api_embed_parse(&r, c->body, c->n_body, m, &lim, &err) != SP_OK)
         return sp_respond_error(c, &err);
     enum MHD_Result ret;
     float *out = malloc(r.n_inputs * (size_t)lim.n_embd * sizeof *out);
@@ -547,12 +544,12 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
     case SP_ROUTE_MODELS:
         return sp_handle_models(c);
     case SP_ROUTE_TOKENIZE: {
-        char *body = sp_api_tokenize(c->body, c->n_body, sp_sched_vocab(h->sched), &err);
+        char *body = sp_api_tokenize(c->body, c->n_body, sp_sched_model(h->sched), &err);
         return body ? sp_respond(c, 200, "application/json", body, NULL, NULL)
                     : sp_respond_error(c, &err);
     }
     case SP_ROUTE_DETOKENIZE: {
-        char *body = sp_api_detokenize(c->body, c->n_body, sp_sched_vocab(h->sched), &err);
+        char *body = sp_api_detokenize(c->body, c->n_body, sp_sched_model(h->sched), &err);
         return body ? sp_respond(c, 200, "application/json", body, NULL, NULL)
                     : sp_respond_error(c, &err);
     }

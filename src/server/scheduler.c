@@ -17,8 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "grammar/grammar.h"
 #include "server/server.h"
 
 struct sp_sched {
@@ -41,10 +39,8 @@ struct sp_sched {
 
     /* set before the thread starts; immutable afterwards */
     struct sp_engine *engine;
-    const struct sp_vocab *vocab;
-    const struct sp_model *model;
-    struct sp_grammar_tokens *gtoks;
-    struct sp_grammar_cache *gcache;
+    const sp_model *model;
+    sp_grammar_cache *gcache;
     int n_ctx, embed_max_tokens;
     struct sp_sampler_params sampling;
 
@@ -343,7 +339,7 @@ static void sp_sched_sampling_init(struct sp_sched *s)
     struct sp_sampler_params *p = &s->sampling;
     const struct sp_server_sampling *o = &s->overrides;
     int n_model = 0;
-    if (sp_engine_sampling_defaults(s->model, p, &n_model) != SP_OK)
+    if (sp_model_sampling_defaults(s->model, p, &n_model) != SP_OK)
         fprintf(stderr, "spindle: ignoring a sampling recommendation of the model: %s\n",
                 sp_error_message());
     if (!isnan(o->temperature))
@@ -430,7 +426,7 @@ static void *sp_sched_main(void *arg)
     return NULL;
 }
 
-sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_queue, int n_parallel,
+sp_status sp_sched_start(struct sp_sched **out, const sp_model *model, sp_engine *e, int max_queue, int n_parallel,
                          const struct sp_server_sampling *sampling,
                          struct sp_metrics *m)
 {
@@ -441,18 +437,14 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
         return sp_error_set(SP_ERR_NOMEM, "scheduler: out of memory");
     }
     s->engine = e;
-    s->vocab = sp_engine_vocab(e);
-    s->model = sp_engine_model(e);
+    s->model = model;
     s->n_ctx = sp_engine_n_ctx(e);
     s->embed_max_tokens = sp_engine_embed_max_tokens(e);
     s->overrides = *sampling;
     sp_sched_sampling_init(s);
-    /* the grammars' view of the vocabulary: built once, read-only after */
-    sp_status st = sp_grammar_tokens_from_vocab(&s->gtoks, s->vocab);
-    if (st == SP_OK)
-        st = sp_grammar_cache_new(&s->gcache, s->gtoks, SP_SCHED_GRAMMARS);
+    /* grammars bound to the vocabulary, kept for the requests repeating them */
+    sp_status st = sp_grammar_cache_create(model, SP_SCHED_GRAMMARS, &s->gcache);
     if (st != SP_OK) {
-        sp_grammar_tokens_free(s->gtoks);
         sp_engine_free(e);
         free(s);
         return st;
@@ -473,7 +465,6 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
         pthread_cond_destroy(&s->e_cv);
         pthread_mutex_destroy(&s->mu);
         sp_grammar_cache_free(s->gcache);
-        sp_grammar_tokens_free(s->gtoks);
         sp_engine_free(e);
         free(s);
         return sp_error_set(SP_ERR_NOMEM, "scheduler: cannot start a thread: %s", strerror(rc));
@@ -483,9 +474,7 @@ sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_que
     return SP_OK;
 }
 
-const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s) { return s->vocab; }
-
-const struct sp_model *sp_sched_model(const struct sp_sched *s) { return s->model; }
+const sp_model *sp_sched_model(const struct sp_sched *s) { return s->model; }
 
 int sp_sched_n_ctx(const struct sp_sched *s) { return s->n_ctx; }
 
@@ -494,9 +483,7 @@ const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s)
     return &s->sampling;
 }
 
-const struct sp_grammar_tokens *sp_sched_grammar_tokens(const struct sp_sched *s) { return s->gtoks; }
-
-struct sp_grammar_cache *sp_sched_grammar_cache(const struct sp_sched *s) { return s->gcache; }
+sp_grammar_cache *sp_sched_grammar_cache(const struct sp_sched *s) { return s->gcache; }
 /* Counts one more job, unless as many as the queue allows are waiting
  * (false, s->mu unlocked).  Called with s->mu held.  Waiting = jobs beyond
  * the running slots, so --queue 0 still admits while a slot is free. */
@@ -573,7 +560,6 @@ void sp_sched_stop(struct sp_sched *s)
         pthread_join(s->thread, NULL);
     sp_engine_free(s->engine);
     sp_grammar_cache_free(s->gcache);
-    sp_grammar_tokens_free(s->gtoks);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->e_cv);
     pthread_mutex_destroy(&s->mu);

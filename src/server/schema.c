@@ -9,11 +9,6 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "chat/chat.h"
-#include "core/error.h"
-#include "grammar/grammar.h"
-#include "tokenizer/tokenizer.h"
-#include "toolcall/toolcall.h"
 
 #define SP_API_INVALID "invalid_request_error"
 
@@ -228,7 +223,7 @@ static sp_status sp_parse_stop(struct sp_api_request *r, const json_t *root,
 }
 
 static sp_status sp_parse_logit_bias(struct sp_api_request *r, const json_t *root,
-                                     const struct sp_vocab *vocab,
+                                     const sp_model *model,
                                      const struct sp_api_limits *lim, struct sp_api_error *err)
 {
     json_t *v = sp_field(root, "logit_bias");
@@ -245,7 +240,7 @@ static sp_status sp_parse_logit_bias(struct sp_api_request *r, const json_t *roo
     r->bias = calloc(n ? n : 1, sizeof *r->bias);
     if (!r->bias)
         return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-    uint32_t n_vocab = vocab ? sp_vocab_size(vocab) : UINT32_MAX;
+    uint32_t n_vocab = model ? sp_model_n_vocab(model) : UINT32_MAX;
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -275,7 +270,7 @@ static sp_status sp_parse_logit_bias(struct sp_api_request *r, const json_t *roo
 }
 
 /* Tokenizes r->prompt_text into r->prompt (at most n_ctx tokens). */
-static sp_status sp_tokenize_prompt(struct sp_api_request *r, const struct sp_vocab *vocab,
+static sp_status sp_tokenize_prompt(struct sp_api_request *r, const sp_model *model,
                                     const struct sp_api_limits *lim,
                                     struct sp_api_error *err)
 {
@@ -283,8 +278,8 @@ static sp_status sp_tokenize_prompt(struct sp_api_request *r, const struct sp_vo
     r->prompt = malloc(cap * sizeof *r->prompt);
     if (!r->prompt)
         return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-    sp_status st = sp_tokenize(vocab, r->prompt_text, strlen(r->prompt_text), true, true,
-                               r->prompt, cap, &n);
+    sp_status st = sp_model_tokenize(model, r->prompt_text, strlen(r->prompt_text), true, true,
+                                     r->prompt, cap, &n);
     if (st == SP_ERR_ARG && n > cap)
         return sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded",
                            r->kind == SP_API_CHAT ? "messages" : "prompt",
@@ -299,7 +294,7 @@ static sp_status sp_tokenize_prompt(struct sp_api_request *r, const struct sp_vo
 }
 
 static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
-                                 const struct sp_vocab *vocab, const struct sp_api_limits *lim,
+                                 const sp_model *model, const struct sp_api_limits *lim,
                                  struct sp_api_error *err)
 {
     json_t *p = sp_field(root, "prompt");
@@ -316,8 +311,8 @@ static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
         if (strlen(r->prompt_text) != json_string_length(p))
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
                                "Invalid value for 'prompt': it contains a NUL character.");
-        if (vocab) {
-            sp_status st = sp_tokenize_prompt(r, vocab, lim, err);
+        if (model) {
+            sp_status st = sp_tokenize_prompt(r, model, lim, err);
             if (st != SP_OK)
                 return st;
         }
@@ -336,7 +331,7 @@ static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
         r->prompt = malloc((n ? n : 1) * sizeof *r->prompt);
         if (!r->prompt)
             return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        uint32_t n_vocab = vocab ? sp_vocab_size(vocab) : (uint32_t)INT32_MAX;
+        uint32_t n_vocab = model ? sp_model_n_vocab(model) : (uint32_t)INT32_MAX;
         for (size_t i = 0; i < n; i++) {
             json_int_t t = json_integer_value(json_array_get(p, i));
             if (t < 0 || t >= (json_int_t)n_vocab)
@@ -359,7 +354,7 @@ static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
  * does: it reads only the immutable vocabulary, its errors are the
  * request's 400, and the scheduler's thread stays free for the step. */
 static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
-                                   const struct sp_vocab *vocab,
+                                   const sp_model *model,
                                    const struct sp_api_limits *lim, struct sp_api_error *err)
 {
     json_t *m = sp_field(root, "messages");
@@ -370,7 +365,7 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "messages",
                            "Invalid value for 'messages': expected a non-empty array.");
     size_t n = json_array_size(m);
-    struct sp_toolcall_msg *msgs = calloc(n, sizeof *msgs);
+    sp_chat_msg *msgs = calloc(n, sizeof *msgs);
     char **joined = calloc(n, sizeof *joined); /* contents this function built from text parts */
     sp_status st = SP_OK;
     if (!msgs || !joined) {
@@ -443,16 +438,10 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         joined[i][o] = '\0';
         msgs[i].content = joined[i];
     }
-    if (vocab) {
+    if (model) {
         /* tool calls, results and the request's tools in the form the
-         * template's tool-call format wants (src/toolcall) */
-        struct sp_toolcall_prompt tp;
-        const struct sp_toolcall_format *f =
-            sp_toolcall_format_for(sp_chat_template_for(vocab, lim->chat_format));
-        st = sp_toolcall_prompt(f, r->tools, msgs, n, &tp);
-        if (st == SP_OK)
-            st = sp_chat_prompt(vocab, lim->chat_format, tp.msgs, tp.n, tp.tools, &r->prompt, &r->n_prompt);
-        sp_toolcall_prompt_free(&tp);
+         * template's tool-call format wants */
+        st = sp_toolcall_chat_tokenize(model, r->tools, msgs, n, &r->prompt, &r->n_prompt);
         if (st == SP_ERR_NOMEM)
             sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         else if (st != SP_OK)
@@ -462,6 +451,8 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
 free_msgs:
     for (size_t i = 0; joined && i < n; i++)
         free(joined[i]);
+    for (size_t i = 0; msgs && i < n; i++)
+        free((char *)msgs[i].tool_calls);
     free(joined);
     free(msgs);
     return st;
@@ -532,7 +523,7 @@ static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
     int got;
     r->logprobs = -1;
     if (r->kind == SP_API_COMPLETIONS) {
-        if ((got = sp_read_int(root, "logprobs", 0, SP_SAMPLER_MAX_LOGPROBS, &i, err)) < 0)
+        if ((got = sp_read_int(root, "logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
             return SP_ERR_ARG;
         if (got)
             r->logprobs = (int)i;
@@ -540,7 +531,7 @@ static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
         bool on = false;
         if (sp_read_bool(root, "logprobs", &on, err) < 0)
             return SP_ERR_ARG;
-        if ((got = sp_read_int(root, "top_logprobs", 0, SP_SAMPLER_MAX_LOGPROBS, &i, err)) < 0)
+        if ((got = sp_read_int(root, "top_logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
             return SP_ERR_ARG;
         if (got && !on)
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "top_logprobs",
@@ -610,15 +601,14 @@ static sp_status sp_constraint(struct sp_api_request *r, const char *text, size_
                                const char *param, const struct sp_api_limits *lim, struct sp_api_error *err)
 {
     enum sp_grammar_kind kind = schema ? SP_GRAMMAR_SCHEMA : SP_GRAMMAR_GBNF;
-    sp_status st = lim->gcache ? sp_grammar_cache_get(lim->gcache, kind, text, len, NULL, &r->grammar, NULL)
-                               : sp_grammar_prepare(kind, text, len, NULL, lim->gtoks, &r->grammar);
+    sp_status st = sp_grammar_cache_get(lim->gcache, kind, text, len, NULL, &r->grammar, NULL);
     if (st == SP_ERR_NOMEM)
         return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     if (st != SP_OK)
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", param, "Invalid '%s': %s", param,
                            sp_error_message());
     r->gp.grammar = r->grammar;
-    r->gp.validate = sp_grammar_check;
+    r->gp.validate = sp_grammar_check_text;
     r->gp.validate_ctx = r->grammar;
     return SP_OK;
 }
@@ -704,7 +694,7 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
 }
 
 sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind,
-                               const char *body, size_t len, const struct sp_vocab *vocab,
+                               const char *body, size_t len, const sp_model *model,
                                const struct sp_api_limits *lim, struct sp_api_error *err)
 {
     struct sp_api_request *r = out;
@@ -734,19 +724,19 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
         goto free_root;
     st = SP_ERR_ARG;
 
-    json_t *model = sp_field(root, "model");
-    if (model && !json_is_string(model)) {
+    json_t *mname = sp_field(root, "model");
+    if (mname && !json_is_string(mname)) {
         sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "model",
                     "Invalid type for 'model': expected a string.");
         goto free_root;
     }
-    if (model && lim->model_id && strcmp(json_string_value(model), lim->model_id)) {
+    if (mname && lim->model_id && strcmp(json_string_value(mname), lim->model_id)) {
         sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
                     "The model '%.100s' does not exist (this server serves '%.100s').",
-                    json_string_value(model), lim->model_id);
+                    json_string_value(mname), lim->model_id);
         goto free_root;
     }
-    if (model && !(r->model = sp_strndup_json(model))) {
+    if (mname && !(r->model = sp_strndup_json(mname))) {
         st = sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         goto free_root;
     }
@@ -829,16 +819,16 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
         goto free_root;
     if ((st = sp_parse_stop(r, root, lim, err)) != SP_OK)
         goto free_root;
-    if ((st = sp_parse_logit_bias(r, root, vocab, lim, err)) != SP_OK)
+    if ((st = sp_parse_logit_bias(r, root, model, lim, err)) != SP_OK)
         goto free_root;
     if ((st = sp_parse_constraint(r, root, lim, err)) != SP_OK)
         goto free_root;
-    if (kind == SP_API_CHAT && (st = sp_api_parse_tools(r, root, vocab, lim, err)) != SP_OK)
+    if (kind == SP_API_CHAT && (st = sp_api_parse_tools(r, root, model, lim, err)) != SP_OK)
         goto free_root;
     if (kind == SP_API_COMPLETIONS)
-        st = sp_parse_prompt(r, root, vocab, lim, err);
+        st = sp_parse_prompt(r, root, model, lim, err);
     else
-        st = sp_parse_messages(r, root, vocab, lim, err);
+        st = sp_parse_messages(r, root, model, lim, err);
     if (st != SP_OK)
         goto free_root;
     if (r->prompt && r->n_prompt == 0) {
@@ -881,7 +871,7 @@ void sp_api_request_free(struct sp_api_request *r)
     memset(r, 0, sizeof *r);
 }
 
-char *sp_api_tokenize(const char *body, size_t len, const struct sp_vocab *vocab,
+char *sp_api_tokenize(const char *body, size_t len, const sp_model *model,
                       struct sp_api_error *err)
 {
     json_error_t jerr;
@@ -909,8 +899,8 @@ char *sp_api_tokenize(const char *body, size_t len, const struct sp_vocab *vocab
         sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         goto free_root;
     }
-    sp_status st = sp_tokenize(vocab, json_string_value(c), json_string_length(c), add_special,
-                               parse_special, toks, cap, &n);
+    sp_status st = sp_model_tokenize(model, json_string_value(c), json_string_length(c), add_special,
+                                     parse_special, toks, cap, &n);
     if (st == SP_ERR_ARG && n > cap) {
         sp_token *bigger = realloc(toks, n * sizeof *toks);
         if (!bigger) {
@@ -919,8 +909,8 @@ char *sp_api_tokenize(const char *body, size_t len, const struct sp_vocab *vocab
         }
         toks = bigger;
         cap = n;
-        st = sp_tokenize(vocab, json_string_value(c), json_string_length(c), add_special,
-                         parse_special, toks, cap, &n);
+        st = sp_model_tokenize(model, json_string_value(c), json_string_length(c), add_special,
+                               parse_special, toks, cap, &n);
     }
     if (st != SP_OK) {
         sp_api_fail(err, 400, SP_API_INVALID, NULL, "content", "Tokenization failed: %s",
@@ -940,7 +930,7 @@ free_root:
     return res;
 }
 
-char *sp_api_detokenize(const char *body, size_t len, const struct sp_vocab *vocab,
+char *sp_api_detokenize(const char *body, size_t len, const sp_model *model,
                         struct sp_api_error *err)
 {
     json_error_t jerr;
@@ -964,7 +954,7 @@ char *sp_api_detokenize(const char *body, size_t len, const struct sp_vocab *voc
         sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         goto free_root;
     }
-    uint32_t n_vocab = sp_vocab_size(vocab);
+    uint32_t n_vocab = sp_model_n_vocab(model);
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(a, i);
         if (!json_is_integer(t) || json_integer_value(t) < 0 ||
@@ -976,19 +966,16 @@ char *sp_api_detokenize(const char *body, size_t len, const struct sp_vocab *voc
         }
         toks[i] = (sp_token)json_integer_value(t);
     }
-    int64_t need = sp_detokenize(vocab, toks, n, false, NULL, 0);
-    if (need < 0) {
-        sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "tokens",
-                    "Detokenization failed: %s", sp_error_message());
-        goto free_root;
-    }
-    text = malloc((size_t)need + 1);
-    if (!text || sp_detokenize(vocab, toks, n, false, text, (size_t)need + 1) != need) {
+    /* the ids are in range: the first call fails only for want of room */
+    size_t need = 0;
+    sp_model_detokenize(model, toks, n, false, NULL, 0, &need);
+    text = malloc(need + 1);
+    if (!text || sp_model_detokenize(model, toks, n, false, text, need + 1, &need) != SP_OK) {
         sp_api_fail(err, 500, "server_error", NULL, NULL, "detokenization failed");
         goto free_root;
     }
     json_t *o = json_object();
-    json_object_set_new(o, "content", sp_json_text(text, (size_t)need));
+    json_object_set_new(o, "content", sp_json_text(text, need));
     if (!(res = sp_json_dump_free(o)))
         sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
 free_root:
@@ -1005,7 +992,7 @@ static const char *const sp_embed_fields[] = {"model", "input", "encoding_format
 
 /* One input (a string or a token-id array) into r's next slot. */
 static sp_status sp_embed_input(struct sp_api_embed_request *r, const json_t *in, size_t i,
-                                const struct sp_vocab *vocab, const struct sp_api_embed_limits *lim,
+                                const sp_model *model, const struct sp_api_embed_limits *lim,
                                 bool truncate, struct sp_api_error *err)
 {
     size_t cap = (size_t)(lim->max_tokens > 0 ? lim->max_tokens : 1), n = 0;
@@ -1016,10 +1003,11 @@ static sp_status sp_embed_input(struct sp_api_embed_request *r, const json_t *in
         if (strlen(s) != len)
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input",
                                "Invalid value for 'input' %zu: it contains a NUL character.", i);
-        if (vocab) { /* as `spindle embed`: BOS/EOS as the file says, special texts not parsed */
-            sp_status st = sp_tokenize_alloc(vocab, s, len, true, false, &t, &n);
-            if (st == SP_ERR_NOMEM)
+        if (model) { /* as `spindle embed`: BOS/EOS as the file says, special texts not parsed */
+            const size_t most = 6 * len + 16; /* always enough (sp_model_tokenize); len < the body cap */
+            if (!(t = malloc(most * sizeof *t)))
                 return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+            sp_status st = sp_model_tokenize(model, s, len, true, false, t, most, &n);
             if (st != SP_OK)
                 return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input",
                                    "Input %zu could not be tokenized: %s", i, sp_error_message());
@@ -1032,7 +1020,7 @@ static sp_status sp_embed_input(struct sp_api_embed_request *r, const json_t *in
         size_t m = json_array_size(in);
         if (!(t = malloc((m ? m : 1) * sizeof *t)))
             return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        uint32_t n_vocab = vocab ? sp_vocab_size(vocab) : (uint32_t)INT32_MAX;
+        uint32_t n_vocab = model ? sp_model_n_vocab(model) : (uint32_t)INT32_MAX;
         for (n = 0; n < m; n++) {
             const json_t *v = json_array_get(in, n);
             json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
@@ -1058,7 +1046,7 @@ static sp_status sp_embed_input(struct sp_api_embed_request *r, const json_t *in
 
 /* The inputs of `input`: one string or token array, or a list of them (all
  * strings or all token arrays). */
-static sp_status sp_embed_inputs(struct sp_api_embed_request *r, const json_t *in, const struct sp_vocab *vocab,
+static sp_status sp_embed_inputs(struct sp_api_embed_request *r, const json_t *in, const sp_model *model,
                                  const struct sp_api_embed_limits *lim, bool truncate, struct sp_api_error *err)
 {
     const char *what = "Invalid type for 'input': expected a string, a list of strings, a list of token ids, "
@@ -1086,7 +1074,7 @@ static sp_status sp_embed_inputs(struct sp_api_embed_request *r, const json_t *i
         const json_t *item = single ? in : json_array_get(in, i);
         if (!(strings ? json_is_string(item) : json_is_array(item)))
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "input", "%s", what);
-        sp_status st = sp_embed_input(r, item, i, vocab, lim, truncate, err);
+        sp_status st = sp_embed_input(r, item, i, model, lim, truncate, err);
         if (st != SP_OK)
             return st;
     }
@@ -1094,7 +1082,7 @@ static sp_status sp_embed_inputs(struct sp_api_embed_request *r, const json_t *i
 }
 
 sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body, size_t len,
-                             const struct sp_vocab *vocab, const struct sp_api_embed_limits *lim,
+                             const sp_model *model, const struct sp_api_embed_limits *lim,
                              struct sp_api_error *err)
 {
     json_error_t jerr;
@@ -1130,10 +1118,10 @@ sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body,
                         "Invalid type for '%s': expected a string.", strings[i]);
             goto done;
         }
-    json_t *model = sp_field(root, "model"), *fmt = sp_field(root, "encoding_format");
-    if (model && lim->model_id && strcmp(json_string_value(model), lim->model_id)) {
+    json_t *name = sp_field(root, "model"), *fmt = sp_field(root, "encoding_format");
+    if (name && lim->model_id && strcmp(json_string_value(name), lim->model_id)) {
         sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
-                    "The model '%.100s' does not exist (this server serves '%.100s').", json_string_value(model),
+                    "The model '%.100s' does not exist (this server serves '%.100s').", json_string_value(name),
                     lim->model_id);
         goto done;
     }
@@ -1154,7 +1142,7 @@ sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body,
     }
     if (sp_read_bool(root, "truncate", &truncate, err) < 0)
         goto done;
-    st = sp_embed_inputs(out, sp_field(root, "input"), vocab, lim, truncate, err);
+    st = sp_embed_inputs(out, sp_field(root, "input"), model, lim, truncate, err);
 done:
     json_decref(root);
     if (st != SP_OK)

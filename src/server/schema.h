@@ -2,8 +2,8 @@
  *
  * sp_api_request_parse() turns one HTTP body into generation parameters and
  * prompt tokens, or into the exact OpenAI error body to send back.  It is a
- * pure function of (body bytes, vocab, limits): the fuzzer calls it with
- * vocab = NULL, which skips chat rendering and tokenization.  Every client
+ * pure function of (body bytes, model, limits): the fuzzer calls it with
+ * model = NULL, which skips chat rendering and tokenization.  Every client
  * mistake maps to a 4xx here; nothing in this file can produce a 5xx from
  * client input except allocation failure.
  *
@@ -19,13 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
 #include "spindle.h"
 
-struct sp_grammar;
-struct sp_grammar_cache;
-struct sp_grammar_tokens;
-struct sp_toolcall;
 
 enum sp_api_kind {
     SP_API_COMPLETIONS,
@@ -41,15 +36,13 @@ struct sp_api_limits {
     size_t max_stop_len;  /* longest stop string in bytes */
     int max_logit_bias;   /* most logit_bias entries */
     double max_timeout_s; /* per-request `timeout` is clamped to this; 0: no cap */
-    const char *chat_format; /* the model's built-in chat format (sp_model_chat_format); NULL: ChatML */
     /* What unset sampling fields get; NULL: llama-server's defaults
      * (sp_sampler_params_default). */
     const struct sp_sampler_params *defaults;
-    /* constrained output: the vocabulary grammars are bound to (NULL: the
-     * grammar is compiled but not bound, as for the fuzzer), and the cap
-     * on a request's max_retries */
-    const struct sp_grammar_tokens *gtoks;
-    struct sp_grammar_cache *gcache; /* grammars bound to gtoks by their text; may be NULL */
+    /* constrained output: grammars by their text (sp_grammar_cache_create,
+     * for the model served; the fuzzer's binds none), required for requests
+     * with one, and the cap on a request's max_retries */
+    sp_grammar_cache *gcache;
     int max_retries;
 };
 void sp_api_limits_default(struct sp_api_limits *lim);
@@ -84,43 +77,42 @@ struct sp_api_request {
     struct sp_logit_bias *bias;
     size_t n_bias;
     char *prompt_text;        /* completions: the prompt text; NULL for ids and chat */
-    sp_token *prompt;         /* NULL when vocab was NULL and the prompt was text */
+    sp_token *prompt;         /* NULL when model was NULL and the prompt was text */
     size_t n_prompt;
     double timeout_s;         /* 0: none requested */
     bool seed_set;            /* `seed` was given; else the server picks one */
     /* response_format json_object/json_schema, `grammar` or `json_schema`,
      * or the calls of `tools`: the compiled grammar (gp.grammar points at it) */
-    struct sp_grammar *grammar;
-    struct sp_toolcall *tools; /* `tools` with tool_choice and parallel_tool_calls, or NULL */
+    sp_grammar *grammar;
+    sp_toolcall *tools; /* `tools` with tool_choice and parallel_tool_calls, or NULL */
 };
 
 /* Parses a /v1/completions or /v1/chat/completions body.  On SP_OK *out
  * holds the request (free with sp_api_request_free); otherwise *out is
  * empty and *err says what to answer (always 4xx for client mistakes, 500
- * only for SP_ERR_NOMEM).  vocab may be NULL (no rendering, no tokenizing,
- * no vocab-size checks). */
+ * only for SP_ERR_NOMEM).  model may be NULL (no rendering, no tokenizing,
+ * no vocabulary-size checks). */
 sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind,
-                               const char *body, size_t len, const struct sp_vocab *vocab,
+                               const char *body, size_t len, const sp_model *model,
                                const struct sp_api_limits *lim, struct sp_api_error *err);
 void sp_api_request_free(struct sp_api_request *r);
 
 /* tools.c: a chat request's `tools`, `tool_choice` and `parallel_tool_calls`
  * into r->tools, and unless tool_choice is none, the grammar of the calls
  * (after response_format: the two do not combine). */
-sp_status sp_api_parse_tools(struct sp_api_request *r, const json_t *root, const struct sp_vocab *vocab,
+sp_status sp_api_parse_tools(struct sp_api_request *r, const json_t *root, const sp_model *model,
                              const struct sp_api_limits *lim, struct sp_api_error *err);
 /* tools.c: messages[i]'s tool_calls (assistant), tool_call_id (tool) and
- * name, checked, into *out (out->role already set). */
-struct sp_toolcall_msg;
-sp_status sp_api_message_tools(const json_t *msg, size_t i, struct sp_toolcall_msg *out,
-                               struct sp_api_error *err);
+ * name, checked, into *out (out->role already set); out->tool_calls is
+ * the JSON text of the calls, malloc'd. */
+sp_status sp_api_message_tools(const json_t *msg, size_t i, sp_chat_msg *out, struct sp_api_error *err);
 
 /* POST /tokenize: {"content": str, "add_special": bool?, "parse_special": bool?}
  * -> {"tokens": [...]}.  POST /detokenize: {"tokens": [int...]} -> {"content": str}.
  * Return the response body (malloc'd) or NULL with *err set. */
-char *sp_api_tokenize(const char *body, size_t len, const struct sp_vocab *vocab,
+char *sp_api_tokenize(const char *body, size_t len, const sp_model *model,
                       struct sp_api_error *err);
-char *sp_api_detokenize(const char *body, size_t len, const struct sp_vocab *vocab,
+char *sp_api_detokenize(const char *body, size_t len, const sp_model *model,
                         struct sp_api_error *err);
 
 /* POST /v1/embeddings.  Accepted fields: model, input (a string, a list of
@@ -142,11 +134,11 @@ struct sp_api_embed_request {
     size_t n_total;       /* tokens over all inputs (usage) */
     bool base64;
 };
-/* Parses the body (vocab NULL: strings are not tokenized and count as one
+/* Parses the body (model NULL: strings are not tokenized and count as one
  * token, for the fuzzer).  On SP_OK *out holds the request (free with
  * sp_api_embed_request_free); otherwise *err says what to answer. */
 sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body, size_t len,
-                             const struct sp_vocab *vocab, const struct sp_api_embed_limits *lim,
+                             const sp_model *model, const struct sp_api_embed_limits *lim,
                              struct sp_api_error *err);
 void sp_api_embed_request_free(struct sp_api_embed_request *r);
 /* The response body (malloc'd; NULL: out of memory): {"object": "list",

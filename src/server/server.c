@@ -9,7 +9,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/error.h"
 #include "server/server.h"
 
 void sp_server_config_default(struct sp_server_config *c)
@@ -87,7 +86,7 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     struct sp_metrics metrics;
     struct sp_sched *sched = NULL;
     struct sp_http *http = NULL;
-    struct sp_engine *engine = NULL;
+    sp_engine *engine = NULL;
     sigset_t sigs, old_sigs;
     sp_model_info info;
     struct sp_server_config c = *cfg;
@@ -132,7 +131,7 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     signal(SIGPIPE, SIG_IGN);
 
     sp_metrics_init(&metrics, c.replica_id);
-    if ((st = sp_sched_start(&sched, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics)) != SP_OK)
+    if ((st = sp_sched_start(&sched, model, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics)) != SP_OK)
         goto free_metrics; /* the scheduler freed the engine */
     if ((st = sp_http_start(&http, &c, sched, &metrics, model_id)) != SP_OK)
         goto stop_sched;

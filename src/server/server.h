@@ -27,7 +27,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
 #include "server/schema.h"
 
 /* The longest replica id (sp_server_replica_id_valid, public). */
@@ -152,20 +151,17 @@ double sp_now(void);
 struct sp_sched;
 /* Starts the scheduler thread, which owns `e` from then on (and frees it in
  * sp_sched_stop, also when starting fails). */
-sp_status sp_sched_start(struct sp_sched **out, struct sp_engine *e, int max_queue, int n_parallel,
+sp_status sp_sched_start(struct sp_sched **out, const sp_model *model, sp_engine *e, int max_queue, int n_parallel,
                          const struct sp_server_sampling *sampling, struct sp_metrics *m);
-/* Immutable and safe to read from any thread. */
-const struct sp_vocab *sp_sched_vocab(const struct sp_sched *s);
-const struct sp_model *sp_sched_model(const struct sp_sched *s);
-/* The vocabulary as grammars see it (built when the scheduler starts). */
-const struct sp_grammar_tokens *sp_sched_grammar_tokens(const struct sp_sched *s);
+/* The model served (the engine's); immutable, safe to read from any thread. */
+const sp_model *sp_sched_model(const struct sp_sched *s);
 /* Grammars bound to it, kept by their text for the requests that repeat
  * them (thread-safe; at most SP_SCHED_GRAMMARS). */
 #define SP_SCHED_GRAMMARS 32
-struct sp_grammar_cache *sp_sched_grammar_cache(const struct sp_sched *s);
+sp_grammar_cache *sp_sched_grammar_cache(const struct sp_sched *s);
 int sp_sched_n_ctx(const struct sp_sched *s);
 /* The sampling a request gets for the fields it leaves unset (see
- * sp_engine_sampling_defaults and struct sp_server_sampling). */
+ * sp_model_sampling_defaults and struct sp_server_sampling). */
 const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s);
 /* Enqueues j (taking a reference).  SP_ERR_FULL when max_queue jobs are
  * already waiting. */
@@ -216,7 +212,7 @@ struct sp_choice_acc;
 /* Per-response state: ids, model name, per-choice accumulators. */
 struct sp_resp {
     const struct sp_api_request *api;
-    const struct sp_vocab *vocab;
+    const sp_model *served;  /* token texts for logprobs; NULL: none */
     char id[48];
     const char *model;
     long long created;
@@ -227,7 +223,7 @@ struct sp_resp {
     bool hold;      /* streaming a checked output that may be retried: chunks wait for the verdict */
 };
 sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
-                       const struct sp_vocab *vocab, const char *model);
+                       const sp_model *served, const char *model);
 void sp_resp_free(struct sp_resp *r);
 /* Streaming: appends "data: {...}\n\n" lines for the events in b to *out. */
 sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, char **out,

@@ -18,8 +18,6 @@
 #include <time.h>
 
 #include "server/server.h"
-#include "tokenizer/tokenizer.h"
-#include "toolcall/toolcall.h"
 
 struct sp_choice_acc {
     char *text;
@@ -47,11 +45,11 @@ static const char *sp_finish_reason(const struct sp_choice_acc *a, enum sp_finis
 }
 
 sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
-                       const struct sp_vocab *vocab, const char *model)
+                       const sp_model *served, const char *model)
 {
     memset(r, 0, sizeof *r);
     r->api = api;
-    r->vocab = vocab;
+    r->served = served;
     r->model = model;
     r->created = (long long)time(NULL);
     r->n_choices = api->gp.n > 0 ? api->gp.n : 1;
@@ -65,7 +63,7 @@ sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
     r->acc = calloc((size_t)r->n_choices, sizeof *r->acc);
     if (!r->acc)
         return SP_ERR_NOMEM;
-    for (int i = 0; api->tools && sp_toolcall_choice(api->tools) != SP_TOOLCALL_NONE && i < r->n_choices; i++)
+    for (int i = 0; api->tools && sp_toolcall_choice_of(api->tools) != SP_TOOLCALL_NONE && i < r->n_choices; i++)
         if (sp_toolcall_parser_new(&r->acc[i].tp, api->tools) != SP_OK ||
             (!api->stream && !(r->acc[i].calls = json_array())))
             return SP_ERR_NOMEM;
@@ -88,23 +86,24 @@ void sp_resp_free(struct sp_resp *r)
 }
 
 /* The text of one token for logprobs (JSON string, bytes array). */
-static json_t *sp_token_json(const struct sp_vocab *v, sp_token id, json_t **bytes)
+static json_t *sp_token_json(const sp_model *m, sp_token id, json_t **bytes)
 {
     char small[128] = {0};
     char *buf = small;
-    int n = v ? sp_token_to_piece(v, id, false, buf, sizeof small) : -1;
-    if (n >= (int)sizeof small) {
-        buf = malloc((size_t)n + 1);
+    size_t n = 0;
+    sp_status st = m ? sp_model_token_to_piece(m, id, false, buf, sizeof small, &n) : SP_ERR_ARG;
+    if (st == SP_ERR_ARG && n > sizeof small) {
+        buf = malloc(n);
         if (!buf)
             return NULL;
-        n = sp_token_to_piece(v, id, false, buf, (size_t)n + 1);
+        st = sp_model_token_to_piece(m, id, false, buf, n, &n);
     }
-    if (n < 0)
+    if (st != SP_OK)
         n = 0;
-    json_t *s = sp_json_text(buf, (size_t)n);
+    json_t *s = sp_json_text(buf, n);
     if (bytes) {
         *bytes = json_array();
-        for (int i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++)
             json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
     }
     if (buf != small)
@@ -119,12 +118,12 @@ static void sp_lp_completion_add(struct sp_resp *r, json_t *lp, const struct sp_
 {
     json_t *top = json_object();
     for (int k = 0; k < e->lp.n_top; k++) {
-        json_t *t = sp_token_json(r->vocab, e->lp.top[k].id, NULL);
+        json_t *t = sp_token_json(r->served, e->lp.top[k].id, NULL);
         if (t)
             json_object_set_new(top, json_string_value(t), json_real(e->lp.top[k].logprob));
         json_decref(t);
     }
-    json_array_append_new(json_object_get(lp, "tokens"), sp_token_json(r->vocab, e->id, NULL));
+    json_array_append_new(json_object_get(lp, "tokens"), sp_token_json(r->served, e->id, NULL));
     json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(e->lp.logprob));
     json_array_append_new(json_object_get(lp, "top_logprobs"), top);
     json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)text_offset));
@@ -145,14 +144,14 @@ static json_t *sp_lp_chat_entry(struct sp_resp *r, const struct sp_job_event *e)
 {
     json_t *bytes = NULL;
     json_t *o = json_object();
-    json_object_set_new(o, "token", sp_token_json(r->vocab, e->id, &bytes));
+    json_object_set_new(o, "token", sp_token_json(r->served, e->id, &bytes));
     json_object_set_new(o, "logprob", json_real(e->lp.logprob));
     json_object_set_new(o, "bytes", bytes ? bytes : json_null());
     json_t *top = json_array();
     for (int k = 0; k < e->lp.n_top; k++) {
         json_t *tb = NULL;
         json_t *t = json_object();
-        json_object_set_new(t, "token", sp_token_json(r->vocab, e->lp.top[k].id, &tb));
+        json_object_set_new(t, "token", sp_token_json(r->served, e->lp.top[k].id, &tb));
         json_object_set_new(t, "logprob", json_real(e->lp.top[k].logprob));
         json_object_set_new(t, "bytes", tb ? tb : json_null());
         json_array_append_new(top, t);
@@ -186,7 +185,7 @@ static json_t *sp_explain_json(struct sp_resp *r, const struct sp_sampler_explai
                 removed_by = x->stage[k].name;
         }
         json_object_set_new(o, "id", json_integer(x->row[i]));
-        json_object_set_new(o, "text", sp_token_json(r->vocab, x->row[i], NULL));
+        json_object_set_new(o, "text", sp_token_json(r->served, x->row[i], NULL));
         json_object_set_new(o, "raw", json_real(x->raw[i]));
         json_object_set_new(o, "p", p);
         json_object_set_new(o, "removed_by", removed_by ? json_string(removed_by) : json_null());
@@ -194,7 +193,7 @@ static json_t *sp_explain_json(struct sp_resp *r, const struct sp_sampler_explai
     }
     json_t *tok = json_object();
     json_object_set_new(tok, "id", json_integer(x->chosen));
-    json_object_set_new(tok, "text", sp_token_json(r->vocab, x->chosen, NULL));
+    json_object_set_new(tok, "text", sp_token_json(r->served, x->chosen, NULL));
     json_t *o = json_object();
     json_object_set_new(o, "token", tok);
     json_object_set_new(o, "n_vocab", json_integer(x->n_vocab));

@@ -1,19 +1,22 @@
 /* The tool-calling fields of a chat request (see schema.h): `tools`,
  * `tool_choice`, `parallel_tool_calls`, and the tool_calls and tool results
- * of the messages.  The format knowledge is src/toolcall's. */
+ * of the messages.  The format knowledge is the library's (sp_toolcall_*). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat/chat.h"
-#include "core/error.h"
-#include "grammar/grammar.h"
 #include "server/schema.h"
-#include "toolcall/toolcall.h"
 
 #define SP_API_INVALID "invalid_request_error"
 
-sp_status sp_api_parse_tools(struct sp_api_request *r, const json_t *root, const struct sp_vocab *vocab,
+/* v as JSON text (malloc'd) into *out; NULL stays NULL.  False when out of memory. */
+static bool sp_json_text_of(const json_t *v, char **out)
+{
+    *out = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    return !v || *out;
+}
+
+sp_status sp_api_parse_tools(struct sp_api_request *r, const json_t *root, const sp_model *model,
                              const struct sp_api_limits *lim, struct sp_api_error *err)
 {
     const json_t *tools = json_object_get(root, "tools"), *choice = json_object_get(root, "tool_choice");
@@ -28,14 +31,19 @@ sp_status sp_api_parse_tools(struct sp_api_request *r, const json_t *root, const
                                "Invalid value for '%s': it is only allowed when 'tools' are given.", k);
         return SP_OK;
     }
-    const struct sp_toolcall_format *f = sp_toolcall_format_for(vocab ? sp_chat_template_for(vocab, lim->chat_format) : NULL);
-    char param[64];
-    sp_status st = sp_toolcall_new(&r->tools, f, tools, choice, parallel, param, sizeof param);
+    char param[64], *tools_text, *choice_text = NULL, *parallel_text = NULL;
+    sp_status st = SP_ERR_NOMEM;
+    if (sp_json_text_of(tools, &tools_text) && sp_json_text_of(choice, &choice_text) &&
+        sp_json_text_of(parallel, &parallel_text))
+        st = sp_toolcall_create(model, tools_text, choice_text, parallel_text, param, sizeof param, &r->tools);
+    free(tools_text);
+    free(choice_text);
+    free(parallel_text);
     if (st == SP_ERR_NOMEM)
         return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     if (st != SP_OK)
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", param, "%s", sp_error_message());
-    if (sp_toolcall_choice(r->tools) == SP_TOOLCALL_NONE)
+    if (sp_toolcall_choice_of(r->tools) == SP_TOOLCALL_NONE)
         return SP_OK;
     if (r->grammar)
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "tools",
@@ -45,10 +53,8 @@ sp_status sp_api_parse_tools(struct sp_api_request *r, const json_t *root, const
     const char *trigger = NULL;
     st = sp_toolcall_grammar(r->tools, &gbnf, &trigger);
     if (st == SP_OK)
-        st = lim->gcache ? sp_grammar_cache_get(lim->gcache, SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), trigger,
-                                                &r->grammar, NULL)
-                         : sp_grammar_prepare(SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), trigger, lim->gtoks, &r->grammar);
-    free(gbnf);
+        st = sp_grammar_cache_get(lim->gcache, SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), trigger, &r->grammar, NULL);
+    sp_free(gbnf);
     if (st == SP_ERR_NOMEM)
         return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     if (st != SP_OK)
@@ -83,7 +89,7 @@ static sp_status sp_check_call(const json_t *c, size_t i, size_t j, struct sp_ap
     return SP_OK;
 }
 
-sp_status sp_api_message_tools(const json_t *msg, size_t i, struct sp_toolcall_msg *out, struct sp_api_error *err)
+sp_status sp_api_message_tools(const json_t *msg, size_t i, sp_chat_msg *out, struct sp_api_error *err)
 {
     char param[48];
     const json_t *calls = json_object_get(msg, "tool_calls"), *id = json_object_get(msg, "tool_call_id");
@@ -96,8 +102,10 @@ sp_status sp_api_message_tools(const json_t *msg, size_t i, struct sp_toolcall_m
         for (size_t j = 0; j < json_array_size(calls); j++)
             if (sp_check_call(json_array_get(calls, j), i, j, err) != SP_OK)
                 return SP_ERR_ARG;
-        if (json_array_size(calls))
-            out->tool_calls = calls;
+        char *text = NULL;
+        if (json_array_size(calls) && !sp_json_text_of(calls, &text))
+            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        out->tool_calls = text;
     }
     snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
     if (!strcmp(out->role, "tool") && !json_is_string(id))

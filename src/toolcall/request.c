@@ -209,7 +209,7 @@ void sp_toolcall_free(struct sp_toolcall *tc)
     free(tc);
 }
 
-enum sp_toolcall_choice sp_toolcall_choice(const struct sp_toolcall *tc) { return tc->choice; }
+enum sp_toolcall_choice sp_toolcall_choice_of(const struct sp_toolcall *tc) { return tc->choice; }
 
 const struct sp_toolcall_fn *sp_toolcall_find(const struct sp_toolcall *tc, const char *name, size_t len)
 {

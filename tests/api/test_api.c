@@ -271,6 +271,110 @@ static void on_logits(void *user, size_t pos, const float *logits)
             a->best = (sp_token)i;
 }
 
+/* What the server builds on: its errors through sp_error_set, grammars kept
+ * by text, and tool calls (the request's tools, the prompt with calls and
+ * results, the calls' grammar and check, the parser of the output). */
+static sp_status collect_text(void *user, const sp_toolcall_event *ev)
+{
+    char *buf = user;
+    if (ev->kind == SP_TOOLCALL_TEXT)
+        strncat(buf, ev->text, ev->len < 63 - strlen(buf) ? ev->len : 63 - strlen(buf));
+    return SP_OK;
+}
+
+static void test_server_parts(const sp_model *m)
+{
+    CHECK(sp_error_set(SP_ERR_FULL, "queue %d", 7) == SP_ERR_FULL && !strcmp(sp_error_message(), "queue 7"),
+          "error set: '%s'", sp_error_message());
+
+    sp_grammar_cache *c = NULL;
+    sp_grammar *a = NULL, *b = NULL;
+    bool hit = true;
+    const char *gbnf = "root ::= \"yes \" [0-9]+";
+    CHECK(sp_grammar_cache_create(m, 2, &c) == SP_OK && c, "cache: %s", sp_error_message());
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), NULL, &a, &hit) == SP_OK && a && !hit,
+          "first get: %s", sp_error_message());
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), NULL, &b, &hit) == SP_OK && b && b != a && hit,
+          "second get is a kept copy");
+    CHECK(b && sp_grammar_check_text(b, "yes 7", 5, NULL, 0) == SP_OK, "the copy checks text");
+    sp_grammar_free(a);
+    sp_grammar_free(b);
+    b = NULL;
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), "no", &b, NULL) == SP_ERR_ARG && !b,
+          "a trigger the sentences do not start with: %s", sp_error_message());
+    const char *obj = sp_grammar_json_object_gbnf();
+    char why[256] = "";
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, obj, strlen(obj), NULL, &b, NULL) == SP_OK &&
+              sp_grammar_check_text(b, "{\"a\":1}", 7, why, sizeof why) == SP_OK,
+          "json object grammar: %s %s", sp_error_message(), why);
+    sp_grammar_free(b);
+
+    char param[64];
+    sp_toolcall *tc = NULL;
+    CHECK(sp_toolcall_create(m, "[]", NULL, NULL, param, sizeof param, &tc) == SP_ERR_ARG && !tc &&
+              !strcmp(param, "tools"), "no tools: %s (%s)", sp_error_message(), param);
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": "
+                        "{\"type\": \"object\", \"properties\": {\"tz\": {\"type\": \"string\"}}, "
+                        "\"required\": [\"tz\"]}}}]";
+    CHECK(sp_toolcall_create(m, tools, "\"required\"", "false", param, sizeof param, &tc) == SP_OK && tc,
+          "tools: %s", sp_error_message());
+    if (!tc) {
+        sp_grammar_cache_free(c);
+        return;
+    }
+    CHECK(sp_toolcall_choice_of(tc) == SP_TOOLCALL_REQUIRED, "choice");
+    char *calls = NULL;
+    const char *trigger = "";
+    CHECK(sp_toolcall_grammar(tc, &calls, &trigger) == SP_OK && calls && !trigger, "calls' grammar: %s",
+          sp_error_message());
+    CHECK(calls && sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, calls, strlen(calls), NULL, &a, NULL) == SP_OK,
+          "calls' grammar compiles: %s", sp_error_message());
+    sp_grammar_free(a);
+    sp_free(calls);
+    CHECK(sp_toolcall_check(tc, "no call", 7, why, sizeof why) == SP_ERR_ARG && why[0], "text is no call: %s", why);
+
+    sp_chat_msg msgs[3] = {
+        {.role = "user", .content = "Time in Paris?"},
+        {.role = "assistant", .tool_calls = "[{\"id\": \"call_1\", \"type\": \"function\", \"function\": "
+                                            "{\"name\": \"get_time\", \"arguments\": \"{\\\"tz\\\": \\\"Europe/Paris\\\"}\"}}]"},
+        {.role = "tool", .content = "12:00", .tool_call_id = "call_1"},
+    };
+    sp_token *toks = NULL;
+    size_t n = 0;
+    CHECK(sp_toolcall_chat_tokenize(m, tc, msgs, 3, &toks, &n) == SP_OK && n > 10, "prompt with tools: %s",
+          sp_error_message());
+    sp_free(toks);
+    msgs[1].tool_calls = "[{";
+    CHECK(sp_toolcall_chat_tokenize(m, tc, msgs, 3, &toks, &n) == SP_ERR_ARG && !toks &&
+              strstr(sp_error_message(), "messages[1].tool_calls"), "calls not JSON: %s", sp_error_message());
+    sp_toolcall_free(tc);
+
+    /* auto: the calls' grammar starts at a trigger; text stays text */
+    CHECK(sp_toolcall_create(m, tools, "\"auto\"", NULL, param, sizeof param, &tc) == SP_OK && tc &&
+              sp_toolcall_choice_of(tc) == SP_TOOLCALL_AUTO, "auto: %s", sp_error_message());
+    if (!tc) {
+        sp_grammar_cache_free(c);
+        return;
+    }
+    trigger = NULL;
+    CHECK(sp_toolcall_grammar(tc, &calls, &trigger) == SP_OK && trigger && trigger[0], "auto's trigger");
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, calls, strlen(calls), trigger, &a, NULL) == SP_OK &&
+              sp_grammar_check_text(a, "It is noon.", 11, NULL, 0) == SP_OK,
+          "lazy grammar: %s", sp_error_message());
+    sp_grammar_free(a);
+    sp_free(calls);
+    sp_toolcall_parser *p = NULL;
+    char text[64] = "";
+    CHECK(sp_toolcall_parser_new(&p, tc) == SP_OK && p, "parser");
+    if (p) {
+        CHECK(sp_toolcall_parser_feed(p, "It is noon.", 11, true, collect_text, text) == SP_OK &&
+                  !strcmp(text, "It is noon.") && sp_toolcall_parser_calls(p) == 0, "plain text: '%s'", text);
+        sp_toolcall_parser_free(p);
+    }
+    sp_toolcall_free(tc);
+    sp_grammar_cache_free(c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -315,6 +419,7 @@ int main(int argc, char **argv)
     CHECK(want.n_final == 1 && want.len > 0 && want.finish == SP_FINISH_LENGTH, "greedy '%s'", want.text);
     test_requests(m, &want, prompt);
     test_grammar(m);
+    test_server_parts(m);
 
     /* the first greedy token is the argmax of the prompt's last logits */
     sp_engine *e = NULL;

@@ -17,8 +17,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    /* grammars compiled for no vocabulary, kept across inputs as the server keeps them */
+    static sp_grammar_cache *gcache;
+    if (!gcache && sp_grammar_cache_create(NULL, 8, &gcache) != SP_OK)
+        abort();
     struct sp_api_limits lim;
     sp_api_limits_default(&lim);
+    lim.gcache = gcache;
     lim.model_id = "smollm2";
     lim.max_timeout_s = 30;
     for (int k = 0; k < 2; k++) {

@@ -68,6 +68,24 @@ def test_public_users_include_only_the_public_header():
     assert not leaks, "public users must include only spindle.h: " + "; ".join(leaks)
 
 
+def test_server_includes_only_its_room_and_the_public_header():
+    """src/server is a public user inside the tree: besides its own headers
+    ("server/...") it includes spindle.h and system headers, never another
+    room's header (a relative path out of the room counts too)."""
+    leaks = []
+    files = glob.glob(os.path.join(ROOT, "src", "server", "*.[ch]"))
+    assert any(f.endswith("scheduler.c") for f in files)
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for name in INCLUDE.findall(text):
+            if name.startswith("server/") or name == "spindle.h":
+                continue
+            if os.path.exists(os.path.join(ROOT, "src", name)) or ".." in name or name.startswith("src/"):
+                leaks.append("%s includes %s" % (os.path.relpath(path, ROOT), name))
+    assert not leaks, "src/server must include only its own headers and spindle.h: " + "; ".join(leaks)
+
+
 def test_install_and_build_the_example(tmp_path, run_plain, smollm2_path):
     prefix = tmp_path / "prefix"
     r = subprocess.run(["make", "-s", "install", "PREFIX=%s" % prefix], cwd=ROOT, env=make_env(),
