@@ -40,7 +40,7 @@
  * (shared machines), and near the break-even point, where a batch that is
  * already compute-bound sits, a misjudged draft loses more than a right
  * one gains. */
-#define SP_SPEC_MARGIN 0.5
+#define SP_SPEC_MARGIN 1.0
 
 static const char *const sp_spec_names[] = {"none", "ngram", "draft", "self"};
 
