@@ -807,7 +807,7 @@ int sp_engine_step(struct sp_engine *e)
         return -1;
     }
     if (e->spec)
-        sp_spec_observe(e->spec, n, sp_engine_now() - t0);
+        sp_spec_observe(e->spec, n, n_out, sp_engine_now() - t0);
     /* register newly completed blocks with the prefix cache (a sequence
      * with drafts in the batch does once it knows which it keeps) */
     for (struct sp_request *r = e->active; r; r = r->next)

@@ -26,12 +26,12 @@ struct sp_spec {
     float *logits;                  /* [n_rows][n_vocab] */
     float *scratch;                 /* [n_vocab], zero between uses */
     uint32_t *k, *next;             /* [n_rows] per job: drafts wanted, next position to feed */
-    /* cost model: seconds of a target forward of T tokens (EMA; seen[T]
-     * when measured) and of one draft forward */
-    double *t_step;
-    uint8_t *seen;
+    /* cost model: the last SP_SPEC_RING seconds of target forwards of T
+     * tokens, all with logits (t_ring[T][]; n_seen[T]: how many measured),
+     * and of one draft forward (EMA) */
+    double *t_ring;
+    uint32_t *n_seen;
     uint64_t *stamp, clock;         /* [T]: the forward count when T was last measured */
-    double per_tok;                 /* seconds per token in big batches (EMA; 0: none yet) */
     double t_draft;
     bool draft_seen;
     uint64_t drafted, accepted;

@@ -21,21 +21,26 @@
  * costs most of a step). */
 #define SP_SPEC_PROBE_MIN 8
 #define SP_SPEC_PROBE_MAX 128
-/* Smoothing of the measured forward times. */
-#define SP_SPEC_EMA 0.3
+/* Each step size keeps its last SP_SPEC_RING forward times; the cost model
+ * reads their median, so one step slowed by another job on a shared
+ * machine moves nothing. */
+#define SP_SPEC_RING 5
 /* A step size measured longer ago than this many forwards is measured
  * again (a step without drafts) before drafts are weighed against it: the
  * machine's speed drifts, and a size that drafting always avoids would
  * otherwise keep a stale time. */
 #define SP_SPEC_STALE 32
+/* The slope of step time over step size is fitted on the SP_SPEC_FIT
+ * measured sizes nearest the step's decoding rows, and only from sizes
+ * measured in the last SP_SPEC_OLD forwards. */
+#define SP_SPEC_FIT 12
+#define SP_SPEC_OLD 256
 /* A draft is added only when its expected tokens exceed what the time it
  * adds would produce without it by this fraction: the estimates are noisy
  * (shared machines), and near the break-even point, where a batch that is
  * already compute-bound sits, a misjudged draft loses more than a right
  * one gains. */
-#define SP_SPEC_MARGIN 0.5
-/* Batches of at least this many tokens give the cost of one token more. */
-#define SP_SPEC_BIG 32
+#define SP_SPEC_MARGIN 1.0
 
 static const char *const sp_spec_names[] = {"none", "ngram", "draft", "self"};
 
@@ -96,13 +101,13 @@ sp_status sp_spec_init(struct sp_spec **out, const struct sp_spec_config *c, con
     sp->t = *t;
     sp->n_vocab = t->model->hp.n_vocab;
     size_t B = (size_t)t->n_batch, R = (size_t)t->n_rows;
-    sp->t_step = calloc(B + 1, sizeof *sp->t_step);
-    sp->seen = calloc(B + 1, 1);
+    sp->t_ring = calloc((B + 1) * SP_SPEC_RING, sizeof *sp->t_ring);
+    sp->n_seen = calloc(B + 1, sizeof *sp->n_seen);
     sp->stamp = calloc(B + 1, sizeof *sp->stamp);
     sp->k = calloc(R, sizeof *sp->k);
     sp->next = calloc(R, sizeof *sp->next);
     sp->scratch = calloc(sp->n_vocab, sizeof *sp->scratch);
-    if (!sp->t_step || !sp->seen || !sp->stamp || !sp->k || !sp->next || !sp->scratch) {
+    if (!sp->t_ring || !sp->n_seen || !sp->stamp || !sp->k || !sp->next || !sp->scratch) {
         st = sp_error_set(SP_ERR_NOMEM, "speculative decoding: no memory");
         goto fail;
     }
@@ -156,7 +161,7 @@ void sp_spec_free(struct sp_spec *sp)
     if (sp->dfs == &sp->own_fs)
         sp_forward_scratch_free(&sp->own_fs);
     free(sp->b_tokens); free(sp->b_pos); free(sp->b_seqs); free(sp->b_out); free(sp->b_job);
-    free(sp->logits); free(sp->scratch); free(sp->k); free(sp->next); free(sp->t_step); free(sp->seen); free(sp->stamp);
+    free(sp->logits); free(sp->scratch); free(sp->k); free(sp->next); free(sp->t_ring); free(sp->n_seen); free(sp->stamp);
     free(sp);
 }
 
@@ -205,50 +210,79 @@ void sp_spec_seq_free(struct sp_spec *sp, struct sp_spec_seq *ss)
 
 /* ---- the cost model ---- */
 
-void sp_spec_observe(struct sp_spec *sp, int n_tok, double seconds)
+void sp_spec_observe(struct sp_spec *sp, int n_tok, int n_out, double seconds)
 {
-    if (n_tok < 1 || n_tok > sp->t.n_batch || !(seconds > 0))
+    /* only steps whose every row has logits (decoding rows and drafts): a
+     * prompt chunk's rows skip the output head and run the big-batch
+     * kernels, so they cost less per row than a draft does */
+    if (n_tok < 1 || n_tok > sp->t.n_batch || n_out != n_tok || !(seconds > 0))
         return;
-    double *t = &sp->t_step[n_tok];
-    *t = sp->seen[n_tok] ? *t + SP_SPEC_EMA * (seconds - *t) : seconds;
-    sp->seen[n_tok] = 1;
+    uint32_t *k = &sp->n_seen[n_tok];
+    sp->t_ring[(size_t)n_tok * SP_SPEC_RING + *k % SP_SPEC_RING] = seconds;
+    *k = *k + 1 < UINT32_MAX ? *k + 1 : SP_SPEC_RING;
     sp->stamp[n_tok] = ++sp->clock;
-    if (n_tok >= SP_SPEC_BIG) {
-        double per = seconds / n_tok;
-        sp->per_tok = sp->per_tok > 0 ? sp->per_tok + SP_SPEC_EMA * (per - sp->per_tok) : per;
-    }
 }
 
-/* Estimated seconds of a forward of T tokens: measured, else interpolated
- * between the nearest measured sizes, else extended from the largest
- * measured size below with the slope to the next one below it (at least 2 %
- * per token), else the smallest measured size above; 0 with nothing
- * measured (the plan drafts only after measuring its base size). */
-static double sp_spec_cost(const struct sp_spec *sp, int T)
+static int sp_spec_cmp(const void *a, const void *b)
 {
-    const int N = sp->t.n_batch;
-    if (T > N)
-        T = N;
-    if (sp->seen[T])
-        return sp->t_step[T];
-    int lo = T - 1, hi = T + 1;
-    while (lo > 0 && !sp->seen[lo])
-        lo--;
-    while (hi <= N && !sp->seen[hi])
-        hi++;
-    if (lo > 0 && hi <= N)
-        return sp->t_step[lo] + (sp->t_step[hi] - sp->t_step[lo]) * (T - lo) / (hi - lo);
-    if (hi <= N)
-        return sp->t_step[hi];
-    if (lo == 0)
-        return 0.0;
-    int lo2 = lo - 1;
-    while (lo2 > 0 && !sp->seen[lo2])
-        lo2--;
-    double slope = lo2 > 0 ? (sp->t_step[lo] - sp->t_step[lo2]) / (lo - lo2) : 0.0;
-    if (slope < 0.02 * sp->t_step[lo])
-        slope = 0.02 * sp->t_step[lo];
-    return sp->t_step[lo] + slope * (T - lo);
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double sp_spec_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, sp_spec_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The median time of a measured step size. */
+static double sp_spec_time(const struct sp_spec *sp, int T)
+{
+    double v[SP_SPEC_RING];
+    int n = sp->n_seen[T] > SP_SPEC_RING ? SP_SPEC_RING : (int)sp->n_seen[T];
+    memcpy(v, sp->t_ring + (size_t)T * SP_SPEC_RING, (size_t)n * sizeof *v);
+    return sp_spec_median(v, n);
+}
+
+/* The step time near D decoding rows as a line: *slope, the cost of one
+ * row more (the median of the pairwise slopes of the measured sizes
+ * nearest D, never below 0), and *at_d, the line's time at D (the median
+ * of the sizes' time minus slope times size).  Medians on both counts, so
+ * a few steps slowed or sped up by other jobs leave the line in place.
+ * *reach: the largest size the line vouches for, its largest measured size
+ * plus the span it was fitted on; beyond, a batch may turn compute-bound
+ * unseen, so a plan grows by at most that much a step and measures on the
+ * way.  False with fewer than two sizes measured: no slope to go by. */
+static bool sp_spec_fit(const struct sp_spec *sp, int D, double *at_d, double *slope, int *reach)
+{
+    int size[SP_SPEC_FIT], n = 0;
+    double t[SP_SPEC_FIT], v[SP_SPEC_FIT * (SP_SPEC_FIT - 1) / 2];
+    for (int d = 0; n < SP_SPEC_FIT && (D - d >= 1 || D + d <= sp->t.n_batch); d++)
+        for (int s = -1; s <= 1 && n < SP_SPEC_FIT; s += 2) {
+            int T = D + s * d;
+            if ((s > 0 && !d) || T < 1 || T > sp->t.n_batch || !sp->n_seen[T] || sp->clock - sp->stamp[T] > SP_SPEC_OLD)
+                continue;
+            size[n] = T;
+            t[n++] = sp_spec_time(sp, T);
+        }
+    if (n < 2)
+        return false;
+    int m = 0, lo = size[0], hi = size[0];
+    for (int i = 1; i < n; i++) {
+        lo = size[i] < lo ? size[i] : lo;
+        hi = size[i] > hi ? size[i] : hi;
+    }
+    *reach = hi + (hi - lo);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            v[m++] = (t[j] - t[i]) / (size[j] - size[i]);
+    *slope = sp_spec_median(v, m);
+    if (*slope < 0.0)
+        *slope = 0.0;
+    for (int i = 0; i < n; i++)
+        v[i] = t[i] - *slope * size[i];
+    *at_d = sp_spec_median(v, n) + *slope * D;
+    return *at_d > 0.0;
 }
 
 /* A sequence's chance that its next draft is accepted, given the one
@@ -258,13 +292,19 @@ static double sp_spec_alpha(const struct sp_spec_seq *ss)
     return (ss->acc_hit + 0.5) / (ss->acc_try + 1.0);
 }
 
-/* Sets sp->k[i] <= jobs[i].cap: the drafts that raise the step's expected
- * tokens per second.  Draft j of a sequence with acceptance a yields a^j
- * tokens on average; the step's time grows with its tokens (the cost model)
- * and, for model drafts, by one draft forward per draft depth.  Drafts are
- * added best first while each yields SP_SPEC_MARGIN more than its time
- * would without it; a sequence left without drafts probes with one now and
- * then, so its acceptance is measured again. */
+/* Sets sp->k[i] <= jobs[i].cap: the drafts that raise the expected tokens
+ * per second of the step's decoding rows.  Draft j of a sequence with
+ * acceptance a yields a^j tokens on average and costs one row more (the
+ * fitted slope) and, for model drafts, one draft forward per draft depth.
+ * Prompt chunks in the step are left out of both sides: their rows are work
+ * that is done anyway, and counting their time would make a draft look
+ * cheap against a long step.  Drafts are added best first while each yields
+ * SP_SPEC_MARGIN more than its time would without it.  So where another row
+ * costs about what a row costs on average (a compute-bound batch), no
+ * acceptance pays and nothing is drafted.  A sequence left without drafts
+ * probes with one now and then, so its acceptance is measured again; one
+ * probe per step at most, and none in a batch where even certain drafts
+ * would not pay. */
 static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_jobs, int n_decode, int n_base)
 {
     for (int i = 0; i < n_jobs; i++)
@@ -272,12 +312,14 @@ static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
     if (sp->c.fixed)
         return;
     const bool model = sp->dm != NULL;
-    double value = n_decode > 0 ? n_decode : 1, t_draft = 0.0;
-    int T = n_base, depth = 0;
-    if (T < 1 || T > sp->t.n_batch || !sp->seen[T] || sp->clock - sp->stamp[T] > SP_SPEC_STALE)
+    const int D = n_decode > 0 ? n_decode : 1;
+    if (D > sp->t.n_batch || !sp->n_seen[D] || sp->clock - sp->stamp[D] > SP_SPEC_STALE)
         return; /* measure the step without drafts first */
-    double base = sp_spec_cost(sp, T), now = base;
-    for (;;) {
+    double base, slope, value = D, t_draft = 0.0;
+    int reach = D, T = n_base, R = D, depth = 0; /* R: rows with logits */
+    const bool fitted = sp_spec_fit(sp, D, &base, &slope, &reach);
+    double now = fitted ? base : sp_spec_time(sp, D);
+    for (; fitted;) {
         int best = -1;
         double gain = 0.0;
         for (int i = 0; i < n_jobs; i++) {
@@ -287,33 +329,32 @@ static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
             if (g > gain)
                 gain = g, best = i;
         }
-        if (best < 0 || T + 1 > sp->t.n_batch)
+        if (best < 0 || T + 1 > sp->t.n_batch || R + 1 > reach)
             break;
         int d = (int)sp->k[best] + 1 > depth ? (int)sp->k[best] + 1 : depth;
         double td = model ? t_draft + (d - depth) * (sp->draft_seen ? sp->t_draft : 0.5 * base) : 0.0;
-        /* a token more costs at least what one costs in a big batch, where
-         * the machine computes rather than waits for memory: measured times
-         * of nearby sizes taken under different load must not make rows
-         * look free */
-        double next = sp_spec_cost(sp, T + 1);
-        next = next > now + sp->per_tok ? next : now + sp->per_tok;
-        if (gain * (now + t_draft) <= (1.0 + SP_SPEC_MARGIN) * value * (next + td - now - t_draft))
+        if (gain * (now + t_draft) <= (1.0 + SP_SPEC_MARGIN) * value * (slope + td - t_draft))
             break;
         value += gain;
-        T++;
-        now = next;
+        T++, R++;
+        now += slope;
         t_draft = td;
         depth = d;
         sp->k[best]++;
     }
-    const double stretch = model && sp->draft_seen ? 1.0 + 8.0 * sp->t_draft / base : 1.0;
+    /* a certain draft's worth against its cost decides whether probing
+     * can pay at all here */
+    const double t_probe = model ? (sp->draft_seen ? sp->t_draft : 0.5 * now) : 0.0;
+    bool probe = !fitted || now > (1.0 + SP_SPEC_MARGIN) * D * (slope + t_probe);
+    const double stretch = model && sp->draft_seen ? 1.0 + 8.0 * sp->t_draft / now : 1.0;
     for (int i = 0; i < n_jobs; i++) {
         struct sp_spec_seq *ss = jobs[i].ss;
         if (sp->k[i] || !jobs[i].cap) {
             ss->idle = 0;
-        } else if (++ss->idle >= ss->probe * stretch) {
+        } else if (++ss->idle >= ss->probe * stretch && probe && T + 1 <= sp->t.n_batch) {
             sp->k[i] = 1;
             ss->idle = 0;
+            probe = false;
         }
     }
 }

@@ -5,7 +5,9 @@
  * through Gemma 3's sliding-window rings), the verification batch's rows
  * bit-identical to one-token decode steps, no rejected token in the prefix
  * cache, the next-token distribution of sampled self-speculation equal to
- * the model's, and a draft model of another vocabulary refused.
+ * the model's, a draft model of another vocabulary refused, and the cost
+ * model drafting for 16 sequences where rows are nearly free and not where
+ * the batch is compute-bound, with or without noisy step times.
  *
  * The statistical checks use fixed seeds, so they are deterministic; their
  * thresholds are the chi-square quantiles for a false-failure rate of 1e-6,
@@ -410,6 +412,68 @@ static void test_sampling(const sp_model *pm)
     sp_engine_free(e);
 }
 
+/* ---- the cost model ---- */
+
+/* Drafts planned for 16 sequences whose drafts are nearly always kept and
+ * whose text repeats (prompt lookup has 8 drafts for each), after steps of
+ * 10..24 tokens took fixed + per_row * T seconds, each time scaled by up
+ * to +-noise (a fixed pattern). */
+static int planned(const sp_model *m, double fixed, double per_row, double noise)
+{
+    enum { N = 16, LEN = 64 };
+    struct sp_spec *sp = NULL;
+    struct sp_spec_seq *ss[N] = {0};
+    struct sp_spec_job jobs[N];
+    static sp_token toks[N][LEN + SP_SPEC_K_MAX];
+    const struct sp_spec_config c = {.kind = SP_SPEC_NGRAM, .k = 8};
+    const struct sp_spec_target t = {.model = m->weights, .n_ctx = 512, .n_batch = 512, .n_parallel = N, .n_rows = 64};
+    sp_sampler_params sprm;
+    int total = -1;
+    sp_sampler_params_default(&sprm);
+    if (sp_spec_init(&sp, &c, &t) != SP_OK)
+        goto done;
+    for (int i = 0; i < N; i++) {
+        if (sp_spec_seq_new(sp, &sprm, &ss[i]) != SP_OK)
+            goto done;
+        for (int r = 0; r < 20; r++)
+            sp_spec_seq_done(sp, ss[i], 8, 8, 0);
+        for (int j = 0; j < LEN; j++)
+            toks[i][j] = 100 + i + j % 5;
+    }
+    for (int r = 0, k = 0; r < 6; r++)
+        for (int T = 10; T <= 24; T++, k++)
+            sp_spec_observe(sp, T, T, (fixed + per_row * T) * (1.0 + noise * sin(1.7 * k)));
+    sp_spec_observe(sp, N, N, fixed + per_row * N); /* the base size, just measured */
+    for (int i = 0; i < N; i++)
+        jobs[i] = (struct sp_spec_job){.ss = ss[i], .tokens = toks[i], .n_tokens = LEN, .cap = 8};
+    if (sp_spec_draft(sp, jobs, N, N, N) != SP_OK)
+        goto done;
+    total = 0;
+    for (int i = 0; i < N; i++)
+        total += (int)jobs[i].n_draft;
+done:
+    for (int i = 0; i < N; i++)
+        sp_spec_seq_free(sp, ss[i]);
+    sp_spec_free(sp);
+    return total;
+}
+
+static void test_cost_model(const sp_model *m)
+{
+    /* compute-bound: a row more costs what a row costs on average */
+    int n = planned(m, 0.002, 0.003, 0.0);
+    CHECK(n == 0, "a compute-bound batch of 16 gets no drafts (%d)", n);
+    n = planned(m, 0.002, 0.003, 0.3);
+    CHECK(n == 0, "nor with the step times 30 %% noisy (%d)", n);
+    /* memory-bound: rows nearly free; the plan grows to the sizes the
+     * line was fitted on plus their span (12 sizes nearest 16: 10..21,
+     * so up to 32 rows) */
+    n = planned(m, 0.050, 0.0002, 0.0);
+    CHECK(n == 16, "a memory-bound batch of 16 drafts up to 32 rows (%d)", n);
+    n = planned(m, 0.050, 0.0002, 0.3);
+    CHECK(n == 16, "also with the step times 30 %% noisy (%d)", n);
+}
+
 static void test_refusals(const sp_model *smol, const sp_model *gemma)
 {
     sp_engine_params ep;
@@ -458,6 +522,7 @@ int main(void)
     sp_model *smol = load(smol_path), *gemma = load(gemma_path);
     if (smol && gemma) {
         test_sampling(smol);
+        test_cost_model(smol);
         test_refusals(smol, gemma);
     }
     sp_model_free(smol);
