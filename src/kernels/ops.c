@@ -121,8 +121,8 @@ void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox)
         float c = cs[i], s = cs[half + i];
         int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         float x0 = x[a], x1 = x[b];
-        x[a] = x0 * c - x1 * s;
-        x[b] = x0 * s + x1 * c;
+        x[a] = fmaf(x0, c, -(x1 * s));
+        x[b] = fmaf(x0, s, x1 * c);
     }
 }
 
@@ -140,7 +140,7 @@ static void sp_swiglu_scalar(const float *g, const float *u, float *y, int64_t n
 static float sp_gelu_tanh(float x)
 {
     const float k = 0.79788456080286535588f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+    return 0.5f * x * (1.0f + tanhf(k * x * fmaf(0.044715f * x, x, 1.0f)));
 }
 
 /* GELU is evaluated as llama.cpp does on the CPU: on the input rounded to
