@@ -133,6 +133,9 @@ void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, 
 
 void sp_rope_apply(float *x, const float *cs, int n_rot, int neox) { sp_kernels_active()->rope(x, cs, n_rot, neox); }
 
+/* Each output is one rounded product and one fused multiply-add, the
+ * product of x0 fused: llama.cpp's rotation as its gcc build compiles it
+ * (contracted), so the roundings agree. */
 void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox)
 {
     int half = n_rot / 2;
@@ -140,8 +143,8 @@ void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox)
         float c = cs[i], s = cs[half + i];
         int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         float x0 = x[a], x1 = x[b];
-        x[a] = x0 * c - x1 * s;
-        x[b] = x0 * s + x1 * c;
+        x[a] = fmaf(x0, c, -(x1 * s));
+        x[b] = fmaf(x0, s, x1 * c);
     }
 }
 
@@ -156,10 +159,12 @@ static void sp_swiglu_scalar(const float *g, const float *u, float *y, int64_t n
     }
 }
 
+/* 1 + 0.044715 x^2 as one fmaf, as llama.cpp's build contracts it: the
+ * table then holds llama.cpp's f16 values. */
 static float sp_gelu_tanh(float x)
 {
     const float k = 0.79788456080286535588f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+    return 0.5f * x * (1.0f + tanhf(k * x * fmaf(0.044715f * x, x, 1.0f)));
 }
 
 /* GELU is evaluated as llama.cpp does on the CPU: on the input rounded to
