@@ -319,6 +319,9 @@ SP_API const char *sp_cache_type_name(sp_cache_type t);
 /* The type named `name` (as sp_cache_type_name writes it, any case);
  * SP_ERR_ARG naming it and the choices when unknown. */
 SP_API sp_status sp_cache_type_parse(const char *name, sp_cache_type *out);
+/* Bytes n values take stored as `t` (n a multiple of 32 for the quantized
+ * types: what a head of keys or values takes per position). */
+SP_API uint64_t sp_cache_type_bytes(sp_cache_type t, uint64_t n);
 
 /* Speculative decoding: where the drafts come from.  Drafts are verified in
  * the same batched forward as every other token, so the output is the

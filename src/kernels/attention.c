@@ -22,7 +22,9 @@
  * f16 before weighting the f16 values; scores, softmax and the V sum are f32.
  * A quantized cache (q8_0, q4_0: kv.h) changes only where a key or value
  * element comes from: its scale times its integer, exact in f32, then the
- * same chains in the same order.  Prompt runs then take the group path too
+ * same chains in the same order; its rows are stored rotated, so the
+ * f16-rounded query is rotated first and the value sum rotated back
+ * (sp_kv_rotate, one scalar function for every row).  Prompt runs then take the group path too
  * (the block kernel reads f16 only), so every token's result is the group
  * kernel's whatever the batch. */
 #include <math.h>
@@ -130,6 +132,8 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
         const float *q = a->q + (size_t)t * a->q_stride + (size_t)(h0 + h) * D;
         for (int d = 0; d < D; d++)
             qf[(size_t)h * D + d] = (float)(_Float16)q[d];
+        if (w.kt != SP_CACHE_F16) /* the keys are stored rotated (kv.h) */
+            sp_kv_rotate(qf + (size_t)h * D, (uint32_t)D);
         mx[h] = -INFINITY;
     }
     for (int j = j0; j <= pos;) {
@@ -181,9 +185,12 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
         }
         j += (int)run;
     }
-    for (int h = 0; h < nh; h++)
+    for (int h = 0; h < nh; h++) {
+        if (w.vt != SP_CACHE_F16) /* the values are stored rotated: rotate the sum back */
+            sp_kv_rotate(qf + (size_t)h * D, (uint32_t)D);
         memcpy(a->out + (size_t)t * a->out_stride + (size_t)(h0 + h) * D, qf + (size_t)h * D,
                (size_t)D * sizeof *qf);
+    }
 }
 
 /* Asks for the queries of block unit (t0, nq, h): they were written by

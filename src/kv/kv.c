@@ -7,6 +7,7 @@
  * last one) is one stream per head, which the hardware prefetcher follows. */
 #include "kv/kv.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -243,7 +244,30 @@ sp_status sp_cache_type_parse(const char *name, sp_cache_type *out)
     return sp_error_set(SP_ERR_ARG, "KV cache type '%s': expected f16, q8_0 or q4_0", name ? name : "(null)");
 }
 
+uint64_t sp_cache_type_bytes(sp_cache_type t, uint64_t n)
+{
+    return t == SP_CACHE_Q8_0 ? n / SP_KV_QK * 34 : t == SP_CACHE_Q4_0 ? n / SP_KV_QK * 18 : n * 2;
+}
+
 /* ---- reading and writing ---- */
+
+void sp_kv_rotate(float *x, uint32_t n)
+{
+    const uint32_t r = n & -n; /* the largest power of two dividing n */
+    const float scale = 1.0f / sqrtf((float)r);
+    for (uint32_t b = 0; r > 1 && b < n; b += r) {
+        float *y = x + b;
+        for (uint32_t len = 1; len < r; len <<= 1)
+            for (uint32_t i = 0; i < r; i += 2 * len)
+                for (uint32_t j = i; j < i + len; j++) {
+                    const float u = y[j], v = y[j + len];
+                    y[j] = u + v;
+                    y[j + len] = u - v;
+                }
+        for (uint32_t i = 0; i < r; i++)
+            y[i] *= scale;
+    }
+}
 
 struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer)
 {
@@ -281,6 +305,17 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
      * cost is noise next to the matmuls) */
     for (uint32_t h = 0; h < n_head; h++) {
         const float *kh = k + (size_t)h * D, *vh = v + (size_t)h * D;
+        float kr[SP_KV_QDIM_MAX], vr2[SP_KV_QDIM_MAX];
+        if (kv->kt != SP_CACHE_F16) { /* quantized rows are stored rotated (kv.h) */
+            memcpy(kr, kh, D * sizeof *kr);
+            sp_kv_rotate(kr, D);
+            kh = kr;
+        }
+        if (kv->vt != SP_CACHE_F16) {
+            memcpy(vr2, vh, D * sizeof *vr2);
+            sp_kv_rotate(vr2, D);
+            vh = vr2;
+        }
         uint8_t *kt = (uint8_t *)(uintptr_t)sp_kv_view_ktile(&w, pos, h);
         uint8_t *vr = (uint8_t *)(uintptr_t)sp_kv_view_vrow(&w, pos, h);
         if (kv->kt == SP_CACHE_F16) {

@@ -132,7 +132,12 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
  *   q4_0  groups of SP_KV_TILE * 18 bytes: d[16], then bytes b[16][16], the
  *         low nibble of b[e][i] value e of key i and its high nibble value
  *         e + 16, each stored + 8;
- * a value of a quantized key is d[i] * q, exact in f32.  Values lie as rows
+ * a value of a quantized key is d[i] * q, exact in f32.  A quantized
+ * cache holds rotated rows, H k and H v (sp_kv_rotate): the rotation
+ * spreads a head's few large channels over the whole row, so a block's
+ * scale fits its values (llama.cpp's attention rotation does the same).
+ * Readers rotate the query (H q . H k = q . k) and rotate the weighted sum
+ * of values back (H is its own inverse).  Values lie as rows
  * of head_dim f16, or of head_dim / 32 ggml blocks (q8_0: f16 d, int8
  * q[32]; q4_0: f16 d, bytes b[16] holding values j and j + 16 in the low
  * and high nibble, + 8).  A run (sp_kv_view_run) is a stretch of positions
@@ -146,7 +151,7 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
 /* Bytes of one position's key or value of one KV head stored as `t`. */
 static inline uint32_t sp_kv_row_bytes(sp_cache_type t, uint32_t head_dim)
 {
-    return t == SP_CACHE_Q8_0 ? head_dim / SP_KV_QK * 34 : t == SP_CACHE_Q4_0 ? head_dim / SP_KV_QK * 18 : head_dim * 2;
+    return (uint32_t)sp_cache_type_bytes(t, head_dim);
 }
 
 /* One sequence's keys and values in one layer.  Its fields are for the
@@ -193,6 +198,11 @@ static inline const uint16_t *sp_kv_view_v(const struct sp_kv_view *w, uint32_t 
 {
     return (const uint16_t *)(const void *)sp_kv_view_vrow(w, pos, head);
 }
+
+/* x[0..n) replaced by H x: the Walsh-Hadamard transform over blocks of
+ * the largest power of two dividing n, scaled to be orthonormal (so H is
+ * its own inverse), in one fixed order of operations. */
+void sp_kv_rotate(float *x, uint32_t n);
 
 /* f16 bits at p (any alignment) as f32. */
 static inline float sp_kv_f16_at(const uint8_t *p)

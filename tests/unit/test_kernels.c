@@ -326,16 +326,19 @@ static void test_matmul_grouped(struct sp_pool *p1, struct sp_pool *p2)
             *nrec += (size_t)(n);                                              \
         }                                                                      \
     } while (0)
-/* x[0..n) replaced by what a cache of type t holds for it: quantized and
- * dequantized by the reference quantizer (f16 inputs are already exact). */
+/* x[0..n) replaced by what a cache of type t holds for it: rotated,
+ * quantized and dequantized by the reference quantizer, rotated back (f16
+ * inputs are already exact). */
 static void cache_roundtrip(sp_cache_type t, float *x, int n)
 {
     if (t == SP_CACHE_F16)
         return;
     const struct sp_type_traits *tr = sp_type_get_ref(t == SP_CACHE_Q8_0 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_0);
     uint8_t blocks[256 / 32 * 34];
+    sp_kv_rotate(x, (uint32_t)n);
     tr->from_float(x, blocks, n);
     tr->to_float(blocks, x, n);
+    sp_kv_rotate(x, (uint32_t)n);
 }
 
 static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_cache_type kt, sp_cache_type vt,
