@@ -133,7 +133,7 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
         for (int d = 0; d < D; d++)
             qf[(size_t)h * D + d] = (float)(_Float16)q[d];
         if (w.kt != SP_CACHE_F16) /* the keys are stored rotated (kv.h) */
-            sp_kv_rotate(qf + (size_t)h * D, (uint32_t)D);
+            sp_kv_rotate(qf + (size_t)h * D, (uint32_t)D, true);
         mx[h] = -INFINITY;
     }
     for (int j = j0; j <= pos;) {
@@ -187,7 +187,7 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
     }
     for (int h = 0; h < nh; h++) {
         if (w.vt != SP_CACHE_F16) /* the values are stored rotated: rotate the sum back */
-            sp_kv_rotate(qf + (size_t)h * D, (uint32_t)D);
+            sp_kv_rotate(qf + (size_t)h * D, (uint32_t)D, true);
         memcpy(a->out + (size_t)t * a->out_stride + (size_t)(h0 + h) * D, qf + (size_t)h * D,
                (size_t)D * sizeof *qf);
     }

@@ -7,7 +7,6 @@
  * last one) is one stream per head, which the hardware prefetcher follows. */
 #include "kv/kv.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -251,10 +250,10 @@ uint64_t sp_cache_type_bytes(sp_cache_type t, uint64_t n)
 
 /* ---- reading and writing ---- */
 
-void sp_kv_rotate(float *x, uint32_t n)
+void sp_kv_rotate(float *x, uint32_t n, bool back)
 {
     const uint32_t r = n & -n; /* the largest power of two dividing n */
-    const float scale = 1.0f / sqrtf((float)r);
+    const float scale = 1.0f / (float)r; /* exact */
     for (uint32_t b = 0; r > 1 && b < n; b += r) {
         float *y = x + b;
         for (uint32_t len = 1; len < r; len <<= 1)
@@ -264,7 +263,7 @@ void sp_kv_rotate(float *x, uint32_t n)
                     y[j] = u + v;
                     y[j + len] = u - v;
                 }
-        for (uint32_t i = 0; i < r; i++)
+        for (uint32_t i = 0; back && i < r; i++)
             y[i] *= scale;
     }
 }
@@ -308,12 +307,12 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
         float kr[SP_KV_QDIM_MAX], vr2[SP_KV_QDIM_MAX];
         if (kv->kt != SP_CACHE_F16) { /* quantized rows are stored rotated (kv.h) */
             memcpy(kr, kh, D * sizeof *kr);
-            sp_kv_rotate(kr, D);
+            sp_kv_rotate(kr, D, false);
             kh = kr;
         }
         if (kv->vt != SP_CACHE_F16) {
             memcpy(vr2, vh, D * sizeof *vr2);
-            sp_kv_rotate(vr2, D);
+            sp_kv_rotate(vr2, D, false);
             vh = vr2;
         }
         uint8_t *kt = (uint8_t *)(uintptr_t)sp_kv_view_ktile(&w, pos, h);

@@ -136,8 +136,8 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
  * cache holds rotated rows, H k and H v (sp_kv_rotate): the rotation
  * spreads a head's few large channels over the whole row, so a block's
  * scale fits its values (llama.cpp's attention rotation does the same).
- * Readers rotate the query (H q . H k = q . k) and rotate the weighted sum
- * of values back (H is its own inverse).  Values lie as rows
+ * Readers rotate the query (H q / r . H k = q . k) and rotate the weighted
+ * sum of values back (H / r undoes H).  Values lie as rows
  * of head_dim f16, or of head_dim / 32 ggml blocks (q8_0: f16 d, int8
  * q[32]; q4_0: f16 d, bytes b[16] holding values j and j + 16 in the low
  * and high nibble, + 8).  A run (sp_kv_view_run) is a stretch of positions
@@ -199,10 +199,13 @@ static inline const uint16_t *sp_kv_view_v(const struct sp_kv_view *w, uint32_t 
     return (const uint16_t *)(const void *)sp_kv_view_vrow(w, pos, head);
 }
 
-/* x[0..n) replaced by H x: the Walsh-Hadamard transform over blocks of
- * the largest power of two dividing n, scaled to be orthonormal (so H is
- * its own inverse), in one fixed order of operations. */
-void sp_kv_rotate(float *x, uint32_t n);
+/* x[0..n) replaced by H x, H the Walsh-Hadamard transform over blocks of
+ * r values, r the largest power of two dividing n (sums and differences
+ * only, in one fixed order); with `back`, by H x / r.  H H = r I, so H / r
+ * undoes H, and (H q / r) . (H k) = q . k.  The scale is a power of two
+ * (exact) and left out of the stored rows: scaled to be orthonormal, rows
+ * of small values would put q8_0 / q4_0 scales among f16's subnormals. */
+void sp_kv_rotate(float *x, uint32_t n, bool back);
 
 /* f16 bits at p (any alignment) as f32. */
 static inline float sp_kv_f16_at(const uint8_t *p)

@@ -335,10 +335,10 @@ static void cache_roundtrip(sp_cache_type t, float *x, int n)
         return;
     const struct sp_type_traits *tr = sp_type_get_ref(t == SP_CACHE_Q8_0 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_0);
     uint8_t blocks[256 / 32 * 34];
-    sp_kv_rotate(x, (uint32_t)n);
+    sp_kv_rotate(x, (uint32_t)n, false);
     tr->from_float(x, blocks, n);
     tr->to_float(blocks, x, n);
-    sp_kv_rotate(x, (uint32_t)n);
+    sp_kv_rotate(x, (uint32_t)n, true);
 }
 
 static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_cache_type kt, sp_cache_type vt,

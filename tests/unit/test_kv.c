@@ -112,7 +112,7 @@ static void qexpect(sp_cache_type t, const float *x, float *rot, float *out)
     uint8_t blk[D / 32 * 34];
     const struct sp_type_traits *tr = sp_type_get_ref(t == SP_CACHE_Q8_0 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_0);
     memcpy(rot, x, sizeof(float) * D);
-    sp_kv_rotate(rot, D);
+    sp_kv_rotate(rot, D, false);
     tr->from_float(rot, blk, D);
     tr->to_float(blk, out, D);
 }
@@ -154,7 +154,7 @@ static int qseq_matches(struct sp_kv *kv, struct sp_kv_seq *seq, int s, int p0, 
                 *worst = fmax(*worst, fmax(steps(w.kt, rot[0], got[0]), steps(w.vt, rot[1], got[1])));
                 /* rotated back, the row is the written one up to the error
                  * (relative squared error: q8_0 ~3e-5, q4_0 ~1e-2 here) */
-                sp_kv_rotate(got[0], D);
+                sp_kv_rotate(got[0], D, true);
                 double e = 0, n = 0;
                 for (int d = 0; d < D; d++)
                     e += (got[0][d] - x[0][d]) * (got[0][d] - x[0][d]), n += x[0][d] * x[0][d];
