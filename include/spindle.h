@@ -306,9 +306,10 @@ SP_API sp_status sp_conv_load(sp_conv *c, const char *path);
 typedef struct sp_engine sp_engine;
 
 /* How the KV cache stores keys or values: f16, or llama.cpp's Q8_0 / Q4_0
- * blocks (32 values and one f16 scale: 8.5 and 4.5 bits a value), which
- * attention reads directly.  Q8_0 keys and values change perplexity by
- * about 0.01 %, Q4_0 by about 1 % (docs/quantization.md). */
+ * blocks (32 values and one f16 scale: 8.5 and 4.5 bits a value), rotated
+ * (Walsh-Hadamard), which attention reads directly; the head size must be
+ * a multiple of 32.  Q8_0 moves the output about as much as a change of
+ * matmul kernels does, Q4_0 several times more (docs/quantization.md). */
 typedef enum sp_cache_type {
     SP_CACHE_F16 = 0,
     SP_CACHE_Q8_0,

@@ -17,6 +17,8 @@ import subprocess
 
 import pytest
 
+from server_util import Server
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WINDOWS = 2
 
@@ -113,6 +115,30 @@ def test_info_predicts_the_quantized_bytes(run_spindle, smollm2_path, gemma3_pat
     f16 = sizes[("f16", "f16")]
     for (k, v), ratio in (((("q8_0", "q8_0")), 34 / 64), (("q4_0", "q4_0"), 18 / 64), (("q8_0", "q4_0"), 26 / 64)):
         assert abs(sizes[(k, v)] / f16 - ratio) < 0.002, (k, v, sizes[(k, v)], f16)
+
+
+def test_serve_with_a_quantized_cache(spindle_bin, smollm2_path, run_spindle):
+    """serve takes the flags: /metrics reports the q8_0 pool's bytes (what
+    info predicts), a greedy completion equals itself when its prompt's
+    blocks come from the prefix cache (blocks kept by bytes)."""
+    args = ("--ctx", 1024, "--parallel", 2, "--cache-type-k", "q8_0", "--cache-type-v", "q8_0")
+    r = run_spindle("info", "-m", smollm2_path, *args)
+    assert r.returncode == 0, r.stderr
+    want_mib, _, _ = _kv_mib(r.stdout)
+    s = Server(spindle_bin, smollm2_path, *args)
+    try:
+        m = s.metrics()
+        assert abs(m["spindle_memory_kv_bytes"] / 2**20 - want_mib) < 0.1, (m["spindle_memory_kv_bytes"], want_mib)
+        prompt = "In the beginning God created the heaven and the earth. " * 6
+        outs = []
+        for _ in range(2):
+            r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 12, "temperature": 0})
+            assert r.status_code == 200, r.text
+            outs.append(r.json()["choices"][0]["text"])
+        assert outs[0] == outs[1] and outs[0].strip(), outs
+        assert s.metrics()["spindle_prefix_cache_hits_total"] >= 1
+    finally:
+        s.stop()
 
 
 def test_bad_cache_type_is_refused(run_spindle, smollm2_path):
