@@ -11,33 +11,19 @@ row equals the scalar row, batch invariance, error against a double
 reference) is tests/unit/test_kernels.c; the layout, forks and rollback
 tests/unit/test_kv.c.
 """
-import os
 import re
-import subprocess
 
 import pytest
 
 from server_util import Server
+from test_perplexity import _ppl, text_path  # noqa: F401 (a fixture)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WINDOWS = 2
 
-# Perplexity change against the f16 cache allowed per type (2 windows of 512;
-# docs/quantization.md has the measured values).
-BOUND = {"q8_0": 0.02, "q4_0": 1.0}
-
-
-@pytest.fixture(scope="module")
-def text_path():
-    r = subprocess.run([os.path.join(ROOT, "scripts", "fetch-text")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
-
-
-def _ppl(r):
-    m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", r.stdout)
-    assert m, r.stdout + r.stderr
-    return float(m.group(1))
+# Perplexity change against the f16 cache allowed (2 windows of 512, where
+# SmolLM2 moves +1.0 % / +9.3 % and Gemma 3 +0.4 % / +62 % on an AVX-512
+# host; docs/quantization.md has 16 windows).
+BOUND = {("smollm2", "q8_0"): 0.03, ("gemma3", "q8_0"): 0.03, ("smollm2", "q4_0"): 0.2, ("gemma3", "q4_0"): 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +38,7 @@ def perplexity(run_spindle, text_path, smollm2_path, gemma3_path):
             r = run_spindle("perplexity", "-m", path, "-f", text_path, "--ctx", 512, "--chunks", WINDOWS,
                             "--cache-type-k", k, "--cache-type-v", v, "-t", 2, *extra, timeout=600)
             assert r.returncode == 0, r.stderr
-            cache[key] = _ppl(r)
+            cache[key] = _ppl(r)[0]
         return cache[key]
 
     return get
@@ -65,7 +51,7 @@ def test_quantized_cache_perplexity_stays_close(perplexity, model, kind):
     got = perplexity(model, kind, kind)
     change = got / base - 1
     assert got != base, "the cache type changed nothing"
-    assert abs(change) < BOUND[kind], (model, kind, base, got, change)
+    assert abs(change) < BOUND[(model, kind)], (model, kind, base, got, change)
     if kind == "q4_0":  # fewer bits cost more than q8_0's
         assert got / base - 1 > perplexity(model, "q8_0", "q8_0") / base - 1 - 0.002
 
@@ -78,7 +64,7 @@ def test_quantized_cache_is_batch_invariant(run_spindle, text_path, smollm2_path
         r = run_spindle("perplexity", "-m", smollm2_path, "-f", text_path, "--ctx", 128, "--chunks", 2,
                         "--cache-type-k", "q4_0", "--cache-type-v", "q8_0", *extra)
         assert r.returncode == 0, r.stderr
-        out.append(_ppl(r))
+        out.append(_ppl(r)[0])
     assert out[0] == out[1]
 
 
