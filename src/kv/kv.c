@@ -304,16 +304,16 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
      * cost is noise next to the matmuls) */
     for (uint32_t h = 0; h < n_head; h++) {
         const float *kh = k + (size_t)h * D, *vh = v + (size_t)h * D;
-        float kr[SP_KV_QDIM_MAX], vr2[SP_KV_QDIM_MAX];
+        float krot[SP_KV_QDIM_MAX], vrot[SP_KV_QDIM_MAX];
         if (kv->kt != SP_CACHE_F16) { /* quantized rows are stored rotated (kv.h) */
-            memcpy(kr, kh, D * sizeof *kr);
-            sp_kv_rotate(kr, D, false);
-            kh = kr;
+            memcpy(krot, kh, D * sizeof *krot);
+            sp_kv_rotate(krot, D, false);
+            kh = krot;
         }
         if (kv->vt != SP_CACHE_F16) {
-            memcpy(vr2, vh, D * sizeof *vr2);
-            sp_kv_rotate(vr2, D, false);
-            vh = vr2;
+            memcpy(vrot, vh, D * sizeof *vrot);
+            sp_kv_rotate(vrot, D, false);
+            vh = vrot;
         }
         uint8_t *kt = (uint8_t *)(uintptr_t)sp_kv_view_ktile(&w, pos, h);
         uint8_t *vr = (uint8_t *)(uintptr_t)sp_kv_view_vrow(&w, pos, h);
