@@ -80,6 +80,21 @@ def test_greedy_text_starts_the_same(run_spindle, smollm2_path, gemma3_path, mod
     assert texts["f16"].split()[:3] == texts["q8_0"].split()[:3], texts
 
 
+def test_speculative_rollback_with_a_quantized_cache(run_spindle, smollm2_path):
+    """Rejected drafts are rolled back in the quantized blocks: greedy text
+    with prompt-lookup drafts equals the text without them."""
+    prompt = "a b c d a b c e a b c f a b c"
+    outs = []
+    for extra in ([], ["--spec", "ngram", "--json"]):
+        r = run_spindle("run", "-m", smollm2_path, "-p", prompt, "-n", 60, "--temp", 0, "--cache-type-k", "q4_0",
+                        "--cache-type-v", "q8_0", *extra)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout if not extra else r.json()["text"])
+    spec = r.json()["speculative"]
+    assert spec["drafted"] > spec["accepted"], spec  # some drafts were rolled back
+    assert outs[0] == outs[1], outs
+
+
 def _kv_mib(out):
     m = re.search(r"KV cache\s+([0-9.]+) MiB \(keys (\w+), values (\w+)", out)
     assert m, out
