@@ -311,9 +311,10 @@ SP_API sp_status sp_conv_load(sp_conv *c, const char *path);
 typedef struct sp_engine sp_engine;
 
 /* How the KV cache stores keys or values: f16, or llama.cpp's Q8_0 / Q4_0
- * blocks (32 values and one f16 scale: 8.5 and 4.5 bits a value), which
- * attention reads directly.  Q8_0 keys and values change perplexity by
- * about 0.01 %, Q4_0 by about 1 % (docs/quantization.md). */
+ * blocks (32 values and one f16 scale: 8.5 and 4.5 bits a value), rotated
+ * (Walsh-Hadamard), which attention reads directly; the head size must be
+ * a multiple of 32.  Q8_0 moves the output about as much as a change of
+ * matmul kernels does, Q4_0 several times more (docs/quantization.md). */
 typedef enum sp_cache_type {
     SP_CACHE_F16 = 0,
     SP_CACHE_Q8_0,
@@ -324,6 +325,9 @@ SP_API const char *sp_cache_type_name(sp_cache_type t);
 /* The type named `name` (as sp_cache_type_name writes it, any case);
  * SP_ERR_ARG naming it and the choices when unknown. */
 SP_API sp_status sp_cache_type_parse(const char *name, sp_cache_type *out);
+/* Bytes n values take stored as `t` (n a multiple of 32 for the quantized
+ * types: what a head of keys or values takes per position). */
+SP_API uint64_t sp_cache_type_bytes(sp_cache_type t, uint64_t n);
 
 /* Speculative decoding: where the drafts come from.  Drafts are verified in
  * the same batched forward as every other token, so the output is the

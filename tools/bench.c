@@ -142,6 +142,7 @@ int sp_tool_bench(int argc, char **argv)
             puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-B SEQUENCES] [-d DEPTH] [--json]\n"
                  "       [--json-schema FILE]  also decode under the schema (alternating with unconstrained\n"
                  "                             runs): compile time, mask time per token p50/p99, tokens/s\n"
+                 "       [--cache-type-k f16|q8_0|q4_0] [--cache-type-v f16|q8_0|q4_0]\n"
                  "       [--spec ngram|draft|self [--spec-k N] [--spec-fixed] [--draft-model M] [--spec-layers L]]\n"
                  "       spindle bench --bandwidth [-t THREADS] [--json]   (memory read GB/s)\n"
                  "       spindle bench -m MODEL --embed FILE [-B BATCH] [-r REPS] [--ctx N] [-t THREADS] [--json]\n"
@@ -160,6 +161,7 @@ int sp_tool_bench(int argc, char **argv)
         else if (sp_tool_spec_flag(&a, &spec)) continue;
         else if (sp_args_is(&a, "--embed", NULL)) embed = sp_args_value(&a);
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
+        else if (sp_args_cache_type(&a, &ep.cache_type_k, &ep.cache_type_v)) continue;
         else
             return sp_tool_fail("bench: unknown option '%s'", argv[a.i]);
     }
@@ -277,7 +279,8 @@ int sp_tool_bench(int argc, char **argv)
     /* mean KV bytes read per decode token over the run: positions ~ n/2 on
      * average; a sliding-window layer reads at most its window */
     double ctx = depth + n_gen / 2.0, w_swa = m.n_swa && m.n_swa < ctx ? m.n_swa : ctx;
-    double kv_read = (double)kv_dim * 2 * 2 * ((m.n_layer - m.n_swa_layers) * ctx + m.n_swa_layers * w_swa);
+    double kv_read = (double)(sp_cache_type_bytes(ep.cache_type_k, kv_dim) + sp_cache_type_bytes(ep.cache_type_v, kv_dim)) *
+                     ((m.n_layer - m.n_swa_layers) * ctx + m.n_swa_layers * w_swa);
     double bytes_per_tok = (double)m.weights_bytes / batch + kv_read;
     double gbs = bytes_per_tok * tm / 1e9;
     sp_isa_info ip;
@@ -296,6 +299,8 @@ int sp_tool_bench(int argc, char **argv)
         json_object_set_new(o, "batch", json_integer(batch));
         json_object_set_new(o, "depth", json_integer(depth));
         json_object_set_new(o, "kv_bytes_per_token", json_real(kv_read));
+        json_object_set_new(o, "cache_type_k", json_string(sp_cache_type_name(ep.cache_type_k)));
+        json_object_set_new(o, "cache_type_v", json_string(sp_cache_type_name(ep.cache_type_v)));
         json_object_set_new(o, "reps", json_integer(reps));
         json_object_set_new(o, "prefill_tokens_per_s", json_real(pm));
         json_object_set_new(o, "prefill_tokens_per_s_sd", json_real(ps));
@@ -322,9 +327,10 @@ int sp_tool_bench(int argc, char **argv)
         fputc('\n', stdout);
         json_decref(o);
     } else {
-        printf("model: %s | threads: %d | kernels: %s (dots %s, packed %s, attention %s) | weights: %.1f MiB\n",
+        printf("model: %s | threads: %d | kernels: %s (dots %s, packed %s, attention %s) | weights: %.1f MiB | "
+               "KV cache: keys %s, values %s\n",
                mp.path, sp_engine_n_threads(e), ip.level, ip.quant, ip.packed ? ip.packed : "none", ip.attention,
-               m.weights_bytes / 1048576.0);
+               m.weights_bytes / 1048576.0, sp_cache_type_name(ep.cache_type_k), sp_cache_type_name(ep.cache_type_v));
         printf("prefill pp%-5d %10.1f ± %.1f tokens/s\n", n_prompt, pm, ps);
         printf("decode  tg%-5d %10.1f ± %.1f tokens/s%s (%.1f GB/s of weights+KV)\n", n_gen, tm, ts,
                batch > 1 ? " aggregate" : "", gbs);

@@ -78,10 +78,6 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
         st = sp_error_set(SP_ERR_ARG, "context %d out of range 2..1048576", e->n_ctx);
         goto free_engine;
     }
-    if (p->cache_type_k != SP_CACHE_F16 || p->cache_type_v != SP_CACHE_F16) {
-        st = sp_error_set(SP_ERR_UNSUPPORTED, "KV cache: only f16 is supported");
-        goto free_engine;
-    }
     e->n_parallel = p->n_parallel > 0 ? p->n_parallel : 1;
     e->n_batch = p->n_batch > 0 ? p->n_batch : 512;
     e->n_out_max = e->n_parallel * 4 > SP_BEAM_MAX ? e->n_parallel * 4 : SP_BEAM_MAX;
@@ -105,6 +101,7 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
     const struct sp_kv_shape shape = {
         .n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .local = local,
         .ring_len = ring_len, .n_rings = (uint32_t)e->n_parallel * 2 * SP_MAX_CHOICES,
+        .type_k = p->cache_type_k, .type_v = p->cache_type_v,
     };
     uint64_t n_blocks;
     if (p->kv_mem_mib)

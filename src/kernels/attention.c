@@ -19,7 +19,14 @@
  *
  * Numerics follow llama.cpp's non-flash CPU path: the query is rounded to
  * f16 before the dot with the f16 keys; softmax probabilities are rounded to
- * f16 before weighting the f16 values; scores, softmax and the V sum are f32. */
+ * f16 before weighting the f16 values; scores, softmax and the V sum are f32.
+ * A quantized cache (q8_0, q4_0: kv.h) changes only where a key or value
+ * element comes from: its scale times its integer, exact in f32, then the
+ * same chains in the same order; its rows are stored rotated, so the
+ * f16-rounded query is rotated first and the value sum rotated back
+ * (sp_kv_rotate, one scalar function for every row).  Prompt runs then take the group path too
+ * (the block kernel reads f16 only), so every token's result is the group
+ * kernel's whatever the batch. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -75,6 +82,28 @@ static inline void sp_attn_dots(const float *q, const uint16_t *k, int n, int D,
     }
 }
 
+/* sp_attn_dots for quantized keys (type t): key i at lane `lane` + i of
+ * the tile, each value the exact d * q (sp_kv_qkey); the same chains. */
+static void sp_attn_dots_q(const float *q, const uint8_t *tile, sp_cache_type t, int lane, int n, int D, float *out)
+{
+    for (int i = 0; i < n; i++) {
+        float s = 0.0f;
+        for (int d = 0; d < D; d++)
+            s = fmaf(q[d], sp_kv_qkey(tile, t, lane + i, d), s);
+        out[i] = s;
+    }
+}
+
+/* sp_attn_axpy for a quantized value row (type t) */
+static void sp_attn_axpy_q(float *out, const float *p, int nh, const uint8_t *v, sp_cache_type t, int D)
+{
+    for (int d = 0; d < D; d++) {
+        const float x = sp_kv_qval(v, t, d);
+        for (int h = 0; h < nh; h++)
+            out[(size_t)h * D + d] = fmaf(p[h], x, out[(size_t)h * D + d]);
+    }
+}
+
 /* out[h][0..D) += p[h] * v for the nh heads of a group (out rows D apart) */
 static inline void sp_attn_axpy(float *out, const float *p, int nh, const uint16_t *v, int D)
 {
@@ -95,7 +124,6 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
 {
     const int D = a->head_dim, hk = h0 / (a->n_head / a->n_head_kv);
     const struct sp_kv_view w = sp_kv_view(a->kv, a->seqs[t], a->layer);
-    const uint32_t rs = (uint32_t)D; /* row stride: a head's rows are contiguous */
     const int pos = a->pos[t];
     const int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
     const int n = pos - j0 + 1;
@@ -104,6 +132,8 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
         const float *q = a->q + (size_t)t * a->q_stride + (size_t)(h0 + h) * D;
         for (int d = 0; d < D; d++)
             qf[(size_t)h * D + d] = (float)(_Float16)q[d];
+        if (w.kt != SP_CACHE_F16) /* the keys are stored rotated (kv.h) */
+            sp_kv_rotate(qf + (size_t)h * D, (uint32_t)D, true);
         mx[h] = -INFINITY;
     }
     for (int j = j0; j <= pos;) {
@@ -114,10 +144,15 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
             const int off = (int)((j + (int)r) % SP_KV_TILE);
             const int left = SP_KV_TILE - off < 4 ? SP_KV_TILE - off : 4;
             const int m = (int)(run - r) < left ? (int)(run - r) : left;
-            const uint16_t *kt = sp_kv_view_k(&w, (uint32_t)(j + (int)r), (uint32_t)hk);
+            const uint32_t jr = (uint32_t)(j + (int)r);
             float s4[SP_ATTN_GMAX * 4];
-            for (int h = 0; h < nh; h++)
-                sp_attn_dots(qf + (size_t)h * D, kt, m, D, s4 + (size_t)h * 4);
+            for (int h = 0; h < nh; h++) {
+                if (w.kt == SP_CACHE_F16)
+                    sp_attn_dots(qf + (size_t)h * D, sp_kv_view_k(&w, jr, (uint32_t)hk), m, D, s4 + (size_t)h * 4);
+                else
+                    sp_attn_dots_q(qf + (size_t)h * D, sp_kv_view_ktile(&w, jr, (uint32_t)hk), w.kt, off, m, D,
+                                   s4 + (size_t)h * 4);
+            }
             for (int h = 0; h < nh; h++) {
                 for (int i = 0; i < m; i++) {
                     float x = s4[(size_t)h * 4 + i] * a->scale;
@@ -139,17 +174,23 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
     memset(qf, 0, (size_t)nh * D * sizeof *qf); /* reused as the output accumulator */
     for (int j = j0; j <= pos;) {
         const uint32_t run = sp_kv_view_run(&w, (uint32_t)j, (uint32_t)(pos + 1 - j));
-        const uint16_t *v = sp_kv_view_v(&w, (uint32_t)j, (uint32_t)hk);
+        const uint8_t *v = sp_kv_view_vrow(&w, (uint32_t)j, (uint32_t)hk);
         for (uint32_t r = 0; r < run; r++) {
             for (int h = 0; h < nh; h++)
                 p[h] = scores[(size_t)h * n + (j - j0) + r];
-            sp_attn_axpy(qf, p, nh, v + (size_t)r * rs, D);
+            if (w.vt == SP_CACHE_F16)
+                sp_attn_axpy(qf, p, nh, (const uint16_t *)(const void *)(v + (size_t)r * w.v_row), D);
+            else
+                sp_attn_axpy_q(qf, p, nh, v + (size_t)r * w.v_row, w.vt, D);
         }
         j += (int)run;
     }
-    for (int h = 0; h < nh; h++)
+    for (int h = 0; h < nh; h++) {
+        if (w.vt != SP_CACHE_F16) /* the values are stored rotated: rotate the sum back */
+            sp_kv_rotate(qf + (size_t)h * D, (uint32_t)D, true);
         memcpy(a->out + (size_t)t * a->out_stride + (size_t)(h0 + h) * D, qf + (size_t)h * D,
                (size_t)D * sizeof *qf);
+    }
 }
 
 /* Asks for the queries of block unit (t0, nq, h): they were written by
@@ -261,6 +302,11 @@ static void sp_attn_plan_run(void *arg, int ith, int nth)
 static bool sp_attn_plan_build(const struct sp_attn_args *a, struct sp_attn_plan *pl)
 {
     if (!a->plan || !sp_kernels_active()->attn_block || a->head_dim % 16 != 0 || a->head_dim > SP_ATTN_BLOCK_DMAX)
+        return false;
+    if (a->n_tok < 1)
+        return false;
+    const struct sp_kv_view w0 = sp_kv_view(a->kv, a->seqs[0], a->layer);
+    if (w0.kt != SP_CACHE_F16 || w0.vt != SP_CACHE_F16) /* the block kernel reads f16 */
         return false;
     int n_blocks = 0, n = 0;
     /* units and heads share the plan: pairs first, then one int per unit */

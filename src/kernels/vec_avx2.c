@@ -49,6 +49,17 @@ static inline vf vf_load_h(const uint16_t *p, vm in)
     return (vf){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8)))};
 }
+static inline vf vf_load_i8(const int8_t *p)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return (vf){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)))};
+}
+static inline vf vf_load_nib(const uint8_t *p, int hi)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+    b = _mm_and_si128(hi ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(15));
+    return (vf){_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)))};
+}
 static inline vf vf_load_in(const float *p, vm in)
 {
     if (in == VM_ALL)

@@ -24,6 +24,16 @@ static inline vf vf_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vf vf_neg(vf a) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN))); }
 static inline vf vf_lt_sel(vf a, vf b) { return _mm512_min_ps(a, b); } /* a < b ? a : b */
 static inline vf vf_load_h(const uint16_t *p, vm in) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(in, p)); }
+static inline vf vf_load_i8(const int8_t *p)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+}
+static inline vf vf_load_nib(const uint8_t *p, int hi)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+    b = _mm_and_si128(hi ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(15));
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+}
 static inline vf vf_load_in(const float *p, vm in) { return _mm512_maskz_loadu_ps(in, p); }
 static inline void vf_store_in(float *p, vm in, vf v) { _mm512_mask_storeu_ps(p, in, v); }
 static inline vf vf_keep(vm in, vf v) { return _mm512_maskz_mov_ps(in, v); }

@@ -50,6 +50,21 @@ static inline vf vf_load_h(const uint16_t *p, vm in)
     return (vf){{vcvt_f32_f16(vget_low_f16(a)), vcvt_high_f32_f16(a), vcvt_f32_f16(vget_low_f16(b)),
                  vcvt_high_f32_f16(b)}};
 }
+static inline vf vf_load_i8(const int8_t *p)
+{
+    int8x16_t b = vld1q_s8(p);
+    int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_high_s8(b);
+    return (vf){{vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), vcvtq_f32_s32(vmovl_high_s16(lo)),
+                 vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_high_s16(hi))}};
+}
+static inline vf vf_load_nib(const uint8_t *p, int hi)
+{
+    uint8x16_t b = vld1q_u8(p);
+    b = hi ? vshrq_n_u8(b, 4) : vandq_u8(b, vdupq_n_u8(15));
+    uint16x8_t lo = vmovl_u8(vget_low_u8(b)), h8 = vmovl_high_u8(b);
+    return (vf){{vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))), vcvtq_f32_u32(vmovl_high_u16(lo)),
+                 vcvtq_f32_u32(vmovl_u16(vget_low_u16(h8))), vcvtq_f32_u32(vmovl_high_u16(h8))}};
+}
 static inline vf vf_load_in(const float *p, vm in)
 {
     if (in == VM_ALL)

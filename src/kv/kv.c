@@ -1,6 +1,7 @@
 /* The KV pool (see kv.h).  Layout: the arrays are layer-major and
- * head-major with the blocks inside, v[layer][head][block][slot][head_dim]
- * and the keys the same but in tiles (SP_KV_TILE), so what attention reads
+ * head-major with the blocks inside, v[layer][head][block][slot][row] and
+ * the keys the same but in tiles (SP_KV_TILE), a row being one position's
+ * head_dim values in the pool's type (sp_kv_row_bytes), so what attention reads
  * for one KV head of a block is contiguous, and a sequence holding
  * consecutive blocks (the allocator prefers the block after a sequence's
  * last one) is one stream per head, which the hardware prefetcher follows. */
@@ -13,6 +14,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "quant/quant.h"
 
 #define SP_KV_NONE UINT32_MAX
 /* Positions per block: a multiple of SP_KV_TILE (blocks hold whole key
@@ -26,14 +28,17 @@ struct sp_kv {
     uint32_t n_global, n_local;  /* paged layers, ring layers */
     uint32_t *layer_index;       /* [n_layer] index among its kind */
     bool *layer_local;           /* [n_layer] */
-    size_t block_stride;   /* elements between blocks: SP_KV_BLOCK * head_dim */
-    size_t head_stride;    /* elements between KV heads: n_blocks * block_stride */
-    size_t layer_stride;   /* elements between paged layers: n_head_kv * head_stride */
-    size_t paged_bytes;    /* bytes of each of k and v */
-    uint16_t *k, *v;       /* f16 [n_global][n_head_kv][n_blocks][SP_KV_BLOCK][head_dim], keys in tiles */
+    sp_cache_type kt, vt;  /* key and value types */
+    uint32_t k_row, v_row; /* bytes of one position of one KV head (sp_kv_row_bytes) */
+    size_t k_block, v_block; /* bytes between blocks: SP_KV_BLOCK rows */
+    size_t k_head, v_head;   /* bytes between KV heads: n_blocks blocks */
+    size_t k_layer, v_layer; /* bytes between paged layers: n_head_kv heads */
+    size_t k_bytes, v_bytes; /* bytes of k and of v */
+    uint8_t *k, *v;        /* [n_global][n_head_kv][n_blocks][SP_KV_BLOCK][row], keys in tiles */
     /* local layers: ring slots, allocated on first use, reused after */
     uint32_t ring_len, n_rings;
-    uint16_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][head_dim], keys in tiles */
+    size_t ring_k_bytes, ring_v_bytes; /* of one slot */
+    uint8_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][row], keys in tiles */
     uint32_t *ring_free;         /* stack of free slots */
     uint32_t n_ring_free;
     uint32_t *refs;        /* [n_blocks] sequences using the block */
@@ -64,20 +69,32 @@ static uint32_t sp_kv_paged_layers(const struct sp_kv_shape *s)
 
 uint64_t sp_kv_block_bytes(const struct sp_kv_shape *s)
 {
-    return (uint64_t)SP_KV_BLOCK * s->n_head_kv * s->head_dim * 2 * 2 * sp_kv_paged_layers(s);
+    return (uint64_t)SP_KV_BLOCK * s->n_head_kv *
+           (sp_kv_row_bytes(s->type_k, s->head_dim) + sp_kv_row_bytes(s->type_v, s->head_dim)) *
+           sp_kv_paged_layers(s);
 }
 
 uint64_t sp_kv_blocks_for(uint64_t n_pos) { return (n_pos + SP_KV_BLOCK - 1) / SP_KV_BLOCK; }
 
 sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_t n_blocks)
 {
-    uint64_t elems, bytes;
+    uint64_t pos_heads, k_bytes, v_bytes;
     uint32_t n_layer = shape->n_layer, head_dim = shape->head_dim, ring_len = shape->ring_len;
     *out = NULL;
     if (!n_layer || !shape->n_head_kv || !head_dim || !n_blocks || shape->n_head_kv > UINT32_MAX / head_dim)
         return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
     if (ring_len > UINT32_MAX - SP_KV_TILE)
         return sp_error_set(SP_ERR_ARG, "kv cache: rings of %u positions", ring_len);
+    for (int i = 0; i < 2; i++) {
+        const sp_cache_type t = i ? shape->type_v : shape->type_k;
+        if (!sp_cache_type_name(t))
+            return sp_error_set(SP_ERR_ARG, "kv cache: unknown type %d", (int)t);
+        if (t != SP_CACHE_F16 && (head_dim % SP_KV_QK || head_dim > SP_KV_QDIM_MAX))
+            return sp_error_set(SP_ERR_UNSUPPORTED,
+                                "KV cache type %s needs a head dimension that is a multiple of %d up to %d; "
+                                "this model's is %u",
+                                sp_cache_type_name(t), SP_KV_QK, SP_KV_QDIM_MAX, head_dim);
+    }
     const uint32_t kv_dim = shape->n_head_kv * head_dim;
     struct sp_kv *kv = calloc(1, sizeof *kv);
     if (!kv)
@@ -108,8 +125,13 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
         kv->n_ring_free = kv->n_rings;
     }
     uint32_t n_paged = kv->n_global ? kv->n_global : 1;
-    if (!sp_mul_u64((uint64_t)n_blocks * SP_KV_BLOCK, kv_dim, &elems) ||
-        !sp_mul_u64(elems, (uint64_t)n_paged * 2, &bytes) || bytes > ((uint64_t)1 << 40)) {
+    kv->kt = shape->type_k;
+    kv->vt = shape->type_v;
+    kv->k_row = sp_kv_row_bytes(kv->kt, head_dim);
+    kv->v_row = sp_kv_row_bytes(kv->vt, head_dim);
+    if (!sp_mul_u64((uint64_t)n_blocks * SP_KV_BLOCK, (uint64_t)shape->n_head_kv * n_paged, &pos_heads) ||
+        !sp_mul_u64(pos_heads, kv->k_row, &k_bytes) || !sp_mul_u64(pos_heads, kv->v_row, &v_bytes) ||
+        k_bytes + v_bytes > ((uint64_t)1 << 41)) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: size overflows");
     }
@@ -118,18 +140,24 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
     kv->head_dim = head_dim;
     kv->block_tokens = SP_KV_BLOCK;
     kv->n_blocks = n_blocks;
-    kv->block_stride = (size_t)kv->block_tokens * head_dim;
-    kv->head_stride = kv->block_stride * n_blocks;
-    kv->layer_stride = kv->head_stride * shape->n_head_kv;
-    kv->paged_bytes = (size_t)bytes;
+    kv->k_block = (size_t)SP_KV_BLOCK * kv->k_row;
+    kv->v_block = (size_t)SP_KV_BLOCK * kv->v_row;
+    kv->k_head = kv->k_block * n_blocks;
+    kv->v_head = kv->v_block * n_blocks;
+    kv->k_layer = kv->k_head * shape->n_head_kv;
+    kv->v_layer = kv->v_head * shape->n_head_kv;
+    kv->k_bytes = (size_t)k_bytes;
+    kv->v_bytes = (size_t)v_bytes;
+    kv->ring_k_bytes = (size_t)kv->n_local * kv->ring_len * shape->n_head_kv * kv->k_row;
+    kv->ring_v_bytes = (size_t)kv->n_local * kv->ring_len * shape->n_head_kv * kv->v_row;
     uint32_t cap = 16;
     while (cap < 2 * n_blocks)
         cap <<= 1;
     kv->table_mask = cap - 1;
     /* ordinary pages: a 2 MiB page's first touch can stall for a fault and
      * compaction, which would land on a request's first token */
-    kv->k = aligned_alloc(64, (kv->paged_bytes + 63) / 64 * 64);
-    kv->v = aligned_alloc(64, (kv->paged_bytes + 63) / 64 * 64);
+    kv->k = aligned_alloc(64, (kv->k_bytes + 63) / 64 * 64);
+    kv->v = aligned_alloc(64, (kv->v_bytes + 63) / 64 * 64);
     kv->refs = calloc(n_blocks, sizeof *kv->refs);
     kv->free_bits = calloc((n_blocks + 63) / 64, sizeof *kv->free_bits);
     kv->tail_bits = calloc((n_blocks + 63) / 64, sizeof *kv->tail_bits);
@@ -144,7 +172,7 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
         !kv->gen || !kv->parent || !kv->parent_gen || !kv->table) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: cannot allocate %llu bytes",
-                            (unsigned long long)(2 * bytes));
+                            (unsigned long long)(k_bytes + v_bytes));
     }
     memset(kv->table, 0xff, (size_t)cap * sizeof *kv->table);
     for (uint32_t i = 0; i < n_blocks; i++)
@@ -186,12 +214,12 @@ uint32_t sp_kv_available(const struct sp_kv *kv) { return kv->n_free + kv->n_cac
 
 void sp_kv_stats(const struct sp_kv *kv, uint32_t rings, struct sp_kv_stats *o)
 {
-    uint64_t ring = (uint64_t)kv->n_local * kv->ring_len * kv->kv_dim * 2 * 2;
+    uint64_t ring = (uint64_t)kv->ring_k_bytes + kv->ring_v_bytes;
     o->block_tokens = kv->block_tokens;
     o->blocks_total = kv->n_blocks;
     o->blocks_used = kv->n_blocks - sp_kv_available(kv);
     o->blocks_cached = kv->n_cached_idle;
-    o->bytes = (uint64_t)kv->paged_bytes * 2 + ring * rings;
+    o->bytes = (uint64_t)kv->k_bytes + kv->v_bytes + ring * rings;
     o->prefix_hits = kv->hits;
     o->prefix_tokens_reused = kv->tokens_reused;
 }
@@ -215,24 +243,51 @@ sp_status sp_cache_type_parse(const char *name, sp_cache_type *out)
     return sp_error_set(SP_ERR_ARG, "KV cache type '%s': expected f16, q8_0 or q4_0", name ? name : "(null)");
 }
 
+uint64_t sp_cache_type_bytes(sp_cache_type t, uint64_t n)
+{
+    return t == SP_CACHE_Q8_0 ? n / SP_KV_QK * 34 : t == SP_CACHE_Q4_0 ? n / SP_KV_QK * 18 : n * 2;
+}
+
 /* ---- reading and writing ---- */
+
+void sp_kv_rotate(float *x, uint32_t n, bool back)
+{
+    const uint32_t r = n & -n; /* the largest power of two dividing n */
+    const float scale = 1.0f / (float)r; /* exact */
+    for (uint32_t b = 0; r > 1 && b < n; b += r) {
+        float *y = x + b;
+        for (uint32_t len = 1; len < r; len <<= 1)
+            for (uint32_t i = 0; i < r; i += 2 * len)
+                for (uint32_t j = i; j < i + len; j++) {
+                    const float u = y[j], v = y[j + len];
+                    y[j] = u + v;
+                    y[j + len] = u - v;
+                }
+        for (uint32_t i = 0; back && i < r; i++)
+            y[i] *= scale;
+    }
+}
 
 struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer)
 {
     const size_t li = kv->layer_index[layer];
-    struct sp_kv_view w = {.head_dim = kv->head_dim};
+    struct sp_kv_view w = {.head_dim = kv->head_dim, .k_row = kv->k_row, .v_row = kv->v_row, .kt = kv->kt,
+                           .vt = kv->vt};
     if (kv->layer_local[layer]) {
-        const size_t at = li * kv->ring_len * kv->kv_dim;
-        w.k = kv->ring_k[seq->ring - 1] + at;
-        w.v = kv->ring_v[seq->ring - 1] + at;
-        w.head_stride = (size_t)kv->ring_len * kv->head_dim;
+        const size_t rows = li * kv->ring_len * (kv->kv_dim / kv->head_dim);
+        w.k = kv->ring_k[seq->ring - 1] + rows * kv->k_row;
+        w.v = kv->ring_v[seq->ring - 1] + rows * kv->v_row;
+        w.k_head = (size_t)kv->ring_len * kv->k_row;
+        w.v_head = (size_t)kv->ring_len * kv->v_row;
         w.span = kv->ring_len;
     } else {
-        w.k = kv->k + li * kv->layer_stride;
-        w.v = kv->v + li * kv->layer_stride;
+        w.k = kv->k + li * kv->k_layer;
+        w.v = kv->v + li * kv->v_layer;
         w.blocks = seq->blocks;
-        w.block_stride = kv->block_stride;
-        w.head_stride = kv->head_stride;
+        w.k_block = kv->k_block;
+        w.v_block = kv->v_block;
+        w.k_head = kv->k_head;
+        w.v_head = kv->v_head;
         w.span = kv->block_tokens;
     }
     return w;
@@ -242,12 +297,44 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
                  const float *v)
 {
     const struct sp_kv_view w = sp_kv_view(kv, seq, layer);
-    const uint32_t D = kv->head_dim, n_head = kv->kv_dim / D;
+    const uint32_t D = kv->head_dim, n_head = kv->kv_dim / D, lane = pos % SP_KV_TILE;
     /* the view's pointers are into this room's own arrays; the kernel
-     * table converts (F16C / NEON rows, the cast's rounding) */
+     * table converts f16 (F16C / NEON rows, the cast's rounding), the
+     * quantizers are the scalar reference (a row per head and token: the
+     * cost is noise next to the matmuls) */
     for (uint32_t h = 0; h < n_head; h++) {
-        sp_f16_store((uint16_t *)(uintptr_t)sp_kv_view_k(&w, pos, h), SP_KV_TILE, k + (size_t)h * D, D);
-        sp_f16_store((uint16_t *)(uintptr_t)sp_kv_view_v(&w, pos, h), 1, v + (size_t)h * D, D);
+        const float *kh = k + (size_t)h * D, *vh = v + (size_t)h * D;
+        float krot[SP_KV_QDIM_MAX], vrot[SP_KV_QDIM_MAX];
+        if (kv->kt != SP_CACHE_F16) { /* quantized rows are stored rotated (kv.h) */
+            memcpy(krot, kh, D * sizeof *krot);
+            sp_kv_rotate(krot, D, false);
+            kh = krot;
+        }
+        if (kv->vt != SP_CACHE_F16) {
+            memcpy(vrot, vh, D * sizeof *vrot);
+            sp_kv_rotate(vrot, D, false);
+            vh = vrot;
+        }
+        uint8_t *kt = (uint8_t *)(uintptr_t)sp_kv_view_ktile(&w, pos, h);
+        uint8_t *vr = (uint8_t *)(uintptr_t)sp_kv_view_vrow(&w, pos, h);
+        if (kv->kt == SP_CACHE_F16) {
+            sp_f16_store((uint16_t *)(void *)kt + lane, SP_KV_TILE, kh, D);
+        } else { /* quantize the row, then spread its blocks over the tile's lane */
+            uint8_t row[SP_KV_QDIM_MAX / SP_KV_QK * 34];
+            const uint32_t bb = kv->k_row / (D / SP_KV_QK), nq = bb - 2; /* block bytes, quant bytes */
+            sp_type_get_ref(kv->kt == SP_CACHE_Q8_0 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_0)->from_float(kh, row, D);
+            for (uint32_t g = 0; g < D / SP_KV_QK; g++) {
+                uint8_t *grp = kt + (size_t)g * SP_KV_TILE * bb;
+                const uint8_t *blk = row + (size_t)g * bb;
+                memcpy(grp + 2 * lane, blk, 2);
+                for (uint32_t e = 0; e < nq; e++)
+                    grp[2 * SP_KV_TILE + e * SP_KV_TILE + lane] = blk[2 + e];
+            }
+        }
+        if (kv->vt == SP_CACHE_F16)
+            sp_f16_store((uint16_t *)(void *)vr, 1, vh, D);
+        else
+            sp_type_get_ref(kv->vt == SP_CACHE_Q8_0 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_0)->from_float(vh, vr, D);
     }
 }
 
@@ -431,10 +518,10 @@ static sp_status sp_kv_seq_grow(struct sp_kv_seq *seq, uint32_t need)
 
 static void sp_kv_copy_block(struct sp_kv *kv, uint32_t dst, uint32_t src)
 {
-    size_t n = kv->block_stride;
+    const size_t kn = kv->k_block, vn = kv->v_block;
     for (size_t l = 0; l < (size_t)kv->n_global * (kv->kv_dim / kv->head_dim); l++) { /* each (layer, head) */
-        memcpy(kv->k + l * kv->head_stride + (size_t)dst * n, kv->k + l * kv->head_stride + (size_t)src * n, n * 2);
-        memcpy(kv->v + l * kv->head_stride + (size_t)dst * n, kv->v + l * kv->head_stride + (size_t)src * n, n * 2);
+        memcpy(kv->k + l * kv->k_head + dst * kn, kv->k + l * kv->k_head + src * kn, kn);
+        memcpy(kv->v + l * kv->v_head + dst * vn, kv->v + l * kv->v_head + src * vn, vn);
     }
 }
 
@@ -447,9 +534,8 @@ static sp_status sp_kv_ring_take(struct sp_kv *kv, struct sp_kv_seq *seq)
         return sp_error_set(SP_ERR_FULL, "kv cache: all %u sliding-window slots are in use", kv->n_rings);
     uint32_t r = kv->ring_free[kv->n_ring_free - 1];
     if (!kv->ring_k[r]) {
-        size_t bytes = (size_t)kv->n_local * kv->ring_len * kv->kv_dim * 2;
-        kv->ring_k[r] = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        kv->ring_v[r] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        kv->ring_k[r] = aligned_alloc(64, (kv->ring_k_bytes + 63) / 64 * 64);
+        kv->ring_v[r] = aligned_alloc(64, (kv->ring_v_bytes + 63) / 64 * 64);
         if (!kv->ring_k[r] || !kv->ring_v[r]) {
             free(kv->ring_k[r]);
             free(kv->ring_v[r]);
@@ -530,9 +616,8 @@ sp_status sp_kv_seq_fork(struct sp_kv *kv, struct sp_kv_seq *dst, const struct s
     if (src->ring) { /* rings are private: copy the window */
         if ((st = sp_kv_ring_take(kv, dst)) != SP_OK)
             return st;
-        size_t bytes = (size_t)kv->n_local * kv->ring_len * kv->kv_dim * 2;
-        memcpy(kv->ring_k[dst->ring - 1], kv->ring_k[src->ring - 1], bytes);
-        memcpy(kv->ring_v[dst->ring - 1], kv->ring_v[src->ring - 1], bytes);
+        memcpy(kv->ring_k[dst->ring - 1], kv->ring_k[src->ring - 1], kv->ring_k_bytes);
+        memcpy(kv->ring_v[dst->ring - 1], kv->ring_v[src->ring - 1], kv->ring_v_bytes);
     }
     for (uint32_t i = 0; i < src->n_blocks; i++) {
         dst->blocks[i] = src->blocks[i];
@@ -626,6 +711,6 @@ void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token
 
 void sp_kv_touch(struct sp_kv *kv)
 {
-    memset(kv->k, 0, kv->paged_bytes);
-    memset(kv->v, 0, kv->paged_bytes);
+    memset(kv->k, 0, kv->k_bytes);
+    memset(kv->v, 0, kv->v_bytes);
 }

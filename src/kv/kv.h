@@ -1,7 +1,8 @@
 /* KV cache: one pool of fixed-size blocks shared by every sequence.
  *
  * A block holds a fixed number of positions (sp_kv_stats: block_tokens) of
- * K and V for every layer, as f16.  A sequence owns a block table (logical
+ * K and V for every layer, each as f16 or quantized (q8_0, q4_0: the
+ * shape's types).  A sequence owns a block table (logical
  * block i -> pool block).  Blocks are reference-counted: forks (n > 1,
  * beam search) share blocks and copy a shared block only when writing into
  * it; the prefix cache keeps full prompt blocks, found through a hash of
@@ -38,6 +39,8 @@ struct sp_kv_shape {
     const bool *local; /* [n_layer] sliding-window layers; NULL: none */
     uint32_t ring_len; /* positions a local layer keeps per sequence (window + largest batch) */
     uint32_t n_rings;  /* most sequences alive at once that need rings */
+    sp_cache_type type_k, type_v; /* how keys and values are stored (0: f16); quantized
+                                     types need head_dim % SP_KV_QK == 0 */
 };
 
 /* A sequence's place in the cache.  The caller owns the storage (zeroed
@@ -111,53 +114,129 @@ uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_t
 void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens);
 
 /* Stores the key and value of position `pos` (reserved) of seq in `layer`:
- * k and v are [n_head_kv][head_dim] f32, rounded to f16 as C's cast does. */
+ * k and v are [n_head_kv][head_dim] f32, rounded to f16 as C's cast does,
+ * or quantized as ggml's reference quantizer does (per 32 values: q8_0
+ * d = amax / 127, q = round(x / d); q4_0 d = max / -8, q = x / d + 8.5
+ * truncated, clipped to 15). */
 void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, uint32_t pos, const float *k,
                  const float *v);
 
 /* ---- reading: the layout readers see ----
  * Keys lie transposed in tiles of SP_KV_TILE consecutive positions (those
- * with equal pos / SP_KV_TILE), a tile of one KV head being
- * [head_dim][SP_KV_TILE] f16: one load gives one value of 16 keys, so a
- * key pass needs no transpose.  Values lie as rows of head_dim f16.  A run
- * (sp_kv_view_run) is a stretch of positions stored one after another:
- * whole tiles of keys, rows of values head_dim apart; runs hold whole
- * tiles.  The addresses are valid until seq's blocks change (its next
- * reserve, fork or release). */
+ * with equal pos / SP_KV_TILE), so one load gives one value of 16 keys and
+ * a key pass needs no transpose.  A tile of one KV head is, by type:
+ *   f16   [head_dim][SP_KV_TILE] f16;
+ *   q8_0  head_dim / SP_KV_QK groups of SP_KV_TILE * 34 bytes: the 16 keys'
+ *         f16 scales d[16], then int8 q[32][16] (value e of key i at
+ *         q[e][i]);
+ *   q4_0  groups of SP_KV_TILE * 18 bytes: d[16], then bytes b[16][16], the
+ *         low nibble of b[e][i] value e of key i and its high nibble value
+ *         e + 16, each stored + 8;
+ * a value of a quantized key is d[i] * q, exact in f32.  A quantized
+ * cache holds rotated rows, H k and H v (sp_kv_rotate): the rotation
+ * spreads a head's few large channels over the whole row, so a block's
+ * scale fits its values (llama.cpp's attention rotation does the same).
+ * Readers rotate the query (H q / r . H k = q . k) and rotate the weighted
+ * sum of values back (H / r undoes H).  Values lie as rows
+ * of head_dim f16, or of head_dim / 32 ggml blocks (q8_0: f16 d, int8
+ * q[32]; q4_0: f16 d, bytes b[16] holding values j and j + 16 in the low
+ * and high nibble, + 8).  A run (sp_kv_view_run) is a stretch of positions
+ * stored one after another: whole tiles of keys, rows of values one row
+ * apart; runs hold whole tiles.  The addresses are valid until seq's blocks
+ * change (its next reserve, fork or release). */
 #define SP_KV_TILE 16
+#define SP_KV_QK 32 /* values per quantized block */
+#define SP_KV_QDIM_MAX 1024 /* largest head_dim a quantized type takes */
+
+/* Bytes of one position's key or value of one KV head stored as `t`. */
+static inline uint32_t sp_kv_row_bytes(sp_cache_type t, uint32_t head_dim)
+{
+    return (uint32_t)sp_cache_type_bytes(t, head_dim);
+}
 
 /* One sequence's keys and values in one layer.  Its fields are for the
- * inline functions below. */
+ * inline functions below and for the readers' dispatch on the types. */
 struct sp_kv_view {
-    const uint16_t *k, *v;  /* the layer's block 0 (paged) or the sequence's ring */
-    const uint32_t *blocks; /* the sequence's block table; NULL for a ring */
-    size_t block_stride;    /* f16 values from one pool block to the next */
-    size_t head_stride;     /* f16 values from one KV head to the next */
-    uint32_t span;          /* positions in a block, or in the ring */
+    const uint8_t *k, *v;       /* the layer's block 0 (paged) or the sequence's ring */
+    const uint32_t *blocks;     /* the sequence's block table; NULL for a ring */
+    size_t k_block, v_block;    /* bytes from one pool block to the next */
+    size_t k_head, v_head;      /* bytes from one KV head to the next */
+    uint32_t k_row, v_row;      /* bytes of one position of one head (sp_kv_row_bytes) */
+    uint32_t span;              /* positions in a block, or in the ring */
     uint32_t head_dim;
+    sp_cache_type kt, vt;       /* the key and value types */
 };
 
 struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer);
 
-static inline size_t sp_kv_view_at(const struct sp_kv_view *w, uint32_t pos, bool tiled)
+/* The key tile holding `pos` in KV head `head` (pos is its lane
+ * pos % SP_KV_TILE), any type. */
+static inline const uint8_t *sp_kv_view_ktile(const struct sp_kv_view *w, uint32_t pos, uint32_t head)
 {
-    uint32_t slot = pos % w->span;
-    size_t in = tiled ? (size_t)(slot / SP_KV_TILE) * SP_KV_TILE * w->head_dim + slot % SP_KV_TILE
-                      : (size_t)slot * w->head_dim;
-    return w->blocks ? (size_t)w->blocks[pos / w->span] * w->block_stride + in : in;
+    const uint32_t slot = pos % w->span;
+    const size_t blk = w->blocks ? (size_t)w->blocks[pos / w->span] * w->k_block : 0;
+    return w->k + head * w->k_head + blk + (size_t)(slot / SP_KV_TILE) * SP_KV_TILE * w->k_row;
 }
 
-/* The key of `pos` in KV head `head`: its value d at + d * SP_KV_TILE;
+/* The f16 key of `pos` in KV head `head`: its value d at + d * SP_KV_TILE;
  * its tile starts pos % SP_KV_TILE values before. */
 static inline const uint16_t *sp_kv_view_k(const struct sp_kv_view *w, uint32_t pos, uint32_t head)
 {
-    return w->k + head * w->head_stride + sp_kv_view_at(w, pos, true);
+    return (const uint16_t *)(const void *)sp_kv_view_ktile(w, pos, head) + pos % SP_KV_TILE;
 }
 
-/* The value row of `pos` in KV head `head` (head_dim values). */
+/* The value row of `pos` in KV head `head` (v_row bytes), any type. */
+static inline const uint8_t *sp_kv_view_vrow(const struct sp_kv_view *w, uint32_t pos, uint32_t head)
+{
+    const uint32_t slot = pos % w->span;
+    const size_t blk = w->blocks ? (size_t)w->blocks[pos / w->span] * w->v_block : 0;
+    return w->v + head * w->v_head + blk + (size_t)slot * w->v_row;
+}
+
+/* The f16 value row of `pos` in KV head `head` (head_dim values). */
 static inline const uint16_t *sp_kv_view_v(const struct sp_kv_view *w, uint32_t pos, uint32_t head)
 {
-    return w->v + head * w->head_stride + sp_kv_view_at(w, pos, false);
+    return (const uint16_t *)(const void *)sp_kv_view_vrow(w, pos, head);
+}
+
+/* x[0..n) replaced by H x, H the Walsh-Hadamard transform over blocks of
+ * r values, r the largest power of two dividing n (sums and differences
+ * only, in one fixed order); with `back`, by H x / r.  H H = r I, so H / r
+ * undoes H, and (H q / r) . (H k) = q . k.  The scale is a power of two
+ * (exact) and left out of the stored rows: scaled to be orthonormal, rows
+ * of small values would put q8_0 / q4_0 scales among f16's subnormals. */
+void sp_kv_rotate(float *x, uint32_t n, bool back);
+
+/* f16 bits at p (any alignment) as f32. */
+static inline float sp_kv_f16_at(const uint8_t *p)
+{
+    _Float16 h;
+    __builtin_memcpy(&h, p, sizeof h);
+    return (float)h;
+}
+
+/* Value e of key `lane` of a quantized key tile (type t), exact. */
+static inline float sp_kv_qkey(const uint8_t *tile, sp_cache_type t, int lane, int e)
+{
+    const size_t gb = (size_t)SP_KV_TILE * (t == SP_CACHE_Q8_0 ? 34 : 18);
+    const uint8_t *g = tile + (size_t)(e / SP_KV_QK) * gb, *q = g + 2 * SP_KV_TILE;
+    const int i = e % SP_KV_QK;
+    const float d = sp_kv_f16_at(g + 2 * lane);
+    if (t == SP_CACHE_Q8_0)
+        return d * (float)(int8_t)q[i * SP_KV_TILE + lane];
+    const uint8_t b = q[(i % 16) * SP_KV_TILE + lane];
+    return d * (float)((i < 16 ? b & 15 : b >> 4) - 8);
+}
+
+/* Value e of a quantized value row (type t), exact. */
+static inline float sp_kv_qval(const uint8_t *row, sp_cache_type t, int e)
+{
+    const uint8_t *b = row + (size_t)(e / SP_KV_QK) * (t == SP_CACHE_Q8_0 ? 34 : 18);
+    const int i = e % SP_KV_QK;
+    const float d = sp_kv_f16_at(b);
+    if (t == SP_CACHE_Q8_0)
+        return d * (float)(int8_t)b[2 + i];
+    return d * (float)((i < 16 ? b[2 + i] & 15 : b[2 + i - 16] >> 4) - 8);
 }
 
 /* The length of the run that starts at `pos`, at most max_n. */

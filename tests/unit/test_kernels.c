@@ -326,22 +326,69 @@ static void test_matmul_grouped(struct sp_pool *p1, struct sp_pool *p2)
             *nrec += (size_t)(n);                                              \
         }                                                                      \
     } while (0)
-static void test_attention(struct sp_pool *pool, const int HKV, const int D, float *rec, size_t *nrec)
+/* x[0..n) replaced by what a cache of type t holds for it: rotated,
+ * quantized and dequantized by the reference quantizer, rotated back (f16
+ * inputs are already exact). */
+static void cache_roundtrip(sp_cache_type t, float *x, int n)
+{
+    if (t == SP_CACHE_F16)
+        return;
+    const struct sp_type_traits *tr = sp_type_get_ref(t == SP_CACHE_Q8_0 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_0);
+    uint8_t blocks[256 / 32 * 34];
+    sp_kv_rotate(x, (uint32_t)n, false);
+    tr->from_float(x, blocks, n);
+    tr->to_float(blocks, x, n);
+    sp_kv_rotate(x, (uint32_t)n, true);
+}
+
+/* The largest |oh[i] - reference| for one query head over KV head hk:
+ * attention in double over keys K and values V ([position][HKV][D]),
+ * positions j0..pos, the query rounded to f16 as the kernels do. */
+static double attn_ref_error(const float *qh, const float *K, const float *V, const float *oh, int HKV, int D, int hk,
+                             int j0, int pos, float cap)
+{
+    double sc[64], mx = -1e30, sum = 0, worst = 0;
+    for (int j = j0; j <= pos; j++) {
+        double d = 0;
+        for (int i = 0; i < D; i++)
+            d += (double)sp_f16_to_f32(sp_f32_to_f16(qh[i])) * K[j * HKV * D + hk * D + i];
+        sc[j - j0] = cap > 0 ? cap * tanh(d * 0.125 / cap) : d * 0.125;
+        mx = fmax(mx, sc[j - j0]);
+    }
+    for (int j = j0; j <= pos; j++)
+        sum += sc[j - j0] = exp(sc[j - j0] - mx);
+    for (int i = 0; i < D; i++) {
+        double o = 0;
+        for (int j = j0; j <= pos; j++)
+            o += sc[j - j0] / sum * V[j * HKV * D + hk * D + i];
+        worst = maxd(worst, fabs(o - oh[i]));
+    }
+    return worst;
+}
+
+static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_cache_type kt, sp_cache_type vt,
+                           float *rec, size_t *nrec)
 {
     const int H = 4, P = 40;
     struct sp_kv *kv;
     struct sp_kv_seq seq = {0};
-    const struct sp_kv_shape shape = {.n_layer = 1, .n_head_kv = (uint32_t)HKV, .head_dim = D};
+    const struct sp_kv_shape shape = {.n_layer = 1, .n_head_kv = (uint32_t)HKV, .head_dim = D, .type_k = kt,
+                                      .type_v = vt};
     CHECK(sp_kv_new(&kv, &shape, 8) == SP_OK, "kv init");
     CHECK(sp_kv_seq_reserve(kv, &seq, P) == SP_OK, "reserve");
     float *K = malloc(sizeof(float) * P * HKV * D), *V = malloc(sizeof(float) * P * HKV * D);
+    float *K0 = malloc(sizeof(float) * P * HKV * D), *V0 = malloc(sizeof(float) * P * HKV * D);
     unsigned s = 3;
     for (int p = 0; p < P; p++) {
         for (int i = 0; i < HKV * D; i++) {
-            K[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
-            V[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
+            K[p * HKV * D + i] = K0[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
+            V[p * HKV * D + i] = V0[p * HKV * D + i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
         }
         sp_kv_store(kv, &seq, 0, (uint32_t)p, K + p * HKV * D, V + p * HKV * D);
+        for (int h = 0; h < HKV; h++) { /* the reference reads what the cache holds */
+            cache_roundtrip(kt, K + (p * HKV + h) * D, D);
+            cache_roundtrip(vt, V + (p * HKV + h) * D, D);
+        }
     }
     float q[2 * 4 * 256], out[2 * 4 * 256];
     size_t per = sp_attention_scratch_floats(P, D);
@@ -358,29 +405,25 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, flo
                                  .softcap = cap, .window = window, .out = out, .out_stride = H * D,
                                  .scratch = scratch, .scratch_per_thread = per, .max_pos = P};
         sp_attention(pool, &a);
-        double worst = 0;
+        double worst = 0, worst0 = 0;
         for (int t = 0; t < 2; t++)
             for (int h = 0; h < H; h++) {
                 int hk = h / (H / HKV), j0 = window && pos[t] - window + 1 > 0 ? pos[t] - window + 1 : 0;
-                double sc[64], mx = -1e30, sum = 0;
-                for (int j = j0; j <= pos[t]; j++) {
-                    double d = 0;
-                    for (int i = 0; i < D; i++)
-                        d += (double)sp_f16_to_f32(sp_f32_to_f16(q[t * H * D + h * D + i])) * K[j * HKV * D + hk * D + i];
-                    sc[j - j0] = cap > 0 ? cap * tanh(d * 0.125 / cap) : d * 0.125;
-                    mx = fmax(mx, sc[j - j0]);
-                }
-                for (int j = j0; j <= pos[t]; j++)
-                    sum += sc[j - j0] = exp(sc[j - j0] - mx);
-                for (int i = 0; i < D; i++) {
-                    double o = 0;
-                    for (int j = j0; j <= pos[t]; j++)
-                        o += sc[j - j0] / sum * V[j * HKV * D + hk * D + i];
-                    worst = maxd(worst, fabs(o - out[t * H * D + h * D + i]));
-                }
+                const float *qh = q + t * H * D + h * D, *oh = out + t * H * D + h * D;
+                worst = maxd(worst, attn_ref_error(qh, K, V, oh, HKV, D, hk, j0, pos[t], cap));
+                /* against the values before quantization */
+                worst0 = maxd(worst0, attn_ref_error(qh, K0, V0, oh, HKV, D, hk, j0, pos[t], cap));
             }
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
-        CHECK(worst < 2e-3, "attention (%d KV heads, D %d, window %d, soft-cap %g) max error %g", HKV, D, window, cap, worst);
+        CHECK(worst < 2e-3, "attention (%d KV heads, D %d, K %s, V %s, window %d, soft-cap %g) max error %g", HKV, D,
+              sp_cache_type_name(kt), sp_cache_type_name(vt), window, cap, worst);
+        /* quantization's own error (values in [-1, 1]): up to half a step
+         * per element, a step being 1/127 (q8_0) or 1/8 (q4_0) of a
+         * rotated block's largest value; a window of 8 averages little of
+         * it out (measured: q8_0 < 0.01, q4_0 up to 0.175) */
+        const double bound0 = kt == SP_CACHE_Q4_0 || vt == SP_CACHE_Q4_0 ? 0.25 : kt || vt ? 0.02 : 2e-3;
+        CHECK(worst0 < bound0, "attention (%d KV heads, D %d, K %s, V %s, window %d) error %g against the unquantized "
+              "cache (bound %g)", HKV, D, sp_cache_type_name(kt), sp_cache_type_name(vt), window, worst0, bound0);
         REC(out, 2 * H * D);
     }
     /* a prompt run gives each token bit for bit what it gets alone:
@@ -409,8 +452,8 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, flo
             sp_attention(pool, &a1);
             diff += memcmp(o1, ob + (size_t)t * H * D, sizeof(float) * H * D) != 0;
         }
-        CHECK(diff == 0, "attention (%d KV heads, D %d, window %d): %d of %d prompt tokens differ from the token alone",
-              HKV, D, window, diff, NT);
+        CHECK(diff == 0, "attention (%d KV heads, D %d, K %s, V %s, window %d): %d of %d prompt tokens differ from the "
+              "token alone", HKV, D, sp_cache_type_name(kt), sp_cache_type_name(vt), window, diff, NT);
         REC(ob, NT * H * D);
     }
     free(qb);
@@ -418,6 +461,8 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, flo
     free(plan);
     free(K);
     free(V);
+    free(K0);
+    free(V0);
     free(scratch);
     sp_kv_seq_release(kv, &seq);
     sp_kv_free(kv);
@@ -486,7 +531,7 @@ static size_t ops_outputs(float *rec)
  * vectors do not divide. */
 static void test_rows(struct sp_pool *pool)
 {
-    const size_t cap = 1 << 21;
+    const size_t cap = 1 << 22;
     float *ref = malloc(sizeof(float) * cap), *got = malloc(sizeof(float) * cap);
     size_t nref = 0;
     const struct sp_kernels_isa *keep = sp_kernels_active();
@@ -500,7 +545,16 @@ static void test_rows(struct sp_pool *pool)
             n = ops_outputs(rec);
             static const int dims[][2] = {{2, 64}, {1, 64}, {1, 256}, {2, 72}};
             for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
-                test_attention(pool, dims[k][0], dims[k][1], rec, &n);
+                test_attention(pool, dims[k][0], dims[k][1], SP_CACHE_F16, SP_CACHE_F16, rec, &n);
+            /* quantized caches: both, keys only, values only */
+            static const int qdims[][2] = {{2, 64}, {1, 256}, {2, 96}};
+            static const sp_cache_type qt[][2] = {{SP_CACHE_Q8_0, SP_CACHE_Q8_0},
+                                                  {SP_CACHE_Q4_0, SP_CACHE_Q4_0},
+                                                  {SP_CACHE_Q8_0, SP_CACHE_F16},
+                                                  {SP_CACHE_F16, SP_CACHE_Q4_0}};
+            for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++)
+                for (size_t k = 0; k < sizeof qdims / sizeof qdims[0]; k++)
+                    test_attention(pool, qdims[k][0], qdims[k][1], qt[t][0], qt[t][1], rec, &n);
             if (i == SP_ISA_SCALAR) {
                 nref = n;
             } else {

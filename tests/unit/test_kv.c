@@ -5,10 +5,12 @@
  * others were released (what lets a long context stream through the
  * hardware prefetcher), and sequences growing side by side keep runs of an
  * extent, or a few runs each in a cache of their size. */
+#include <math.h>
 #include <string.h>
 
 #include "check.h"
 #include "kv/kv.h"
+#include "quant/quant.h"
 
 #define NL 3  /* layers */
 #define HKV 2 /* KV heads */
@@ -76,6 +78,141 @@ static struct sp_kv *new_kv(uint32_t n_blocks)
     struct sp_kv *kv = NULL;
     CHECK(sp_kv_new(&kv, &shape, n_blocks) == SP_OK, "init %u blocks", n_blocks);
     return kv;
+}
+
+/* ---- quantized caches ---- */
+
+/* a value of (seq tag, layer, head, position, element, key or value) in
+ * [-2, 2), with blocks of unequal ranges */
+static float qvalue(int s, int l, int h, int p, int d, int is_v)
+{
+    uint32_t x = (uint32_t)(((((s * NL + l) * HKV + h) * 128 + p) * D + d) * 2 + is_v) * 2654435761u;
+    return ((float)(x >> 8) / (float)(1 << 24) * 4.0f - 2.0f) * (1.0f + (float)((p + d / 32) % 3));
+}
+
+static void qwrite_seq(struct sp_kv *kv, struct sp_kv_seq *seq, int s, int p0, int p1)
+{
+    float k[HKV * D], v[HKV * D];
+    for (int l = 0; l < NL; l++)
+        for (int p = p0; p < p1; p++) {
+            for (int h = 0; h < HKV; h++)
+                for (int d = 0; d < D; d++) {
+                    k[h * D + d] = qvalue(s, l, h, p, d, 0);
+                    v[h * D + d] = qvalue(s, l, h, p, d, 1);
+                }
+            sp_kv_store(kv, seq, (uint32_t)l, (uint32_t)p, k, v);
+        }
+}
+
+/* what a cache of type t holds for the row x: the reference quantizer's
+ * round trip of the rotated row (rot: H x); *err the largest error of an
+ * element in quantization steps (a block's largest |value| / 127 or / 8) */
+static void qexpect(sp_cache_type t, const float *x, float *rot, float *out)
+{
+    uint8_t blk[D / 32 * 34];
+    const struct sp_type_traits *tr = sp_type_get_ref(t == SP_CACHE_Q8_0 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_0);
+    memcpy(rot, x, sizeof(float) * D);
+    sp_kv_rotate(rot, D, false);
+    tr->from_float(rot, blk, D);
+    tr->to_float(blk, out, D);
+}
+
+static double steps(sp_cache_type t, const float *rot, const float *got)
+{
+    double worst = 0;
+    for (int b = 0; b < D; b += 32) {
+        double amax = 0;
+        for (int i = b; i < b + 32; i++)
+            amax = fmax(amax, fabs(rot[i]));
+        for (int i = b; i < b + 32; i++)
+            worst = fmax(worst, fabs(got[i] - rot[i]) / (amax / (t == SP_CACHE_Q8_0 ? 127 : 8)));
+    }
+    return worst;
+}
+
+/* positions [p0, p1) of seq read back (sp_kv_qkey, sp_kv_qval) as the
+ * reference quantizer's round trip of the rotated rows written with tag s;
+ * *worst: the largest error in quantization steps */
+static int qseq_matches(struct sp_kv *kv, struct sp_kv_seq *seq, int s, int p0, int p1, double *worst)
+{
+    int bad = 0;
+    for (int l = 0; l < NL; l++) {
+        const struct sp_kv_view w = sp_kv_view(kv, seq, (uint32_t)l);
+        for (int p = p0; p < p1; p++)
+            for (int h = 0; h < HKV; h++) {
+                float x[2][D], rot[2][D], want[2][D], got[2][D];
+                for (int d = 0; d < D; d++)
+                    x[0][d] = qvalue(s, l, h, p, d, 0), x[1][d] = qvalue(s, l, h, p, d, 1);
+                qexpect(w.kt, x[0], rot[0], want[0]);
+                qexpect(w.vt, x[1], rot[1], want[1]);
+                const uint8_t *kt = sp_kv_view_ktile(&w, (uint32_t)p, (uint32_t)h);
+                const uint8_t *vr = sp_kv_view_vrow(&w, (uint32_t)p, (uint32_t)h);
+                for (int d = 0; d < D; d++) {
+                    got[0][d] = sp_kv_qkey(kt, w.kt, p % SP_KV_TILE, d), got[1][d] = sp_kv_qval(vr, w.vt, d);
+                    bad += got[0][d] != want[0][d] || got[1][d] != want[1][d];
+                }
+                *worst = fmax(*worst, fmax(steps(w.kt, rot[0], got[0]), steps(w.vt, rot[1], got[1])));
+                /* rotated back, the row is the written one up to the error
+                 * (relative squared error: q8_0 ~3e-5, q4_0 ~1e-2 here) */
+                sp_kv_rotate(got[0], D, true);
+                double e = 0, n = 0;
+                for (int d = 0; d < D; d++)
+                    e += (got[0][d] - x[0][d]) * (got[0][d] - x[0][d]), n += x[0][d] * x[0][d];
+                bad += !(e < n * (w.kt == SP_CACHE_Q8_0 ? 1e-4 : 5e-2));
+            }
+    }
+    return bad;
+}
+
+static void test_quantized(sp_cache_type t)
+{
+    const char *name = sp_cache_type_name(t);
+    const struct sp_kv_shape shape = {.n_layer = NL, .n_head_kv = HKV, .head_dim = D, .type_k = t, .type_v = t};
+    const uint32_t row = t == SP_CACHE_Q8_0 ? D / 32 * 34 : D / 32 * 18;
+    CHECK(sp_kv_block_bytes(&shape) == (uint64_t)BT * NL * HKV * row * 2, "%s: block bytes", name);
+    struct sp_kv *kv = NULL;
+    CHECK(sp_kv_new(&kv, &shape, 12) == SP_OK, "%s: init", name);
+    struct sp_kv_stats ks;
+    sp_kv_stats(kv, 0, &ks);
+    CHECK(ks.bytes == (uint64_t)12 * sp_kv_block_bytes(&shape), "%s: stats count the quantized bytes", name);
+    /* 40 positions over 3 blocks: every key lane of a tile and block reads back */
+    struct sp_kv_seq a = {0}, b = {0};
+    double worst = 0;
+    CHECK(sp_kv_seq_reserve(kv, &a, 40) == SP_OK, "%s: reserve a", name);
+    qwrite_seq(kv, &a, 1, 0, 40);
+    CHECK(qseq_matches(kv, &a, 1, 0, 40, &worst) == 0, "%s: a reads back the reference quantizer's values", name);
+    /* q8_0: half a step, plus the scale's rounding to f16 (127 * 2^-11
+     * steps); q4_0: up to one step (its rounding) */
+    const double step = t == SP_CACHE_Q8_0 ? 0.5 + 127.0 / 2048 : 1.001;
+    CHECK(worst <= step, "%s: error %g quantization steps (bound %g)", name, worst, step);
+    /* a fork copies the shared block by bytes before writing; a rollback
+     * and regrowth keeps the positions before */
+    CHECK(sp_kv_seq_fork(kv, &b, &a) == SP_OK && sp_kv_seq_reserve(kv, &b, 41) == SP_OK, "%s: fork, grow", name);
+    qwrite_seq(kv, &b, 2, 40, 41);
+    CHECK(qseq_matches(kv, &b, 1, 0, 40, &worst) == 0 && qseq_matches(kv, &b, 2, 40, 41, &worst) == 0,
+          "%s: the fork reads the copied block and its own write", name);
+    CHECK(sp_kv_seq_truncate(kv, &a, 20) == SP_OK && sp_kv_seq_reserve(kv, &a, 40) == SP_OK, "%s: roll back", name);
+    qwrite_seq(kv, &a, 3, 20, 40);
+    CHECK(qseq_matches(kv, &a, 1, 0, 20, &worst) == 0 && qseq_matches(kv, &a, 3, 20, 40, &worst) == 0 &&
+              qseq_matches(kv, &b, 1, 0, 40, &worst) == 0,
+          "%s: a rewritten after the rollback; b untouched", name);
+    sp_kv_seq_release(kv, &a);
+    sp_kv_seq_release(kv, &b);
+    sp_kv_free(kv);
+    /* a ring layer stores the same way */
+    const bool local[NL] = {false, true, false};
+    struct sp_kv_shape rs = shape;
+    rs.local = local, rs.ring_len = 20, rs.n_rings = 1;
+    CHECK(sp_kv_new(&kv, &rs, 8) == SP_OK && sp_kv_seq_reserve(kv, &a, 41) == SP_OK, "%s: with a ring", name);
+    qwrite_seq(kv, &a, 1, 0, 41);
+    CHECK(qseq_matches(kv, &a, 1, 41 - 32, 41, &worst) == 0, "%s: ring and blocks read back", name);
+    sp_kv_stats(kv, 1, &ks);
+    CHECK(ks.bytes == 8 * sp_kv_block_bytes(&rs) + (uint64_t)32 * HKV * row * 2, "%s: ring bytes", name);
+    sp_kv_seq_release(kv, &a);
+    sp_kv_free(kv);
+    /* a head size the blocks do not divide is refused */
+    const struct sp_kv_shape odd = {.n_layer = 1, .n_head_kv = 1, .head_dim = 48, .type_k = SP_CACHE_F16, .type_v = t};
+    CHECK(sp_kv_new(&kv, &odd, 4) == SP_ERR_UNSUPPORTED && !kv, "%s: head_dim 48 refused", name);
 }
 
 int main(void)
@@ -242,5 +379,7 @@ int main(void)
     sp_kv_seq_release(kv, &b);
     CHECK(sp_kv_available(kv) == 12, "every block back");
     sp_kv_free(kv);
+    test_quantized(SP_CACHE_Q8_0);
+    test_quantized(SP_CACHE_Q4_0);
     return sp_check_report("test_kv");
 }
