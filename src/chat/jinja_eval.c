@@ -431,8 +431,10 @@ static int binary(struct jctx *c, const struct jnode *at, int op, struct jval a,
         if (!l)
             return -1;
         l->tuple = a.u.l->tuple;
-        memcpy(l->v, a.u.l->v, a.u.l->n * sizeof(struct jval));
-        memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(struct jval));
+        if (a.u.l->n) /* an empty list may have no array (memcpy's NULL is undefined) */
+            memcpy(l->v, a.u.l->v, a.u.l->n * sizeof(struct jval));
+        if (b.u.l->n)
+            memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(struct jval));
         l->n = a.u.l->n + b.u.l->n;
         out->t = JV_LIST;
         out->u.l = l;

@@ -67,8 +67,9 @@ def ask(server, schema, stream, seed, bias=None, max_tokens=300):
               response_format={"type": "json_schema",
                                "json_schema": {"name": "answer", "schema": schema, "strict": True}},
               max_tokens=max_tokens, temperature=0.8, seed=seed, extra_body={"max_retries": 8})
-    if bias:
+    if bias:  # the nudged open-ended schemas also get a penalty on repeats, so a key cannot loop
         kw["logit_bias"] = bias
+        kw["frequency_penalty"] = 1.0
     if not stream:
         r = client.chat.completions.create(**kw)
         return r.choices[0].message.content, r.choices[0].finish_reason, r.choices[0].model_extra
