@@ -121,11 +121,16 @@ static double steps(sp_cache_type t, const float *rot, const float *got)
 {
     double worst = 0;
     for (int b = 0; b < D; b += 32) {
+        /* plain comparisons, not fmax: Debian's aarch64 gcc 12 crashes
+         * vectorizing an fmax reduction at -O3 */
         double amax = 0;
         for (int i = b; i < b + 32; i++)
-            amax = fmax(amax, fabs(rot[i]));
-        for (int i = b; i < b + 32; i++)
-            worst = fmax(worst, fabs(got[i] - rot[i]) / (amax / (t == SP_CACHE_Q8_0 ? 127 : 8)));
+            amax = fabs(rot[i]) > amax ? fabs(rot[i]) : amax;
+        const double step = amax / (t == SP_CACHE_Q8_0 ? 127 : 8);
+        for (int i = b; i < b + 32; i++) {
+            const double e = fabs(got[i] - rot[i]) / step;
+            worst = e > worst ? e : worst;
+        }
     }
     return worst;
 }
