@@ -165,8 +165,9 @@ xtarget:
 # every feature (each ISA level's kernels against the scalar reference),
 # then every level end to end (test_isa.py), the tokenizer goldens and the
 # next-token logits of the short golden prompts of both models (emulation
-# runs ~100x slower: the long prompts and the 64-token generations stay in
-# `make test`).  Like `make test`, setup first and then a fresh make.
+# runs ~100x slower: the long prompts, the 64-token generations and
+# test_spec's sampled chi-square, skipped when SP_TEST_EMULATED is set, stay
+# in `make test`).  Like `make test`, setup first and then a fresh make.
 ARM_CC     ?= aarch64-linux-gnu-gcc
 ARM_BUILD  ?= build-arm
 ARM_QEMU   ?= qemu-aarch64-static -cpu max
@@ -177,7 +178,7 @@ test-arm:
 	@scripts/setup --arm --quiet
 	@PKG_CONFIG_LIBDIR=$(ARM_PKG_CONFIG_LIBDIR) $(MAKE) --no-print-directory CC=$(ARM_CC) BUILD=$(ARM_BUILD) \
 	    ARCH=-march=armv8-a compile-all
-	@SP_EMULATOR="$(ARM_QEMU)" SP_PYTEST="$(ARM_PYTEST)" PYTEST_ADDOPTS='$(ARM_PYTEST_ARGS)' \
+	@SP_EMULATOR="$(ARM_QEMU)" SP_TEST_EMULATED=1 SP_PYTEST="$(ARM_PYTEST)" PYTEST_ADDOPTS='$(ARM_PYTEST_ARGS)' \
 	    scripts/run-tests $(ARM_BUILD)
 
 # scripts/setup first, then a fresh make that sees what it installed.
