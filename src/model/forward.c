@@ -629,7 +629,8 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, NULL, &cache);
             sp_fwd_moe(&job, pool, &cache, L);
         } else {
-            sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, &L->w_gate, &cache);
+            /* the stage quantizes for the first matrix that reads h: gate, or up alone (ffn_plain) */
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, L->w_gate.data ? &L->w_gate : &L->w_up, &cache);
             sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
         }
         job.next = il + 1 < n_layer ? &m->layers[il + 1] : NULL;
