@@ -87,7 +87,8 @@ void sp_layernorm(const float *x, const float *w, const float *b, float *y, int6
 /* y = gelu_tanh(x), n values, through llama.cpp's f16 table (as sp_geglu).  In place ok. */
 void sp_gelu(const float *x, float *y, int64_t n);
 
-/* y = silu(g) * u and y = gelu_tanh(g) * u, n values. */
+/* y = silu(g) * u and y = gelu_tanh(g) * u, n values (sp_geglu: u NULL
+ * multiplies by nothing, sp_gelu). */
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n);
 void sp_geglu(const float *g, const float *u, float *y, int64_t n);
 

@@ -186,21 +186,13 @@ static void sp_gelu_table_init(void)
 
 void sp_gelu_table_ready(void) { pthread_once(&sp_gelu_once, sp_gelu_table_init); }
 
-void sp_gelu(const float *x, float *y, int64_t n)
+void sp_gelu_table_warm(void)
 {
     sp_gelu_table_ready();
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (v <= -10.0f) {
-            y[i] = 0.0f;
-        } else if (v < 10.0f) {
-            _Float16 vh = (_Float16)v;
-            uint16_t h;
-            memcpy(&h, &vh, sizeof h);
-            y[i] = (float)sp_gelu_table[h];
-        } else {
-            y[i] = v;
-        }
+    const size_t line = 64 / sizeof sp_gelu_table[0], end = 0x4900; /* f16 10.0: the table's last use */
+    for (size_t k = 0; k < end; k += line) {
+        __builtin_prefetch(sp_gelu_table + k);
+        __builtin_prefetch(sp_gelu_table + 0x8000 + k); /* the negative inputs */
     }
 }
 
@@ -209,15 +201,16 @@ void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n)
     sp_gelu_table_ready();
     for (int64_t i = 0; i < n; i++) {
         float x = g[i];
+        const float ui = u ? u[i] : 1.0f; /* x 1 is exact: plain GELU */
         if (x <= -10.0f) {
             y[i] = 0.0f;
         } else if (x >= 10.0f) {
-            y[i] = x * u[i];
+            y[i] = x * ui;
         } else {
             _Float16 xh = (_Float16)x;
             uint16_t h;
             memcpy(&h, &xh, sizeof h);
-            y[i] = (float)sp_gelu_table[h] * u[i];
+            y[i] = (float)sp_gelu_table[h] * ui;
         }
     }
 }
@@ -292,6 +285,7 @@ void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n)
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->swiglu(g, u, y, n); }
 
 void sp_geglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->geglu(g, u, y, n); }
+void sp_gelu(const float *x, float *y, int64_t n) { sp_kernels_active()->geglu(x, NULL, y, n); }
 
 const struct sp_kernels_isa sp_kernels_scalar = {
     .isa = SP_ISA_SCALAR,

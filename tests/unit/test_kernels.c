@@ -162,7 +162,7 @@ static void test_glu(void)
     /* in a row (16 at a time) as alone: every f16 input (the last table
      * entry among them), the clamps at +-10 and values between f16s */
     enum { NG = 65536 + 8 };
-    float *gg = malloc(sizeof(float) * NG * 3), *ug = gg + NG, *yg = ug + NG;
+    float *gg = malloc(sizeof(float) * NG * 4), *ug = gg + NG, *yg = ug + NG, *yp = yg + NG;
     for (int i = 0; i < 65536; i++) {
         gg[i] = sp_f16_to_f32((uint16_t)i);
         ug[i] = 0.5f + (float)(i % 7);
@@ -178,6 +178,13 @@ static void test_glu(void)
         ge += !memcmp(&one, &yg[i], sizeof one) || (one != one && yg[i] != yg[i]);
     }
     CHECK(ge == NG, "geglu: %d of %d values equal alone and in a row", ge, NG);
+    /* plain GELU is GEGLU with u = 1, in place too */
+    for (int i = 0; i < NG; i++) ug[i] = 1.0f, yp[i] = gg[i];
+    sp_geglu(gg, ug, yg, NG);
+    sp_gelu(yp, yp, NG);
+    int gp = 0;
+    for (int i = 0; i < NG; i++) gp += !memcmp(&yp[i], &yg[i], sizeof yp[i]) || (yp[i] != yp[i] && yg[i] != yg[i]);
+    CHECK(gp == NG, "gelu: %d of %d values equal geglu with u = 1", gp, NG);
     free(gg);
 }
 
@@ -522,7 +529,8 @@ static size_t ops_outputs(float *rec)
     for (int i = 0; i < 8; i++)
         g[65536 + i] = edge[i], u[65536 + i] = 1.5f;
     sp_geglu(g, u, rec + n, NG);
-    return n + (size_t)NG;
+    sp_gelu(g, rec + n + NG, NG);
+    return n + 2 * (size_t)NG;
 }
 
 /* Every row of the kernel table this CPU runs computes the scalar row's
