@@ -222,10 +222,13 @@ static void sp_fwd_norm(const struct sp_model *m, const float *x, const struct s
         sp_rmsnorm(x, w->data, y, m->hp.n_embd, m->hp.eps);
 }
 
-static void sp_fwd_add(float *x, const struct sp_tensor *bias, int n)
+static void sp_fwd_add(float *restrict x, const struct sp_tensor *bias, int n)
 {
-    for (int i = 0; bias->data && i < n; i++)
-        x[i] += ((const float *)bias->data)[i];
+    const float *restrict b = bias->data;
+    if (!b) /* no bias; tested once, so the loop vectorizes */
+        return;
+    for (int i = 0; i < n; i++)
+        x[i] += b[i];
 }
 
 static const struct sp_tensor sp_fwd_none;
