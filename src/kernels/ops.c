@@ -66,6 +66,9 @@ static void sp_sumsq8_scalar(const float *x, int64_t n, double part[8])
         part[i % 8] += (double)x[i] * x[i];
 }
 
+/* Eight partial sums (part[k]: the elements i % 8 == k) added as a fixed tree. */
+static double sp_tree8(const double p[8]) { return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7])); }
+
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 {
     /* The sum of squares in double, as llama.cpp, so long rows keep
@@ -76,7 +79,7 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
      * rounds the same. */
     double part[8] = {0};
     sp_kernels_active()->sumsq8(x, n, part);
-    double ss = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+    double ss = sp_tree8(part);
     float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
     if (w)
         for (int64_t i = 0; i < n; i++)
@@ -88,16 +91,28 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 
 void sp_layernorm(const float *x, const float *w, const float *b, float *y, int64_t n, float eps)
 {
-    double sum = 0.0, var = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += x[i];
-    const float mean = (float)(sum / (double)n);
-    for (int64_t i = 0; i < n; i++) {
+    /* mean and variance in double, each in sp_rmsnorm's eight partial sums
+     * (element i into part[i % 8], ascending): eight short add chains
+     * instead of one through the row, the same order for every row */
+    double ps[8] = {0}, pv[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            ps[k] += x[i + k];
+    for (; i < n; i++)
+        ps[i % 8] += x[i];
+    const float mean = (float)(sp_tree8(ps) / (double)n);
+    for (i = 0; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            float d = x[i + k] - mean;
+            pv[k] += (double)d * d;
+        }
+    for (; i < n; i++) {
         float d = x[i] - mean;
-        var += (double)d * d;
+        pv[i % 8] += (double)d * d;
     }
-    const float scale = 1.0f / sqrtf((float)(var / (double)n) + eps);
-    for (int64_t i = 0; i < n; i++) {
+    const float scale = 1.0f / sqrtf((float)(sp_tree8(pv) / (double)n) + eps);
+    for (i = 0; i < n; i++) {
         float v = (x[i] - mean) * scale;
         if (w)
             v *= w[i];

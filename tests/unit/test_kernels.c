@@ -43,6 +43,40 @@ static void test_rmsnorm(void)
     CHECK(worst < 1e-5, "rmsnorm relative error %g (budget 1e-5: a few float roundings)", worst);
 }
 
+/* LayerNorm against double math, with and without scale and shift, on a
+ * row whose length 8 does not divide and an offset mean; in place equals
+ * out of place. */
+static void test_layernorm(void)
+{
+    enum { N = 389 };
+    unsigned s = 7;
+    float x[N], w[N], b[N], y[N], z[N];
+    for (int i = 0; i < N; i++)
+        x[i] = 5 + 3 * frand(&s), w[i] = 1 + frand(&s), b[i] = frand(&s);
+    double mean = 0, var = 0;
+    for (int i = 0; i < N; i++)
+        mean += x[i];
+    mean /= N;
+    for (int i = 0; i < N; i++)
+        var += (x[i] - mean) * (x[i] - mean);
+    const double scale = 1.0 / sqrt(var / N + 1e-12);
+    for (int k = 0; k < 3; k++) {
+        const float *wk = k == 2 ? NULL : w, *bk = k == 0 ? b : NULL;
+        sp_layernorm(x, wk, bk, y, N, 1e-12f);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            double want = (x[i] - mean) * scale * (wk ? wk[i] : 1) + (bk ? bk[i] : 0);
+            /* + 1: the mean is a float (llama.cpp's), ~3e-7 of x off */
+            worst = maxd(worst, fabs(y[i] - want) / (fabs(want) + 1));
+        }
+        CHECK(worst < 1e-5, "layernorm (%s scale, %s shift) relative error %g", wk ? "with" : "no",
+              bk ? "with" : "no", worst);
+        memcpy(z, x, sizeof z);
+        sp_layernorm(z, wk, bk, z, N, 1e-12f);
+        CHECK(memcmp(y, z, sizeof y) == 0, "layernorm in place differs");
+    }
+}
+
 static void test_rope(void)
 {
     for (int neox = 0; neox < 2; neox++) {
@@ -591,6 +625,7 @@ int main(void)
     if (sp_pool_init(&p1, 1) != SP_OK || sp_pool_init(&p2, 2) != SP_OK)
         return 1;
     test_rmsnorm();
+    test_layernorm();
     test_rope();
     test_rope_factors();
     test_softcap();
