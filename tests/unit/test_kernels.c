@@ -469,18 +469,20 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
     }
     /* a prompt run gives each token bit for bit what it gets alone:
      * positions 16..39 in one batch (blocks of 16 and 8 queries), and
-     * 3..39 (blocks of 16, 16 and 5, none starting on a key tile) */
+     * 3..39 (blocks of 16, 16 and 5, none starting on a key tile); then a
+     * bidirectional input's 24 tokens, every one seeing position 39, and
+     * last positions rising by 0 or 1 (four tokens each) */
     enum { NTMAX = 37 };
     float *qb = malloc(sizeof(float) * NTMAX * H * D), *ob = malloc(sizeof(float) * NTMAX * H * D), o1[4 * 256];
     const struct sp_kv_seq *seqb[NTMAX];
     int32_t posb[NTMAX], *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NTMAX, H));
     for (int i = 0; i < NTMAX * H * D; i++)
         qb[i] = 2 * frand(&s);
-    for (int run = 0; run < 6; run++) {
+    for (int run = 0; run < 8; run++) {
         const int NT = run % 4 < 2 ? 24 : 37, window = run % 2 ? 8 : 0;
-        const float cap = run >= 4 ? 1.5f : 0.0f;
+        const float cap = run == 4 || run == 5 ? 1.5f : 0.0f;
         for (int t = 0; t < NT; t++)
-            seqb[t] = &seq, posb[t] = P - NT + t;
+            seqb[t] = &seq, posb[t] = run < 6 ? P - NT + t : run == 6 ? P - 1 : P - 1 - (NT - 1 - t) / 4;
         struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = NT, .q = qb, .q_stride = H * D, .seqs = seqb,
                                  .pos = posb, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
                                  .softcap = cap, .window = window, .out = ob, .out_stride = H * D,
