@@ -3,7 +3,8 @@
  * kernel table (isa.h; the vector rows are vec.inc).
  *
  * Work units: a run of up to 16 consecutive positions of one sequence (a
- * prompt) is a block, one unit per query head, its 16 queries computed
+ * prompt; or 16 tokens of a bidirectional encoder's input, which all see
+ * its last position) is a block, one unit per query head, its 16 queries computed
  * side by side (attn_block, when the active row has one; units claimed
  * dynamically); any other token is a (token, KV head) group of query
  * heads, or a single (token, query head) when there are fewer groups than
@@ -252,8 +253,9 @@ size_t sp_attention_plan_ints(int n_batch, int n_head)
     return (size_t)3 * n_batch * n_head + 2;
 }
 
-/* Runs of at least this many consecutive positions of one sequence take the
- * block path (a prompt being prefilled); other tokens go one by one. */
+/* Runs of at least this many tokens of one sequence whose positions ascend
+ * by 0 or 1 take the block path (a prompt being prefilled; a bidirectional
+ * encoder's input, all at its last position); other tokens go one by one. */
 #define SP_ATTN_BLOCK_MIN 4
 
 /* The work list of a batch with prompt runs: plan[2u], plan[2u+1] =
@@ -317,7 +319,7 @@ static bool sp_attn_plan_build(const struct sp_attn_args *a, struct sp_attn_plan
     for (int t = 0; t < a->n_tok;) {
         int len = 1;
         while (len < 16 && t + len < a->n_tok && a->seqs[t + len] == a->seqs[t] &&
-               a->pos[t + len] == a->pos[t] + len)
+               (unsigned)(a->pos[t + len] - a->pos[t + len - 1]) <= 1)
             len++;
         if (len >= SP_ATTN_BLOCK_MIN) {
             for (int h = 0; h < a->n_head; h++, n++) {

@@ -22,7 +22,7 @@ struct sp_kernels_isa {
     /* part[k] = sum of x[i]^2 in double over i % 8 == k, i ascending */
     void (*sumsq8)(const float *x, int64_t n, double part[8]);
     void (*swiglu)(const float *g, const float *u, float *y, int64_t n);
-    void (*geglu)(const float *g, const float *u, float *y, int64_t n);
+    void (*geglu)(const float *g, const float *u, float *y, int64_t n); /* u NULL: sp_gelu */
     /* sp_rope_apply (kernels.h) with the table of sp_rope_table */
     void (*rope)(float *x, const float *cs, int n_rot, int neox);
     /* sp_f16_store (kernels.h) */
@@ -82,6 +82,11 @@ static inline float sp_attn_tree16(const float S[16])
  * last entry stays inside. */
 extern _Float16 sp_gelu_table[(1 << 16) + 1];
 void sp_gelu_table_ready(void);
+/* Asks for the entries of |x| < 10 (74 KB) in this core's cache: between
+ * two layers' activations a forward pass streams megabytes of weights, and
+ * the lookups would otherwise miss a line at a time (half of MiniLM's
+ * GELU time).  A row of a thousand values or more pays for it. */
+void sp_gelu_table_warm(void);
 /* The scalar row's GEGLU (the vector rows' tails; NEON's whole row) and
  * RoPE (the vector rows' adjacent-pair form). */
 void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n);

@@ -80,14 +80,16 @@ void sp_rope_apply(float *x, const float *cs, int n_rot, int neox);
  * convert in software). */
 void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n);
 /* LayerNorm: y = (x - mean) / sqrt(var + eps) * w + b over a row of n (w,
- * b may be NULL: no scale, no shift); mean and variance summed in double,
- * in element order (llama.cpp's ggml_norm).  In place ok. */
+ * b may be NULL: no scale, no shift); mean and variance summed in double
+ * (as llama.cpp's ggml_norm), in eight partial sums (sp_rmsnorm's order).
+ * In place ok. */
 void sp_layernorm(const float *x, const float *w, const float *b, float *y, int64_t n, float eps);
 
 /* y = gelu_tanh(x), n values, through llama.cpp's f16 table (as sp_geglu).  In place ok. */
 void sp_gelu(const float *x, float *y, int64_t n);
 
-/* y = silu(g) * u and y = gelu_tanh(g) * u, n values. */
+/* y = silu(g) * u and y = gelu_tanh(g) * u, n values (sp_geglu: u NULL
+ * multiplies by nothing, sp_gelu). */
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n);
 void sp_geglu(const float *g, const float *u, float *y, int64_t n);
 

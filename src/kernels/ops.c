@@ -66,6 +66,9 @@ static void sp_sumsq8_scalar(const float *x, int64_t n, double part[8])
         part[i % 8] += (double)x[i] * x[i];
 }
 
+/* Eight partial sums (part[k]: the elements i % 8 == k) added as a fixed tree. */
+static double sp_tree8(const double p[8]) { return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7])); }
+
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 {
     /* The sum of squares in double, as llama.cpp, so long rows keep
@@ -76,7 +79,7 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
      * rounds the same. */
     double part[8] = {0};
     sp_kernels_active()->sumsq8(x, n, part);
-    double ss = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+    double ss = sp_tree8(part);
     float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
     if (w)
         for (int64_t i = 0; i < n; i++)
@@ -88,16 +91,28 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 
 void sp_layernorm(const float *x, const float *w, const float *b, float *y, int64_t n, float eps)
 {
-    double sum = 0.0, var = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += x[i];
-    const float mean = (float)(sum / (double)n);
-    for (int64_t i = 0; i < n; i++) {
+    /* mean and variance in double, each in sp_rmsnorm's eight partial sums
+     * (element i into part[i % 8], ascending): eight short add chains
+     * instead of one through the row, the same order for every row */
+    double ps[8] = {0}, pv[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            ps[k] += x[i + k];
+    for (; i < n; i++)
+        ps[i % 8] += x[i];
+    const float mean = (float)(sp_tree8(ps) / (double)n);
+    for (i = 0; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            float d = x[i + k] - mean;
+            pv[k] += (double)d * d;
+        }
+    for (; i < n; i++) {
         float d = x[i] - mean;
-        var += (double)d * d;
+        pv[i % 8] += (double)d * d;
     }
-    const float scale = 1.0f / sqrtf((float)(var / (double)n) + eps);
-    for (int64_t i = 0; i < n; i++) {
+    const float scale = 1.0f / sqrtf((float)(sp_tree8(pv) / (double)n) + eps);
+    for (i = 0; i < n; i++) {
         float v = (x[i] - mean) * scale;
         if (w)
             v *= w[i];
@@ -186,21 +201,13 @@ static void sp_gelu_table_init(void)
 
 void sp_gelu_table_ready(void) { pthread_once(&sp_gelu_once, sp_gelu_table_init); }
 
-void sp_gelu(const float *x, float *y, int64_t n)
+void sp_gelu_table_warm(void)
 {
     sp_gelu_table_ready();
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (v <= -10.0f) {
-            y[i] = 0.0f;
-        } else if (v < 10.0f) {
-            _Float16 vh = (_Float16)v;
-            uint16_t h;
-            memcpy(&h, &vh, sizeof h);
-            y[i] = (float)sp_gelu_table[h];
-        } else {
-            y[i] = v;
-        }
+    const size_t line = 64 / sizeof sp_gelu_table[0], end = 0x4900; /* f16 10.0: the table's last use */
+    for (size_t k = 0; k < end; k += line) {
+        __builtin_prefetch(sp_gelu_table + k);
+        __builtin_prefetch(sp_gelu_table + 0x8000 + k); /* the negative inputs */
     }
 }
 
@@ -209,15 +216,16 @@ void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n)
     sp_gelu_table_ready();
     for (int64_t i = 0; i < n; i++) {
         float x = g[i];
+        const float ui = u ? u[i] : 1.0f; /* x 1 is exact: plain GELU */
         if (x <= -10.0f) {
             y[i] = 0.0f;
         } else if (x >= 10.0f) {
-            y[i] = x * u[i];
+            y[i] = x * ui;
         } else {
             _Float16 xh = (_Float16)x;
             uint16_t h;
             memcpy(&h, &xh, sizeof h);
-            y[i] = (float)sp_gelu_table[h] * u[i];
+            y[i] = (float)sp_gelu_table[h] * ui;
         }
     }
 }
@@ -292,6 +300,7 @@ void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n)
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->swiglu(g, u, y, n); }
 
 void sp_geglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->geglu(g, u, y, n); }
+void sp_gelu(const float *x, float *y, int64_t n) { sp_kernels_active()->geglu(x, NULL, y, n); }
 
 const struct sp_kernels_isa sp_kernels_scalar = {
     .isa = SP_ISA_SCALAR,

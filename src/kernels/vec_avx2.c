@@ -141,13 +141,13 @@ static void avx2_sumsq8(const float *x, int64_t n, double part[8])
  * 32-bit gathers at the entries, low halves kept. */
 static void avx2_geglu(const float *g, const float *u, float *y, int64_t n)
 {
-    sp_gelu_table_ready();
+    sp_gelu_table_warm();
     int64_t i = 0;
     const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
     const __m256i low16 = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9,
                                            12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
     for (; i + 8 <= n; i += 8) {
-        __m256 x = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
+        __m256 x = _mm256_loadu_ps(g + i), uv = u ? _mm256_loadu_ps(u + i) : _mm256_set1_ps(1.0f);
         __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
         __m256i e = _mm256_shuffle_epi8(_mm256_i32gather_epi32((const int *)sp_gelu_table, h, 2), low16);
         __m256 t = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(e, 0x08)));
@@ -155,7 +155,7 @@ static void avx2_geglu(const float *g, const float *u, float *y, int64_t n)
         _mm256_storeu_ps(y + i, _mm256_blendv_ps(y8, _mm256_mul_ps(x, uv), _mm256_cmp_ps(x, hi, _CMP_GE_OQ)));
     }
     if (i < n)
-        sp_kernels_scalar.geglu(g + i, u + i, y + i, n - i);
+        sp_kernels_scalar.geglu(g + i, u ? u + i : NULL, y + i, n - i);
 }
 
 const struct sp_kernels_isa sp_kernels_avx2 = {

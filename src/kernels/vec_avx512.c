@@ -89,18 +89,18 @@ static void avx512_sumsq8(const float *x, int64_t n, double part[8])
  * 32-bit gathers at the entries, low halves kept. */
 static void avx512_geglu(const float *g, const float *u, float *y, int64_t n)
 {
-    sp_gelu_table_ready();
+    sp_gelu_table_warm();
     int64_t i = 0;
     const __m512 lo = _mm512_set1_ps(-10.0f), hi = _mm512_set1_ps(10.0f);
     for (; i + 16 <= n; i += 16) {
-        __m512 x = _mm512_loadu_ps(g + i), uv = _mm512_loadu_ps(u + i);
+        __m512 x = _mm512_loadu_ps(g + i), uv = u ? _mm512_loadu_ps(u + i) : _mm512_set1_ps(1.0f);
         __m512i h = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         __m512 t = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(h, sp_gelu_table, 2)));
         __m512 y16 = _mm512_maskz_mul_ps(~_mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), t, uv);
         _mm512_storeu_ps(y + i, _mm512_mask_mul_ps(y16, _mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), x, uv));
     }
     if (i < n)
-        sp_kernels_scalar.geglu(g + i, u + i, y + i, n - i);
+        sp_kernels_scalar.geglu(g + i, u ? u + i : NULL, y + i, n - i);
 }
 
 const struct sp_kernels_isa sp_kernels_avx512 = {

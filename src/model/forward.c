@@ -222,10 +222,13 @@ static void sp_fwd_norm(const struct sp_model *m, const float *x, const struct s
         sp_rmsnorm(x, w->data, y, m->hp.n_embd, m->hp.eps);
 }
 
-static void sp_fwd_add(float *x, const struct sp_tensor *bias, int n)
+static void sp_fwd_add(float *restrict x, const struct sp_tensor *bias, int n)
 {
-    for (int i = 0; bias->data && i < n; i++)
-        x[i] += ((const float *)bias->data)[i];
+    const float *restrict b = bias->data;
+    if (!b) /* no bias; tested once, so the loop vectorizes */
+        return;
+    for (int i = 0; i < n; i++)
+        x[i] += b[i];
 }
 
 static const struct sp_tensor sp_fwd_none;
@@ -629,7 +632,8 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, NULL, &cache);
             sp_fwd_moe(&job, pool, &cache, L);
         } else {
-            sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, &L->w_gate, &cache);
+            /* the stage quantizes for the first matrix that reads h: gate, or up alone (ffn_plain) */
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, L->w_gate.data ? &L->w_gate : &L->w_up, &cache);
             sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
         }
         job.next = il + 1 < n_layer ? &m->layers[il + 1] : NULL;

@@ -331,6 +331,71 @@ P16_GEMM(q5_0_p16_gemm, q5_0_p16_tile, SP_QK)
 P16_GEMM(q4_K_p16_gemm, q4_K_p16_tile, SP_QK_K)
 P16_GEMM(q6_K_p16_gemm, q6_K_p16_tile, SP_QK_K)
 
+/* F16_P16: G row groups (up to 4) x NC columns (up to 6) of F32
+ * activations, 24 accumulators; per element one conversion per group and
+ * one broadcast per column feed G x NC fused products.  Every output is
+ * the oracle's single chain, so tiles and tails change no bit. */
+#define F16P_GROUPS 4
+#define F16P_COLS 6
+ALWAYS_INLINE void f16_p16_tile(int64_t n, const uint8_t *w, size_t g_bytes, const float *a, size_t a_stride,
+                                float *s, size_t s_stride, const int G, const int NC)
+{
+    __m512 acc[F16P_GROUPS][F16P_COLS];
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < NC; c++) acc[g][c] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        __m512 wv[F16P_GROUPS];
+        for (int g = 0; g < G; g++)
+            wv[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)g * g_bytes + (size_t)k * 32)));
+        for (int c = 0; c < NC; c++) {
+            const __m512 av = _mm512_set1_ps(a[(size_t)c * a_stride + k]);
+            for (int g = 0; g < G; g++) acc[g][c] = _mm512_fmadd_ps(wv[g], av, acc[g][c]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < NC; c++) _mm512_storeu_ps(s + (size_t)c * s_stride + g * SP_P16_ROWS, acc[g][c]);
+}
+
+#define F16P_TILES(G)                                                                                           \
+    static void f16_p16_tiles##G(int64_t n, const uint8_t *w, size_t g_bytes, const float *a, size_t a_stride,  \
+                                 float *s, size_t s_stride, int nc)                                             \
+    {                                                                                                           \
+        switch (nc) {                                                                                           \
+        case 6: f16_p16_tile(n, w, g_bytes, a, a_stride, s, s_stride, G, 6); break;                             \
+        case 5: f16_p16_tile(n, w, g_bytes, a, a_stride, s, s_stride, G, 5); break;                             \
+        case 4: f16_p16_tile(n, w, g_bytes, a, a_stride, s, s_stride, G, 4); break;                             \
+        case 3: f16_p16_tile(n, w, g_bytes, a, a_stride, s, s_stride, G, 3); break;                             \
+        case 2: f16_p16_tile(n, w, g_bytes, a, a_stride, s, s_stride, G, 2); break;                             \
+        default: f16_p16_tile(n, w, g_bytes, a, a_stride, s, s_stride, G, 1); break;                            \
+        }                                                                                                       \
+    }
+F16P_TILES(1)
+F16P_TILES(2)
+F16P_TILES(3)
+F16P_TILES(4)
+
+/* Row groups in blocks of F16P_GROUPS (their weights stay in L2 while they
+ * meet every column); the columns in as few tiles as F16P_COLS allows,
+ * of near-equal widths (13 columns: 5, 4, 4), so no tile is a thin tail. */
+static void f16_p16_gemm(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr, const void *a,
+                         size_t a_stride, int nc)
+{
+    static void (*const tiles[F16P_GROUPS + 1])(int64_t, const uint8_t *, size_t, const float *, size_t, float *,
+                                                size_t, int) = {NULL, f16_p16_tiles1, f16_p16_tiles2,
+                                                                f16_p16_tiles3, f16_p16_tiles4};
+    const size_t g_bytes = SP_P16_ROWS * w_stride, as = a_stride / sizeof(float);
+    const int groups = nr / SP_P16_ROWS, n_tiles = (nc + F16P_COLS - 1) / F16P_COLS;
+    for (int g = 0; g < groups; g += F16P_GROUPS) {
+        const int G = groups - g < F16P_GROUPS ? groups - g : F16P_GROUPS;
+        for (int t = 0, c = 0; t < n_tiles; t++) {
+            const int w_t = (nc - c) / (n_tiles - t);
+            tiles[G](n, (const uint8_t *)w + (size_t)g * g_bytes, g_bytes, (const float *)a + (size_t)c * as, as,
+                     s + (size_t)c * s_stride + (size_t)g * SP_P16_ROWS, s_stride, w_t);
+            c += w_t;
+        }
+    }
+}
+
 void sp_quant_register_avx512(struct sp_type_traits *table)
 {
     register_avx512(table);
@@ -344,5 +409,7 @@ void sp_quant_register_avx512(struct sp_type_traits *table)
     table[SP_TYPE_Q4_K_P16].gemm = q4_K_p16_gemm;
     table[SP_TYPE_Q6_K].packed = SP_TYPE_Q6_K_P16;
     table[SP_TYPE_Q6_K_P16].gemm = q6_K_p16_gemm;
+    table[SP_TYPE_F16].packed = SP_TYPE_F16_P16;
+    table[SP_TYPE_F16_P16].gemm = f16_p16_gemm;
 }
 #endif

@@ -71,6 +71,11 @@ _Static_assert(sizeof(struct sp_block_q8_p) == 48, "q8_p");
  *             2i..2i+1 the high 2 bits of element 64i+4w+k), scales[16][16]
  *             (sub-block of 16, row) as int8, then d[16] as f16.  Stored
  *             values are q + 32 (unsigned).
+ *   F16_P16:  element k of the group's 16 rows at k * 32 + 2 r, as f16:
+ *             one 256-bit load converts to a vector of 16 rows.  Its
+ *             activations are F32 rows (no rounding), and every output is
+ *             acc = fmaf(w[k], a[k], acc) for k = 0, 1, ..., n - 1: one
+ *             fused chain, no horizontal sum.
  * Every output is one row's blocks in order, acc = fma(isum, dw*dy, acc)
  * (+ fma(m, s, acc) for Q4_1), for any number of columns.  The K types use
  * Q8_K activations and keep the file-layout kernels' arithmetic exactly
@@ -107,6 +112,7 @@ void sp_q8_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t 
 void sp_q5_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 void sp_q4_K_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 void sp_q6_K_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
+void sp_f16_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 void sp_q4_1_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
                           const void *a, size_t a_stride, int nc);
 void sp_q8_0_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
@@ -117,6 +123,8 @@ void sp_q4_K_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, s
                           const void *a, size_t a_stride, int nc);
 void sp_q6_K_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
                           const void *a, size_t a_stride, int nc);
+void sp_f16_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                         const void *a, size_t a_stride, int nc);
 
 /* Unpacks the 12-byte Q4_K/Q5_K scale field into 8 six-bit scales and
  * 8 six-bit mins (ggml's get_scale_min_k4 layout). */

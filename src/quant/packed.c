@@ -1,13 +1,15 @@
 /* Weights repacked at load into 16-row interleaved tiles (the P16 types),
- * their activation type Q8_P, and the scalar oracle of their gemm.
+ * their activation type Q8_P (F32 rows for F16_P16), and the scalar oracle
+ * of their gemm.
  *
  * Why: in the file layout one row's blocks are contiguous, so a SIMD dot
  * sums 8 lanes of one row and must convert and scale per block and row.
  * With 16 rows side by side, each vpdpbusd lane is one row's running sum,
  * a block's scaling is one vector op for 16 rows, and no horizontal sum is
- * left at the end (layouts in isa.h).  The ISA file registers the fast
- * gemm and sets `packed` on the file types it handles; the model repacks
- * then (src/model/model.c).
+ * left at the end (layouts in isa.h); for F16 one conversion serves 16
+ * rows, and each product is one fused multiply-add of a lane.  The ISA
+ * file registers the fast gemm and sets `packed` on the file types it
+ * handles; the model repacks then (src/model/model.c).
  *
  * The fast kernels do exactly the arithmetic written here, in this order
  * (tests/unit/test_quant.c checks bit equality), for any column count. */
@@ -155,6 +157,17 @@ void sp_q5_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t 
     p16_pack(src, src_row_bytes, dst, n, n_rows, SP_QK, sizeof(struct sp_block_q5_0), q5_0_put);
 }
 
+void sp_f16_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
+{
+    uint16_t *out = dst;
+    for (int64_t g = 0; g < n_rows / GROUP; g++, out += (size_t)n * GROUP)
+        for (int r = 0; r < GROUP; r++) {
+            const uint16_t *row = (const uint16_t *)((const uint8_t *)src + (size_t)(g * GROUP + r) * src_row_bytes);
+            for (int64_t k = 0; k < n; k++)
+                out[(size_t)k * GROUP + r] = row[k];
+        }
+}
+
 /* Row r of a group against one activation row: the order every kernel keeps. */
 static float q4_1_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_block_q8_p *y)
 {
@@ -262,8 +275,18 @@ static float q6_K_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_
                         dot(n / QK, (const uint8_t *)w + (size_t)g * GROUP * w_stride, r,                    \
                             (const AT *)((const uint8_t *)a + (size_t)c * a_stride));                        \
     }
+static float f16_p16_dot(int64_t n, const uint8_t *wg, int r, const float *y)
+{
+    const uint16_t *w = (const uint16_t *)wg;
+    float acc = 0;
+    for (int64_t k = 0; k < n; k++)
+        acc = fmaf(sp_f16_to_f32(w[(size_t)k * GROUP + r]), y[k], acc);
+    return acc;
+}
+
 P16_GEMM_REF(sp_q4_1_p16_gemm_ref, q4_1_p16_dot, SP_QK, struct sp_block_q8_p)
 P16_GEMM_REF(sp_q8_0_p16_gemm_ref, q8_0_p16_dot, SP_QK, struct sp_block_q8_p)
 P16_GEMM_REF(sp_q5_0_p16_gemm_ref, q5_0_p16_dot, SP_QK, struct sp_block_q8_p)
 P16_GEMM_REF(sp_q4_K_p16_gemm_ref, q4_K_p16_dot, SP_QK_K, struct sp_block_q8_K)
 P16_GEMM_REF(sp_q6_K_p16_gemm_ref, q6_K_p16_dot, SP_QK_K, struct sp_block_q8_K)
+P16_GEMM_REF(sp_f16_p16_gemm_ref, f16_p16_dot, 1, float)

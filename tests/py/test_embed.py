@@ -67,7 +67,7 @@ def test_default_pooling_is_mean(run_spindle, goldens, smollm2_path):
     assert np.array_equal(embed(run_spindle, smollm2_path, s), embed(run_spindle, smollm2_path, s, "--pooling", "mean"))
 
 
-@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m", "minilm"])
 def test_batch_invariant(run_spindle, goldens, models, name):
     """A vector does not depend on what it is batched with: all sentences in
     one pass, reversed, or one pass each (--batch smaller than two inputs)."""

@@ -43,6 +43,40 @@ static void test_rmsnorm(void)
     CHECK(worst < 1e-5, "rmsnorm relative error %g (budget 1e-5: a few float roundings)", worst);
 }
 
+/* LayerNorm against double math, with and without scale and shift, on a
+ * row whose length 8 does not divide and an offset mean; in place equals
+ * out of place. */
+static void test_layernorm(void)
+{
+    enum { N = 389 };
+    unsigned s = 7;
+    float x[N], w[N], b[N], y[N], z[N];
+    for (int i = 0; i < N; i++)
+        x[i] = 5 + 3 * frand(&s), w[i] = 1 + frand(&s), b[i] = frand(&s);
+    double mean = 0, var = 0;
+    for (int i = 0; i < N; i++)
+        mean += x[i];
+    mean /= N;
+    for (int i = 0; i < N; i++)
+        var += (x[i] - mean) * (x[i] - mean);
+    const double scale = 1.0 / sqrt(var / N + 1e-12);
+    for (int k = 0; k < 3; k++) {
+        const float *wk = k == 2 ? NULL : w, *bk = k == 0 ? b : NULL;
+        sp_layernorm(x, wk, bk, y, N, 1e-12f);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            double want = (x[i] - mean) * scale * (wk ? wk[i] : 1) + (bk ? bk[i] : 0);
+            /* + 1: the mean is a float (llama.cpp's), ~3e-7 of x off */
+            worst = maxd(worst, fabs(y[i] - want) / (fabs(want) + 1));
+        }
+        CHECK(worst < 1e-5, "layernorm (%s scale, %s shift) relative error %g", wk ? "with" : "no",
+              bk ? "with" : "no", worst);
+        memcpy(z, x, sizeof z);
+        sp_layernorm(z, wk, bk, z, N, 1e-12f);
+        CHECK(memcmp(y, z, sizeof y) == 0, "layernorm in place differs");
+    }
+}
+
 static void test_rope(void)
 {
     for (int neox = 0; neox < 2; neox++) {
@@ -162,7 +196,7 @@ static void test_glu(void)
     /* in a row (16 at a time) as alone: every f16 input (the last table
      * entry among them), the clamps at +-10 and values between f16s */
     enum { NG = 65536 + 8 };
-    float *gg = malloc(sizeof(float) * NG * 3), *ug = gg + NG, *yg = ug + NG;
+    float *gg = malloc(sizeof(float) * NG * 4), *ug = gg + NG, *yg = ug + NG, *yp = yg + NG;
     for (int i = 0; i < 65536; i++) {
         gg[i] = sp_f16_to_f32((uint16_t)i);
         ug[i] = 0.5f + (float)(i % 7);
@@ -178,6 +212,13 @@ static void test_glu(void)
         ge += !memcmp(&one, &yg[i], sizeof one) || (one != one && yg[i] != yg[i]);
     }
     CHECK(ge == NG, "geglu: %d of %d values equal alone and in a row", ge, NG);
+    /* plain GELU is GEGLU with u = 1, in place too */
+    for (int i = 0; i < NG; i++) ug[i] = 1.0f, yp[i] = gg[i];
+    sp_geglu(gg, ug, yg, NG);
+    sp_gelu(yp, yp, NG);
+    int gp = 0;
+    for (int i = 0; i < NG; i++) gp += !memcmp(&yp[i], &yg[i], sizeof yp[i]) || (yp[i] != yp[i] && yg[i] != yg[i]);
+    CHECK(gp == NG, "gelu: %d of %d values equal geglu with u = 1", gp, NG);
     free(gg);
 }
 
@@ -428,18 +469,20 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
     }
     /* a prompt run gives each token bit for bit what it gets alone:
      * positions 16..39 in one batch (blocks of 16 and 8 queries), and
-     * 3..39 (blocks of 16, 16 and 5, none starting on a key tile) */
+     * 3..39 (blocks of 16, 16 and 5, none starting on a key tile); then a
+     * bidirectional input's 24 tokens, every one seeing position 39, and
+     * last positions rising by 0 or 1 (four tokens each) */
     enum { NTMAX = 37 };
     float *qb = malloc(sizeof(float) * NTMAX * H * D), *ob = malloc(sizeof(float) * NTMAX * H * D), o1[4 * 256];
     const struct sp_kv_seq *seqb[NTMAX];
     int32_t posb[NTMAX], *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NTMAX, H));
     for (int i = 0; i < NTMAX * H * D; i++)
         qb[i] = 2 * frand(&s);
-    for (int run = 0; run < 6; run++) {
+    for (int run = 0; run < 8; run++) {
         const int NT = run % 4 < 2 ? 24 : 37, window = run % 2 ? 8 : 0;
-        const float cap = run >= 4 ? 1.5f : 0.0f;
+        const float cap = run == 4 || run == 5 ? 1.5f : 0.0f;
         for (int t = 0; t < NT; t++)
-            seqb[t] = &seq, posb[t] = P - NT + t;
+            seqb[t] = &seq, posb[t] = run < 6 ? P - NT + t : run == 6 ? P - 1 : P - 1 - (NT - 1 - t) / 4;
         struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = NT, .q = qb, .q_stride = H * D, .seqs = seqb,
                                  .pos = posb, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
                                  .softcap = cap, .window = window, .out = ob, .out_stride = H * D,
@@ -522,7 +565,8 @@ static size_t ops_outputs(float *rec)
     for (int i = 0; i < 8; i++)
         g[65536 + i] = edge[i], u[65536 + i] = 1.5f;
     sp_geglu(g, u, rec + n, NG);
-    return n + (size_t)NG;
+    sp_gelu(g, rec + n + NG, NG);
+    return n + 2 * (size_t)NG;
 }
 
 /* Every row of the kernel table this CPU runs computes the scalar row's
@@ -583,6 +627,7 @@ int main(void)
     if (sp_pool_init(&p1, 1) != SP_OK || sp_pool_init(&p2, 2) != SP_OK)
         return 1;
     test_rmsnorm();
+    test_layernorm();
     test_rope();
     test_rope_factors();
     test_softcap();

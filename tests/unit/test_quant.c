@@ -409,25 +409,26 @@ static void test_packed(bool ran[SP_ISA_COUNT])
         runs[i] = sp_quant_table_for_isa(sp_isa_name((enum sp_isa)i), tabs[i]);
         ran[i] = i == SP_ISA_SCALAR; /* the oracle runs everywhere */
     }
-    static const uint32_t file_types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q5_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K};
+    static const uint32_t file_types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q5_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K,
+                                          SP_TYPE_F16};
     static const uint32_t packed_types[] = {SP_TYPE_Q4_1_P16, SP_TYPE_Q8_0_P16, SP_TYPE_Q5_0_P16, SP_TYPE_Q4_K_P16,
-                                            SP_TYPE_Q6_K_P16};
-    enum { NR = 32, NC = 19 }; /* two row groups */
+                                            SP_TYPE_Q6_K_P16, SP_TYPE_F16_P16};
+    enum { NR = 80, NC = 19 }; /* five row groups: F16_P16's tile of four and a tail of one */
     static float x[N], af[NC][N], wf[N];
-    static uint8_t wq[NR][N * 2], packed[NR * N * 2], aq[NC][N * 2], aq2[N * 2];
+    static uint8_t wq[NR][N * 2], packed[NR * N * 2], aq[NC][N * 4], aq2[N * 4];
     static float s_ref[NC][NR], s_fast[NC][NR];
     for (size_t k = 0; k < sizeof file_types / sizeof file_types[0]; k++) {
         const uint32_t ft = file_types[k], pt = packed_types[k];
         const struct sp_type_traits *file = sp_type_get_ref(ft), *pref = sp_type_get_ref(pt);
         const bool kq = file->block_size == 256;
         const int PN = kq ? 7 * 256 : N - 32; /* odd block counts: 7 super-blocks, 63 blocks */
-        const uint32_t at = kq ? SP_TYPE_Q8_K : SP_TYPE_Q8_P;
+        const uint32_t at = kq ? SP_TYPE_Q8_K : ft == SP_TYPE_F16 ? SP_TYPE_F32 : SP_TYPE_Q8_P;
         const struct sp_type_traits *aref = sp_type_get_ref(at);
         CHECK(pref->vec_dot_type == at && pref->gemm && pref->pack, "%s packed traits", pref->name);
         size_t wrow, arow;
         sp_type_row_size(ft, PN, &wrow);
         sp_type_row_size(at, PN, &arow);
-        CHECK(arow == (kq ? 7 * 292 : 63 * 48), "activation row size %zu", arow);
+        CHECK(arow == (size_t)(kq ? 7 * 292 : at == SP_TYPE_F32 ? PN * 4 : 63 * 48), "activation row size %zu", arow);
         for (int r = 0; r < NR; r++) {
             for (int i = 0; i < N; i++) x[i] = frand() * (1 + r % 5);
             file->from_float(x, wq[r], PN);
@@ -488,7 +489,7 @@ static void test_packed(bool ran[SP_ISA_COUNT])
                       diff);
             }
             /* every column count gives the oracle's bits: all 19, 7 (tail), 1 ... */
-            static const int widths[] = {NC, 7, 1, 8, 9, 2, 3, 4, 5};
+            static const int widths[] = {NC, 7, 1, 8, 9, 2, 3, 4, 5, 6, 12, 13};
             int diff = 0;
             for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
                 int nc = widths[wi], c0 = NC - nc;
@@ -506,7 +507,7 @@ static void test_packed(bool ran[SP_ISA_COUNT])
             tab[pt].gemm(PN, &s_fast[0][16], NR, packed + 16 * wrow, wrow, 16, aq[0], sizeof aq[0], 3);
             int d2 = 0;
             for (int c = 0; c < 3; c++)
-                for (int r = 16; r < NR; r++) d2 += fbits(s_fast[c][r]) != fbits(s_ref[c][r]);
+                for (int r = 16; r < 32; r++) d2 += fbits(s_fast[c][r]) != fbits(s_ref[c][r]);
             CHECK(d2 == 0, "%s %s second group: %d differ", isa, pref->name, d2);
             printf("  %-8s %-8s gemm equals the oracle bit for bit: %s\n", isa, pref->name,
                    diff + d2 == 0 ? "yes" : "NO");
