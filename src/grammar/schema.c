@@ -54,6 +54,30 @@ void sp_gstr_addn(struct sp_gstr *s, const char *t, size_t n)
 
 void sp_gstr_add(struct sp_gstr *s, const char *t) { sp_gstr_addn(s, t, strlen(t)); }
 
+void sp_jpath_init(struct sp_jpath *p)
+{
+    snprintf(p->s, sizeof p->s, "$");
+    p->len = 1;
+}
+
+size_t sp_jpath_push(struct sp_jpath *p, const char *fmt, ...)
+{
+    size_t old = p->len;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(p->s + old, sizeof p->s - old, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        p->len = old + (size_t)n < sizeof p->s ? old + (size_t)n : sizeof p->s - 1;
+    return old;
+}
+
+void sp_jpath_pop(struct sp_jpath *p, size_t old)
+{
+    p->len = old;
+    p->s[old] = '\0';
+}
+
 void sp_gstr_addf(struct sp_gstr *s, const char *fmt, ...)
 {
     char buf[512];
@@ -120,8 +144,7 @@ struct memo {
 struct sc {
     json_t *root;
     struct sp_gstr rules;
-    char path[512];
-    size_t path_len;
+    struct sp_jpath path;
     bool failed;
     uint32_t n_rules;
     struct memo *memo;
@@ -140,27 +163,8 @@ static void fail(struct sc *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    sp_error_set(SP_ERR_ARG, "json schema: %s at %s", msg, c->path);
+    sp_error_set(SP_ERR_ARG, "json schema: %s at %s", msg, c->path.s);
     c->failed = true;
-}
-
-static size_t path_push(struct sc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static size_t path_push(struct sc *c, const char *fmt, ...)
-{
-    size_t old = c->path_len;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(c->path + old, sizeof c->path - old, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        c->path_len = old + (size_t)n < sizeof c->path ? old + (size_t)n : sizeof c->path - 1;
-    return old;
-}
-
-static void path_pop(struct sc *c, size_t old)
-{
-    c->path_len = old;
-    c->path[old] = '\0';
 }
 
 /* A GBNF literal for raw bytes. */
@@ -672,9 +676,9 @@ static void gen_array(struct sc *c, const json_t *s, struct sp_gstr *o)
     if (!items || json_is_true(items) || json_is_false(items)) {
         sp_gstr_add(&item, "json-value");
     } else {
-        size_t old = path_push(c, ".items");
+        size_t old = sp_jpath_push(&c->path, ".items");
         gen(c, items, &item);
-        path_pop(c, old);
+        sp_jpath_pop(&c->path, old);
     }
     sp_gstr_add(&body, "\"[\" ");
     /* prefix items: the first min(mn, k) required, then each optional */
@@ -687,9 +691,9 @@ static void gen_array(struct sc *c, const json_t *s, struct sp_gstr *o)
         }
         if (i)
             sp_gstr_add(&body, "\",\" ");
-        size_t old = path_push(c, ".prefixItems[%zu]", i);
+        size_t old = sp_jpath_push(&c->path, ".prefixItems[%zu]", i);
         gen(c, json_array_get(prefix, i), &body);
-        path_pop(c, old);
+        sp_jpath_pop(&c->path, old);
         sp_gstr_add(&body, " ");
     }
     /* then items beyond the prefix: counts adjusted */
@@ -785,9 +789,9 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
             json_lit(c, &kv[n_kv], key);
             json_decref(key);
             sp_gstr_add(&kv[n_kv], " \":\" ");
-            size_t old = path_push(c, ".properties.%.80s", k);
+            size_t old = sp_jpath_push(&c->path, ".properties.%.80s", k);
             gen(c, v, &kv[n_kv]);
-            path_pop(c, old);
+            sp_jpath_pop(&c->path, old);
             is_req[n_kv++] = rq;
             n_req += rq;
         }
@@ -817,9 +821,9 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
         if (json_is_true(addl)) {
             sp_gstr_add(&extra, "json-value");
         } else {
-            size_t old = path_push(c, ".additionalProperties");
+            size_t old = sp_jpath_push(&c->path, ".additionalProperties");
             gen(c, addl, &extra);
-            path_pop(c, old);
+            sp_jpath_pop(&c->path, old);
         }
     }
     sp_gstr_add(&body, "\"{\" ");
@@ -958,9 +962,9 @@ static void gen_alternatives(struct sc *c, const json_t *s, const char *key, str
     json_array_foreach(alts, i, alt) {
         if (i)
             sp_gstr_add(o, " | ");
-        size_t old = path_push(c, ".%s[%zu]", key, i);
+        size_t old = sp_jpath_push(&c->path, ".%s[%zu]", key, i);
         gen(c, siblings ? merged(c, s, key, alt) : alt, o);
-        path_pop(c, old);
+        sp_jpath_pop(&c->path, old);
     }
     sp_gstr_add(o, " )");
 }
@@ -991,9 +995,9 @@ static void gen_ref(struct sc *c, const char *ref, struct sp_gstr *o)
     char name[24];
     snprintf(name, sizeof name, "%s", m->name);
     struct sp_gstr body = {0};
-    size_t old = path_push(c, " ($ref %.80s)", ref);
+    size_t old = sp_jpath_push(&c->path, " ($ref %.80s)", ref);
     gen(c, target, &body);
-    path_pop(c, old);
+    sp_jpath_pop(&c->path, old);
     emit_rule(c, name, &body);
     free(body.p);
     sp_gstr_add(o, name);
@@ -1116,8 +1120,7 @@ sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *
         return sp_error_set(SP_ERR_ARG, "json schema: not valid JSON: %s (line %d, column %d)", jerr.text,
                             jerr.line, jerr.column);
     c.owned = json_array();
-    snprintf(c.path, sizeof c.path, "$");
-    c.path_len = 1;
+    sp_jpath_init(&c.path);
     struct sp_gstr top = {0};
     if (!json_is_object(c.root) && !json_is_boolean(c.root))
         fail(&c, "a schema must be an object or a boolean");

@@ -26,8 +26,7 @@ struct vc {
     int n_fail;
     int quiet;       /* inside anyOf/oneOf trials: failures are not reported */
     int depth;
-    char path[512];
-    size_t path_len;
+    struct sp_jpath path;
 };
 
 static void report(struct vc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -43,7 +42,7 @@ static void report(struct vc *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    int k = snprintf(c->why + c->n, c->cap - c->n, "%s%s: %s", c->n ? "; " : "", c->path, msg);
+    int k = snprintf(c->why + c->n, c->cap - c->n, "%s%s: %s", c->n ? "; " : "", c->path.s, msg);
     if (k > 0)
         c->n = c->n + (size_t)k < c->cap ? c->n + (size_t)k : c->cap - 1;
 }
@@ -121,25 +120,6 @@ static bool is_type(const json_t *x, const char *t)
     if (!strcmp(t, "object")) return json_is_object(x);
     if (!strcmp(t, "array")) return json_is_array(x);
     return false;
-}
-
-static size_t push(struct vc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static size_t push(struct vc *c, const char *fmt, ...)
-{
-    size_t old = c->path_len;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(c->path + old, sizeof c->path - old, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        c->path_len = old + (size_t)n < sizeof c->path ? old + (size_t)n : sizeof c->path - 1;
-    return old;
-}
-
-static void pop(struct vc *c, size_t old)
-{
-    c->path_len = old;
-    c->path[old] = '\0';
 }
 
 static size_t codepoints(const char *s, size_t n)
@@ -331,9 +311,9 @@ static bool check_array(struct vc *c, const json_t *s, const json_t *x)
             sub = items;
         if (!sub)
             continue;
-        size_t old = push(c, "[%zu]", i);
+        size_t old = sp_jpath_push(&c->path, "[%zu]", i);
         ok &= check(c, sub, json_array_get(x, i));
-        pop(c, old);
+        sp_jpath_pop(&c->path, old);
     }
     if (json_is_true(json_object_get(s, "uniqueItems")))
         for (size_t i = 0; i < n; i++)
@@ -368,14 +348,14 @@ static bool check_object(struct vc *c, const json_t *s, const json_t *x)
             sub = addl;
         if (!sub)
             continue;
-        size_t old = push(c, ".%.80s", k);
+        size_t old = sp_jpath_push(&c->path, ".%.80s", k);
         if (json_is_false(sub)) {
             report(c, "property not allowed (additionalProperties is false)");
             ok = false;
         } else {
             ok &= check(c, sub, v);
         }
-        pop(c, old);
+        sp_jpath_pop(&c->path, old);
     }
     return ok;
 }
@@ -480,8 +460,7 @@ sp_status sp_grammar_validate(const char *schema, size_t schema_len, const char 
         why[0] = '\0';
     c.why = why;
     c.cap = cap;
-    snprintf(c.path, sizeof c.path, "$");
-    c.path_len = 1;
+    sp_jpath_init(&c.path);
     json_t *s = json_loadb(schema ? schema : "", schema ? schema_len : 0, 0, &jerr);
     if (!s)
         return sp_error_set(SP_ERR_ARG, "json schema: not valid JSON: %s", jerr.text);

@@ -48,6 +48,25 @@ static float signed_absmax(const float *x, int n)
     return max;
 }
 
+/* Symmetric levels l = round(iscale x) clamped to [-nmax, nmax) of a
+ * group, with their sums sum w x l and sum w l^2 (w = qw, or x^2 when qw is
+ * NULL); L (optional) receives l + offset. */
+static void sym_levels(int n, int nmax, const float *x, const float *qw, float iscale, int8_t *L, int offset,
+                       float *sumlx, float *suml2)
+{
+    float slx = 0, sl2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = imax(-nmax, imin(nmax - 1, round_k(iscale * x[i])));
+        if (L)
+            L[i] = (int8_t)(l + offset);
+        float w = qw ? qw[i] : x[i] * x[i];
+        slx += w * x[i] * l;
+        sl2 += w * l * l;
+    }
+    *sumlx = slx;
+    *suml2 = sl2;
+}
+
 /* Symmetric levels in [-nmax, nmax): the scale minimising sum w (x - s l)^2
  * over 19 candidate inverse scales around -nmax / max.  w = qw, or x^2 when
  * qw is NULL.  L receives l + nmax. */
@@ -59,27 +78,15 @@ static float search_sym(int n, int nmax, const float *x, int8_t *L, const float 
         return 0.f;
     }
     float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = imax(-nmax, imin(nmax - 1, round_k(iscale * x[i])));
-        L[i] = (int8_t)(l + nmax);
-        float w = qw ? qw[i] : x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    sym_levels(n, nmax, x, qw, iscale, L, nmax, &sumlx, &suml2);
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int step = -9; step <= 9; step++) {
         if (step == 0)
             continue;
         iscale = -(nmax + 0.1f * step) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; i++) {
-            int l = imax(-nmax, imin(nmax - 1, round_k(iscale * x[i])));
-            float w = qw ? qw[i] : x[i] * x[i];
-            sumlx += w * x[i] * l;
-            suml2 += w * l * l;
-        }
+        sym_levels(n, nmax, x, qw, iscale, NULL, 0, &sumlx, &suml2);
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
             for (int i = 0; i < n; i++)
                 L[i] = (int8_t)(nmax + imax(-nmax, imin(nmax - 1, round_k(iscale * x[i]))));
@@ -100,15 +107,8 @@ static float search_q3(int n, int nmax, const float *x, int8_t *L)
         memset(L, 0, (size_t)n);
         return 0.f;
     }
-    float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = imax(-nmax, imin(nmax - 1, round_k(iscale * x[i])));
-        L[i] = (int8_t)l;
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    sym_levels(n, nmax, x, NULL, -nmax / max, L, 0, &sumlx, &suml2);
     for (int pass = 0; pass < 5; pass++) {
         int changed = 0;
         for (int i = 0; i < n; i++) {
@@ -307,51 +307,47 @@ static void pack_q5(const uint8_t q[32], uint8_t qs[16], uint8_t qh_out[4])
     memcpy(qh_out, &qh, 4);
 }
 
-static void q4_0_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q4_0_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q4_0 *y = vy;
-    float w[SP_QK], sigma2 = qw ? row_sum_sq(x, n) / n : 0;
-    for (int64_t i = 0; i < n / SP_QK; i++, x += SP_QK) {
-        if (qw) {
-            int8_t L[SP_QK];
-            imatrix_weights(SP_QK, x, qw + i * SP_QK, sigma2, w);
-            y[i].d = f2h(search_sym(SP_QK, 8, x, L, w));
-            for (int j = 0; j < 16; j++)
-                y[i].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
-            continue;
-        }
-        float d = signed_absmax(x, SP_QK) / -8;
-        float id = d ? 1.0f / d : 0.0f;
-        y[i].d = f2h(d);
-        for (int j = 0; j < 16; j++) {
-            int a = imin(15, (int8_t)(x[j] * id + 8.5f));
-            int b = imin(15, (int8_t)(x[j + 16] * id + 8.5f));
-            y[i].qs[j] = (uint8_t)(a | (b << 4));
-        }
+    float w[SP_QK];
+    if (qw) {
+        int8_t L[SP_QK];
+        imatrix_weights(SP_QK, x, qw, sigma2, w);
+        y->d = f2h(search_sym(SP_QK, 8, x, L, w));
+        for (int j = 0; j < 16; j++)
+            y->qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+        return;
+    }
+    float d = signed_absmax(x, SP_QK) / -8;
+    float id = d ? 1.0f / d : 0.0f;
+    y->d = f2h(d);
+    for (int j = 0; j < 16; j++) {
+        int a = imin(15, (int8_t)(x[j] * id + 8.5f));
+        int b = imin(15, (int8_t)(x[j + 16] * id + 8.5f));
+        y->qs[j] = (uint8_t)(a | (b << 4));
     }
 }
 
-static void q5_0_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q5_0_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q5_0 *y = vy;
-    float w[SP_QK], sigma2 = qw ? row_sum_sq(x, n) / n : 0;
+    float w[SP_QK];
     uint8_t q[SP_QK];
-    for (int64_t i = 0; i < n / SP_QK; i++, x += SP_QK) {
-        if (qw) {
-            int8_t L[SP_QK];
-            imatrix_weights(SP_QK, x, qw + i * SP_QK, sigma2, w);
-            y[i].d = f2h(search_sym(SP_QK, 16, x, L, w));
-            for (int j = 0; j < SP_QK; j++)
-                q[j] = (uint8_t)L[j];
-        } else {
-            float d = signed_absmax(x, SP_QK) / -16;
-            float id = d ? 1.0f / d : 0.0f;
-            y[i].d = f2h(d);
-            for (int j = 0; j < SP_QK; j++)
-                q[j] = (uint8_t)imin(31, (int8_t)(x[j] * id + 16.5f));
-        }
-        pack_q5(q, y[i].qs, y[i].qh);
+    if (qw) {
+        int8_t L[SP_QK];
+        imatrix_weights(SP_QK, x, qw, sigma2, w);
+        y->d = f2h(search_sym(SP_QK, 16, x, L, w));
+        for (int j = 0; j < SP_QK; j++)
+            q[j] = (uint8_t)L[j];
+    } else {
+        float d = signed_absmax(x, SP_QK) / -16;
+        float id = d ? 1.0f / d : 0.0f;
+        y->d = f2h(d);
+        for (int j = 0; j < SP_QK; j++)
+            q[j] = (uint8_t)imin(31, (int8_t)(x[j] * id + 16.5f));
     }
+    pack_q5(q, y->qs, y->qh);
 }
 
 /* Q4_1 / Q5_1: levels [0, nmax] above the block minimum.  Without weights
@@ -383,47 +379,41 @@ static void q_1_block(const float *x, int nmax, const float *w, uint16_t *d_out,
     }
 }
 
-static void q4_1_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q4_1_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q4_1 *y = vy;
-    float w[SP_QK], sigma2 = qw ? row_sum_sq(x, n) / n : 0;
+    float w[SP_QK];
     uint8_t q[SP_QK];
-    for (int64_t i = 0; i < n / SP_QK; i++, x += SP_QK) {
-        if (qw)
-            imatrix_weights(SP_QK, x, qw + i * SP_QK, sigma2, w);
-        q_1_block(x, 15, qw ? w : NULL, &y[i].d, &y[i].m, q);
-        for (int j = 0; j < 16; j++)
-            y[i].qs[j] = (uint8_t)(q[j] | (q[j + 16] << 4));
-    }
+    if (qw)
+        imatrix_weights(SP_QK, x, qw, sigma2, w);
+    q_1_block(x, 15, qw ? w : NULL, &y->d, &y->m, q);
+    for (int j = 0; j < 16; j++)
+        y->qs[j] = (uint8_t)(q[j] | (q[j + 16] << 4));
 }
 
-static void q5_1_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q5_1_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q5_1 *y = vy;
-    float w[SP_QK], sigma2 = qw ? row_sum_sq(x, n) / n : 0;
+    float w[SP_QK];
     uint8_t q[SP_QK];
-    for (int64_t i = 0; i < n / SP_QK; i++, x += SP_QK) {
-        if (qw)
-            imatrix_weights(SP_QK, x, qw + i * SP_QK, sigma2, w);
-        q_1_block(x, 31, qw ? w : NULL, &y[i].d, &y[i].m, q);
-        pack_q5(q, y[i].qs, y[i].qh);
-    }
+    if (qw)
+        imatrix_weights(SP_QK, x, qw, sigma2, w);
+    q_1_block(x, 31, qw ? w : NULL, &y->d, &y->m, q);
+    pack_q5(q, y->qs, y->qh);
 }
 
-static void q8_0_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q8_0_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q8_0 *y = vy;
     (void)qw;
-    for (int64_t i = 0; i < n / SP_QK; i++, x += SP_QK) {
-        float amax = 0;
-        for (int j = 0; j < SP_QK; j++)
-            amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
-        float d = amax / 127;
-        float id = d ? 1.0f / d : 0.0f;
-        y[i].d = f2h(d);
-        for (int j = 0; j < SP_QK; j++)
-            y[i].qs[j] = (int8_t)roundf(x[j] * id);
-    }
+    float amax = 0;
+    for (int j = 0; j < SP_QK; j++)
+        amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+    float d = amax / 127;
+    float id = d ? 1.0f / d : 0.0f;
+    y->d = f2h(d);
+    for (int j = 0; j < SP_QK; j++)
+        y->qs[j] = (int8_t)roundf(x[j] * id);
 }
 
 /* ---------------------------------------------------------- K-quants */
@@ -437,56 +427,54 @@ static void pack_2bit(const uint8_t L[SP_QK_K], uint8_t qs[64])
             qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
 }
 
-static void q2_K_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q2_K_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q2_K *y = vy;
     uint8_t L[SP_QK_K], Laux[16], Ls[16], Lm[16];
     float w[16], mins[16], scales[16], sw[16];
-    for (int64_t i = 0; i < n / SP_QK_K; i++, x += SP_QK_K) {
-        if (qw) {
-            float sigma2 = row_sum_sq(x, SP_QK_K) / SP_QK_K;
-            for (int j = 0; j < 16; j++) {
-                imatrix_weights(16, x + 16 * j, qw + SP_QK_K * i + 16 * j, sigma2, w);
-                sw[j] = 0;
-                for (int l = 0; l < 16; l++)
-                    sw[j] += w[l];
-                scales[j] = search_asym(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36, false);
-            }
-            y[i].d = f2h(search_pos(16, 15, scales, Ls, sw));
-            y[i].dmin = f2h(search_pos(16, 15, mins, Lm, sw));
-            for (int j = 0; j < 16; j++)
-                y[i].scales[j] = (uint8_t)(Ls[j] | (Lm[j] << 4));
-        } else {
-            float max_scale = 0, max_min = 0;
-            for (int j = 0; j < 16; j++) {
-                for (int l = 0; l < 16; l++)
-                    w[l] = fabsf(x[16 * j + l]);
-                scales[j] = search_asym(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
-                if (scales[j] > max_scale)
-                    max_scale = scales[j];
-                if (mins[j] > max_min)
-                    max_min = mins[j];
-            }
-            const float q4scale = 15.f;
-            for (int j = 0; j < 16; j++)
-                y[i].scales[j] = max_scale > 0 ? (uint8_t)round_k(q4scale / max_scale * scales[j]) : 0;
-            y[i].d = f2h(max_scale > 0 ? max_scale / q4scale : 0.f);
-            if (max_min > 0)
-                for (int j = 0; j < 16; j++)
-                    y[i].scales[j] |= (uint8_t)(round_k(q4scale / max_min * mins[j]) << 4);
-            y[i].dmin = f2h(max_min > 0 ? max_min / q4scale : 0.f);
-        }
-        float dall = h2f(y[i].d), mall = h2f(y[i].dmin);
+    if (qw) {
+        sigma2 = row_sum_sq(x, SP_QK_K) / SP_QK_K; /* the super-block's, not the row's */
         for (int j = 0; j < 16; j++) {
-            float d = dall * (y[i].scales[j] & 0xF);
-            if (!d)
-                continue;
-            float m = mall * (y[i].scales[j] >> 4);
+            imatrix_weights(16, x + 16 * j, qw + 16 * j, sigma2, w);
+            sw[j] = 0;
             for (int l = 0; l < 16; l++)
-                L[16 * j + l] = (uint8_t)imax(0, imin(3, round_k((x[16 * j + l] + m) / d)));
+                sw[j] += w[l];
+            scales[j] = search_asym(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36, false);
         }
-        pack_2bit(L, y[i].qs);
+        y->d = f2h(search_pos(16, 15, scales, Ls, sw));
+        y->dmin = f2h(search_pos(16, 15, mins, Lm, sw));
+        for (int j = 0; j < 16; j++)
+            y->scales[j] = (uint8_t)(Ls[j] | (Lm[j] << 4));
+    } else {
+        float max_scale = 0, max_min = 0;
+        for (int j = 0; j < 16; j++) {
+            for (int l = 0; l < 16; l++)
+                w[l] = fabsf(x[16 * j + l]);
+            scales[j] = search_asym(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+            if (scales[j] > max_scale)
+                max_scale = scales[j];
+            if (mins[j] > max_min)
+                max_min = mins[j];
+        }
+        const float q4scale = 15.f;
+        for (int j = 0; j < 16; j++)
+            y->scales[j] = max_scale > 0 ? (uint8_t)round_k(q4scale / max_scale * scales[j]) : 0;
+        y->d = f2h(max_scale > 0 ? max_scale / q4scale : 0.f);
+        if (max_min > 0)
+            for (int j = 0; j < 16; j++)
+                y->scales[j] |= (uint8_t)(round_k(q4scale / max_min * mins[j]) << 4);
+        y->dmin = f2h(max_min > 0 ? max_min / q4scale : 0.f);
     }
+    float dall = h2f(y->d), mall = h2f(y->dmin);
+    for (int j = 0; j < 16; j++) {
+        float d = dall * (y->scales[j] & 0xF);
+        if (!d)
+            continue;
+        float m = mall * (y->scales[j] >> 4);
+        for (int l = 0; l < 16; l++)
+            L[16 * j + l] = (uint8_t)imax(0, imin(3, round_k((x[16 * j + l] + m) / d)));
+    }
+    pack_2bit(L, y->qs);
 }
 
 /* Q3_K's 16 6-bit scales (stored + 32): low nibbles in bytes 0..7, high
@@ -510,69 +498,67 @@ static int q3_K_get_scale(const uint8_t s[12], int j)
     return (sc | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
 }
 
-static void q3_K_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q3_K_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q3_K *y = vy;
     int8_t L[SP_QK_K], Ls[16];
     float scales[16], w[16], sw[16];
     int lv[16];
-    for (int64_t i = 0; i < n / SP_QK_K; i++, x += SP_QK_K) {
-        if (qw) {
-            float sigma2 = 2 * row_sum_sq(x, SP_QK_K) / SP_QK_K;
-            for (int j = 0; j < 16; j++) {
-                imatrix_weights(16, x + 16 * j, qw + SP_QK_K * i + 16 * j, sigma2, w);
-                float sumw = 0;
-                for (int l = 0; l < 16; l++)
-                    sumw += w[l];
-                sw[j] = sumw;
-                scales[j] = search_sym(16, 4, x + 16 * j, L + 16 * j, w);
-            }
-            float d_block = search_sym(16, 32, scales, Ls, sw);
-            for (int j = 0; j < 16; j++)
-                lv[j] = Ls[j];
-            q3_K_set_scales(y[i].scales, lv);
-            y[i].d = f2h(d_block);
-        } else {
-            float max_scale = 0, amax = 0;
-            for (int j = 0; j < 16; j++) {
-                scales[j] = search_q3(16, 4, x + 16 * j, L + 16 * j);
-                if (fabsf(scales[j]) > amax) {
-                    amax = fabsf(scales[j]);
-                    max_scale = scales[j];
-                }
-            }
-            if (max_scale) {
-                float iscale = -32.f / max_scale;
-                for (int j = 0; j < 16; j++) {
-                    int8_t l = (int8_t)round_k(iscale * scales[j]);
-                    lv[j] = imax(-32, imin(31, l)) + 32;
-                }
-                q3_K_set_scales(y[i].scales, lv);
-                y[i].d = f2h(1 / iscale);
-            } else {
-                memset(y[i].scales, 0, 12);
-                y[i].d = f2h(0.f);
-            }
-        }
+    if (qw) {
+        sigma2 = 2 * row_sum_sq(x, SP_QK_K) / SP_QK_K; /* the super-block's, not the row's */
         for (int j = 0; j < 16; j++) {
-            float d = h2f(y[i].d) * q3_K_get_scale(y[i].scales, j);
-            if (!d)
-                continue;
+            imatrix_weights(16, x + 16 * j, qw + 16 * j, sigma2, w);
+            float sumw = 0;
             for (int l = 0; l < 16; l++)
-                L[16 * j + l] = (int8_t)(imax(-4, imin(3, round_k(x[16 * j + l] / d))) + 4);
+                sumw += w[l];
+            sw[j] = sumw;
+            scales[j] = search_sym(16, 4, x + 16 * j, L + 16 * j, w);
         }
-        /* the high bit of element j goes to bit j / 32 of hmask[j % 32] */
-        memset(y[i].hmask, 0, sizeof y[i].hmask);
-        uint8_t low[SP_QK_K];
-        for (int j = 0; j < SP_QK_K; j++) {
-            low[j] = (uint8_t)L[j];
-            if (L[j] > 3) {
-                y[i].hmask[j % 32] |= (uint8_t)(1 << (j / 32));
-                low[j] = (uint8_t)(L[j] - 4);
+        float d_block = search_sym(16, 32, scales, Ls, sw);
+        for (int j = 0; j < 16; j++)
+            lv[j] = Ls[j];
+        q3_K_set_scales(y->scales, lv);
+        y->d = f2h(d_block);
+    } else {
+        float max_scale = 0, amax = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = search_q3(16, 4, x + 16 * j, L + 16 * j);
+            if (fabsf(scales[j]) > amax) {
+                amax = fabsf(scales[j]);
+                max_scale = scales[j];
             }
         }
-        pack_2bit(low, y[i].qs);
+        if (max_scale) {
+            float iscale = -32.f / max_scale;
+            for (int j = 0; j < 16; j++) {
+                int8_t l = (int8_t)round_k(iscale * scales[j]);
+                lv[j] = imax(-32, imin(31, l)) + 32;
+            }
+            q3_K_set_scales(y->scales, lv);
+            y->d = f2h(1 / iscale);
+        } else {
+            memset(y->scales, 0, 12);
+            y->d = f2h(0.f);
+        }
     }
+    for (int j = 0; j < 16; j++) {
+        float d = h2f(y->d) * q3_K_get_scale(y->scales, j);
+        if (!d)
+            continue;
+        for (int l = 0; l < 16; l++)
+            L[16 * j + l] = (int8_t)(imax(-4, imin(3, round_k(x[16 * j + l] / d))) + 4);
+    }
+    /* the high bit of element j goes to bit j / 32 of hmask[j % 32] */
+    memset(y->hmask, 0, sizeof y->hmask);
+    uint8_t low[SP_QK_K];
+    for (int j = 0; j < SP_QK_K; j++) {
+        low[j] = (uint8_t)L[j];
+        if (L[j] > 3) {
+            y->hmask[j % 32] |= (uint8_t)(1 << (j / 32));
+            low[j] = (uint8_t)(L[j] - 4);
+        }
+    }
+    pack_2bit(low, y->qs);
 }
 
 /* Q4_K / Q5_K's 8 scale and 8 minimum levels (6 bits each) in 12 bytes. */
@@ -662,93 +648,87 @@ static void k45_block(const float *x, int nmax, const float *qw, uint16_t *d_out
     }
 }
 
-static void q4_K_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q4_K_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q4_K *y = vy;
     uint8_t L[SP_QK_K];
-    for (int64_t i = 0; i < n / SP_QK_K; i++, x += SP_QK_K) {
-        k45_block(x, 15, qw ? qw + SP_QK_K * i : NULL, &y[i].d, &y[i].dmin, y[i].scales, L);
-        for (int j = 0; j < SP_QK_K; j += 64)
-            for (int l = 0; l < 32; l++)
-                y[i].qs[j / 2 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
-    }
+    k45_block(x, 15, qw, &y->d, &y->dmin, y->scales, L);
+    for (int j = 0; j < SP_QK_K; j += 64)
+        for (int l = 0; l < 32; l++)
+            y->qs[j / 2 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
 }
 
-static void q5_K_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q5_K_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q5_K *y = vy;
     uint8_t L[SP_QK_K];
-    for (int64_t i = 0; i < n / SP_QK_K; i++, x += SP_QK_K) {
-        k45_block(x, 31, qw ? qw + SP_QK_K * i : NULL, &y[i].d, &y[i].dmin, y[i].scales, L);
-        memset(y[i].qh, 0, sizeof y[i].qh);
-        for (int j = 0; j < SP_QK_K; j += 64) {
-            uint8_t m1 = (uint8_t)(1 << (j / 32)), m2 = (uint8_t)(2 << (j / 32));
-            for (int l = 0; l < 32; l++) {
-                int l1 = L[j + l], l2 = L[j + l + 32];
-                if (l1 > 15) {
-                    l1 -= 16;
-                    y[i].qh[l] |= m1;
-                }
-                if (l2 > 15) {
-                    l2 -= 16;
-                    y[i].qh[l] |= m2;
-                }
-                y[i].qs[j / 2 + l] = (uint8_t)(l1 | (l2 << 4));
+    k45_block(x, 31, qw, &y->d, &y->dmin, y->scales, L);
+    memset(y->qh, 0, sizeof y->qh);
+    for (int j = 0; j < SP_QK_K; j += 64) {
+        uint8_t m1 = (uint8_t)(1 << (j / 32)), m2 = (uint8_t)(2 << (j / 32));
+        for (int l = 0; l < 32; l++) {
+            int l1 = L[j + l], l2 = L[j + l + 32];
+            if (l1 > 15) {
+                l1 -= 16;
+                y->qh[l] |= m1;
             }
+            if (l2 > 15) {
+                l2 -= 16;
+                y->qh[l] |= m2;
+            }
+            y->qs[j / 2 + l] = (uint8_t)(l1 | (l2 << 4));
         }
     }
 }
 
-static void q6_K_row(const float *x, void *vy, int64_t n, const float *qw)
+static void q6_K_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q6_K *y = vy;
     int8_t L[SP_QK_K];
     float scales[16];
-    for (int64_t i = 0; i < n / SP_QK_K; i++, x += SP_QK_K) {
-        float max_scale = 0, max_abs = 0;
-        for (int j = 0; j < 16; j++) {
-            scales[j] = search_sym(16, 32, x + 16 * j, L + 16 * j, qw ? qw + SP_QK_K * i + 16 * j : NULL);
-            if (fabsf(scales[j]) > max_abs) {
-                max_abs = fabsf(scales[j]);
-                max_scale = scales[j];
-            }
+    float max_scale = 0, max_abs = 0;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = search_sym(16, 32, x + 16 * j, L + 16 * j, qw ? qw + 16 * j : NULL);
+        if (fabsf(scales[j]) > max_abs) {
+            max_abs = fabsf(scales[j]);
+            max_scale = scales[j];
         }
-        if (max_abs < SP_GROUP_EPS) {
-            memset(&y[i], 0, sizeof y[i]);
+    }
+    if (max_abs < SP_GROUP_EPS) {
+        memset(y, 0, sizeof *y);
+        return;
+    }
+    float iscale = -128.f / max_scale;
+    y->d = f2h(1 / iscale);
+    for (int j = 0; j < 16; j++)
+        y->scales[j] = (int8_t)imin(127, round_k(iscale * scales[j]));
+    for (int j = 0; j < 16; j++) {
+        float d = h2f(y->d) * y->scales[j];
+        if (!d)
             continue;
-        }
-        float iscale = -128.f / max_scale;
-        y[i].d = f2h(1 / iscale);
-        for (int j = 0; j < 16; j++)
-            y[i].scales[j] = (int8_t)imin(127, round_k(iscale * scales[j]));
-        for (int j = 0; j < 16; j++) {
-            float d = h2f(y[i].d) * y[i].scales[j];
-            if (!d)
-                continue;
-            for (int l = 0; l < 16; l++)
-                L[16 * j + l] = (int8_t)(imax(-32, imin(31, round_k(x[16 * j + l] / d))) + 32);
-        }
-        for (int j = 0; j < SP_QK_K; j += 128) {
-            uint8_t *ql = y[i].ql + j / 2, *qh = y[i].qh + j / 4;
-            for (int l = 0; l < 32; l++) {
-                ql[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 64] & 0xF) << 4));
-                ql[l + 32] = (uint8_t)((L[j + l + 32] & 0xF) | ((L[j + l + 96] & 0xF) << 4));
-                qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
-                                  ((L[j + l + 96] >> 4) << 6));
-            }
+        for (int l = 0; l < 16; l++)
+            L[16 * j + l] = (int8_t)(imax(-32, imin(31, round_k(x[16 * j + l] / d))) + 32);
+    }
+    for (int j = 0; j < SP_QK_K; j += 128) {
+        uint8_t *ql = y->ql + j / 2, *qh = y->qh + j / 4;
+        for (int l = 0; l < 32; l++) {
+            ql[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 64] & 0xF) << 4));
+            ql[l + 32] = (uint8_t)((L[j + l + 32] & 0xF) | ((L[j + l + 96] & 0xF) << 4));
+            qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                              ((L[j + l + 96] >> 4) << 6));
         }
     }
 }
 
 /* -------------------------------------------------------- float types */
 
-static void f32_row(const float *x, void *y, int64_t n, const float *qw)
+static void f32_block(const float *x, void *y, int64_t n, const float *qw, float sigma2)
 {
     (void)qw;
     memcpy(y, x, (size_t)n * sizeof(float));
 }
 
-static void f16_row(const float *x, void *vy, int64_t n, const float *qw)
+static void f16_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     uint16_t *y = vy;
     (void)qw;
@@ -756,7 +736,7 @@ static void f16_row(const float *x, void *vy, int64_t n, const float *qw)
         y[i] = f2h(x[i]);
 }
 
-static void bf16_row(const float *x, void *vy, int64_t n, const float *qw)
+static void bf16_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     uint16_t *y = vy;
     (void)qw;
@@ -766,14 +746,18 @@ static void bf16_row(const float *x, void *vy, int64_t n, const float *qw)
 
 /* ------------------------------------------------------------- table */
 
-typedef void (*sp_quant_row_fn)(const float *x, void *y, int64_t n, const float *qw);
+/* Writes one block of a type: x[0..n) into y, n being the type's block
+ * size, or the whole row for the float types (block size 1).  qw: the
+ * block's importance weights (NULL: none); sigma2: with qw, the row's mean
+ * square. */
+typedef void (*sp_quant_block_fn)(const float *x, void *y, int64_t n, const float *qw, float sigma2);
 
-static const sp_quant_row_fn sp_quant_writers[SP_TYPE_COUNT] = {
-    [SP_TYPE_F32] = f32_row,   [SP_TYPE_F16] = f16_row,   [SP_TYPE_BF16] = bf16_row,
-    [SP_TYPE_Q4_0] = q4_0_row, [SP_TYPE_Q4_1] = q4_1_row, [SP_TYPE_Q5_0] = q5_0_row,
-    [SP_TYPE_Q5_1] = q5_1_row, [SP_TYPE_Q8_0] = q8_0_row, [SP_TYPE_Q2_K] = q2_K_row,
-    [SP_TYPE_Q3_K] = q3_K_row, [SP_TYPE_Q4_K] = q4_K_row, [SP_TYPE_Q5_K] = q5_K_row,
-    [SP_TYPE_Q6_K] = q6_K_row,
+static const sp_quant_block_fn sp_quant_writers[SP_TYPE_COUNT] = {
+    [SP_TYPE_F32] = f32_block,   [SP_TYPE_F16] = f16_block,   [SP_TYPE_BF16] = bf16_block,
+    [SP_TYPE_Q4_0] = q4_0_block, [SP_TYPE_Q4_1] = q4_1_block, [SP_TYPE_Q5_0] = q5_0_block,
+    [SP_TYPE_Q5_1] = q5_1_block, [SP_TYPE_Q8_0] = q8_0_block, [SP_TYPE_Q2_K] = q2_K_block,
+    [SP_TYPE_Q3_K] = q3_K_block, [SP_TYPE_Q4_K] = q4_K_block, [SP_TYPE_Q5_K] = q5_K_block,
+    [SP_TYPE_Q6_K] = q6_K_block,
 };
 
 bool sp_quant_can_write(uint32_t type)
@@ -790,7 +774,15 @@ sp_status sp_quant_rows(uint32_t type, const float *src, void *dst, int64_t n_ro
     if (n_rows < 0 || n_per_row <= 0 || !sp_type_row_size(type, n_per_row, &row_bytes))
         return sp_error_set(SP_ERR_ARG, "rows of %lld elements cannot be stored as %s", (long long)n_per_row,
                             sp_type_get(type)->name);
-    for (int64_t r = 0; r < n_rows; r++)
-        sp_quant_writers[type](src + r * n_per_row, (uint8_t *)dst + (size_t)r * row_bytes, n_per_row, imatrix);
+    const struct sp_type_traits *t = sp_type_get(type);
+    int64_t step = t->block_size > 1 ? t->block_size : n_per_row;
+    size_t step_bytes = t->block_size > 1 ? t->type_size : row_bytes;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *x = src + r * n_per_row;
+        uint8_t *y = (uint8_t *)dst + (size_t)r * row_bytes;
+        float sigma2 = imatrix ? row_sum_sq(x, n_per_row) / n_per_row : 0;
+        for (int64_t i = 0; i < n_per_row; i += step, y += step_bytes)
+            sp_quant_writers[type](x + i, y, step, imatrix ? imatrix + i : NULL, sigma2);
+    }
     return SP_OK;
 }

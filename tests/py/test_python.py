@@ -1,7 +1,9 @@
 """The Python package (bindings/python): `pip install ./bindings/python`
 builds libspindle.so into it, and spindle.Model generates what `spindle
-run` generates, streams, chats, tokenizes, reports logprobs, and raises
-SpindleError with the library's message.  Installed into a temporary
+run` generates, streams, chats, tokenizes, reports logprobs, embeds as
+`spindle embed` does, constrains output to a grammar or JSON Schema with
+checks and retries, decodes speculatively to the same text, stores the KV
+cache quantized, and raises SpindleError with the library's message.  Installed into a temporary
 directory (no change to build/venv), imported in this process."""
 import ctypes
 import importlib
@@ -150,3 +152,129 @@ def test_struct_layouts_match_the_header(spindle_pkg, tmp_path):
     for cname, cls in capi.STRUCTS.items():
         py = [ctypes.sizeof(cls)] + [getattr(cls, f).offset for f, _ in cls._fields_]
         assert py == c[cname], (cname, py, c[cname])
+
+
+# ---- embeddings, constrained output, speculative decoding, KV cache types ----
+
+SENTENCES = ["The cat sat on the mat.", "A dog slept in the sun.", "Grüße aus Köln"]
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
+          "properties": {"name": {"type": "string", "maxLength": 20},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                         "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 3}}}
+REPEAT = "Count: one two three four five six seven eight nine ten. Again: one two three four"
+
+
+def _spindle_embed(run_plain, model, tmp_path, *args):
+    f = tmp_path / "lines.txt"
+    f.write_text("\n".join(SENTENCES) + "\n")
+    r = run_plain("embed", "-m", model, "--file", f, *args)
+    assert r.returncode == 0, r.stderr
+    # 9 significant digits: each float32 printed is that float exactly
+    return [[ctypes.c_float(v).value for v in json.loads(line)] for line in r.stdout.splitlines()]
+
+
+def test_embed_equals_spindle_embed(spindle_pkg, run_plain, embed_path, smollm2_path, tmp_path):
+    with spindle_pkg.Model(embed_path) as e:
+        assert e.pooling == "mean" and e.n_embd == 384
+        want = _spindle_embed(run_plain, embed_path, tmp_path)
+        got = e.embed(SENTENCES)
+        assert got == want
+        assert e.embed(SENTENCES[1]) == want[1]                        # alone as batched
+        assert e.embed(e.tokenize(SENTENCES[0])) == want[0]            # token ids
+        assert e.embed([]) == []
+        assert sum(x * x for x in got[0]) == pytest.approx(1.0, abs=1e-5)
+    with spindle_pkg.Model(smollm2_path, n_ctx=256) as m:
+        want = _spindle_embed(run_plain, smollm2_path, tmp_path, "--pooling", "last", "--no-normalize")
+        got = m.embed(SENTENCES, pooling="last", normalize=False)
+        assert got == want and sum(x * x for x in got[0]) > 2.0
+        with pytest.raises(spindle_pkg.SpindleError, match="pooling.*'max'"):
+            m.embed("x", pooling="max")
+        with pytest.raises(spindle_pkg.SpindleError, match="input"):
+            m.embed(["fine", "word " * 600])
+
+
+def test_json_schema_output_is_valid_and_equals_spindle_run(model, run_plain, smollm2_path, tmp_path):
+    import jsonschema
+    msgs = [{"role": "user", "content": "Describe a person as JSON."}]
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA))
+    want = run_plain("run", "-m", smollm2_path, "--chat", "-p", msgs[0]["content"], "--json-schema", schema_file,
+                     "-n", 96, "--temp", 0)
+    assert want.returncode == 0, want.stderr
+    got = model.chat(msgs, json_schema=SCHEMA, max_tokens=96, temperature=0)
+    assert got == want.stdout
+    jsonschema.validate(json.loads(got), SCHEMA)
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+    assert model.chat(msgs, response_format=fmt, max_tokens=96, temperature=0) == got
+    g = model.grammar(json_schema=json.dumps(SCHEMA))
+    assert model.chat(msgs, grammar=g, max_tokens=96, temperature=0) == got   # a Grammar is reused
+    assert g.check(got) is None
+    assert "grammar" in g.check('{"name":"%s","age":1,"tags":[]}' % ("x" * 30))   # maxLength: enforced
+    # sampled: every answer parses and matches
+    for seed in range(3):
+        c = model.complete(model.chat_tokens(msgs), json_schema=SCHEMA, max_tokens=96, temperature=1.0, seed=seed)
+        assert c.finish_reason == "stop" and c.valid, (c.text, c.error)
+        jsonschema.validate(json.loads(c.text), SCHEMA)
+    # any JSON object
+    ask = [{"role": "user", "content": 'Reply with a JSON object with the key "ok" set to true.'}]
+    assert json.loads(model.chat(ask, response_format={"type": "json_object"}, max_tokens=64,
+                                 temperature=0)) == {"ok": True}
+
+
+def test_gbnf_grammar_and_retries(spindle_pkg, model):
+    for seed in range(4):
+        assert model.generate("Is water wet? Answer:", grammar='root ::= " yes" | " no"', max_tokens=8,
+                              temperature=1.0, seed=seed) in (" yes", " no")
+    stream = list(model.generate("Is water wet? Answer:", grammar='root ::= " yes" | " no"', max_tokens=8,
+                                 temperature=0, stream=True))
+    assert len(stream) == 1 and stream[0] in (" yes", " no")   # held back until checked
+    # no grammar enforces multipleOf: every attempt is checked and retried
+    never = {"type": "integer", "minimum": 1, "maximum": 99, "multipleOf": 101}
+    assert model.grammar(json_schema=never).check("23") == "$: 23 is not a multiple of 101"
+    c = model.complete("A number:", json_schema=never, max_retries=3, max_tokens=8, temperature=0.8, seed=1)
+    assert c.finish_reason == "error" and c.attempts == 4 and not c.valid
+    assert "multiple of 101" in c.error and "attempt 4 of 4" in c.error
+    with pytest.raises(spindle_pkg.SpindleError, match="multiple of 101"):
+        model.generate("A number:", json_schema=never, max_retries=1, max_tokens=8, temperature=0.8, seed=1)
+    with pytest.raises(spindle_pkg.SpindleError, match="line 1"):
+        model.grammar(gbnf="root ::= (")
+    with pytest.raises(spindle_pkg.SpindleError, match="not"):
+        model.grammar(json_schema={"not": {"type": "string"}})
+    with pytest.raises(spindle_pkg.SpindleError, match="max_retries"):
+        model.generate("x", grammar='root ::= "a"', max_retries=17)
+    with pytest.raises(TypeError, match="exclude"):
+        model.chat([{"role": "user", "content": "x"}], json_schema={}, response_format={"type": "json_object"})
+    with pytest.raises(ValueError, match="response_format"):
+        model.chat([{"role": "user", "content": "x"}], response_format={"type": "xml"})
+
+
+@pytest.mark.parametrize("spec", [dict(spec="ngram"), dict(spec="self", spec_layers=15), dict(spec="draft")])
+def test_speculative_decoding_keeps_the_greedy_text(spindle_pkg, model, smollm2_path, spec):
+    want = model.generate(REPEAT, max_tokens=48, temperature=0)
+    if spec["spec"] == "draft":
+        spec = dict(spec, draft_model=smollm2_path)   # the model itself: a draft with its vocabulary
+    with spindle_pkg.Model(smollm2_path, n_ctx=1024, spec_k=4, spec_fixed=True, **spec) as s:
+        assert s.generate(REPEAT, max_tokens=48, temperature=0) == want
+        st = s.stats
+        assert st["spec_drafted"] > 0 and 0 < st["spec_accepted"] <= st["spec_drafted"], st
+    assert model.stats["spec_drafted"] == 0
+
+
+def test_speculative_options_are_checked(spindle_pkg, smollm2_path, gemma3_path):
+    with pytest.raises(spindle_pkg.SpindleError, match="spec.*'fast'"):
+        spindle_pkg.Model(smollm2_path, spec="fast")
+    with spindle_pkg.Model(smollm2_path, spec="draft", draft_model=gemma3_path) as s:
+        with pytest.raises(spindle_pkg.SpindleError, match="vocabular"):
+            s.generate("Hi", max_tokens=2)
+
+
+def test_kv_cache_types_equal_spindle_run(spindle_pkg, run_plain, model, smollm2_path):
+    want = run_plain("run", "-m", smollm2_path, "-p", REPEAT, "-n", 24, "--temp", 0, "--ctx", 1024,
+                     "--cache-type-k", "q8_0", "--cache-type-v", "q4_0")
+    assert want.returncode == 0, want.stderr
+    with spindle_pkg.Model(smollm2_path, n_ctx=1024, cache_type_k="q8_0", cache_type_v="q4_0") as q:
+        assert q.generate(REPEAT, max_tokens=24, temperature=0) == want.stdout
+        # keys 8.5 and values 4.5 bits a value against 16 + 16
+        assert q.stats["kv_bytes"] == pytest.approx(model.stats["kv_bytes"] * (8.5 + 4.5) / 32, rel=0.01)
+    with pytest.raises(spindle_pkg.SpindleError, match="cache_type_v.*f16, q8_0 or q4_0"):
+        spindle_pkg.Model(smollm2_path, cache_type_v="q9")

@@ -54,6 +54,10 @@ class GenParams(Structure):
                 ("validate", c_void_p), ("validate_ctx", c_void_p), ("max_retries", c_int)]
 
 
+class EmbedParams(Structure):
+    _fields_ = [("pooling", c_int), ("no_normalize", c_bool)]
+
+
 class TopLogprob(Structure):
     _fields_ = [("id", c_int32), ("logprob", c_float)]
 
@@ -92,7 +96,7 @@ STRUCTS = {
     "sp_model_params": ModelParams, "sp_model_info": ModelInfo, "sp_engine_params": EngineParams,
     "sp_logit_bias": LogitBias, "sp_sampler_params": SamplerParams, "sp_gen_params": GenParams,
     "sp_token_logprobs": TokenLogprobs, "sp_token_event": TokenEvent, "sp_chat_msg": ChatMsg,
-    "sp_engine_stats": EngineStats, "sp_tensor_info": TensorInfo,
+    "sp_engine_stats": EngineStats, "sp_tensor_info": TensorInfo, "sp_embed_params": EmbedParams,
 }
 
 EVENT_FN = CFUNCTYPE(None, c_void_p, POINTER(TokenEvent))
@@ -129,10 +133,20 @@ _SIGNATURES = {
     "sp_engine_stats_get": (None, [_P, POINTER(EngineStats)]),
     "sp_engine_step": (c_int, [_P]),
     "sp_engine_logits": (c_int, [_P, POINTER(c_int32), c_size_t, c_size_t, LOGITS_FN, c_void_p]),
+    "sp_cache_type_parse": (c_int, [c_char_p, POINTER(c_int)]),
+    "sp_spec_kind_parse": (c_int, [c_char_p, POINTER(c_int)]),
+    "sp_pooling_name": (c_char_p, [c_int]),
+    "sp_pooling_parse": (c_int, [c_char_p, POINTER(c_int)]),
+    "sp_model_pooling": (c_int, [_P]),
+    "sp_engine_embed": (c_int, [_P, POINTER(POINTER(c_int32)), POINTER(c_size_t), c_size_t, POINTER(EmbedParams),
+                                POINTER(c_float)]),
+    "sp_engine_n_embd": (c_int, [_P]),
+    "sp_engine_embed_max_tokens": (c_int, [_P]),
     "sp_gen_params_default": (None, [POINTER(GenParams)]),
     "sp_grammar_create": (c_int, [_P, c_int, c_char_p, c_size_t, POINTER(_P)]),
     "sp_grammar_free": (None, [_P]),
     "sp_grammar_check_text": (c_int, [_P, c_char_p, c_size_t, c_char_p, c_size_t]),
+    "sp_grammar_json_object_gbnf": (c_char_p, []),
     "sp_request_submit": (c_int, [_P, POINTER(c_int32), c_size_t, POINTER(GenParams), EVENT_FN, c_void_p,
                                   POINTER(_P)]),
     "sp_request_poll": (c_bool, [_P, POINTER(TokenEvent)]),
