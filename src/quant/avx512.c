@@ -32,9 +32,9 @@
  * asks a quarter at a time: asked all at once, the requests bunch up and
  * stall the tile.  Decode (one to three columns) does too little work per
  * byte for such a short distance to hide the memory's latency: one
- * thread streams Q4_K at 24 GB/s with no prefetch and at 20-30 GB/s 1-2.5
- * KB ahead, but at 33 GB/s 8 KB ahead (Q6_K 25 -> 34, two columns 12 ->
- * 30; bench/packed_gemm, K = 4096, 65536 rows, Zen 5). */
+ * thread streams Q4_K at 17-25 GB/s with no prefetch and 26-30 GB/s 1-2.5
+ * KB ahead, but at 33-34 GB/s 8 KB ahead (Q6_K 25 -> 34, two columns 12
+ * -> 30; bench/packed_gemm, K = 4096, 65536 rows, Zen 5). */
 #define P16_PF_BYTES 2560
 #define P16_PF_STREAM 8192
 ALWAYS_INLINE void p16_prefetch(const int nc, const uint8_t *p, size_t ahead, size_t bytes)
