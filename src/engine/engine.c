@@ -204,25 +204,10 @@ void sp_engine_stats_get(const struct sp_engine *e, struct sp_engine_stats *o)
         sp_spec_totals(e->spec, &o->spec_drafted, &o->spec_accepted);
 }
 
-static uint64_t sp_tensor_bytes(const struct sp_tensor *t)
-{
-    return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne1 : 0;
-}
-
 void sp_engine_memory(const struct sp_engine *e, struct sp_engine_memory *o)
 {
     const struct sp_model *m = e->model;
-    /* the embedding table is read a row per token: resident as tokens are
-     * seen, so counted only when it is also the (tied) output head */
-    o->weights = sp_tensor_bytes(&m->output) + sp_tensor_bytes(&m->out_norm);
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const struct sp_layer *L = &m->layers[l];
-        const struct sp_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->q_norm, &L->k_norm,
-                                        &L->post_attn_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
-                                        &L->post_ffn_norm};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-            o->weights += sp_tensor_bytes(ts[i]);
-    }
+    o->weights = m->resident_bytes;
     struct sp_kv_stats all, paged;
     sp_kv_stats(e->kv, (uint32_t)e->n_parallel, &all);
     sp_kv_stats(e->kv, 0, &paged);

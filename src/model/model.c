@@ -602,16 +602,19 @@ static sp_status sp_model_repack(struct sp_model *m, const struct sp_progress *p
         sp_progress_report(progress, "repacking weights", done, total);
         m->n_packed++;
     }
+    for (size_t i = 0; i < n; i++)
+        m->resident_bytes += sp_bytes(mats[i]);
 free_mats:
     free(mats);
     return st;
 }
 
-/* Copies the vectors (norm weights) into one owned buffer.  Read in place
- * they sit between matrices whose pages were dropped after repacking, and
- * each one read maps its whole page-cache folio back in (up to megabytes of
- * matrix data on kernels with large folios): resident memory would depend
- * on how the file came into the page cache. */
+/* Copies the vectors (norm weights, biases, shared-expert gates) into one
+ * owned buffer.  Read in place they sit between matrices whose pages were
+ * dropped after repacking, and each one read maps its whole page-cache
+ * folio back in (up to megabytes of matrix data on kernels with large
+ * folios): resident memory would depend on how the file came into the
+ * page cache. */
 static sp_status sp_model_own_vectors(struct sp_model *m)
 {
     size_t total = 0;
@@ -626,7 +629,7 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->bo : &m->embd_norm, L ? &L->b_up : &m->embd_norm_b,
                                       L ? &L->b_down : NULL, L ? &L->attn_out_norm : NULL,
                                       L ? &L->attn_out_norm_b : NULL, L ? &L->ffn_out_norm : NULL,
-                                      L ? &L->ffn_out_norm_b : NULL};
+                                      L ? &L->ffn_out_norm_b : NULL, L ? &L->shexp_gate : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -642,6 +645,8 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
         }
         if (pass == 0 && total && !(m->vectors = aligned_alloc(64, total)))
             return sp_error_set(SP_ERR_NOMEM, "model: no memory for %zu bytes of norm weights", total);
+        if (pass == 0)
+            m->resident_bytes += total;
         if (!total)
             return SP_OK;
     }

@@ -131,6 +131,8 @@ struct sp_model {
     uint32_t n_packed;         /* how many */
     void *vectors;             /* owned: the norm weights, copied out of the mapping */
     uint64_t weights_bytes;    /* bytes of weight data read per token (routed experts: the used ones) */
+    uint64_t resident_bytes;   /* weights held in memory: every matrix (all experts) and vector; the
+                                  embedding table only as a tied head (other rows are read per token) */
     uint64_t file_bytes;
     char features[256];        /* sp_model_features' words */
 };

@@ -22,19 +22,24 @@
 #define P16_COLS 8       /* activation columns per register tile */
 #define P16_COL_CHUNK 64 /* columns kept in L2 while a thread's row groups stream by */
 
-/* The first tile over a row group (the one that reads it from memory) of
- * nc >= 4 columns asks for [p, p + bytes): the bytes it is about to read,
- * P16_PF_BYTES further on (groups are contiguous, so past a group's end
- * this is the next group's start): with the hardware prefetcher alone an
- * 8-column tile waits on memory for about half its time.  A K-quant
- * super-block (2.3 and 3.4 KB) asks a quarter at a time, at least one
- * super-block ahead: asked all at once, the requests bunch up and stall
- * the tile.  One or two columns stream faster without it. */
+/* The first tile over a row group (the one that reads it from memory)
+ * asks for the bytes it reads `ahead` (nc >= 4) or P16_PF_STREAM (nc < 4)
+ * bytes further on, [p + distance, p + distance + bytes) (groups are
+ * contiguous, so past a group's end this is the next group's start).
+ * With nc >= 4 the hardware prefetcher alone leaves an 8-column tile
+ * waiting on memory for about half its time; P16_PF_BYTES (or a Q6_K
+ * super-block) ahead keeps it fed.  A K-quant super-block (2.3 and 3.4 KB)
+ * asks a quarter at a time: asked all at once, the requests bunch up and
+ * stall the tile.  Decode (one to three columns) does too little work per
+ * byte for such a short distance to hide the memory's latency: one
+ * thread streams Q4_K at 17-25 GB/s with no prefetch and 26-30 GB/s 1-2.5
+ * KB ahead, but at 33-34 GB/s 8 KB ahead (Q6_K 25 -> 34, two columns 12
+ * -> 30; bench/packed_gemm, K = 4096, 65536 rows, Zen 5). */
 #define P16_PF_BYTES 2560
-ALWAYS_INLINE void p16_prefetch(const int nc, const uint8_t *p, size_t bytes)
+#define P16_PF_STREAM 8192
+ALWAYS_INLINE void p16_prefetch(const int nc, const uint8_t *p, size_t ahead, size_t bytes)
 {
-    if (nc < 4)
-        return;
+    p += nc >= 4 ? ahead : P16_PF_STREAM;
     for (size_t l = 0; l < bytes; l += 64)
         _mm_prefetch((const char *)p + l, _MM_HINT_T0);
 }
@@ -99,7 +104,7 @@ ALWAYS_INLINE void q4_1_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
     for (int64_t b = 0; b < nb; b++) {
         __m512i lo[4], hi[4];
         if (pf)
-            p16_prefetch(nc, wg + (size_t)b * 320 + P16_PF_BYTES, 320);
+            p16_prefetch(nc, wg + (size_t)b * 320, P16_PF_BYTES, 320);
         for (int j = 0; j < 4; j++) {
             __m512i v = _mm512_loadu_si512(wg + sp_p16_q4_1_qs(b) + 64 * j);
             lo[j] = _mm512_and_si512(v, m4);
@@ -128,7 +133,7 @@ ALWAYS_INLINE void q8_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
     for (int64_t b = 0; b < nb; b++) {
         __m512i q[8];
         if (pf)
-            p16_prefetch(nc, wg + (size_t)b * 544 + P16_PF_BYTES, 544);
+            p16_prefetch(nc, wg + (size_t)b * 544, P16_PF_BYTES, 544);
         for (int j = 0; j < 8; j++) q[j] = _mm512_loadu_si512(wg + sp_p16_q8_0_qs(b) + 64 * j);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wg + sp_p16_q8_0_d(nb, b))));
         for (int c = 0; c < nc; c++) {
@@ -151,7 +156,7 @@ ALWAYS_INLINE void q5_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
     for (int64_t b = 0; b < nb; b++) {
         __m512i lo[4], hi[4];
         if (pf)
-            p16_prefetch(nc, wg + (size_t)b * 352 + P16_PF_BYTES, 352);
+            p16_prefetch(nc, wg + (size_t)b * 352, P16_PF_BYTES, 352);
         const __m512i hb = _mm512_loadu_si512(wg + sp_p16_q5_0_hb(b));
         for (int j = 0; j < 4; j++) {
             __m512i v = _mm512_loadu_si512(wg + sp_p16_q5_0_qs(b) + 64 * j);
@@ -216,7 +221,7 @@ ALWAYS_INLINE void q4_K_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
         for (int p = 0; p < 4; p++) {
             __m512i lo[8], hi[8];
             if (pf) /* a quarter of the super-block at a time: paced, not a burst */
-                p16_prefetch(nc, wb + p * (SP_P16_Q4_K_BYTES / 4) + P16_PF_BYTES, SP_P16_Q4_K_BYTES / 4);
+                p16_prefetch(nc, wb + p * (SP_P16_Q4_K_BYTES / 4), P16_PF_BYTES, SP_P16_Q4_K_BYTES / 4);
             for (int t = 0; t < 8; t++) {
                 __m512i v = _mm512_loadu_si512(wb + (8 * p + t) * 64);
                 lo[t] = _mm512_and_si512(v, m4);
@@ -260,7 +265,7 @@ ALWAYS_INLINE void q6_K_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
         for (int g = 0; g < 4; g++) { /* sub-blocks g, 4+g, 8+g, 12+g: quads 4g..4g+3 of each 64 */
             __m512i u[4][4];             /* [i][x]: elements 64i + 16g + 4x .. +3 */
             if (pf)
-                p16_prefetch(nc, wb + g * (SP_P16_Q6_K_BYTES / 4) + SP_P16_Q6_K_BYTES, SP_P16_Q6_K_BYTES / 4);
+                p16_prefetch(nc, wb + g * (SP_P16_Q6_K_BYTES / 4), SP_P16_Q6_K_BYTES, SP_P16_Q6_K_BYTES / 4);
             for (int x = 0; x < 4; x++) {
                 const int w = 4 * g + x;
                 __m512i la = _mm512_loadu_si512(wb + w * 64), lb = _mm512_loadu_si512(wb + (w + 16) * 64);

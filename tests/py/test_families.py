@@ -38,6 +38,7 @@ f32 copies, where routing agrees exactly, may not.
 """
 import math
 import os
+import re
 import sys
 
 import pytest
@@ -197,6 +198,23 @@ def test_info_names_family_and_features(fam, run_spindle):
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("features:"))
     for f in FEATURES[fam]:
         assert f in line, "%r not in %r" % (f, line)
+
+
+@pytest.mark.parametrize("fam", [f for f in FAMILIES if any("experts" in w for w in FEATURES[f])])
+def test_info_counts_every_expert_as_weights(fam, run_spindle):
+    """All experts stay in memory (any token may pick any): `spindle info`
+    counts them as weights, not as runtime.  Weights are every tensor of
+    the file but the embedding table of an untied head (its rows are read
+    one per token), each padded to 64 bytes."""
+    import gguf
+    path = model_path(fam, "q4_k")
+    r = run_spindle("info", "-m", path)
+    assert r.returncode == 0, r.stderr
+    got = float(re.search(r"^  weights +([0-9.]+) MiB", r.stdout, re.M).group(1))
+    tensors = gguf.GGUFReader(path).tensors
+    untied = any(t.name == "output.weight" for t in tensors)
+    want = sum(int(t.n_bytes) for t in tensors if not (untied and t.name == "token_embd.weight")) / 2**20
+    assert abs(got - want) < 0.1 + 64 * len(tensors) / 2**20, (got, want)
 
 
 def test_features_cover_every_family():
