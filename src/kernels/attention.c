@@ -25,9 +25,9 @@
  * element comes from: its scale times its integer, exact in f32, then the
  * same chains in the same order; its rows are stored rotated, so the
  * f16-rounded query is rotated first and the value sum rotated back
- * (sp_kv_rotate, one scalar function for every row).  Prompt runs then take the group path too
- * (the block kernel reads f16 only), so every token's result is the group
- * kernel's whatever the batch. */
+ * (sp_kv_rotate, one scalar function for every row), on the block path as
+ * on the group path, so every token's result is the group kernel's
+ * whatever the batch. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -244,8 +244,9 @@ static void sp_attn_run(void *arg, int ith, int nth)
 size_t sp_attention_scratch_floats(int n_ctx, int head_dim)
 {
     /* one token: scores [16][n_ctx] and queries [16][D]; a prompt block:
-     * scores [16][n_ctx + 15 rounded up to 16], queries and outputs [16][D] */
-    return (size_t)SP_ATTN_GMAX * ((size_t)n_ctx + 16 + 2 * (size_t)head_dim) + 64;
+     * scores [16][n_ctx + 15 rounded up to 16], queries, outputs and a
+     * quantized tile or value rows widened to f32, each [16][D] */
+    return (size_t)SP_ATTN_GMAX * ((size_t)n_ctx + 16 + 3 * (size_t)head_dim) + 64;
 }
 
 size_t sp_attention_plan_ints(int n_batch, int n_head)
@@ -306,9 +307,6 @@ static bool sp_attn_plan_build(const struct sp_attn_args *a, struct sp_attn_plan
     if (!a->plan || !sp_kernels_active()->attn_block || a->head_dim % 16 != 0 || a->head_dim > SP_ATTN_BLOCK_DMAX)
         return false;
     if (a->n_tok < 1)
-        return false;
-    const struct sp_kv_view w0 = sp_kv_view(a->kv, a->seqs[0], a->layer);
-    if (w0.kt != SP_CACHE_F16 || w0.vt != SP_CACHE_F16) /* the block kernel reads f16 */
         return false;
     int n_blocks = 0, n = 0;
     /* units and heads share the plan: pairs first, then one int per unit */

@@ -250,21 +250,58 @@ uint64_t sp_cache_type_bytes(sp_cache_type t, uint64_t n)
 
 /* ---- reading and writing ---- */
 
+/* 16 floats as one value, for GCC's generic vector operations: the
+ * compiler maps them onto whatever vectors the target has.  (Only local
+ * variables: a 64-byte vector passed or returned would depend on the
+ * target's ABI.) */
+typedef float sp_kv_v16 __attribute__((vector_size(64)));
+typedef int32_t sp_kv_i16 __attribute__((vector_size(64)));
+
+/* A stage with len < 16 within the 16 values of v, in place: lane j takes
+ * v[j] + v[j ^ len] when j & len is 0, else v[j ^ len] - v[j]. */
+#define SP_KV_STAGE16(v, lane, len)                                                                                \
+    do {                                                                                                           \
+        const sp_kv_v16 p_ = __builtin_shuffle(v, (lane) ^ (len));                                                 \
+        const sp_kv_i16 hi_ = ((lane) & (len)) != 0; /* all ones in the lanes j + len */                           \
+        v = (sp_kv_v16)(((sp_kv_i16)(v + p_) & ~hi_) | ((sp_kv_i16)(p_ - v) & hi_));                               \
+    } while (0)
+
+/* The stages run in the order len = 1, 2, 4, ...; a stage turns each pair
+ * (j, j + len) within blocks of 2 len into (u + v, u - v).  Each value is
+ * then one fixed expression of sums and differences however a stage's
+ * pairs are visited, so the stages go 16 values at a time (the same bits
+ * as one pair at a time, on every target): the four within 16 values in
+ * registers (SP_KV_STAGE16), then whole vectors paired. */
 void sp_kv_rotate(float *x, uint32_t n, bool back)
 {
     const uint32_t r = n & -n; /* the largest power of two dividing n */
     const float scale = 1.0f / (float)r; /* exact */
-    for (uint32_t b = 0; r > 1 && b < n; b += r) {
+    const sp_kv_i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    for (uint32_t b = 0; b < n; b += r) {
         float *y = x + b;
-        for (uint32_t len = 1; len < r; len <<= 1)
+        sp_kv_v16 u, v;
+        for (uint32_t c = 0; c < r; c += 16) {
+            memcpy(&v, y + c, sizeof v);
+            SP_KV_STAGE16(v, lane, 1);
+            SP_KV_STAGE16(v, lane, 2);
+            SP_KV_STAGE16(v, lane, 4);
+            SP_KV_STAGE16(v, lane, 8);
+            memcpy(y + c, &v, sizeof v);
+        }
+        for (uint32_t len = 16; len < r; len <<= 1)
             for (uint32_t i = 0; i < r; i += 2 * len)
-                for (uint32_t j = i; j < i + len; j++) {
-                    const float u = y[j], v = y[j + len];
-                    y[j] = u + v;
-                    y[j + len] = u - v;
+                for (uint32_t j = i; j < i + len; j += 16) {
+                    memcpy(&u, y + j, sizeof u);
+                    memcpy(&v, y + j + len, sizeof v);
+                    const sp_kv_v16 sum = u + v, diff = u - v;
+                    memcpy(y + j, &sum, sizeof sum);
+                    memcpy(y + j + len, &diff, sizeof diff);
                 }
-        for (uint32_t i = 0; back && i < r; i++)
-            y[i] *= scale;
+        for (uint32_t c = 0; back && c < r; c += 16) {
+            memcpy(&v, y + c, sizeof v);
+            v *= scale;
+            memcpy(y + c, &v, sizeof v);
+        }
     }
 }
 

@@ -201,7 +201,9 @@ static inline const uint16_t *sp_kv_view_v(const struct sp_kv_view *w, uint32_t 
 
 /* x[0..n) replaced by H x, H the Walsh-Hadamard transform over blocks of
  * r values, r the largest power of two dividing n (sums and differences
- * only, in one fixed order); with `back`, by H x / r.  H H = r I, so H / r
+ * only, in one fixed order: the stages len = 1, 2, 4, ... each turning the
+ * pairs (j, j + len) into (u + v, u - v)); with `back`, by H x / r.  n is a
+ * multiple of 16 (a quantized head size is one of SP_KV_QK).  H H = r I, so H / r
  * undoes H, and (H q / r) . (H k) = q . k.  The scale is a power of two
  * (exact) and left out of the stored rows: scaled to be orthonormal, rows
  * of small values would put q8_0 / q4_0 scales among f16's subnormals. */

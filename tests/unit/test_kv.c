@@ -169,6 +169,38 @@ static int qseq_matches(struct sp_kv *kv, struct sp_kv_seq *seq, int s, int p0, 
     return bad;
 }
 
+/* sp_kv_rotate against the transform one pair at a time, stage by stage
+ * (its contract), bit for bit, for every head size a quantized cache takes
+ * up to 1024 (r from 32 to 1024), both directions */
+static void test_rotate(void)
+{
+    static float x[1024], want[1024];
+    unsigned s = 5;
+    int bad = 0;
+    for (uint32_t n = 32; n <= 1024; n += 32)
+        for (int back = 0; back < 2; back++) {
+            for (uint32_t i = 0; i < n; i++) {
+                s = s * 1103515245u + 12345u;
+                x[i] = want[i] = (float)((int)(s >> 9) % 20001 - 10000) * 1e-3f * (float)(1 + (s & 7));
+            }
+            const uint32_t r = n & -n;
+            for (uint32_t b = 0; b < n; b += r) {
+                float *y = want + b;
+                for (uint32_t len = 1; len < r; len <<= 1)
+                    for (uint32_t i = 0; i < r; i += 2 * len)
+                        for (uint32_t j = i; j < i + len; j++) {
+                            const float u = y[j], v = y[j + len];
+                            y[j] = u + v, y[j + len] = u - v;
+                        }
+                for (uint32_t i = 0; back && i < r; i++)
+                    y[i] *= 1.0f / (float)r;
+            }
+            sp_kv_rotate(x, n, back);
+            bad += memcmp(x, want, sizeof(float) * n) != 0;
+        }
+    CHECK(bad == 0, "rotation: %d of 64 head sizes and directions differ from the pairwise transform", bad);
+}
+
 static void test_quantized(sp_cache_type t)
 {
     const char *name = sp_cache_type_name(t);
@@ -222,6 +254,7 @@ static void test_quantized(sp_cache_type t)
 
 int main(void)
 {
+    test_rotate();
     struct sp_kv *kv = new_kv(12);
     struct sp_kv_stats ks;
     sp_kv_stats(kv, 0, &ks);
