@@ -250,7 +250,8 @@ uint64_t sp_cache_type_bytes(sp_cache_type t, uint64_t n)
 
 /* ---- reading and writing ---- */
 
-/* 16 floats as one value, for GCC's generic vector operations: the
+/* 16 floats as one value, for the generic vector operations GCC and Clang
+ * share (__builtin_shufflevector with constant lanes): the
  * compiler maps them onto whatever vectors the target has.  (Only local
  * variables: a 64-byte vector passed or returned would depend on the
  * target's ABI.) */
@@ -259,9 +260,9 @@ typedef int32_t sp_kv_i16 __attribute__((vector_size(64)));
 
 /* A stage with len < 16 within the 16 values of v, in place: lane j takes
  * v[j] + v[j ^ len] when j & len is 0, else v[j ^ len] - v[j]. */
-#define SP_KV_STAGE16(v, lane, len)                                                                                \
+#define SP_KV_STAGE16(v, lane, len, ...)                                                                           \
     do {                                                                                                           \
-        const sp_kv_v16 p_ = __builtin_shuffle(v, (lane) ^ (len));                                                 \
+        const sp_kv_v16 p_ = __builtin_shufflevector(v, v, __VA_ARGS__); /* lane j: v[j ^ len] */                  \
         const sp_kv_i16 hi_ = ((lane) & (len)) != 0; /* all ones in the lanes j + len */                           \
         v = (sp_kv_v16)(((sp_kv_i16)(v + p_) & ~hi_) | ((sp_kv_i16)(p_ - v) & hi_));                               \
     } while (0)
@@ -282,10 +283,10 @@ void sp_kv_rotate(float *x, uint32_t n, bool back)
         sp_kv_v16 u, v;
         for (uint32_t c = 0; c < r; c += 16) {
             memcpy(&v, y + c, sizeof v);
-            SP_KV_STAGE16(v, lane, 1);
-            SP_KV_STAGE16(v, lane, 2);
-            SP_KV_STAGE16(v, lane, 4);
-            SP_KV_STAGE16(v, lane, 8);
+            SP_KV_STAGE16(v, lane, 1, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+            SP_KV_STAGE16(v, lane, 2, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+            SP_KV_STAGE16(v, lane, 4, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+            SP_KV_STAGE16(v, lane, 8, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
             memcpy(y + c, &v, sizeof v);
         }
         for (uint32_t len = 16; len < r; len <<= 1)
