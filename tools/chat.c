@@ -113,7 +113,7 @@ static void sp_settings_print(const struct sp_gen_params *gp)
     }
 }
 
-/* ---- the session ---- */
+/* ---- the conversation loop: read a line, stream the answer, until EOF ---- */
 
 static volatile sig_atomic_t sp_interrupted;
 
