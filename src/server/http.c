@@ -61,9 +61,10 @@ struct sp_http {
     int port;
     atomic_ullong n_requests; /* numbers the requests that have no completion id */
 
-    pthread_mutex_t mu; /* guards draining and n_active */
+    pthread_mutex_t mu; /* guards draining, n_active and last_arrival */
     bool draining;
     int n_active;       /* generation requests accepted and not yet completed */
+    double last_arrival; /* sp_now() at the last connection accepted or request begun */
 };
 
 /* Per-request state, MHD's *con_cls. */
@@ -135,6 +136,13 @@ static enum MHD_Result sp_respond(struct sp_conn *c, int status, const char *con
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     MHD_add_response_header(r, SP_HTTP_REPLICA_HEADER, c->h->replica);
+    pthread_mutex_lock(&c->h->mu);
+    bool draining = c->h->draining;
+    pthread_mutex_unlock(&c->h->mu);
+    /* A client must not send its next request on a connection the drain
+     * is about to close. */
+    if (draining)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (hdr)
         MHD_add_response_header(r, hdr, hdr_value);
     c->status = status;
@@ -619,6 +627,14 @@ static void sp_log_request(struct sp_http *h, struct sp_conn *c, int status)
         fprintf(stderr, "%s%s\n", line, h->cfg.log_format == SP_LOG_JSON ? "}" : "");
 }
 
+/* Records an arrival (a connection or a request on one), for sp_http_quiet_s. */
+static void sp_arrived(struct sp_http *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->last_arrival = sp_now();
+    pthread_mutex_unlock(&h->mu);
+}
+
 static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const char *url,
                                  const char *method, const char *version,
                                  const char *upload_data, size_t *upload_data_size,
@@ -635,6 +651,7 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
         c->con = con;
         c->route = sp_route_of(url, method);
         c->t_start = sp_now();
+        sp_arrived(h);
         sp_log_copy(c->method, sizeof c->method, method);
         sp_log_copy(c->path, sizeof c->path, url);
         *con_cls = c;
@@ -714,6 +731,15 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
     free(c);
 }
 
+static void sp_conn_notify(void *cls, struct MHD_Connection *con, void **socket_context,
+                           enum MHD_ConnectionNotificationCode code)
+{
+    (void)con;
+    (void)socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        sp_arrived(cls);
+}
+
 sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg,
                         struct sp_sched *sched, struct sp_metrics *m, const char *model_id)
 {
@@ -754,7 +780,8 @@ sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg
         flags, (uint16_t)cfg->port, NULL, NULL, sp_access, h, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SP_HTTP_MEMORY_LIMIT,
         MHD_OPTION_CONNECTION_LIMIT, SP_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-        SP_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, sp_completed, h, MHD_OPTION_END);
+        SP_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, sp_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+        sp_conn_notify, h, MHD_OPTION_END);
     if (!h->daemon) {
         int e = errno;
         sp_http_stop(h);
@@ -785,6 +812,14 @@ int sp_http_active(struct sp_http *h)
     int n = h->n_active;
     pthread_mutex_unlock(&h->mu);
     return n;
+}
+
+double sp_http_quiet_s(struct sp_http *h)
+{
+    pthread_mutex_lock(&h->mu);
+    double last = h->last_arrival;
+    pthread_mutex_unlock(&h->mu);
+    return last > 0 ? sp_now() - last : 1e9;
 }
 
 void sp_http_stop(struct sp_http *h)

@@ -69,6 +69,27 @@ static bool sp_wait_idle(struct sp_http *http, const sigset_t *sigs, double time
     return true;
 }
 
+/* Once nothing is in flight, a balancer may still send requests here until
+ * it learns of the drain (from the first 503 it meets or a failed health
+ * check).  A connection that arrives as the listening socket closes is
+ * reset with its request unanswered, which a balancer must not replay (it
+ * cannot tell that from a crash), so the server goes on answering 503 until
+ * nothing has arrived for SP_DRAIN_QUIET_S, for at most SP_DRAIN_LINGER_S
+ * or until another SIGINT/SIGTERM. */
+#define SP_DRAIN_QUIET_S 0.5
+#define SP_DRAIN_LINGER_S 5.0
+
+static void sp_wait_quiet(struct sp_http *http, const sigset_t *sigs)
+{
+    double deadline = sp_now() + SP_DRAIN_LINGER_S;
+    while (sp_http_quiet_s(http) < SP_DRAIN_QUIET_S && sp_now() < deadline) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = SP_DRAIN_POLL_NS};
+        int sig = sigtimedwait(sigs, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM)
+            return;
+    }
+}
+
 /* The id clients send as `model`: the file name without directory or .gguf. */
 static char *sp_model_id(const char *path)
 {
@@ -153,6 +174,7 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
             fprintf(stderr, "spindle: %d request(s) still sending; closing their connections\n",
                     sp_http_active(http));
     }
+    sp_wait_quiet(http, &sigs);
     fprintf(stderr, "spindle: drained\n");
     sp_http_stop(http);
 stop_sched:

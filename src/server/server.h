@@ -204,6 +204,8 @@ int sp_http_port(const struct sp_http *h);
 void sp_http_drain(struct sp_http *h);
 /* Generation requests accepted and not yet completed. */
 int sp_http_active(struct sp_http *h);
+/* Seconds since the last connection was accepted or request begun (1e9 if none). */
+double sp_http_quiet_s(struct sp_http *h);
 void sp_http_stop(struct sp_http *h);
 
 /* ---- sse.c: response bodies and stream chunks ---- */

@@ -169,3 +169,57 @@ def test_second_signal_ends_an_unlimited_drain(spindle_bin, smollm2_path):
         assert s.proc.wait(timeout=30) == 0
     finally:
         s.kill()
+
+
+def test_drain_answers_every_connection_until_the_balancer_stops(spindle_bin, smollm2_path):
+    """A balancer keeps sending to a replica until the first 503 tells it of
+    the drain.  Eight clients send requests on fresh connections, as HAProxy
+    does, each stopping at its first answer that is not 200; SIGTERM comes
+    while they run.  Each must end on a 503 or a refused connection, never
+    on a connection closed with its request unanswered (which a balancer
+    may not replay): the replica answers 503 until nothing has arrived for
+    a while, then exits 0."""
+    s = Server(spindle_bin, smollm2_path, "--ctx", "512", "--replica-id", "r1")
+    request = b"GET /v1/models HTTP/1.1\r\nHost: spindle\r\nConnection: close\r\n\r\n"
+    ends, started = [], threading.Barrier(9)
+
+    def client():
+        started.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
+                    sock.sendall(request)
+                    data = b""
+                    while chunk := sock.recv(65536):
+                        data += chunk
+            except ConnectionRefusedError:
+                ends.append("refused")
+                return
+            except OSError as e:
+                ends.append("reset: %r" % e)
+                return
+            if not data:
+                ends.append("closed unanswered")
+                return
+            status = int(data.split(b" ", 2)[1])
+            if status != 200:
+                ends.append(status)
+                return
+        ends.append("still 200 after 30 s")
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        started.wait()
+        time.sleep(0.5)
+        s.proc.terminate()
+        for t in threads:
+            t.join(timeout=60)
+        assert s.proc.wait(timeout=30) == 0
+        assert len(ends) == 8 and all(e in (503, "refused") for e in ends), ends
+        assert 503 in ends, ends
+        assert "drained" in s.log_text()
+    finally:
+        s.kill()
