@@ -87,6 +87,7 @@ struct sp_conn {
     double t_start;      /* monotonic, for the request log */
     char method[8];
     char path[96];       /* printable ASCII only, cut at 95 bytes */
+    char xrid[65];       /* the X-Request-Id header (a balancer's trace id), same rules */
 };
 
 static enum sp_route sp_route_of(const char *url, const char *method)
@@ -582,9 +583,9 @@ static void sp_log_copy(char *dst, size_t cap, const char *src)
     dst[i] = '\0';
 }
 
-/* id, route, status, and for generation requests the tokens in and out,
- * the time to the first token and the decode rate.  Probes (/health,
- * /metrics) are not logged. */
+/* id, route, status, the client's X-Request-Id if it sent one, and for
+ * generation requests the tokens in and out, the time to the first token
+ * and the decode rate.  Probes (/health, /metrics) are not logged. */
 static void sp_log_request(struct sp_http *h, struct sp_conn *c, int status)
 {
     if (c->route == SP_ROUTE_HEALTH || c->route == SP_ROUTE_METRICS)
@@ -615,6 +616,9 @@ static void sp_log_request(struct sp_http *h, struct sp_conn *c, int status)
     else
         n = snprintf(line, sizeof line, "spindle: request id=%s method=%s path=%s status=%d "
                      "duration_ms=%.1f", id, c->method, c->path, status, (now - c->t_start) * 1e3);
+    if (c->xrid[0] && n > 0 && (size_t)n < sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n,
+                      h->cfg.log_format == SP_LOG_JSON ? ",\"request_id\":\"%s\"" : " request_id=%s", c->xrid);
     if (c->resp_init && n > 0 && (size_t)n < sizeof line)
         n += snprintf(line + n, sizeof line - (size_t)n,
                       h->cfg.log_format == SP_LOG_JSON
@@ -654,6 +658,7 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
         sp_arrived(h);
         sp_log_copy(c->method, sizeof c->method, method);
         sp_log_copy(c->path, sizeof c->path, url);
+        sp_log_copy(c->xrid, sizeof c->xrid, MHD_lookup_connection_value(con, MHD_HEADER_KIND, "X-Request-Id"));
         *con_cls = c;
         const char *cl = MHD_lookup_connection_value(con, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);

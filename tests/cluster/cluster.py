@@ -15,9 +15,13 @@ Phases, in order:
               HAProxy has it UP.  Zero failed requests.
   kill        under load, kill -9 of one replica while streams run on it.
               The only failures are requests that were on it (their
-              X-Spindle-Replica header says so), each a clear error: a stream
-              cut short (the client's HTTP library raises) or HAProxy's 502 in
-              OpenAI's shape.  Every request sent after the kill succeeds.
+              X-Spindle-Replica header or HAProxy's log says so), each a
+              clear error: a stream cut short (the client's HTTP library
+              raises), HAProxy's 502 in OpenAI's shape, or, for a request on
+              a reused client connection, that connection closed without an
+              answer (HAProxy's way of saying "retry"; no surviving replica's
+              log may have the request).  Every request sent after the kill
+              succeeds.
               The replica is started again.
   affinity    no other load: conversations sharing a long system prompt, a few
               turns each, once without a key (least connections) and once
@@ -554,18 +558,32 @@ def phase_kill(cl, args):
     time.sleep(args.after_kill)
     results = load.stop()
     bad = [r for r in results if r.err is not None]
-    traced = 0
+    traced = silent = 0
     for r in bad:
+        closed = False
         if r.replica is None:
             # A stream cut before its headers reached the client: HAProxy's
             # log says where it ran.
             r.replica = cl.haproxy.server_of(r.rid)
-            traced += 1
+            traced += r.replica is not None
+        if r.replica is None and r.cut:
+            # A request on a reused client connection whose replica closed
+            # without answering: HAProxy closes the client's connection
+            # without a response or a log line, so that the client may
+            # retry.  Every replica logs each request it answers with its
+            # X-Request-Id; no survivor may have this one.
+            survivors = [rid for rid in REPLICA_IDS if rid != victim and
+                         re.search(r" request_id=%s$" % re.escape(r.rid),
+                                   cl.replicas[rid].log_text(), re.M)]
+            check(not survivors, "kill: %s answered request %s, yet the client got no answer: %s"
+                  % (survivors, r.rid, r.err))
+            r.replica, closed = victim, True
+            silent += 1
         what = "[%s %s on %s] %s" % (r.spec[0], "stream" if r.stream else "plain", r.replica,
                                      r.err)
         check(r.t0 < t_kill, "kill: a request sent after the kill failed: " + what)
         check(r.replica == victim, "kill: a request on a surviving replica failed: " + what)
-        clear = ((r.stream and r.cut) or
+        clear = ((r.stream and r.cut) or closed or
                  (r.status == 502 and r.err_code == "replica_failed"))
         check(clear, "kill: a failure without a clear error: " + what)
     check(bad, "kill: no request failed, so the kill hit nothing")
@@ -575,7 +593,8 @@ def phase_kill(cl, args):
     s.update({"killed": victim, "streams_running_on_it": streams_running,
               "failed_streams": sum(1 for r in bad if r.stream),
               "failed_streams_without_headers": traced,
-              "failed_non_streamed_502": sum(1 for r in bad if not r.stream),
+              "failed_non_streamed_502": sum(1 for r in bad if not r.stream and r.status == 502),
+              "failed_closed_unanswered": silent,
               "sent_after_kill": len(after),
               "sent_after_kill_ok": sum(1 for r in after if r.err is None)})
     s["back_up_s"] = round(cl.restart(victim), 1)

@@ -131,13 +131,19 @@ def test_request_log_lines(server, spindle_bin, smollm2_path):
     assert float(f["ttft_ms"]) > 0 and float(f["tokens_per_s"]) > 0
     server.get("/health")
     assert "path=/health" not in server.log_text()
-    r = server.post("/v1/chat/completions", {"messages": []})
+    assert "request_id" not in f  # the client sent no X-Request-Id
+    r = server.post("/v1/chat/completions", {"messages": []},
+                    headers={"X-Request-Id": "trace 7\"x"})
     assert r.status_code == 400
-    wait_for(lambda: "path=/v1/chat/completions status=400" in server.log_text(), 10, "the 400")
+    # a balancer's trace id is logged, one token, quotes and spaces replaced
+    wait_for(lambda: "path=/v1/chat/completions status=400 " in server.log_text(), 10, "the 400")
+    line = [ln for ln in server.log_text().splitlines() if "status=400" in ln][-1]
+    assert line.split()[-1] == "request_id=trace?7?x", line
 
     s = Server(spindle_bin, smollm2_path, "--ctx", "256", "--log-format", "json")
     try:
-        r = s.post("/v1/completions", {"prompt": "Hello", "max_tokens": 3, "temperature": 0})
+        r = s.post("/v1/completions", {"prompt": "Hello", "max_tokens": 3, "temperature": 0},
+                   headers={"X-Request-Id": "lb-42"})
         rid = r.json()["id"]
         rec = wait_for(lambda: [x for x in (json.loads(ln) for ln in s.log_text().splitlines()
                                             if ln.startswith("{")) if x.get("id") == rid],
@@ -145,5 +151,6 @@ def test_request_log_lines(server, spindle_bin, smollm2_path):
         assert len(rec) == 1, rec
         assert rec[0]["event"] == "request" and rec[0]["status"] == 200
         assert rec[0]["completion_tokens"] == 3 and rec[0]["tokens_per_s"] > 0
+        assert rec[0]["request_id"] == "lb-42"
     finally:
         assert s.stop() == 0
