@@ -11,6 +11,7 @@
 #ifndef SP_KERNELS_ISA_H
 #define SP_KERNELS_ISA_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -87,10 +88,25 @@ void sp_gelu_table_ready(void);
  * the lookups would otherwise miss a line at a time (half of MiniLM's
  * GELU time).  A row of a thousand values or more pays for it. */
 void sp_gelu_table_warm(void);
-/* The scalar row's GEGLU (the vector rows' tails; NEON's whole row) and
- * RoPE (the vector rows' adjacent-pair form). */
+/* The scalar row's GEGLU (the vector rows' tails; NEON's whole row). */
 void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n);
 void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox);
+/* The scalar row's RoPE (ops.c's contract: each output one rounded product
+ * and one fused multiply-add, the product of x0 fused), inline so that each
+ * ISA file, whose vector row takes this form for adjacent pairs, compiles
+ * fmaf to its own FMA instruction: built for baseline x86-64 (`make
+ * PORTABLE=1`), a call would reach libm's fmaf once per value. */
+static inline void sp_rope_rows(float *x, const float *cs, int n_rot, int neox)
+{
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cs[i], s = cs[half + i];
+        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = fmaf(x0, c, -(x1 * s));
+        x[b] = fmaf(x0, s, x1 * c);
+    }
+}
 void sp_f16_store_scalar(uint16_t *dst, size_t stride, const float *src, int64_t n);
 
 #endif

@@ -150,18 +150,8 @@ void sp_rope_apply(float *x, const float *cs, int n_rot, int neox) { sp_kernels_
 
 /* Each output is one rounded product and one fused multiply-add, the
  * product of x0 fused: llama.cpp's rotation as its gcc build compiles it
- * (contracted), so the roundings agree. */
-void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox)
-{
-    int half = n_rot / 2;
-    for (int i = 0; i < half; i++) {
-        float c = cs[i], s = cs[half + i];
-        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        float x0 = x[a], x1 = x[b];
-        x[a] = fmaf(x0, c, -(x1 * s));
-        x[b] = fmaf(x0, s, x1 * c);
-    }
-}
+ * (contracted), so the roundings agree (isa.h's sp_rope_rows). */
+void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox) { sp_rope_rows(x, cs, n_rot, neox); }
 
 /* silu(g) = g / (1 + e^-g) with e^-g from sp_exp (-g clamped to 88, where
  * e^-g is already ~1e38 and silu ~0). */
