@@ -788,8 +788,6 @@ int sp_engine_step(struct sp_engine *e)
         sp_engine_reap(e);
         return -1;
     }
-    if (e->spec)
-        sp_spec_observe(e->spec, n, n_out, sp_engine_now() - t0);
     /* register newly completed blocks with the prefix cache (a sequence
      * with drafts in the batch does once it knows which it keeps) */
     for (struct sp_request *r = e->active; r; r = r->next)
@@ -828,6 +826,10 @@ int sp_engine_step(struct sp_engine *e)
             sp_choice_advance(e, c, lg);
         }
     }
+    /* the step's whole cost, the forward and every row's sampling and
+     * verification: a draft row costs both */
+    if (e->spec)
+        sp_spec_observe(e->spec, n, n_out, sp_engine_now() - t0);
     sp_engine_reap(e);
     return (int)e->n_running;
 }

@@ -14,14 +14,17 @@
  * within a few steps, while ten failed drafts in a row bring the estimate
  * under 5 % (prior: half a draft accepted of one). */
 #define SP_SPEC_DECAY 0.9
-/* A sequence paused for low acceptance drafts one token again after this
- * many steps, doubling (to SP_SPEC_PROBE_MAX) while probes fail, and
- * stretched by what a draft forward costs against a step (a probe of
- * self-speculation on Gemma 3, whose output head is most of its weights,
- * costs most of a step). */
+/* A sequence paused for low acceptance drafts one token again at its
+ * first draft after this many steps without drafts, doubling (to
+ * SP_SPEC_PROBE_MAX) while probes fail, and stretched by what a draft
+ * forward costs against a step (a probe of self-speculation on Gemma 3,
+ * whose output head is most of its weights, costs most of a step). */
 #define SP_SPEC_PROBE_MIN 8
+/* Probing explores, so it waits for a clear case: a row whose certain draft
+ * would yield this many times what the row's time gives without it. */
+#define SP_SPEC_PROBE_PAYS 2.0
 #define SP_SPEC_PROBE_MAX 128
-/* Each step size keeps its last SP_SPEC_RING forward times; the cost model
+/* Each step size keeps its last SP_SPEC_RING step times; the cost model
  * reads their median, so one step slowed by another job on a shared
  * machine moves nothing. */
 #define SP_SPEC_RING 5
@@ -35,12 +38,14 @@
  * measured in the last SP_SPEC_OLD forwards. */
 #define SP_SPEC_FIT 12
 #define SP_SPEC_OLD 256
-/* A draft is added only when its expected tokens exceed what the time it
- * adds would produce without it by this fraction: the estimates are noisy
- * (shared machines), and near the break-even point, where a batch that is
- * already compute-bound sits, a misjudged draft loses more than a right
- * one gains. */
-#define SP_SPEC_MARGIN 1.0
+/* Drafts are added while each raises the step's expected tokens per
+ * second, and the plan is kept only when its rate beats the step without
+ * drafts by this fraction: the estimates are noisy (shared machines), and
+ * near the break-even point, where a batch that is already compute-bound
+ * sits, a misjudged plan loses more than a right one gains.  The margin is
+ * on the whole plan, not on each draft: the last drafts of a sequence that
+ * keeps most of them each add a little, and together they carry the plan. */
+#define SP_SPEC_MARGIN 0.3
 
 static const char *const sp_spec_names[] = {"none", "ngram", "draft", "self"};
 
@@ -172,7 +177,7 @@ sp_status sp_spec_seq_new(struct sp_spec *sp, const struct sp_sampler_params *pa
     *out = NULL;
     if (!ss)
         return sp_error_set(SP_ERR_NOMEM, "speculative decoding: no memory");
-    ss->probe = SP_SPEC_PROBE_MIN;
+    ss->probe = ss->idle = SP_SPEC_PROBE_MIN; /* a new sequence probes at its first draft */
     sp_rng_seed(&ss->rng, params->seed ^ 0x5bd1e9955bd1e995ull);
     if (sp->dm) {
         struct sp_sampler_params dp = *params;
@@ -235,6 +240,29 @@ static double sp_spec_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The slope a pair of step sizes gives, and its weight: the sizes' distance,
+ * since the same noise on two times moves the slope of close sizes most. */
+struct sp_spec_pair {
+    double slope, weight;
+};
+
+static int sp_spec_pair_cmp(const void *a, const void *b)
+{
+    return sp_spec_cmp(&((const struct sp_spec_pair *)a)->slope, &((const struct sp_spec_pair *)b)->slope);
+}
+
+static double sp_spec_weighted_median(struct sp_spec_pair *p, int n)
+{
+    double total = 0.0, sum = 0.0;
+    qsort(p, (size_t)n, sizeof *p, sp_spec_pair_cmp);
+    for (int i = 0; i < n; i++)
+        total += p[i].weight;
+    for (int i = 0; i < n; i++)
+        if ((sum += p[i].weight) >= 0.5 * total)
+            return p[i].slope;
+    return p[n - 1].slope;
+}
+
 /* The median time of a measured step size. */
 static double sp_spec_time(const struct sp_spec *sp, int T)
 {
@@ -244,19 +272,20 @@ static double sp_spec_time(const struct sp_spec *sp, int T)
     return sp_spec_median(v, n);
 }
 
-/* The step time near D decoding rows as a line: *slope, the cost of one
- * row more (the median of the pairwise slopes of the measured sizes
- * nearest D, never below 0), and *at_d, the line's time at D (the median
- * of the sizes' time minus slope times size).  Medians on both counts, so
- * a few steps slowed or sped up by other jobs leave the line in place.
- * *reach: the largest size the line vouches for, its largest measured size
- * plus the span it was fitted on; beyond, a batch may turn compute-bound
- * unseen, so a plan grows by at most that much a step and measures on the
- * way.  False with fewer than two sizes measured: no slope to go by. */
-static bool sp_spec_fit(const struct sp_spec *sp, int D, double *at_d, double *slope, int *reach)
+/* The cost of one row more in a step near D decoding rows: *slope, the
+ * median of the pairwise slopes of the measured sizes nearest D, each pair
+ * weighing the sizes' distance (the same noise moves the slope of close
+ * sizes most), never below 0.  A median, so a few steps slowed or sped up
+ * by other jobs leave it in place.  *reach: the largest size the slope
+ * vouches for, its largest measured size plus the span it was fitted on;
+ * beyond, a batch may turn compute-bound unseen, so a plan grows by at most
+ * that much a step and measures on the way.  False with fewer than two
+ * sizes measured: no slope to go by. */
+static bool sp_spec_fit(const struct sp_spec *sp, int D, double *slope, int *reach)
 {
     int size[SP_SPEC_FIT], n = 0;
-    double t[SP_SPEC_FIT], v[SP_SPEC_FIT * (SP_SPEC_FIT - 1) / 2];
+    double t[SP_SPEC_FIT];
+    struct sp_spec_pair pair[SP_SPEC_FIT * (SP_SPEC_FIT - 1) / 2];
     for (int d = 0; n < SP_SPEC_FIT && (D - d >= 1 || D + d <= sp->t.n_batch); d++)
         for (int s = -1; s <= 1 && n < SP_SPEC_FIT; s += 2) {
             int T = D + s * d;
@@ -275,14 +304,11 @@ static bool sp_spec_fit(const struct sp_spec *sp, int D, double *at_d, double *s
     *reach = hi + (hi - lo);
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
-            v[m++] = (t[j] - t[i]) / (size[j] - size[i]);
-    *slope = sp_spec_median(v, m);
+            pair[m++] = (struct sp_spec_pair){(t[j] - t[i]) / (size[j] - size[i]), abs(size[j] - size[i])};
+    *slope = sp_spec_weighted_median(pair, m);
     if (*slope < 0.0)
         *slope = 0.0;
-    for (int i = 0; i < n; i++)
-        v[i] = t[i] - *slope * size[i];
-    *at_d = sp_spec_median(v, n) + *slope * D;
-    return *at_d > 0.0;
+    return true;
 }
 
 /* A sequence's chance that its next draft is accepted, given the one
@@ -298,13 +324,16 @@ static double sp_spec_alpha(const struct sp_spec_seq *ss)
  * fitted slope) and, for model drafts, one draft forward per draft depth.
  * Prompt chunks in the step are left out of both sides: their rows are work
  * that is done anyway, and counting their time would make a draft look
- * cheap against a long step.  Drafts are added best first while each yields
- * SP_SPEC_MARGIN more than its time would without it.  So where another row
- * costs about what a row costs on average (a compute-bound batch), no
- * acceptance pays and nothing is drafted.  A sequence left without drafts
- * probes with one now and then, so its acceptance is measured again; one
+ * cheap against a long step.  Drafts are added best first while each one's
+ * expected tokens exceed what its time gives at the plan's rate so far (so
+ * the plan reaches the highest rate the line allows), and the plan stands
+ * only if that rate beats the step's without drafts by SP_SPEC_MARGIN.  So
+ * where another row costs about what a row costs on average (a
+ * compute-bound batch), no acceptance pays and nothing is drafted.  A
+ * sequence left without drafts probes with one now and then, so its
+ * acceptance is measured again (a new sequence at its first draft); one
  * probe per step at most, and none in a batch where even certain drafts
- * would not pay. */
+ * would not pay SP_SPEC_PROBE_PAYS times their time. */
 static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_jobs, int n_decode, int n_base)
 {
     for (int i = 0; i < n_jobs; i++)
@@ -315,10 +344,13 @@ static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
     const int D = n_decode > 0 ? n_decode : 1;
     if (D > sp->t.n_batch || !sp->n_seen[D] || sp->clock - sp->stamp[D] > SP_SPEC_STALE)
         return; /* measure the step without drafts first */
-    double base, slope, value = D, t_draft = 0.0;
+    /* the step without drafts: D's own recent times, not the line's, since
+     * sizes met only around other events (requests arriving and ending)
+     * carry those events' time */
+    const double base = sp_spec_time(sp, D);
+    double slope = 0.0, value = D, t_draft = 0.0, now = base;
     int reach = D, T = n_base, R = D, depth = 0; /* R: rows with logits */
-    const bool fitted = sp_spec_fit(sp, D, &base, &slope, &reach);
-    double now = fitted ? base : sp_spec_time(sp, D);
+    const bool fitted = sp_spec_fit(sp, D, &slope, &reach);
     for (; fitted;) {
         int best = -1;
         double gain = 0.0;
@@ -333,7 +365,7 @@ static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
             break;
         int d = (int)sp->k[best] + 1 > depth ? (int)sp->k[best] + 1 : depth;
         double td = model ? t_draft + (d - depth) * (sp->draft_seen ? sp->t_draft : 0.5 * base) : 0.0;
-        if (gain * (now + t_draft) <= (1.0 + SP_SPEC_MARGIN) * value * (slope + td - t_draft))
+        if (gain * (now + t_draft) <= value * (slope + td - t_draft))
             break;
         value += gain;
         T++, R++;
@@ -342,16 +374,21 @@ static void sp_spec_plan(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
         depth = d;
         sp->k[best]++;
     }
+    if (fitted && value * base < (1.0 + SP_SPEC_MARGIN) * D * (now + t_draft)) {
+        for (int i = 0; i < n_jobs; i++)
+            sp->k[i] = 0;
+        T = n_base, now = base;
+    }
     /* a certain draft's worth against its cost decides whether probing
      * can pay at all here */
     const double t_probe = model ? (sp->draft_seen ? sp->t_draft : 0.5 * now) : 0.0;
-    bool probe = !fitted || now > (1.0 + SP_SPEC_MARGIN) * D * (slope + t_probe);
+    bool probe = !fitted || now > SP_SPEC_PROBE_PAYS * D * (slope + t_probe);
     const double stretch = model && sp->draft_seen ? 1.0 + 8.0 * sp->t_draft / now : 1.0;
     for (int i = 0; i < n_jobs; i++) {
         struct sp_spec_seq *ss = jobs[i].ss;
-        if (sp->k[i] || !jobs[i].cap) {
+        if (sp->k[i]) {
             ss->idle = 0;
-        } else if (++ss->idle >= ss->probe * stretch && probe && T + 1 <= sp->t.n_batch) {
+        } else if (++ss->idle >= ss->probe * stretch && jobs[i].cap && probe && T + 1 <= sp->t.n_batch) {
             sp->k[i] = 1;
             ss->idle = 0;
             probe = false;

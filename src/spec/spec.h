@@ -109,8 +109,9 @@ sp_token sp_spec_verify(struct sp_spec *sp, struct sp_spec_seq *ss, struct sp_sa
 void sp_spec_seq_done(struct sp_spec *sp, struct sp_spec_seq *ss, uint32_t n_draft, uint32_t n_accepted,
                       uint32_t n_valid);
 
-/* The wall time of a target forward of n_tok tokens, n_out of them with
- * logits (the cost model learns from steps whose every row has logits). */
+/* The wall time of a target step of n_tok tokens, n_out of them with
+ * logits: its forward and the sampling and verification of those rows (the
+ * cost model learns from steps whose every row has logits). */
 void sp_spec_observe(struct sp_spec *sp, int n_tok, int n_out, double seconds);
 
 /* Drafts verified and kept since init. */
