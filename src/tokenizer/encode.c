@@ -162,13 +162,33 @@ static void bpe_add(struct session *s, const char *text, int32_t l, int32_t r)
     heap_push(&s->heap, (struct bigram){0, rank, l, r, a->len, b->len});
 }
 
+static bool only_newlines(const char *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (w[i] != '\n')
+            return false;
+    return true;
+}
+
+/* The token a BPE word falls back to for byte `b` of a symbol that is no
+ * token: the byte's own text (GPT-2 mapped words), or "<0xXX>" for raw
+ * UTF-8 words; -1 when there is none (the byte is dropped). */
+static sp_token byte_token(const struct sp_vocab *v, uint8_t b)
+{
+    if (!(v->pre_flags & SP_PRE_RAW_UTF8))
+        return sp_vocab_lookup(v, (const char *)&b, 1);
+    static const char hex[] = "0123456789ABCDEF";
+    const char buf[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
+    return sp_vocab_lookup(v, buf, sizeof buf);
+}
+
 static void bpe_word(void *ctx, const char *w, size_t n)
 {
     struct session *s = ctx;
     const struct sp_vocab *v = s->v;
     if (s->oom)
         return;
-    if (v->ignore_merges) {
+    if (v->ignore_merges || ((v->pre_flags & SP_PRE_NEWLINE_WORDS) && only_newlines(w, n))) {
         sp_token t = sp_vocab_lookup(v, w, n);
         if (t >= 0) {
             sp_tok_out_push(s->out, t);
@@ -204,7 +224,7 @@ static void bpe_word(void *ctx, const char *w, size_t n)
             continue;
         }
         for (uint32_t j = 0; j < y->len; j++) {
-            sp_token bt = sp_vocab_lookup(v, w + y->start + j, 1);
+            sp_token bt = byte_token(v, (uint8_t)w[y->start + j]);
             if (bt >= 0)
                 sp_tok_out_push(s->out, bt);
         }
@@ -453,6 +473,22 @@ static sp_status partition(const struct sp_vocab *v, const char *text, size_t n,
 
 /* ---- entry point ----------------------------------------------------------------------------- */
 
+/* Copies `n` bytes of `text` to `dst` with each ' ' as U+2581 (llama.cpp's
+ * llama_escape_whitespace); returns the bytes written (<= 3 * n). */
+static size_t escape_spaces(char *dst, const char *text, size_t n)
+{
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (text[k] == ' ') {
+            memcpy(dst + m, "\xe2\x96\x81", 3);
+            m += 3;
+        } else {
+            dst[m++] = text[k];
+        }
+    }
+    return m;
+}
+
 /* Encodes into o (o->ids malloc'd; the caller frees it, also on failure). */
 static sp_status sp_tokenize_out(const struct sp_vocab *v, const char *text, size_t len, bool add_special,
                                  bool parse_special, struct sp_tok_out *out)
@@ -462,7 +498,7 @@ static sp_status sp_tokenize_out(const struct sp_vocab *v, const char *text, siz
     struct session s = {.v = v, .out = &o};
     uint8_t *state = NULL;
     sp_token *tok_at = NULL;
-    char *spm_buf = NULL;
+    char *esc_buf = NULL;
     *out = o;
     if (len && !text)
         return sp_error_set(SP_ERR_ARG, "tokenize: NULL text");
@@ -476,9 +512,9 @@ static sp_status sp_tokenize_out(const struct sp_vocab *v, const char *text, siz
         if (v->n_special && (st = partition(v, text, len, parse_special, state, tok_at)) != SP_OK)
             goto done;
     }
-    if (v->kind == SP_VOCAB_SPM) {
-        spm_buf = malloc(len * 3 + 4);
-        if (!spm_buf) {
+    if (v->kind == SP_VOCAB_SPM || (v->pre_flags & SP_PRE_ESCAPE_SPACES)) {
+        esc_buf = malloc(len * 3 + 4);
+        if (!esc_buf) {
             st = sp_error_set(SP_ERR_NOMEM, "tokenize: out of memory");
             goto done;
         }
@@ -506,24 +542,23 @@ static sp_status sp_tokenize_out(const struct sp_vocab *v, const char *text, siz
             j++;
         switch (v->kind) {
         case SP_VOCAB_BPE:
-            if ((st = sp_pretok_split(v, text + i, j - i, bpe_word, &s)) != SP_OK)
+            if (v->pre_flags & SP_PRE_ESCAPE_SPACES) {
+                size_t m = escape_spaces(esc_buf, text + i, j - i);
+                st = sp_pretok_split(v, esc_buf, m, bpe_word, &s);
+            } else {
+                st = sp_pretok_split(v, text + i, j - i, bpe_word, &s);
+            }
+            if (st != SP_OK)
                 goto done;
             break;
         case SP_VOCAB_SPM: {
             size_t m = 0;
             if (v->add_space_prefix && is_prev_special) {
-                memcpy(spm_buf, "\xe2\x96\x81", 3);
+                memcpy(esc_buf, "\xe2\x96\x81", 3);
                 m = 3;
             }
-            for (size_t k = i; k < j; k++) {
-                if (text[k] == ' ') {
-                    memcpy(spm_buf + m, "\xe2\x96\x81", 3);
-                    m += 3;
-                } else {
-                    spm_buf[m++] = text[k];
-                }
-            }
-            spm_text(&s, spm_buf, m);
+            m += escape_spaces(esc_buf + m, text + i, j - i);
+            spm_text(&s, esc_buf, m);
             break;
         }
         case SP_VOCAB_WPM:
@@ -550,7 +585,7 @@ done:
     free(s.heap.a);
     free(state);
     free(tok_at);
-    free(spm_buf);
+    free(esc_buf);
     return st;
 }
 

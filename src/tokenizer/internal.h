@@ -28,6 +28,20 @@ enum sp_tok_attr {
 
 #define SP_PRETOK_MAX_REGEX 6
 
+/* Pre-tokenizer behaviour, per tokenizer.ggml.pre (pretok.c's table). */
+enum sp_pre_flag {
+    SP_PRE_CLEAN_SPACES = 1 << 0,   /* detokenize drops spaces before punctuation */
+    SP_PRE_IGNORE_MERGES = 1 << 1,  /* a word that is a token is taken whole */
+    SP_PRE_ADD_BOS = 1 << 2,        /* add_bos defaults to true (the file may say false) */
+    SP_PRE_NO_BOS_ID = 1 << 3,      /* no default BOS id (the file may name one) */
+    SP_PRE_ESCAPE_SPACES = 1 << 4,  /* ' ' is U+2581 in token texts: escaped before the split,
+                                       unescaped in pieces (SentencePiece-style BPE) */
+    SP_PRE_RAW_UTF8 = 1 << 5,       /* words are raw UTF-8, not GPT-2 byte-mapped; a byte
+                                       without a token falls back to its <0xXX> token */
+    SP_PRE_NEWLINE_WORDS = 1 << 6,  /* a word of only '\n' that is a token is taken whole */
+    SP_PRE_FORCE_BOS = 1 << 7,      /* add_bos is true whatever the file says */
+};
+
 struct sp_tok_entry {
     const char *text; /* not NUL-terminated; points into vocab->text_buf */
     uint32_t len;
@@ -80,6 +94,7 @@ struct sp_vocab {
     bool add_space_prefix;
     bool ignore_merges;
     bool clean_spaces;
+    uint32_t pre_flags; /* enum sp_pre_flag of the BPE pre-tokenizer, 0 otherwise */
     uint32_t max_token_len;
     sp_token byte_tok[256]; /* SPM byte fallback ids (-1 none) */
 
@@ -126,9 +141,10 @@ static inline size_t sp_utf8_len_lead(uint8_t c)
 uint32_t sp_byte_to_cp(uint8_t b);
 int sp_cp_to_byte(uint32_t cp); /* -1 when not a mapped code point */
 
-/* Pre-tokenizer setup by name; SP_ERR_UNSUPPORTED for an unknown name is
- * not raised (llama.cpp falls back to "default"); SP_ERR_INTERNAL when a
- * regex fails to compile. */
+/* Pre-tokenizer setup by name: regexes, v->pre_flags and the flags and ids
+ * they imply.  An unknown name is not an error (llama.cpp falls back to
+ * "default"); SP_ERR_UNSUPPORTED for a name llama.cpp knows but spindle
+ * cannot split; SP_ERR_INTERNAL when a regex fails to compile. */
 sp_status sp_pretok_init(struct sp_vocab *v, const char *pre);
 void sp_pretok_free(struct sp_vocab *v);
 
@@ -141,7 +157,8 @@ struct sp_tok_out {
 void sp_tok_out_push(struct sp_tok_out *o, sp_token t);
 
 /* Splits `n` bytes of `text` with the vocab's regexes and calls
- * `word(ctx, bytes, len)` for each piece, byte-level encoded (GPT-2 map).
+ * `word(ctx, bytes, len)` for each piece, byte-level encoded (GPT-2 map)
+ * unless the vocab has SP_PRE_RAW_UTF8 (then the piece's UTF-8 itself).
  * Returns SP_ERR_NOMEM on allocation failure. */
 typedef void (*sp_pretok_word_fn)(void *ctx, const char *word, size_t len);
 sp_status sp_pretok_split(const struct sp_vocab *v, const char *text, size_t n,

@@ -1,6 +1,7 @@
-/* Pre-tokenization for byte-level BPE vocabularies: the regex split chosen
- * by tokenizer.ggml.pre, then the GPT-2 byte-to-unicode encoding of each
- * piece.  Matches llama.cpp's unicode_regex_split():
+/* Pre-tokenization for BPE vocabularies: the regex split chosen by
+ * tokenizer.ggml.pre, then the GPT-2 byte-to-unicode encoding of each piece
+ * (skipped for raw-UTF-8 BPE such as Gemma 4's).  Matches llama.cpp's
+ * unicode_regex_split():
  *   - the input is decoded leniently (a bad byte becomes U+FFFD) and the
  *     pieces are the re-encoded code points, so invalid UTF-8 never reaches
  *     a piece;
@@ -122,6 +123,11 @@ int sp_cp_to_byte(uint32_t cp)
 
 static const char *const RE_LLAMA3[] = {LLAMA3_HEAD "\\p{N}{1,3}" LLAMA3_TAIL, NULL};
 static const char *const RE_QWEN2[] = {LLAMA3_HEAD "\\p{N}" LLAMA3_TAIL, NULL};
+/* Qwen3.5: Qwen2's split with combining marks (\p{M}) kept inside words. */
+static const char *const RE_QWEN35[] = {
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"
+    "| ?[^" WS "\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+",
+    NULL};
 static const char *const RE_GPT2[] = {GPT2_RE, NULL};
 static const char *const RE_STARCODER[] = {"\\p{N}", GPT2_RE, NULL};
 static const char *const RE_FALCON[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_RE, "[0-9][0-9][0-9]", NULL};
@@ -143,32 +149,42 @@ static const char *const RE_DEEPSEEK_LLM[] = {
 static const char *const RE_BLOOM[] = {" ?[^(" WS "|.,!?…。，、।۔،)]+", NULL};
 static const char *const RE_VIKING[] = {" ?[^(" WS "|.,!?…。，、।۔،)]+", "\\p{N}", NULL};
 
+/* Gemma 4: SentencePiece-style BPE; spaces are escaped to U+2581 before
+ * the split, which only separates runs of newlines from the rest. */
+static const char *const RE_NEWLINES[] = {"[^\\n]+|[\\n]+", NULL};
+
 struct pre_def {
     const char *names; /* '|'-separated */
     const char *const *re;
-    bool clean_spaces, ignore_merges, add_bos, no_bos_id;
+    uint32_t flags; /* enum sp_pre_flag */
 };
 
+#define CLEAN SP_PRE_CLEAN_SPACES
 static const struct pre_def PRE_DEFS[] = {
-    {"default", RE_DEFAULT, true, false, false, false},
-    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2", RE_LLAMA3, true, true, true, false},
-    {"dbrx|smaug-bpe", RE_LLAMA3, true, false, false, false},
-    {"glm4|chatglm-bpe", RE_LLAMA3, true, false, false, true},
-    {"deepseek-llm", RE_DEEPSEEK_LLM, false, false, false, false},
-    {"deepseek-coder", RE_DEEPSEEK_CODER, false, false, false, false},
-    {"falcon", RE_FALCON, true, false, false, false},
+    {"default", RE_DEFAULT, CLEAN},
+    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2", RE_LLAMA3,
+     CLEAN | SP_PRE_IGNORE_MERGES | SP_PRE_ADD_BOS},
+    {"dbrx|smaug-bpe", RE_LLAMA3, CLEAN},
+    {"glm4|chatglm-bpe", RE_LLAMA3, CLEAN | SP_PRE_NO_BOS_ID},
+    {"deepseek-llm", RE_DEEPSEEK_LLM, 0},
+    {"deepseek-coder", RE_DEEPSEEK_CODER, 0},
+    {"falcon", RE_FALCON, CLEAN},
     {"mpt|olmo|jais|gpt-2|phi-2|jina-es|jina-de|gigachat|jina-v2-es|jina-v2-de|a.x-4.0|mellum|exaone4",
-     RE_GPT2, true, false, false, false},
-    {"jina-v1-en|jina-v2-code|roberta-bpe", RE_GPT2, true, false, false, false},
-    {"trillion|granite-docling", RE_GPT2, false, false, false, false},
-    {"starcoder|refact|codeshell|exaone|minerva-7b", RE_STARCODER, true, false, false, false},
-    {"command-r|smollm", RE_STARCODER, false, false, false, false},
-    {"qwen2|deepseek-r1-qwen|kormo|hunyuan", RE_QWEN2, false, false, false, false},
-    {"stablelm2|megrez", RE_QWEN2, true, false, false, false},
-    {"poro-chat", RE_BLOOM, false, false, false, false},
-    {"bloom|gpt3-finnish", RE_BLOOM, true, false, false, false},
-    {"viking", RE_VIKING, false, false, false, false},
+     RE_GPT2, CLEAN},
+    {"jina-v1-en|jina-v2-code|roberta-bpe", RE_GPT2, CLEAN},
+    {"trillion|granite-docling", RE_GPT2, 0},
+    {"starcoder|refact|codeshell|exaone|minerva-7b", RE_STARCODER, CLEAN},
+    {"command-r|smollm", RE_STARCODER, 0},
+    {"qwen2|deepseek-r1-qwen|kormo|hunyuan", RE_QWEN2, 0},
+    {"qwen35", RE_QWEN35, 0},
+    {"stablelm2|megrez", RE_QWEN2, CLEAN},
+    {"poro-chat", RE_BLOOM, 0},
+    {"bloom|gpt3-finnish", RE_BLOOM, CLEAN},
+    {"viking", RE_VIKING, 0},
+    {"gemma4|granite-embed-multi-311m", RE_NEWLINES,
+     CLEAN | SP_PRE_ESCAPE_SPACES | SP_PRE_RAW_UTF8 | SP_PRE_NEWLINE_WORDS | SP_PRE_FORCE_BOS},
 };
+#undef CLEAN
 
 /* llama.cpp knows these but they need splitters not implemented here. */
 static const char *const PRE_UNSUPPORTED =
@@ -202,11 +218,12 @@ sp_status sp_pretok_init(struct sp_vocab *v, const char *pre)
             break;
         }
     }
-    v->clean_spaces = def->clean_spaces;
-    v->ignore_merges = def->ignore_merges;
-    if (def->add_bos)
+    v->pre_flags = def->flags;
+    v->clean_spaces = def->flags & SP_PRE_CLEAN_SPACES;
+    v->ignore_merges = def->flags & SP_PRE_IGNORE_MERGES;
+    if (def->flags & SP_PRE_ADD_BOS)
         v->add_bos = true;
-    if (def->no_bos_id)
+    if (def->flags & SP_PRE_NO_BOS_ID)
         v->bos = -1;
     v->n_regex = 0;
     for (int i = 0; def->re[i]; i++) {
@@ -333,6 +350,12 @@ sp_status sp_pretok_split(const struct sp_vocab *v, const char *text, size_t n,
         struct span_list t = cur;
         cur = next;
         next = t;
+    }
+    if (v->pre_flags & SP_PRE_RAW_UTF8) {
+        for (size_t i = 0; i < cur.n; i++)
+            if (cur.s[i].b > cur.s[i].a)
+                word(ctx, real + cur.s[i].a, cur.s[i].b - cur.s[i].a);
+        goto out;
     }
     /* byte-level encoding: each byte becomes a 1- or 2-byte code point */
     size_t wcap = 0;

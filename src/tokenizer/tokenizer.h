@@ -1,8 +1,10 @@
 /* Tokenizer: text <-> token ids, read from the GGUF file itself.
  *
  * Supports tokenizer.ggml.model = gpt2 (byte-level BPE), llama (SentencePiece
- * BPE with byte fallback), bert (WordPiece), with the pre-tokenizer named by
- * tokenizer.ggml.pre.  Must produce exactly llama.cpp's ids.
+ * BPE with byte fallback), bert (WordPiece), gemma4 (BPE merges over raw
+ * UTF-8 with spaces as U+2581 and <0xXX> byte fallback), with the
+ * pre-tokenizer named by tokenizer.ggml.pre.  Must produce exactly
+ * llama.cpp's ids.
  * Works on vocabulary-only files (no weights).
  */
 #ifndef SP_TOKENIZER_H
@@ -32,14 +34,14 @@ bool sp_vocab_is_eog(const struct sp_vocab *v, sp_token t);
 bool sp_vocab_is_control(const struct sp_vocab *v, sp_token t);
 /* Id of the token whose text is exactly `text`, or -1. */
 sp_token sp_vocab_find(const struct sp_vocab *v, const char *text);
-const char *sp_vocab_model_name(const struct sp_vocab *v); /* "gpt2", "llama", "bert" */
+const char *sp_vocab_model_name(const struct sp_vocab *v); /* "gpt2", "llama", "bert", "gemma4" */
 const char *sp_vocab_pre_name(const struct sp_vocab *v);
 /* The raw text of token `t` as stored in the file, or NULL for a bad id. */
 const char *sp_vocab_token_text(const struct sp_vocab *v, sp_token t);
 /* True when concatenating the pieces of encode(x) gives back x for valid
- * UTF-8 x (byte-level BPE, SentencePiece with byte fallback after its one
- * added leading space); false for WordPiece, which lowercases and drops
- * accents and whitespace. */
+ * UTF-8 x (byte-level BPE, Gemma 4's BPE, SentencePiece with byte fallback
+ * after its one added leading space); false for WordPiece, which lowercases
+ * and drops accents and whitespace. */
 bool sp_vocab_lossless(const struct sp_vocab *v);
 /* The file's tokenizer.chat_template, or NULL. */
 const char *sp_vocab_chat_template(const struct sp_vocab *v);
@@ -60,14 +62,16 @@ sp_status sp_tokenize_alloc(const struct sp_vocab *v, const char *text, size_t l
                             bool parse_special, sp_token **out, size_t *n_out);
 
 /* The bytes token `t` stands for (byte tokens give their byte, SentencePiece
- * '▁' becomes ' ', byte-level BPE is un-mapped).  Control tokens give "" unless
- * `special`.  Returns the byte count (may exceed cap: then nothing useful is
- * written and the caller retries bigger); -1 for an invalid id. */
+ * and Gemma 4 '▁' becomes ' ', byte-level BPE is un-mapped).  Control tokens
+ * give "" unless `special`.  Returns the byte count (may exceed cap: then
+ * nothing is written and the caller retries bigger; buf may be NULL when cap
+ * is 0); -1 for an invalid id. */
 int sp_token_to_piece(const struct sp_vocab *v, sp_token t, bool special,
                       char *buf, size_t cap);
 
 /* Whole-sequence decode as llama.cpp's detokenize does (e.g. the SPM leading
- * space removal after BOS).  Same return convention as sp_token_to_piece. */
+ * space removal after BOS).  Same return convention as sp_token_to_piece
+ * (buf may be NULL when cap is 0, to size the text). */
 int64_t sp_detokenize(const struct sp_vocab *v, const sp_token *toks, size_t n,
                       bool special, char *buf, size_t cap);
 

@@ -295,6 +295,9 @@ static void piece_put(char *out, uint64_t *n, const void *bytes, size_t len)
 
 /* The piece of token `t` with special=true (llama.cpp's token_to_piece
  * cache).  Writes into `out` when it is not NULL and returns the length.
+ * Special texts are verbatim; normal byte-level BPE texts are un-mapped,
+ * other normal texts (SentencePiece, SentencePiece-style BPE) have U+2581
+ * as ' '; a byte token "<0xXX>" is its byte; anything else is empty.
  * A BPE code point outside the byte map becomes "[UNK_BYTE_0x<hex><text>]"
  * as in llama.cpp, so a piece can grow with the square of the text length:
  * callers size `out` from a counting call first. */
@@ -302,11 +305,10 @@ static uint64_t make_piece(const struct sp_vocab *v, uint32_t t, char *out)
 {
     const struct sp_tok_entry *e = &v->tok[t];
     uint64_t n = 0;
+    bool byte_mapped = v->kind == SP_VOCAB_BPE && !(v->pre_flags & SP_PRE_ESCAPE_SPACES);
     if (e->attr & (SP_TOK_ATTR_UNKNOWN | SP_TOK_ATTR_CONTROL | SP_TOK_ATTR_USER_DEFINED)) {
         piece_put(out, &n, e->text, e->len);
-    } else if (v->kind == SP_VOCAB_BPE) {
-        if (!(e->attr & SP_TOK_ATTR_NORMAL))
-            return 0;
+    } else if (byte_mapped && (e->attr & SP_TOK_ATTR_NORMAL)) {
         for (size_t off = 0; off < e->len;) {
             uint32_t cp = sp_utf8_decode_lenient((const uint8_t *)e->text, e->len, &off);
             int b = sp_cp_to_byte(cp);
@@ -325,7 +327,7 @@ static uint64_t make_piece(const struct sp_vocab *v, uint32_t t, char *out)
             piece_put(out, &n, e->text, e->len);
             piece_put(out, &n, "]", 1);
         }
-    } else if (e->attr & SP_TOK_ATTR_NORMAL) {
+    } else if (e->attr & SP_TOK_ATTR_NORMAL) { /* SentencePiece and SentencePiece-style BPE */
         for (size_t i = 0; i < e->len;) {
             if (i + 3 <= e->len && memcmp(e->text + i, "\xe2\x96\x81", 3) == 0) {
                 piece_put(out, &n, " ", 1);
@@ -334,7 +336,7 @@ static uint64_t make_piece(const struct sp_vocab *v, uint32_t t, char *out)
                 piece_put(out, &n, e->text + i++, 1);
             }
         }
-    } else if (e->attr & SP_TOK_ATTR_BYTE) {
+    } else if (e->attr & SP_TOK_ATTR_BYTE) { /* "<0xXX>" */
         char c = 0;
         if (e->len >= 5) {
             char hex[3] = {e->text[3], e->text[4], 0};
@@ -384,6 +386,33 @@ static void copy_view(char *dst, size_t cap, struct sp_gguf_str s)
     dst[n] = 0;
 }
 
+/* Defaults per tokenizer.ggml.model, as llama.cpp's llama_vocab::load sets
+ * them before reading the file's own ids and flags. */
+struct model_def {
+    const char *name;
+    enum sp_vocab_kind kind;
+    sp_token bos, eos, unk, sep, pad;
+    bool add_bos, add_sep, add_space_prefix, clean_spaces;
+    const char *pre; /* pre-tokenizer used whatever tokenizer.ggml.pre says, or NULL */
+};
+
+static const struct model_def MODEL_DEFS[] = {
+    /* name, kind, bos, eos, unk, sep, pad, add_bos, add_sep, add_space_prefix, clean_spaces, pre */
+    {"llama", SP_VOCAB_SPM, 1, 2, 0, -1, -1, true, false, true, false, NULL},
+    {"bert", SP_VOCAB_WPM, 101, -1, 100, 102, 0, true, true, false, true, NULL},
+    {"gpt2", SP_VOCAB_BPE, 11, 11, -1, -1, -1, false, false, false, false, NULL},
+    /* SentencePiece-style BPE over raw UTF-8 (see pretok.c's "gemma4") */
+    {"gemma4", SP_VOCAB_BPE, -1, -1, -1, -1, -1, false, false, false, false, "gemma4"},
+};
+
+static const struct model_def *find_model(struct sp_gguf_str model)
+{
+    for (size_t i = 0; i < sizeof MODEL_DEFS / sizeof MODEL_DEFS[0]; i++)
+        if (sp_gguf_str_eq(model, MODEL_DEFS[i].name))
+            return &MODEL_DEFS[i];
+    return NULL;
+}
+
 sp_status sp_vocab_init(struct sp_vocab **out, const struct sp_gguf *g)
 {
     sp_status st;
@@ -404,25 +433,20 @@ sp_status sp_vocab_init(struct sp_vocab **out, const struct sp_gguf *g)
     (void)sp_gguf_get_str(g, "general.architecture", false, &arch);
     copy_view(v->model_name, sizeof v->model_name, model);
     copy_view(v->pre_name, sizeof v->pre_name, pre);
-    v->bos = v->eos = v->eot = v->eom = v->unk = v->sep = v->pad = -1;
-    sp_token mask = -1;
-    if (sp_gguf_str_eq(model, "llama")) {
-        v->kind = SP_VOCAB_SPM;
-        v->bos = 1, v->eos = 2, v->unk = 0;
-        v->add_space_prefix = true;
-        v->add_bos = true;
-    } else if (sp_gguf_str_eq(model, "bert")) {
-        v->kind = SP_VOCAB_WPM;
-        v->bos = 101, v->unk = 100, v->sep = 102, v->pad = 0, mask = 103;
-        v->add_bos = true, v->add_sep = true, v->clean_spaces = true;
-    } else if (sp_gguf_str_eq(model, "gpt2")) {
-        v->kind = SP_VOCAB_BPE;
-        v->bos = 11, v->eos = 11;
-    } else {
+    const struct model_def *md = find_model(model);
+    if (!md) {
         st = sp_error_set(SP_ERR_UNSUPPORTED, "tokenizer.ggml.model '%s' is not supported", v->model_name);
         goto fail;
     }
-    (void)mask;
+    v->kind = md->kind;
+    v->bos = md->bos, v->eos = md->eos, v->unk = md->unk, v->sep = md->sep, v->pad = md->pad;
+    v->eot = v->eom = -1;
+    v->add_bos = md->add_bos, v->add_sep = md->add_sep;
+    v->add_space_prefix = md->add_space_prefix, v->clean_spaces = md->clean_spaces;
+    if (md->pre) {
+        pre = (struct sp_gguf_str){md->pre, strlen(md->pre)};
+        copy_view(v->pre_name, sizeof v->pre_name, pre);
+    }
 
     if ((st = sp_gguf_get_arr(g, KEY_PREFIX "tokens", true, SP_GGUF_STRING, &kv_tok)) != SP_OK)
         goto fail;
@@ -578,6 +602,8 @@ sp_status sp_vocab_init(struct sp_vocab **out, const struct sp_gguf *g)
         (st = get_flag(g, KEY_PREFIX "add_sep_token", &v->add_sep)) != SP_OK ||
         (st = get_flag(g, KEY_PREFIX "add_space_prefix", &v->add_space_prefix)) != SP_OK)
         goto fail;
+    if (v->pre_flags & SP_PRE_FORCE_BOS) /* Gemma 4 files may say add_bos_token = false */
+        v->add_bos = true;
     for (int i = 0; i < 256; i++) {
         char hex[8];
         snprintf(hex, sizeof hex, "<0x%02X>", i);
@@ -694,7 +720,7 @@ int sp_token_to_piece(const struct sp_vocab *v, sp_token t, bool special, char *
     if (!special && (v->tok[t].attr & (SP_TOK_ATTR_UNKNOWN | SP_TOK_ATTR_CONTROL)))
         return 0;
     size_t n = (size_t)(v->piece_off[t + 1] - v->piece_off[t]);
-    if (n <= cap)
+    if (n && n <= cap) /* never memcpy to a NULL buf, even 0 bytes (sizing call) */
         memcpy(buf, v->piece_buf + v->piece_off[t], n);
     return (int)n;
 }
@@ -751,13 +777,13 @@ int64_t sp_detokenize(const struct sp_vocab *v, const sp_token *toks, size_t n, 
         if (remove_space && len && *p == ' ')
             p++, len--;
         remove_space = false;
-        if (total + len <= cap)
+        if (len && total + len <= cap) /* len == 0: buf may be NULL (sizing call) */
             memcpy(buf + total, p, len);
         total += len;
     }
     if (total > cap)
         return (int64_t)total;
-    if (v->clean_spaces)
+    if (v->clean_spaces && total)
         total = clean_spaces(buf, (size_t)total);
     return (int64_t)total;
 }

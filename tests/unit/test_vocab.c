@@ -1,5 +1,6 @@
 /* Tokenizer vectors: for each ggml-vocab-NAME.gguf in the test data folder
- * (../shared/testdata/vocab, or $SP_TESTDATA/vocab), every string of the .inp
+ * ($SP_TESTDATA/vocab, default build/testdata/vocab: `scripts/fetch-model
+ * testdata` unpacks it, and scripts/run-tests runs that first), every string of the .inp
  * file must encode (no BOS, no special parsing) to the ids on the matching
  * .out line, and for lossless vocabularies the concatenated pieces must give
  * the string back.  Also: the streaming detokenizer on characters split
@@ -119,10 +120,15 @@ static void test_vectors(const char *dir, const char *name)
     size_t cap = 1 << 16;
     sp_token *ids = malloc(cap * sizeof *ids);
     char *dec = malloc(cap * 8);
-    for (;;) {
+    for (bool last = false; !last;) {
+        /* a final string need not be followed by the separator (gemma-4) */
         char *e = strstr(s, SEP);
-        if (!e)
-            break;
+        if (!e) {
+            if (!*s)
+                break;
+            e = s + strlen(s);
+            last = true;
+        }
         size_t len = (size_t)(e - s);
         char *nl = strchr(line, '\n');
         if (!nl)
@@ -169,7 +175,7 @@ static void test_vectors(const char *dir, const char *name)
             rt_pass += rt;
             CHECK(rt, "%s: round trip of string %d", name, total);
         }
-        s = e + strlen(SEP);
+        s = last ? e : e + strlen(SEP);
         line = nl + 1;
     }
     printf("  %-36s %s/%s: %d/%d vectors, %d/%d round trips%s\n", name, sp_vocab_model_name(L.v),
@@ -272,13 +278,108 @@ static void test_stream(const char *dir)
     unload(&L);
 }
 
+/* Sizing calls: (NULL, 0) gives the needed length and touches nothing,
+ * also for a token whose piece is empty (a control token without
+ * `special`), and the sized buffer then gets exactly that text: `want`
+ * for <control> encode(text). */
+static void test_sizing(const char *dir, const char *file, const char *text, const char *want)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    struct loaded L;
+    if (!load(&L, path)) {
+        CHECK(0, "%s", file);
+        return;
+    }
+    const struct sp_vocab *v = L.v;
+    sp_token ctl = -1;
+    for (uint32_t t = 0; t < sp_vocab_size(v) && ctl < 0; t++)
+        if (sp_vocab_is_control(v, (sp_token)t))
+            ctl = (sp_token)t;
+    CHECK(ctl >= 0, "%s: a control token", file);
+    CHECK(sp_token_to_piece(v, ctl, false, NULL, 0) == 0, "%s: empty piece sized with NULL", file);
+    CHECK(sp_detokenize(v, &ctl, 1, false, NULL, 0) == 0, "%s: empty text sized with NULL", file);
+    CHECK(sp_detokenize(v, NULL, 0, false, NULL, 0) == 0, "%s: no tokens sized with NULL", file);
+    sp_token ids[64];
+    size_t n = 0;
+    CHECK(sp_tokenize(v, text, strlen(text), false, false, ids + 1, 63, &n) == SP_OK && n > 0, "%s: encode",
+          file);
+    ids[0] = ctl; /* leading empty piece, as POST /detokenize {"tokens":[1, ...]} */
+    for (size_t i = 1; i <= n; i++) {
+        char one[64];
+        int need = sp_token_to_piece(v, ids[i], false, NULL, 0);
+        int got = sp_token_to_piece(v, ids[i], false, one, sizeof one);
+        CHECK(need > 0 && need == got, "%s: piece %zu sized %d, written %d", file, i, need, got);
+    }
+    for (size_t k = 1; k <= n + 1; k++) {
+        int64_t need = sp_detokenize(v, ids, k, false, NULL, 0);
+        char *buf = malloc(need > 0 ? (size_t)need : 1);
+        int64_t got = buf ? sp_detokenize(v, ids, k, false, buf, (size_t)need) : -1;
+        CHECK(need >= 0 && got >= 0 && got <= need, "%s: %zu tokens sized %lld, written %lld", file, k,
+              (long long)need, (long long)got);
+        if (k == n + 1)
+            CHECK(got == (int64_t)strlen(want) && memcmp(buf, want, (size_t)got) == 0, "%s: sized text", file);
+        free(buf);
+    }
+    unload(&L);
+}
+
+/* Gemma 4 (BPE over raw UTF-8, spaces as U+2581): BOS is added although
+ * the vectors do not show it, a character without a token falls back to
+ * its <0xXX> byte tokens, and control tokens parse only when asked. */
+static void test_gemma4(const char *dir)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ggml-vocab-gemma-4.gguf", dir);
+    struct loaded L;
+    if (!load(&L, path)) {
+        CHECK(0, "gemma-4 vocab %s (run scripts/fetch-model testdata)", path);
+        return;
+    }
+    const struct sp_vocab *v = L.v;
+    sp_token ids[64];
+    size_t n = 0;
+    CHECK(sp_tokenize(v, "Hello world", 11, true, false, ids, 64, &n) == SP_OK && n == 3 &&
+              ids[0] == sp_vocab_bos(v) && sp_vocab_bos(v) == sp_vocab_find(v, "<bos>") &&
+              ids[1] == sp_vocab_find(v, "Hello") && ids[2] == sp_vocab_find(v, "\xe2\x96\x81world"),
+          "gemma-4: <bos> Hello ▁world (n=%zu)", n);
+    char buf[256];
+    int64_t k = sp_detokenize(v, ids, n, false, buf, sizeof buf);
+    CHECK(k == 11 && memcmp(buf, "Hello world", 11) == 0, "gemma-4: detokenize drops <bos>, ▁ is a space");
+    k = sp_detokenize(v, ids, n, true, buf, sizeof buf);
+    CHECK(k == 16 && memcmp(buf, "<bos>Hello world", 16) == 0, "gemma-4: special shows <bos>");
+    /* U+2A700 has no token: four byte tokens */
+    const char *rare = "x\xf0\xaa\x9c\x80";
+    CHECK(sp_tokenize(v, rare, 5, false, false, ids, 64, &n) == SP_OK && n == 5, "gemma-4: byte fallback n=%zu",
+          n);
+    for (size_t i = 1; i < n && i < 5; i++) {
+        char hex[8];
+        snprintf(hex, sizeof hex, "<0x%02X>", (unsigned char)rare[i]);
+        const char *t = sp_vocab_token_text(v, ids[i]);
+        CHECK(t && strcmp(t, hex) == 0, "gemma-4: byte %zu is %s, got %s", i, hex, t ? t : "?");
+    }
+    k = sp_detokenize(v, ids, n, false, buf, sizeof buf);
+    CHECK(k == 5 && memcmp(buf, rare, 5) == 0, "gemma-4: byte tokens decode to their bytes");
+    /* a whole newline run is one token */
+    CHECK(sp_tokenize(v, "a\n\n\nb", 5, false, false, ids, 64, &n) == SP_OK && n == 3 &&
+              ids[1] == sp_vocab_find(v, "\n\n\n"),
+          "gemma-4: newline run kept whole");
+    sp_token turn = sp_vocab_find(v, "<|turn>");
+    CHECK(sp_tokenize(v, "<|turn>user", 11, false, true, ids, 64, &n) == SP_OK && n >= 2 && ids[0] == turn,
+          "gemma-4: parse_special finds <|turn>");
+    CHECK(sp_tokenize(v, "<|turn>user", 11, false, false, ids, 64, &n) == SP_OK && n >= 2 && ids[0] != turn,
+          "gemma-4: no parse_special: <|turn> is text");
+    unload(&L);
+    test_sizing(dir, "ggml-vocab-gemma-4.gguf", "Hello world, this is 😀", "Hello world, this is 😀");
+}
+
 int main(void)
 {
     const char *env = getenv("SP_TESTDATA");
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/vocab", env ? env : "../shared/testdata");
+    snprintf(dir, sizeof dir, "%s/vocab", env ? env : "build/testdata");
     DIR *d = opendir(dir);
-    CHECK(d != NULL, "cannot open %s", dir);
+    CHECK(d != NULL, "cannot open %s (run scripts/fetch-model testdata)", dir);
     if (!d)
         return sp_check_report("vocab");
     char *names[64];
@@ -304,5 +405,9 @@ int main(void)
     }
     test_invalid_utf8(dir);
     test_stream(dir);
+    test_sizing(dir, "ggml-vocab-gpt-2.gguf", "Hello world, this is 😀", "Hello world, this is 😀");
+    /* SentencePiece keeps the prefix space after a leading control token, as llama.cpp */
+    test_sizing(dir, "ggml-vocab-llama-spm.gguf", "Hello world, this is 😀", " Hello world, this is 😀");
+    test_gemma4(dir);
     return sp_check_report("vocab");
 }
