@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Chat-template goldens for tests/unit/test_chat.c.
 
-Renders every template in ../shared/testdata/chat-templates/, the extra
+Renders every template of the test data (build/testdata/chat-templates/, from
+llama.cpp's models/templates/ in the llama-cpp-python 0.3.36 sdist, unpacked by
+`scripts/fetch-model testdata`), the extra
 templates in tests/goldens/chat/templates/ (spindle's built-in Gemma turn
 format, src/chat/prompt.c: the local Gemma 3 GGUF carries no template) and the templates
 stored in the GGUF metadata (tokenizer.chat_template) of the local models with Python's jinja2, configured as HF transformers does
@@ -193,7 +195,7 @@ def write(out_dir, name, src, origin, cases):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--templates", default=os.path.join(ROOT, "..", "shared", "testdata", "chat-templates"))
+    ap.add_argument("--templates", default=None, help="default: the test data's chat-templates/")
     ap.add_argument("--models", nargs="*", default=[
         os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"),
         os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")])
@@ -203,11 +205,19 @@ def main():
     ap.add_argument("--tools-out", default=os.path.join(ROOT, "tests", "goldens", "chat-tools"))
     args = ap.parse_args()
     env = make_env()
+    label = "llama.cpp models/templates/ (llama-cpp-python 0.3.36 sdist): "
+    if args.templates is None:
+        import subprocess
+        data = subprocess.run([os.path.join(ROOT, "scripts", "fetch-model"), "testdata"],
+                              stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+        args.templates = os.path.join(data, "chat-templates")
+    else:
+        label = args.templates.rstrip("/") + "/"
     sources = []
     for fn in sorted(os.listdir(args.templates)):
         if fn.endswith(".jinja"):
             with open(os.path.join(args.templates, fn), encoding="utf-8") as f:
-                sources.append((fn[:-len(".jinja")], f.read(), "shared/testdata/chat-templates/" + fn))
+                sources.append((fn[:-len(".jinja")], f.read(), label + fn))
     if args.extra and os.path.isdir(args.extra):
         for fn in sorted(os.listdir(args.extra)):
             if fn.endswith(".jinja"):

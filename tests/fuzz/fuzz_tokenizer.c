@@ -2,7 +2,8 @@
  * parsing), decode, stream-decode.  Nothing may crash; for lossless
  * vocabularies the concatenated pieces of valid UTF-8 input give the input
  * back (SentencePiece: after the one prefix space it adds).
- * Vocabulary: $SP_FUZZ_VOCAB, default ../shared/testdata/vocab/ggml-vocab-gpt-2.gguf.
+ * Vocabulary: $SP_FUZZ_VOCAB, default
+ * build/testdata/vocab/ggml-vocab-gpt-2.gguf (scripts/fetch-model testdata).
  * Build: clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc ... */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +22,11 @@ static void load_once(void)
         return;
     const char *path = getenv("SP_FUZZ_VOCAB");
     if (!path)
-        path = "../shared/testdata/vocab/ggml-vocab-gpt-2.gguf";
+        path = "build/testdata/vocab/ggml-vocab-gpt-2.gguf";
     if (sp_mapping_init(&map, path, 0) != SP_OK || sp_gguf_init(&gguf, map.data, map.size) != SP_OK ||
         sp_vocab_init(&vocab, &gguf) != SP_OK) {
-        fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", path, sp_error_message());
+        fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s (run scripts/fetch-model testdata)\n", path,
+                sp_error_message());
         abort();
     }
 }

@@ -5,7 +5,8 @@ Each family is written with its exact architecture name, metadata keys and
 tensor layout (grouped-query attention, real head sizes, 8 experts with 2
 used for mixture-of-experts families, a shared expert where the family has
 one) and a real vocabulary borrowed from the tokenizer test vectors
-(../shared/testdata/vocab, or $SP_TESTDATA/vocab).  Weights are random
+($SP_TESTDATA/vocab, default build/testdata/vocab, which
+`scripts/fetch-model testdata` unpacks; it is run when a file is missing).  Weights are random
 (numpy's PCG64, fixed seeds), so the output is byte-for-byte the same on
 every run with the same numpy and gguf versions (build/venv pins both);
 the goldens record the sha256 of the files they were made from.
@@ -24,6 +25,7 @@ import argparse
 import hashlib
 import math
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -36,7 +38,19 @@ TYPES = ("f32", "q8_0", "q4_k")
 
 
 def testdata_dir():
-    return os.environ.get("SP_TESTDATA") or os.path.join(ROOT, "..", "shared", "testdata")
+    return os.environ.get("SP_TESTDATA") or os.path.join(ROOT, "build", "testdata")
+
+
+def vocab_path(name):
+    """The vocabulary test file ggml-vocab-NAME.gguf, fetched when missing."""
+    path = os.path.join(testdata_dir(), "vocab", "ggml-vocab-%s.gguf" % name)
+    if not os.path.isfile(path):
+        fetch = os.path.join(ROOT, "scripts", "fetch-model")
+        r = subprocess.run([fetch, "testdata"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0 or not os.path.isfile(path):
+            last = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
+            raise RuntimeError("%s missing and scripts/fetch-model testdata failed: %s" % (path, last))
+    return path
 
 
 def llama3_rope_freqs(n_rot, base, factor=8.0, low=1.0, high=4.0, orig=8192):
@@ -105,8 +119,7 @@ BENCH = {
 
 def read_vocab(name, pre=None, pad_to=None):
     """Tokenizer key/values of a vocabulary test file: [(key, value, vtype, subtype)]."""
-    path = os.path.join(testdata_dir(), "vocab", "ggml-vocab-%s.gguf" % name)
-    r = gguf.GGUFReader(path)
+    r = gguf.GGUFReader(vocab_path(name))
     kvs = []
     for key, f in r.fields.items():
         if not key.startswith("tokenizer."):
