@@ -864,7 +864,8 @@ typedef struct sp_server_sampling {
 typedef enum sp_log_format { SP_LOG_TEXT = 0, SP_LOG_JSON } sp_log_format;
 
 typedef struct sp_server_config {
-    const char *host;       /* numeric IPv4/IPv6 address to bind; default 127.0.0.1 */
+    const char *host;       /* IPv4/IPv6 address or host name to bind (the first of its
+                               addresses that binds); default 127.0.0.1 */
     int port;               /* 0: pick a free port (printed on stderr) */
     int n_parallel;         /* requests running at once */
     int n_ctx;              /* per-request context; 0: the model's (capped at 8192) */

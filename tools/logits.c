@@ -113,7 +113,7 @@ int sp_tool_logits(int argc, char **argv)
     for (; a.i < argc && !a.failed; a.i++) {
         if (sp_args_is(&a, "-h", "--help")) {
             puts("usage: spindle logits -m MODEL (-p PROMPT | --ids \"ID ...\") [--top K (0 = all)] [--from POS]\n"
-                 "                      [--special] [--ctx N] [-t N]");
+                 "                      [--special] [--ctx N] [-t N] [--swa-full]");
             return 0;
         } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
         else if (sp_args_is(&a, "-p", "--prompt")) prompt = sp_args_value(&a);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "spindle.h"
 #include "tools.h"
 
 struct sp_subcommand {
@@ -39,10 +40,34 @@ int sp_tool_fail(const char *fmt, ...)
 
 static void sp_usage(FILE *f)
 {
-    fprintf(f, "usage: spindle COMMAND [options]   (spindle COMMAND --help for its options)\n\ncommands:\n");
+    fprintf(f, "usage: spindle COMMAND [options]   (spindle COMMAND --help for its options)\n"
+               "       spindle --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof sp_subcommands / sizeof sp_subcommands[0]; i++)
         fprintf(f, "  %-11s %s\n", sp_subcommands[i].name, sp_subcommands[i].usage);
 }
+
+/* `spindle --help`: the commands on stdout, exit 0. */
+static int sp_opt_help(void)
+{
+    sp_usage(stdout);
+    return 0;
+}
+
+/* `spindle --version`: the version of the library linked in, exit 0. */
+static int sp_opt_version(void)
+{
+    printf("spindle %s\n", sp_version());
+    return 0;
+}
+
+/* The options `spindle` takes in place of a command. */
+static const struct sp_option {
+    const char *name;
+    int (*fn)(void);
+} sp_options[] = {
+    {"--help", sp_opt_help}, {"-h", sp_opt_help}, {"help", sp_opt_help},
+    {"--version", sp_opt_version}, {"-V", sp_opt_version},
+};
 
 int main(int argc, char **argv)
 {
@@ -50,10 +75,9 @@ int main(int argc, char **argv)
         sp_usage(stderr);
         return 2;
     }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        sp_usage(stdout);
-        return 0;
-    }
+    for (size_t i = 0; i < sizeof sp_options / sizeof sp_options[0]; i++)
+        if (!strcmp(argv[1], sp_options[i].name))
+            return sp_options[i].fn();
     for (size_t i = 0; i < sizeof sp_subcommands / sizeof sp_subcommands[0]; i++)
         if (!strcmp(argv[1], sp_subcommands[i].name))
             return sp_subcommands[i].fn(argc - 1, argv + 1);

@@ -30,6 +30,7 @@ static const char sp_run_usage[] =
     "  --json-schema FILE   constrain the output to JSON matching a JSON Schema (validated)\n"
     "  --max-retries N      attempts after an output fails its check (default 2)\n"
     "  --ctx N  -t THREADS  --mlock (keep the weights in RAM)\n"
+    "  --swa-full           sliding-window layers cache the whole context (default: only the window)\n"
     "  --cache-type-k T  --cache-type-v T   KV cache keys/values: f16 (default), q8_0, q4_0\n"
     SP_TOOL_SPEC_USAGE;
 

@@ -15,7 +15,7 @@
 static const char sp_serve_usage[] =
     "usage: spindle serve -m MODEL [options]\n"
     "  -m, --model PATH     GGUF model file (required)\n"
-    "  --host ADDR          numeric address to bind (default 127.0.0.1)\n"
+    "  --host HOST          address or host name to bind (default 127.0.0.1)\n"
     "  --port N             TCP port (default 8080; 0 picks a free one)\n"
     "  --parallel N         requests running at once (default 4)\n"
     "  -c, --ctx N          context per request (default: the model's, at most 8192)\n"

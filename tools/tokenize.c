@@ -26,6 +26,16 @@ static sp_model *vocab_open(const char *path)
     return m;
 }
 
+static const char sp_tokenize_usage[] =
+    "usage: spindle tokenize -m MODEL [--no-bos] [--special] (--file F | TEXT)\n"
+    "  prints the token ids of TEXT (or of the bytes of F; - = stdin) on one line\n"
+    "  --no-bos    add no BOS/EOS (default: as the model's add_bos_token/add_eos_token say)\n"
+    "  --special   parse special-token texts such as <|im_start|>\n";
+
+static const char sp_detokenize_usage[] =
+    "usage: spindle detokenize -m MODEL ID...\n"
+    "  prints the text of the token ids (special tokens rendered)\n";
+
 static char *read_stream(FILE *in, size_t *n)
 {
     size_t cap = 1 << 16, len = 0;
@@ -57,7 +67,10 @@ int sp_tool_tokenize(int argc, char **argv)
     const char *model = NULL, *file = NULL, *text = NULL;
     bool add_bos = true, special = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(sp_tokenize_usage, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc)
             model = argv[++i];
         else if (!strcmp(argv[i], "--file") && i + 1 < argc)
             file = argv[++i];
@@ -66,14 +79,14 @@ int sp_tool_tokenize(int argc, char **argv)
         else if (!strcmp(argv[i], "--special"))
             special = true;
         else if (argv[i][0] == '-' && argv[i][1])
-            return sp_tool_fail("tokenize: unknown option '%s'", argv[i]);
+            return sp_tool_fail("tokenize: unknown option '%s' (see spindle tokenize --help)", argv[i]);
         else if (!text)
             text = argv[i];
         else
             return sp_tool_fail("tokenize: more than one TEXT argument");
     }
     if (!model)
-        return sp_tool_fail("usage: spindle tokenize -m MODEL [--no-bos] [--special] [--file F | TEXT]");
+        return sp_tool_fail("tokenize: -m MODEL is required (see spindle tokenize --help)");
     if ((file != NULL) == (text != NULL))
         return sp_tool_fail("tokenize: give exactly one of --file F or TEXT");
     char *buf = NULL;
@@ -124,7 +137,10 @@ int sp_tool_detokenize(int argc, char **argv)
     const char *model = NULL;
     int first_id = argc;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(sp_detokenize_usage, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
             model = argv[++i];
         } else {
             first_id = i;
@@ -132,7 +148,7 @@ int sp_tool_detokenize(int argc, char **argv)
         }
     }
     if (!model)
-        return sp_tool_fail("usage: spindle detokenize -m MODEL ID...");
+        return sp_tool_fail("detokenize: -m MODEL is required (see spindle detokenize --help)");
     size_t n = (size_t)(argc - first_id);
     sp_token *ids = malloc((n ? n : 1) * sizeof *ids);
     if (!ids)

@@ -17,9 +17,9 @@
  * for the engine, which the request's own deadline bounds instead.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -745,12 +745,56 @@ static void sp_conn_notify(void *cls, struct MHD_Connection *con, void **socket_
         sp_arrived(cls);
 }
 
-sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg,
+sp_status sp_http_resolve(const char *host, int port, struct addrinfo **out)
+{
+    struct addrinfo hints;
+    char service[16];
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    snprintf(service, sizeof service, "%d", port);
+    *out = NULL;
+    int g = getaddrinfo(host, service, &hints, out);
+    if (g != 0) {
+        *out = NULL;
+        return sp_error_set(SP_ERR_ARG, "--host '%s' does not resolve: %s", host,
+                            g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
+    }
+    return SP_OK;
+}
+
+/* Starts the daemon on the first of addrs that binds; NULL with the error
+ * set when none does. */
+static struct MHD_Daemon *sp_http_listen(struct sp_http *h, const struct addrinfo *addrs)
+{
+    struct MHD_Daemon *d = NULL;
+    int e = 0;
+    for (const struct addrinfo *ai = addrs; ai && !d; ai = ai->ai_next) {
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
+            continue;
+        unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                             (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+        errno = 0;
+        d = MHD_start_daemon(
+            flags, (uint16_t)h->cfg.port, NULL, NULL, sp_access, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SP_HTTP_MEMORY_LIMIT, MHD_OPTION_CONNECTION_LIMIT,
+            SP_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S,
+            MHD_OPTION_NOTIFY_COMPLETED, sp_completed, h, MHD_OPTION_NOTIFY_CONNECTION, sp_conn_notify, h,
+            MHD_OPTION_END);
+        if (!d)
+            e = errno;
+    }
+    if (!d)
+        sp_error_set(SP_ERR_IO, "cannot listen on %s:%d: %s", h->cfg.host ? h->cfg.host : "127.0.0.1",
+                     h->cfg.port, e ? strerror(e) : "libmicrohttpd failed to start");
+    return d;
+}
+
+sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg, const struct addrinfo *addrs,
                         struct sp_sched *sched, struct sp_metrics *m, const char *model_id)
 {
     struct sp_http *h = calloc(1, sizeof *h);
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
     *out = NULL;
     if (!h)
         return sp_error_set(SP_ERR_NOMEM, "http: out of memory");
@@ -764,34 +808,9 @@ sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg
         sp_http_stop(h);
         return sp_error_set(SP_ERR_NOMEM, "http: out of memory");
     }
-    const char *host = cfg->host ? cfg->host : "127.0.0.1";
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                         MHD_USE_POLL;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)cfg->port);
-    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)cfg->port);
-        flags |= MHD_USE_IPv6;
-    } else {
+    if (!(h->daemon = sp_http_listen(h, addrs))) {
         sp_http_stop(h);
-        return sp_error_set(SP_ERR_ARG, "--host '%s' is not a numeric IPv4 or IPv6 address",
-                            host);
-    }
-    h->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, sp_access, h, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SP_HTTP_MEMORY_LIMIT,
-        MHD_OPTION_CONNECTION_LIMIT, SP_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-        SP_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, sp_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
-        sp_conn_notify, h, MHD_OPTION_END);
-    if (!h->daemon) {
-        int e = errno;
-        sp_http_stop(h);
-        return sp_error_set(SP_ERR_IO, "cannot listen on %s:%d: %s", host, cfg->port,
-                            e ? strerror(e) : "libmicrohttpd failed to start");
+        return SP_ERR_IO;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : cfg->port;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +113,7 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     sp_model_info info;
     struct sp_server_config c = *cfg;
     char replica[SP_REPLICA_ID_MAX + 1];
+    struct addrinfo *addrs = NULL;
 
     if (!c.replica_id) {
         sp_default_replica_id(replica);
@@ -124,6 +126,9 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     char *model_id = sp_model_id(info.path);
     if (!model_id)
         return sp_error_set(SP_ERR_NOMEM, "server: out of memory");
+    /* A host that does not resolve is refused before the engine is made or anything is printed. */
+    if ((st = sp_http_resolve(c.host ? c.host : "127.0.0.1", c.port, &addrs)) != SP_OK)
+        goto free_id;
     struct sp_engine_params ep;
     sp_engine_params_default(&ep);
     ep.n_threads = cfg->n_threads;
@@ -154,11 +159,13 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     sp_metrics_init(&metrics, c.replica_id);
     if ((st = sp_sched_start(&sched, model, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics)) != SP_OK)
         goto free_metrics; /* the scheduler freed the engine */
-    if ((st = sp_http_start(&http, &c, sched, &metrics, model_id)) != SP_OK)
+    if ((st = sp_http_start(&http, &c, addrs, sched, &metrics, model_id)) != SP_OK)
         goto stop_sched;
+    const char *host = c.host ? c.host : "127.0.0.1";
+    bool v6 = strchr(host, ':') != NULL; /* an IPv6 address goes in brackets in a URL */
     fprintf(stderr,
-            "spindle: listening on http://%s:%d (replica '%s', model '%s', context %d tokens, %d parallel)\n",
-            c.host ? c.host : "127.0.0.1", sp_http_port(http), c.replica_id, model_id, sp_sched_n_ctx(sched),
+            "spindle: listening on http://%s%s%s:%d (replica '%s', model '%s', context %d tokens, %d parallel)\n",
+            v6 ? "[" : "", host, v6 ? "]" : "", sp_http_port(http), c.replica_id, model_id, sp_sched_n_ctx(sched),
             c.n_parallel);
     for (;;) {
         int sig = sigwaitinfo(&sigs, NULL);
@@ -183,6 +190,8 @@ free_metrics:
     sp_metrics_free(&metrics);
     pthread_sigmask(SIG_SETMASK, &old_sigs, NULL);
 free_id:
+    if (addrs)
+        freeaddrinfo(addrs);
     free(model_id);
     return st;
 }

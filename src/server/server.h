@@ -197,7 +197,15 @@ void sp_sched_stop(struct sp_sched *s);
 /* ---- http.c ---- */
 
 struct sp_http;
-sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg,
+struct addrinfo;
+/* The addresses of host (a numeric IPv4/IPv6 address or a name getaddrinfo
+ * resolves, in the order it returns them) with port, for sp_http_start;
+ * the caller frees them with freeaddrinfo.  SP_ERR_ARG with the error set
+ * (and *out NULL) when host does not resolve. */
+sp_status sp_http_resolve(const char *host, int port, struct addrinfo **out);
+/* Listens on the first of addrs that binds (SP_ERR_IO with the error set
+ * when none does) and serves the API from it. */
+sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg, const struct addrinfo *addrs,
                         struct sp_sched *sched, struct sp_metrics *m, const char *model_id);
 int sp_http_port(const struct sp_http *h);
 /* New requests get 503 from now on. */

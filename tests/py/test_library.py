@@ -3,17 +3,23 @@ install` gives a shared library with a versioned soname, a static one, the
 header and a pkg-config file that examples/simple.c builds against, and the
 C API keeps its contracts (tests/api/test_api.c).  Also the CLI defects the
 library work fixed: `serve` refuses a bad model before it listens, and
-`run -n 0` is refused like the server's max_tokens 0."""
+`run -n 0` is refused like the server's max_tokens 0.  And what an installed
+CLI is expected to do: `--version`, `--help` on every subcommand, `make
+install` putting `spindle` in PREFIX/bin and a spindle.pc whose rpath lets a
+program built in a prefix of one's own run, `serve --host` taking a name."""
 import glob
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
 
+import httpx
 import pytest
 
 from conftest import ROOT, CliResult
+from server_util import START_TIMEOUT, free_port, wait_for
 
 PUBLIC_USERS = ("tools", "examples", "tests/api")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
@@ -122,13 +128,18 @@ def test_install_and_build_the_example(tmp_path, run_plain, smollm2_path):
                        text=True)
     assert r.returncode == 0, r.stdout
     prompt = "The capital of France is"
-    r = subprocess.run([str(exe), smollm2_path, prompt, "24"], env=dict(env, LD_LIBRARY_PATH=str(lib)),
+    # spindle.pc's rpath finds the library: no LD_LIBRARY_PATH
+    run_env = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
+    r = subprocess.run([str(exe), smollm2_path, prompt, "24"], env=run_env,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     want = run_plain("run", "-m", smollm2_path, "-p", prompt, "-n", 24, "--temp", 0)
     assert want.returncode == 0, want.stderr
     assert r.stdout == want.stdout + "\n" and len(want.stdout) > 20, (r.stdout, want.stdout)
     assert r.stderr.strip() == "[length]"
+    r = subprocess.run([str(prefix / "bin" / "spindle"), "--version"], env=run_env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "spindle %s\n" % header_version(), (r.stdout, r.stderr)
 
 
 def test_c_api_contracts(tmp_path, spindle_bin, smollm2_path):
@@ -204,3 +215,71 @@ def test_run_n_0_is_refused(run_spindle, smollm2_path):
     assert ok.returncode == 0, ok.stderr
     used = re.search(r"prompt tokens: (\d+) .* generated tokens: (\d+) .* stop reason: length", ok.stderr)
     assert used and int(used.group(1)) + int(used.group(2)) == 64, ok.stderr  # -1: until the context is full
+
+
+def header_version():
+    """MAJOR.MINOR.PATCH from include/spindle.h's SPINDLE_VERSION_* macros."""
+    text = open(os.path.join(ROOT, "include", "spindle.h")).read()
+    return ".".join(re.search(r"^#define SPINDLE_VERSION_%s (\d+)$" % part, text, re.M).group(1)
+                    for part in ("MAJOR", "MINOR", "PATCH"))
+
+
+SUBCOMMANDS = ("run", "chat", "serve", "bench", "info", "quantize", "perplexity", "imatrix", "embed", "logits",
+               "tokenize", "detokenize")
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_cli_version(run_spindle, flag):
+    r = run_spindle(flag)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "spindle %s\n" % header_version() and r.stderr == "", (r.stdout, r.stderr)
+
+
+def test_cli_help_lists_every_subcommand(run_spindle):
+    r = run_spindle("--help")
+    assert r.returncode == 0, r.stderr
+    names = [line.split()[0] for line in r.stdout.split("commands:\n", 1)[1].splitlines() if line.strip()]
+    assert tuple(names) == SUBCOMMANDS, "the subcommands changed: update SUBCOMMANDS (their --help is tested)"
+    assert "--version" in r.stdout
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+@pytest.mark.parametrize("cmd", SUBCOMMANDS)
+def test_cli_subcommand_help(run_spindle, cmd, flag):
+    """Needs no model: the usage on stdout, exit 0, nothing on stderr."""
+    r = run_spindle(cmd, flag)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert "usage" in r.stdout and "spindle %s" % cmd in r.stdout and r.stderr == "", (r.stdout, r.stderr)
+
+
+def test_cli_serve_host_name(spindle_bin, smollm2_path, tmp_path):
+    """--host takes a name (resolved with getaddrinfo); the server answers
+    on it and says where it listens."""
+    port = free_port()
+    log = open(tmp_path / "serve.log", "w+")
+    p = subprocess.Popen([spindle_bin, "serve", "-m", smollm2_path, "--host", "localhost", "--port", str(port),
+                          "--ctx", "256", "--parallel", "1"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def healthy():
+            assert p.poll() is None, "spindle serve exited with %s: %s" % (p.returncode,
+                                                                            (tmp_path / "serve.log").read_text())
+            try:
+                return httpx.get("http://localhost:%d/health" % port, timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+        wait_for(healthy, timeout=START_TIMEOUT, what="spindle serve --host localhost")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=120) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        log.close()
+    assert "listening on http://localhost:%d " % port in (tmp_path / "serve.log").read_text()
+
+
+def test_cli_serve_host_that_does_not_resolve(run_spindle, smollm2_path):
+    r = run_spindle("serve", "-m", smollm2_path, "--host", "no-such-host.invalid", "--port", free_port(),
+                    timeout=120)
+    one_line_exit_2(r)
+    assert "no-such-host.invalid" in r.stderr and "does not resolve" in r.stderr and r.stdout == ""
