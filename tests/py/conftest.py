@@ -13,6 +13,9 @@ Fixtures
 
 Models are fetched once per session; fetch-model is a no-op when the file is
 already present with the right sha256.
+
+The `slow` marker: the tests listed in SLOW below, which `make test` leaves to
+`make test-slow` (CI runs both).
 """
 import json
 import os
@@ -52,6 +55,37 @@ class CliResult:
 
     def __repr__(self):
         return "CliResult(%s -> %d)" % (self.cmdline(), self.returncode)
+
+
+# Whole-model numerics that take seconds to tens of seconds each on 2 cores
+# and repeat what a faster test of `make test` already checks for the same
+# code path: the slow tier, `make test-slow` (pytest -m slow).  Node ids
+# without the file name; a bare name takes every parametrization.
+SLOW = {
+    # the ring cache of a sliding-window model over 4k positions (18 s);
+    # test_families.py's test_all_local_layers_ring_matches_full_cache
+    # checks the ring against the full cache in make test
+    "test_sliding_window_ring_matches_full_cache",
+    # perplexity against llama.cpp: [repacked-smollm2] stays in make test
+    "test_perplexity_matches_llama_cpp[file-layout-gemma3]",
+    "test_perplexity_matches_llama_cpp[file-layout-smollm2]",
+    "test_perplexity_matches_llama_cpp[repacked-gemma3]",
+    # an importance matrix over 32 chunks of text and two quantizations
+    "test_imatrix_brings_q3_closer",
+    # quantized caches' perplexity on Gemma 3 (SmolLM2's stay in make test)
+    "test_quantized_cache_perplexity_stays_close[q8_0-gemma3]",
+    "test_quantized_cache_perplexity_stays_close[q4_0-gemma3]",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: left to make test-slow (tests/py/conftest.py SLOW)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.name in SLOW or item.originalname in SLOW:
+            item.add_marker(pytest.mark.slow)
 
 
 def _spindle_path():
