@@ -35,8 +35,8 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 # (an explicit fmaf or intrinsic), whatever the target and inlining, so the
 # vector rows of each kernel round as the scalar ones, a PORTABLE binary
 # computes what a -march=native one does, the batch-invariance contracts
-# hold (docs: src/kernels/isa.h, src/quant/packed.c) and the file quantisers
-# reproduce llama.cpp's rounding exactly.
+# hold (docs: src/kernels/kernels_isa.h, src/quant/packed.c) and the file
+# quantisers reproduce llama.cpp's rounding exactly.
 CFLAGS_BASE := -std=gnu11 $(WARN) -g -fno-strict-aliasing -ffp-contract=off -pthread -fPIC -fvisibility=hidden \
                -Iinclude -Isrc $(PKG_CFLAGS)
 CFLAGS  ?= $(OPT) $(ARCH)
@@ -91,8 +91,11 @@ setup:
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 JOBS   = $(if $(findstring -j,$(MAKEFLAGS)),,-j$(NPROC))
 
+# Made afresh: `ar r` into an old archive would keep the members of
+# sources since renamed or removed.
 $(BUILD)/libspindle.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 # The shared library: libspindle.so.MAJOR.MINOR.PATCH with the soname
@@ -135,11 +138,12 @@ $(BUILD)/obj/gen/webui_assets.o: $(BUILD)/gen/webui_assets.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-# Micro-benchmarks (bench/*.c: attention alone, one packed matmul tile),
-# built with the tests so they keep compiling; run by hand (docs/performance.md).
+# Micro-benchmarks (bench/bench_NAME.c -> $(BUILD)/bench_NAME: attention
+# alone, one packed matmul tile), built with the tests so they keep
+# compiling; run by hand (docs/performance.md).
 BENCH_SRC := $(sort $(wildcard bench/*.c))
-BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench_%)
-$(BUILD)/bench_%: bench/%.c $(BUILD)/libspindle.a
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
+$(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libspindle.a
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
 
@@ -215,16 +219,17 @@ asan:
 # still run; so do the quantized caches' text checks), and the memory
 # predictions, which ASan's shadow memory and quarantine make meaningless.
 # Where one case exercises the code another repeats with other numbers, one
-# runs: of each family's file only the long prompt (the most positions and
-# cache blocks), the goldens' short prompts, and the tool-call, schema,
-# speculation and embedding tests on SmolLM2 alone (their Gemma 3 twins run
-# the same server, grammar and draft code; Gemma 3's own paths stay in
-# test_isa, test_kv_cache and the tokenizer goldens).  The build is -O2: the
+# runs: of each family's file only the long prompt's logits and greedy
+# continuation (the most positions and cache blocks), the goldens' short
+# prompts, and the tool-call, schema, speculation and embedding tests on
+# SmolLM2 alone (their Gemma 3 twins run the same server, grammar and draft
+# code; Gemma 3's own paths stay in test_isa, test_kv_cache and the
+# tokenizer goldens).  The build is -O2: the
 # same checks, about 1.2x faster than -O1.
 ASAN_PYTEST_ARGS ?= -k "not (test_goldens and (gemma3 or teacher or long)) and not test_smollm2_matches_llama_cpp \
     and not test_perplexity_matches_llama_cpp and not test_imatrix_brings_q3_closer and not test_info_predicts \
     and not test_kl_of_a_model_with_itself_is_zero and not test_quantized_cache_perplexity_stays_close \
-    and not (test_tokens_and_logits_at_every_position and not long) \
+    and not (test_families and (test_tokens_and_logits_at_every_position or test_greedy_continuation) and not long) \
     and not ((test_tools or test_structured or test_speculative or test_embed) and gemma3)"
 test-asan: asan
 	@PYTEST_ADDOPTS='$(ASAN_PYTEST_ARGS)' ASAN_OPTIONS=detect_leaks=1 \

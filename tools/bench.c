@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "args.h"
-#include "spec.h"
+#include "tool_spec.h"
 #include "spindle.h"
 #include "tools.h"
 

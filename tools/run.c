@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "args.h"
-#include "spec.h"
+#include "tool_spec.h"
 #include "spindle.h"
 #include "tools.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "api/internal.h"
+#include "api/api_internal.h"
 #include "core/error.h"
 #include "grammar/grammar.h"
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "api/internal.h"
+#include "api/api_internal.h"
 #include "chat/chat.h"
 #include "core/error.h"
 #include "toolcall/toolcall.h"

@@ -18,7 +18,7 @@
 #include "quant/quant.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
-#include "engine/internal.h"
+#include "engine/engine_internal.h"
 
 double sp_engine_now(void)
 {

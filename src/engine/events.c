@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/internal.h"
+#include "engine/engine_internal.h"
 
 static bool sp_evq_grow(struct sp_evq *q, size_t text_len)
 {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "engine/internal.h"
+#include "engine/engine_internal.h"
 #include "model/model.h"
 
 sp_status sp_engine_spec_init(struct sp_engine *e, const struct sp_engine_params *p, const struct sp_model *draft,

@@ -1,4 +1,4 @@
-/* GBNF text -> one byte-level NFA per rule (see internal.h).
+/* GBNF text -> one byte-level NFA per rule (see grammar_internal.h).
  *
  * Syntax (llama.cpp's GBNF): `name ::= alternatives`, names of letters,
  * digits, '-' and '_'; `|` alternation, `( )` grouping, postfix `*` `+` `?`
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "grammar/internal.h"
+#include "grammar/grammar_internal.h"
 
 #define MAX_DEPTH 128
 #define MAX_REPEAT 10000u

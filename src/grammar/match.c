@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "grammar/internal.h"
+#include "grammar/grammar_internal.h"
 #include "grammar/tokens.h"
 
 #define NODE_ROOT 1u

@@ -1,4 +1,4 @@
-/* Merging equal states of a compiled NFA (see internal.h).
+/* Merging equal states of a compiled NFA (see grammar_internal.h).
  *
  * Two states of one rule with the same finality and the same edges (per
  * target: the same bytes, the same calls) match the same suffixes, so one of
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "grammar/internal.h"
+#include "grammar/grammar_internal.h"
 
 #define MAX_ROUNDS 64
 

@@ -38,7 +38,7 @@ const char *sp_regex_to_gbnf(const char *pattern, size_t len, struct sp_gstr *ou
 struct json_t;
 const struct json_t *sp_schema_resolve(const struct json_t *root, const char *ref);
 
-/* Formats (schema.c, validate.c): the GBNF of a format's contents, NULL
+/* Formats (grammar_schema.c, validate.c): the GBNF of a format's contents, NULL
  * for an unknown format. */
 const char *sp_schema_format_gbnf(const char *format);
 

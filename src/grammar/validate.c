@@ -1,5 +1,5 @@
 /* A finished output checked against its JSON Schema: every keyword the
- * compiler accepts (schema.c), including those no grammar enforces
+ * compiler accepts (grammar_schema.c), including those no grammar enforces
  * (uniqueItems, multipleOf, bounds on non-integers, lengths beside a
  * pattern, oneOf's "exactly one", calendar dates).  Patterns run with PCRE2
  * (UTF mode, searching as JSON Schema's patterns do). */

@@ -1,6 +1,6 @@
 /* Causal (optionally sliding-window) grouped-query attention over the paged
  * KV cache: the work units and their scheduling, and the scalar row of the
- * kernel table (isa.h; the vector rows are vec.inc).
+ * kernel table (kernels_isa.h; the vector rows are vec.inc).
  *
  * Work units: a run of up to 16 consecutive positions of one sequence (a
  * prompt; or 16 tokens of a bidirectional encoder's input, which all see
@@ -34,7 +34,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/exp.h"
-#include "kernels/isa.h"
+#include "kernels/kernels_isa.h"
 #include "kernels/kernels.h"
 
 typedef void (*sp_attn_group_fn)(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf);
@@ -197,7 +197,7 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
 /* Asks for the queries of block unit (t0, nq, h): they were written by
  * the matmul before, for all tokens, and have left the caches; a unit's
  * 16 rows of one head are 64 lines that cost more than its q·k of a
- * short context when loaded on demand (bench/attention.c). */
+ * short context when loaded on demand (bench/bench_attention.c). */
 static void sp_attn_block_prefetch(const struct sp_attn_args *a, int t0, int nq, int h)
 {
     for (int i = 0; i < nq; i++)

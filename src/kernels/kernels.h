@@ -75,10 +75,6 @@ void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neo
 void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, const float *factors, float mscale);
 void sp_rope_apply(float *x, const float *cs, int n_rot, int neox);
 
-/* dst[i * stride] = src[i] rounded to f16 (nearest even), i < n: the K/V
- * cache's stores (a per-ISA kernel: without F16C a portable build would
- * convert in software). */
-void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n);
 /* LayerNorm: y = (x - mean) / sqrt(var + eps) * w + b over a row of n (w,
  * b may be NULL: no scale, no shift); mean and variance summed in double
  * (as llama.cpp's ggml_norm), in eight partial sums (sp_rmsnorm's order).

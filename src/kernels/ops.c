@@ -1,6 +1,6 @@
 /* Element-wise and per-row kernels (RMSNorm, RoPE, gated activations,
  * soft-capping, mixture-of-experts routing), their scalar row of the kernel
- * table, and the choice of the row in use (isa.h). */
+ * table, and the choice of the row in use (kernels_isa.h). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "kernels/exp.h"
-#include "kernels/isa.h"
+#include "kernels/kernels_isa.h"
 #include "kernels/kernels.h"
 #include "quant/quant.h"
 
@@ -59,7 +59,7 @@ void sp_isa_paths(struct sp_isa_paths *out)
     out->attention = out->ops = sp_kernels_isa();
 }
 
-/* part[k] = sum of x[i]^2 over i % 8 == k, ascending (isa.h) */
+/* part[k] = sum of x[i]^2 over i % 8 == k, ascending (kernels_isa.h) */
 static void sp_sumsq8_scalar(const float *x, int64_t n, double part[8])
 {
     for (int64_t i = 0; i < n; i++)
@@ -150,7 +150,7 @@ void sp_rope_apply(float *x, const float *cs, int n_rot, int neox) { sp_kernels_
 
 /* Each output is one rounded product and one fused multiply-add, the
  * product of x0 fused: llama.cpp's rotation as its gcc build compiles it
- * (contracted), so the roundings agree (isa.h's sp_rope_rows). */
+ * (contracted), so the roundings agree (kernels_isa.h's sp_rope_rows). */
 void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox) { sp_rope_rows(x, cs, n_rot, neox); }
 
 /* silu(g) = g / (1 + e^-g) with e^-g from sp_exp (-g clamped to 88, where
@@ -274,19 +274,6 @@ void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router route
     }
 }
 
-void sp_f16_store_scalar(uint16_t *dst, size_t stride, const float *src, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        _Float16 h = (_Float16)src[i];
-        memcpy(dst + (size_t)i * stride, &h, sizeof h);
-    }
-}
-
-void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n)
-{
-    sp_kernels_active()->f16_store(dst, stride, src, n);
-}
-
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->swiglu(g, u, y, n); }
 
 void sp_geglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->geglu(g, u, y, n); }
@@ -298,7 +285,6 @@ const struct sp_kernels_isa sp_kernels_scalar = {
     .swiglu = sp_swiglu_scalar,
     .geglu = sp_geglu_scalar,
     .rope = sp_rope_scalar,
-    .f16_store = sp_f16_store_scalar,
     .attn_group = sp_attn_group_scalar,
     .attn_block = NULL, /* prompt tokens take the group kernel one by one */
 };

@@ -2,7 +2,7 @@
  * (lanes 0-7, 8-15), lane masks as 16-bit integers turned into vector
  * masks where an instruction needs one. */
 #include "kernels/exp.h"
-#include "kernels/isa.h"
+#include "kernels/kernels_isa.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -92,11 +92,6 @@ static inline float vf_reduce_max(vf v)
 }
 static inline __m256 round_h8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 static inline vf vf_round_h(vf v) { return VF_MAP1(round_h8, v); }
-static inline void vf_store_h(uint16_t *p, vf v)
-{
-    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v.lo, _MM_FROUND_TO_NEAREST_INT));
-    _mm_storeu_si128((__m128i *)(p + 8), _mm256_cvtps_ph(v.hi, _MM_FROUND_TO_NEAREST_INT));
-}
 static inline vm vm_lanes(int lo, int hi)
 {
     lo = lo < 0 ? 0 : lo;
@@ -164,7 +159,6 @@ const struct sp_kernels_isa sp_kernels_avx2 = {
     .swiglu = vec_swiglu,
     .geglu = avx2_geglu,
     .rope = vec_rope,
-    .f16_store = vec_f16_store,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
 };

@@ -1,7 +1,7 @@
 /* The AVX-512 row of the kernel table: vec.inc on one zmm per 16 floats,
  * opmask registers for lane masks. */
 #include "kernels/exp.h"
-#include "kernels/isa.h"
+#include "kernels/kernels_isa.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -42,10 +42,6 @@ static inline float vf_reduce_max(vf v) { return _mm512_reduce_max_ps(v); }
 static inline vf vf_round_h(vf v)
 {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-static inline void vf_store_h(uint16_t *p, vf v)
-{
-    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 static inline vm vm_lanes(int lo, int hi)
 {
@@ -109,7 +105,6 @@ const struct sp_kernels_isa sp_kernels_avx512 = {
     .swiglu = vec_swiglu,
     .geglu = avx512_geglu,
     .rope = vec_rope,
-    .f16_store = vec_f16_store,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
 };

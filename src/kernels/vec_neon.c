@@ -4,7 +4,7 @@
  * outside the lanes untouched), so they only ever touch the lanes asked
  * for. */
 #include "kernels/exp.h"
-#include "kernels/isa.h"
+#include "kernels/kernels_isa.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -96,11 +96,6 @@ static inline float vf_reduce_max(vf v)
     return vmaxvq_f32(vmaxq_f32(vmaxq_f32(v.v[0], v.v[1]), vmaxq_f32(v.v[2], v.v[3])));
 }
 static inline vf vf_round_h(vf v) { VF_EACH(vcvt_f32_f16(vcvt_f16_f32(v.v[k_]))); }
-static inline void vf_store_h(uint16_t *p, vf v)
-{
-    for (int k = 0; k < 4; k++)
-        vst1_u16(p + 4 * k, vreinterpret_u16_f16(vcvt_f16_f32(v.v[k])));
-}
 static inline vm vm_lanes(int lo, int hi)
 {
     lo = lo < 0 ? 0 : lo;
@@ -149,7 +144,6 @@ const struct sp_kernels_isa sp_kernels_neon = {
     .swiglu = vec_swiglu,
     .geglu = sp_geglu_scalar, /* the table lookups are the work */
     .rope = vec_rope,
-    .f16_store = vec_f16_store,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
 };

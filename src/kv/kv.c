@@ -13,7 +13,6 @@
 
 #include "core/checked.h"
 #include "core/error.h"
-#include "kernels/kernels.h"
 #include "quant/quant.h"
 
 #define SP_KV_NONE UINT32_MAX
@@ -336,8 +335,8 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
 {
     const struct sp_kv_view w = sp_kv_view(kv, seq, layer);
     const uint32_t D = kv->head_dim, n_head = kv->kv_dim / D, lane = pos % SP_KV_TILE;
-    /* the view's pointers are into this room's own arrays; the kernel
-     * table converts f16 (F16C / NEON rows, the cast's rounding), the
+    /* the view's pointers are into this room's own arrays; sp_f16_store
+     * (quant.h) converts f16 (F16C / NEON rows, the cast's rounding), the
      * quantizers are the scalar reference (a row per head and token: the
      * cost is noise next to the matmuls) */
     for (uint32_t h = 0; h < n_head; h++) {
@@ -432,7 +431,7 @@ static bool sp_kv_is_tail(const struct sp_kv *kv, uint32_t b)
  * bitmap), so sequences growing side by side (batched decode, one block
  * each in turn) keep runs of up to 64 blocks instead of interleaving block
  * by block: the hardware prefetcher restarts at every jump, and
- * bench/attention.c's interleave argument shows what a jump costs. */
+ * bench/bench_attention.c's interleave argument shows what a jump costs. */
 static uint32_t sp_kv_free_extent(const struct sp_kv *kv)
 {
     for (uint32_t w = 0; w < kv->n_blocks / 64; w++) /* whole words only */

@@ -4,7 +4,7 @@
  * throughput and keeps them the same shape as the AVX2 ones (see
  * kern_x86.inc).  The packed 16-row kernels below use 512-bit vectors, one
  * lane per row. */
-#include "quant/isa.h"
+#include "quant/quant_isa.h"
 
 #if defined(__x86_64__)
 #define KFN(name) name##_avx512
@@ -16,7 +16,7 @@
 #include "quant/kern_x86.inc"
 
 /* ------------------------------------- packed 16-row tiles (zmm, P16) */
-/* Layouts in isa.h, scalar oracle in packed.c: every output is one row's
+/* Layouts in quant_isa.h, scalar oracle in packed.c: every output is one row's
  * blocks in order, so the column count (tile width, tails) changes no bit. */
 
 #define P16_COLS 8       /* activation columns per register tile */
@@ -34,7 +34,7 @@
  * byte for such a short distance to hide the memory's latency: one
  * thread streams Q4_K at 17-25 GB/s with no prefetch and 26-30 GB/s 1-2.5
  * KB ahead, but at 33-34 GB/s 8 KB ahead (Q6_K 25 -> 34, two columns 12
- * -> 30; bench/packed_gemm, K = 4096, 65536 rows, Zen 5). */
+ * -> 30; build/bench_packed_gemm, K = 4096, 65536 rows, Zen 5). */
 #define P16_PF_BYTES 2560
 #define P16_PF_STREAM 8192
 ALWAYS_INLINE void p16_prefetch(const int nc, const uint8_t *p, size_t ahead, size_t bytes)
@@ -178,7 +178,7 @@ ALWAYS_INLINE void q5_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
     for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
 }
 
-/* Q4_K (layout and arithmetic in isa.h): scales and mins of the 16 rows
+/* Q4_K (layout and arithmetic in quant_isa.h): scales and mins of the 16 rows
  * unpacked at once (the file kernels' q4k_scales_fast on vector lanes);
  * per sub-block an exact int dot, times its scale (vpmulld); the mins'
  * sum with vpdpwssd on (min j, min j+1) pairs of 16-bit lanes. */
@@ -399,6 +399,25 @@ static void f16_p16_gemm(int64_t n, float *s, size_t s_stride, const void *w, si
             c += w_t;
         }
     }
+}
+
+/* sp_f16_store's AVX-512 row (16 values per conversion). */
+void sp_f16_store_avx512(uint16_t *dst, size_t stride, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h16 = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if (stride == 1) {
+            _mm256_storeu_si256((__m256i *)(dst + i), h16);
+            continue;
+        }
+        uint16_t h[16];
+        _mm256_storeu_si256((__m256i *)h, h16);
+        for (int k = 0; k < 16; k++)
+            dst[(size_t)(i + k) * stride] = h[k];
+    }
+    if (i < n)
+        sp_f16_store_scalar(dst + (size_t)i * stride, stride, src + i, n - i);
 }
 
 void sp_quant_register_avx512(struct sp_type_traits *table)

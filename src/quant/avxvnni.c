@@ -2,7 +2,7 @@
  * level's 256-bit kernels with the u8 x s8 -> int32 dots done by the VEX
  * vpdpbusd / vpdpwssd, one instruction and no int16 saturation (see
  * kern_x86.inc, packed_x86.inc). */
-#include "quant/isa.h"
+#include "quant/quant_isa.h"
 
 #if defined(__x86_64__)
 #define KFN(name) name##_avxvnni

@@ -1,6 +1,6 @@
 /* Packed 16-row tiles for aarch64, FEAT_DotProd (sdot): Cortex-A55/A76 and later, Apple M1
  * (packed_neon.inc).  The file-layout dots stay the scalar oracle's. */
-#include "quant/isa.h"
+#include "quant/quant_isa.h"
 
 #if defined(__aarch64__)
 #define KFN(name) name##_dotprod

@@ -1,6 +1,6 @@
 /* Packed 16-row tiles for aarch64, FEAT_I8MM (smmla, two columns at a time) on top of the dot products: Armv8.6 cores
  * (packed_neon.inc).  The file-layout dots stay the scalar oracle's. */
-#include "quant/isa.h"
+#include "quant/quant_isa.h"
 
 #if defined(__aarch64__)
 #define KFN(name) name##_i8mm

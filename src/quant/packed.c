@@ -6,7 +6,7 @@
  * sums 8 lanes of one row and must convert and scale per block and row.
  * With 16 rows side by side, each vpdpbusd lane is one row's running sum,
  * a block's scaling is one vector op for 16 rows, and no horizontal sum is
- * left at the end (layouts in isa.h); for F16 one conversion serves 16
+ * left at the end (layouts in quant_isa.h); for F16 one conversion serves 16
  * rows, and each product is one fused multiply-add of a lane.  The ISA
  * file registers the fast gemm and sets `packed` on the file types it
  * handles; the model repacks then (src/model/model.c).
@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "quant/isa.h"
+#include "quant/quant_isa.h"
 
 #define GROUP SP_P16_ROWS
 
@@ -218,7 +218,7 @@ static float q5_0_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_
     return acc;
 }
 
-/* K types: nb super-blocks; the file-layout kernels' arithmetic (isa.h). */
+/* K types: nb super-blocks; the file-layout kernels' arithmetic (quant_isa.h). */
 static float q4_K_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_block_q8_K *y)
 {
     float acc = 0;

@@ -36,7 +36,7 @@ enum sp_type {
     SP_TYPE_BF16 = 30,
     /* Internal types (never read from a file; ids above ggml's): weights
      * repacked at load into 16-row interleaved tiles, and their activation
-     * type.  Layouts in isa.h; see src/quant/packed.c. */
+     * type.  Layouts in quant_isa.h; see src/quant/packed.c. */
     SP_TYPE_Q8_P = 64,
     SP_TYPE_Q4_1_P16 = 65,
     SP_TYPE_Q8_0_P16 = 66,
@@ -105,5 +105,9 @@ float sp_f16_to_f32(uint16_t h);
 uint16_t sp_f32_to_f16(float f);
 float sp_bf16_to_f32(uint16_t h);
 uint16_t sp_f32_to_bf16(float f);
+/* dst[i * stride] = src[i] rounded to f16 (nearest even), i < n: the K/V
+ * cache's stores.  A per-ISA row (quant_isa.h: without F16C a portable
+ * build would convert in software), every row the scalar cast's bits. */
+void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n);
 
 #endif

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/cpu.h"
-#include "quant/isa.h"
+#include "quant/quant_isa.h"
 
 /* ---------------------------------------------------------------- f16/bf16 */
 
@@ -68,6 +68,14 @@ uint16_t sp_f32_to_bf16(float f)
     if ((x & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+void sp_f16_store_scalar(uint16_t *dst, size_t stride, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        _Float16 h = (_Float16)src[i];
+        memcpy(dst + (size_t)i * stride, &h, sizeof h);
+    }
 }
 
 #define H2F(h) sp_f16_to_f32(h)
@@ -772,9 +780,34 @@ static const struct {
 #endif
 };
 
+/* sp_f16_store's rows by level; a level without one uses its parent's. */
+static const sp_f16_store_fn f16_store_rows[SP_ISA_COUNT] = {
+    [SP_ISA_SCALAR] = sp_f16_store_scalar,
+#if defined(__x86_64__)
+    [SP_ISA_AVX2] = sp_f16_store_avx2,
+    [SP_ISA_AVX512] = sp_f16_store_avx512,
+#elif defined(__aarch64__)
+    [SP_ISA_NEON] = sp_f16_store_neon,
+#endif
+};
+
+static sp_f16_store_fn f16_store_row(enum sp_isa isa)
+{
+    while (!f16_store_rows[isa])
+        isa = sp_isa_parent(isa);
+    return f16_store_rows[isa];
+}
+
+sp_f16_store_fn sp_f16_store_for_isa(const char *name)
+{
+    enum sp_isa isa;
+    return sp_isa_parse(name, &isa) && sp_isa_runs(isa) ? f16_store_row(isa) : NULL;
+}
+
 static struct sp_type_traits active_table[SP_TYPE_COUNT];
 static enum sp_isa active_dots = SP_ISA_SCALAR, active_packed = SP_ISA_SCALAR;
 static bool active_packs;
+static sp_f16_store_fn active_f16_store = sp_f16_store_scalar;
 static pthread_once_t quant_once = PTHREAD_ONCE_INIT;
 
 static void quant_build(enum sp_isa isa, struct sp_type_traits *out)
@@ -810,9 +843,16 @@ static void quant_init_once(void)
             active_packed = i;
     }
     active_packs = active_packed != SP_ISA_SCALAR;
+    active_f16_store = f16_store_row(isa);
 }
 
 void sp_quant_init(void) { pthread_once(&quant_once, quant_init_once); }
+
+void sp_f16_store(uint16_t *dst, size_t stride, const float *src, int64_t n)
+{
+    sp_quant_init();
+    active_f16_store(dst, stride, src, n);
+}
 
 const char *sp_quant_isa(void)
 {

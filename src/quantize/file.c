@@ -13,7 +13,7 @@
 #include "gguf/writer.h"
 #include "model/model.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
+#include "quant/quant_rows.h"
 #include "quantize/imatrix.h"
 #include "quantize/quantize.h"
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/schema.h"
+#include "server/server_schema.h"
 
 /* The longest replica id (sp_server_replica_id_valid, public). */
 #define SP_REPLICA_ID_MAX 64

@@ -1,11 +1,11 @@
-/* The tool-calling fields of a chat request (see schema.h): `tools`,
+/* The tool-calling fields of a chat request (see server_schema.h): `tools`,
  * `tool_choice`, `parallel_tool_calls`, and the tool_calls and tool results
  * of the messages.  The format knowledge is the library's (sp_toolcall_*). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/schema.h"
+#include "server/server_schema.h"
 
 #define SP_API_INVALID "invalid_request_error"
 

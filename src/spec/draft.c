@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "model/model.h"
-#include "spec/internal.h"
+#include "spec/spec_internal.h"
 
 static double sp_spec_now(void)
 {

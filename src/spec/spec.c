@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "model/model.h"
-#include "spec/internal.h"
+#include "spec/spec_internal.h"
 #include "tokenizer/tokenizer.h"
 
 /* Acceptance memory: each verification's counts weigh this much less at

@@ -9,7 +9,7 @@
 #include <utf8proc.h>
 
 #include "core/error.h"
-#include "tokenizer/internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 void sp_tok_out_push(struct sp_tok_out *o, sp_token t)
 {

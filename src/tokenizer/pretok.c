@@ -18,7 +18,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
-#include "tokenizer/internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 /* ---- UTF-8 ---------------------------------------------------------------- */
 

@@ -12,7 +12,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
-#include "tokenizer/internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 #define KEY_PREFIX "tokenizer.ggml."
 

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
-#include "toolcall/internal.h"
+#include "toolcall/toolcall_internal.h"
 
 /* Checked in order; the last row (no marker) is the fallback for templates
  * that know no tools.  Markers are what each family's template writes. */

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
-#include "toolcall/internal.h"
+#include "toolcall/toolcall_internal.h"
 
 #define MAX_TOOLS 128
 #define MAX_NAME 64

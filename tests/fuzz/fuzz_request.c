@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/schema.h"
+#include "server/server_schema.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -2,7 +2,7 @@
 
 tests/gguf/families.py writes each family's GGUFs (f32, q8_0, q4_k; fixed
 seeds, byte-identical on every run); tests/goldens/families/<family>.json
-holds llama.cpp's numbers for them (scripts/goldens/families.py) and the
+holds llama.cpp's numbers for them (scripts/goldens/goldens_families.py) and the
 sha256 of the files they came from, which the generated files must match.
 
 For every prompt of every file:
@@ -82,7 +82,7 @@ def model_path(family, qtype):
             for t, p in paths.items():
                 got = families.sha256_file(p)
                 assert got == want[t], ("%s: sha256 %s, but the goldens were made from %s (regenerate them with "
-                                        "scripts/goldens/families.py)" % (p, got, want[t]))
+                                        "scripts/goldens/goldens_families.py)" % (p, got, want[t]))
         _paths.update({(family, t): p for t, p in paths.items()})
     return _paths[key]
 

@@ -3,7 +3,7 @@ both real models.
 
 Every level that repacks weights into 16-row tiles computes the packed
 oracle's exact arithmetic (src/quant/packed.c), and its attention, norm and
-activation kernels the scalar row's (src/kernels/isa.h), so their logits
+activation kernels the scalar row's (src/kernels/kernels_isa.h), so their logits
 must be identical, bit for bit, to each other's; `spindle info` and
 `spindle bench --json` must name the level asked for.  The scalar level
 (file-layout dots, summed in another order) must agree with them within the

@@ -1,4 +1,4 @@
-"""Soak test for `spindle serve` (run it through tests/soak/run).
+"""Soak test for `spindle serve` (run it through tests/soak/run-soak).
 
 Starts one server (SmolLM2-135M by default) and drives it with --clients
 concurrent client threads for a warm-up (--warmup seconds) and then the

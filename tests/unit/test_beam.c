@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "sampler/beam.h"
+#include "sampler/sampler_beam.h"
 
 #define V 4
 

@@ -14,7 +14,7 @@
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
+#include "quant/quant_rows.h"
 
 static char dir[] = "/tmp/sp-test-writer-XXXXXX";
 

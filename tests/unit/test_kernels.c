@@ -1,7 +1,7 @@
 /* Kernels of the forward pass against plain double-precision references:
  * RMSNorm, RoPE, gated activations, quantized matmul (and its batch and
  * thread invariance), and attention over the paged KV cache; then every
- * row of the kernel table this CPU runs (kernels/isa.h) against the scalar
+ * row of the kernel table this CPU runs (kernels/kernels_isa.h) against the scalar
  * row, bit for bit. */
 #include <math.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 #include "check_isa.h"
 #include "core/pool.h"
 #include "kernels/attention.h"
-#include "kernels/isa.h"
+#include "kernels/kernels_isa.h"
 #include "kernels/kernels.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
@@ -513,9 +513,8 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
 
 /* The element-wise kernels' outputs for comparing rows: RMSNorm of rows
  * of several lengths (tails of every size), RoPE of both pair layouts,
- * f16 stores (contiguous and strided),
  * SwiGLU across the clamp, GEGLU over every f16 input and the +-10
- * edges. */
+ * edges.  (The f16 stores are quant's, tests/unit/test_quant.c.) */
 static size_t ops_outputs(float *rec)
 {
     unsigned s = 11;
@@ -540,19 +539,6 @@ static size_t ops_outputs(float *rec)
             CHECK(!memcmp(whole, rec + n, sizeof(float) * (size_t)rots[k]), "rope %d (neox %d): table + apply differs "
                   "from sp_rope", rots[k], neox);
             n += (size_t)rots[k];
-        }
-    static uint16_t h16[1100 * 16];
-    for (int stride = 1; stride <= 16; stride += 15) /* a value row; a key's column of its tile */
-        for (int len = 1; len <= 100; len += 33) {
-            sp_f16_store(h16, (size_t)stride, x + len, len);
-            for (int i = 0; i < len; i++) {
-                _Float16 want = (_Float16)x[len + i];
-                uint16_t wb;
-                memcpy(&wb, &want, sizeof wb);
-                CHECK(h16[i * stride] == wb, "f16 store (stride %d) of %g: %04x, want %04x", stride, x[len + i],
-                      h16[i * stride], wb);
-                rec[n++] = h16[i * stride];
-            }
         }
     for (int i = 0; i < 1003; i++)
         g[i] = 120 * frand(&s), u[i] = frand(&s);

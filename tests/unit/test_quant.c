@@ -1,13 +1,14 @@
 /* Quant types: hand-computed blocks, quantize/dequantize error budgets, the
  * fast kernels of every ISA this CPU runs against the scalar oracle, gemm
- * tiles bit-identical to vec_dot, row sizes, f16/bf16 conversions. */
+ * tiles bit-identical to vec_dot, row sizes, f16/bf16 conversions, the
+ * f16 stores of every ISA row. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "check_isa.h"
-#include "quant/isa.h"
+#include "quant/quant_isa.h"
 #include "quant/quant.h"
 
 static uint32_t rng_state = 12345;
@@ -64,6 +65,65 @@ static void test_f16_bf16(void)
         if (!isnan(f) && sp_f32_to_bf16(f) != h) bad++;
     }
     CHECK(bad == 0, "bf16 round trip: %d differ", bad);
+}
+
+/* One row of sp_f16_store against the scalar cast, bit for bit: into a
+ * value row (stride 1) and a key's column of its tile (stride 16, the
+ * slots between untouched), lengths with and without a tail of fewer than
+ * 16, values across f16's ties, subnormals, overflow and signed zero. */
+static void f16_store_check(sp_f16_store_fn row, const char *what)
+{
+    enum { LEN = 100, STRIDE = 16 };
+    static const float edge[] = {1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 0x1p-25f, 0x1.8p-24f, 0x1p-14f, -0.0f,
+                                 65519.0f, 65520.0f, -65520.0f, INFINITY, 1e-30f, 0x1.ffep-15f};
+    const int n_edge = (int)(sizeof edge / sizeof edge[0]);
+    float x[LEN];
+    static uint16_t h16[LEN * STRIDE];
+    uint32_t s = 7; /* its own generator: frand's sequence stays the other tests' */
+    for (int i = 0; i < LEN; i++) {
+        s = s * 1664525u + 1013904223u;
+        const float r = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
+        x[i] = i < n_edge ? edge[i] : 4 * r * (i % 3 ? 1.0f : 1e-4f);
+    }
+    static const int lens[] = {1, 15, 16, 34, 67, 100};
+    for (int stride = 1; stride <= STRIDE; stride += STRIDE - 1)
+        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+            const int len = lens[k];
+            memset(h16, 0xa5, sizeof h16);
+            row(h16, (size_t)stride, x, len);
+            int bad = 0, touched = 0;
+            for (int i = 0; i < len * stride; i++) {
+                if (i % stride != 0) {
+                    touched += h16[i] != 0xa5a5;
+                    continue;
+                }
+                _Float16 want = (_Float16)x[i / stride];
+                uint16_t wb;
+                memcpy(&wb, &want, sizeof wb);
+                bad += h16[i] != wb;
+            }
+            touched += len * stride < LEN * STRIDE && h16[len * stride] != 0xa5a5;
+            CHECK(bad == 0 && touched == 0, "f16 store %s (stride %d, %d values): %d differ from the cast, "
+                  "%d slots outside written", what, stride, len, bad, touched);
+        }
+}
+
+/* sp_f16_store: the entry point (the active level's row) and every level's
+ * own row this CPU runs. */
+static void test_f16_store(void)
+{
+    f16_store_check(sp_f16_store, "sp_f16_store");
+    for (int i = 0; i < SP_ISA_COUNT; i++) {
+        const enum sp_isa isa = (enum sp_isa)i;
+        const sp_f16_store_fn row = sp_f16_store_for_isa(sp_isa_name(isa));
+        /* a level without a row of its own uses its parent's */
+        const bool own = row && (isa == SP_ISA_SCALAR || row != sp_f16_store_for_isa(sp_isa_name(sp_isa_parent(isa))));
+        if (own)
+            f16_store_check(row, sp_isa_name(isa));
+        if (own || !row)
+            sp_check_isa_path("f16", isa, own);
+    }
+    CHECK(sp_f16_store_for_isa("scalar") == sp_f16_store_scalar, "the scalar level's row is the cast");
 }
 
 static void test_row_size(void)
@@ -524,6 +584,7 @@ int main(void)
     enum sp_isa active;
     CHECK(sp_isa_parse(sp_quant_isa(), &active) && sp_isa_runs(active), "isa %s", sp_quant_isa());
     test_f16_bf16();
+    test_f16_store();
     test_row_size();
     test_hand_blocks();
     test_roundtrip();

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/internal.h"
+#include "api/api_internal.h"
 #include "check.h"
 #include "core/pool.h"
 #include "kv/kv.h"

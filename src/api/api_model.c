@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/internal.h"
+#include "api/api_internal.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "embed/embed.h"

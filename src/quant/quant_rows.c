@@ -1,19 +1,19 @@
 /* Weight quantisers that match llama.cpp's reference quantisers bit for bit
- * (see quantize.h).  The algorithms are ggml's (ggml-quants.c): for each
+ * (see quant_rows.h).  The algorithms are ggml's (ggml-quants.c): for each
  * type the same candidate scales are tried in the same order, with the same
  * float expressions, so every tie and every rounding falls the same way.
  *
  * Conventions of this file: a "group" is the run of elements one scale
  * covers (16 or 32); `w` are per-element weights of the error being
  * minimised; L holds the chosen integer levels. */
-#include "quant/quantize.h"
+#include "quant/quant_rows.h"
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "quant/isa.h"
+#include "quant/quant_isa.h"
 #include "quant/quant.h"
 
 #define SP_GROUP_EPS 1e-15f /* below this a group counts as all zero */

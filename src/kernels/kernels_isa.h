@@ -26,8 +26,6 @@ struct sp_kernels_isa {
     void (*geglu)(const float *g, const float *u, float *y, int64_t n); /* u NULL: sp_gelu */
     /* sp_rope_apply (kernels.h) with the table of sp_rope_table */
     void (*rope)(float *x, const float *cs, int n_rot, int neox);
-    /* sp_f16_store (kernels.h) */
-    void (*f16_store)(uint16_t *dst, size_t stride, const float *src, int64_t n);
     /* heads h0 .. h0+nh-1 (one KV group) of token t: sp_attn_group's contract */
     void (*attn_group)(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf);
     /* head h of nq <= 16 queries t0.. at consecutive positions of one
@@ -107,6 +105,5 @@ static inline void sp_rope_rows(float *x, const float *cs, int n_rot, int neox)
         x[b] = fmaf(x0, s, x1 * c);
     }
 }
-void sp_f16_store_scalar(uint16_t *dst, size_t stride, const float *src, int64_t n);
 
 #endif

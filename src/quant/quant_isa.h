@@ -1,5 +1,6 @@
-/* Internal to src/quant (and its tests): ggml block layouts and the hooks
- * through which the ISA files overwrite entries of the traits table.
+/* Internal to src/quant (and its tests): ggml block layouts, the hooks
+ * through which the ISA files overwrite entries of the traits table, and
+ * the ISA rows of sp_f16_store.
  *
  * The block structs match ggml's byte for byte (GGUF tensors are read in
  * place from the mmap); their sizes are checked with static asserts. */
@@ -173,6 +174,23 @@ void sp_quant_register_avx512(struct sp_type_traits *table);
 void sp_quant_register_neon(struct sp_type_traits *table);
 void sp_quant_register_dotprod(struct sp_type_traits *table);
 void sp_quant_register_i8mm(struct sp_type_traits *table);
+
+/* sp_f16_store's rows (quant.h): the scalar one, a (_Float16) cast per
+ * value (ref.c), and the vector conversions of the levels that have one
+ * (16 values a step, rounded to nearest even as the cast; a strided
+ * destination, a key's place in its tile, gets them one by one; the tail is
+ * the scalar row's).  A level without a row uses its parent's. */
+typedef void (*sp_f16_store_fn)(uint16_t *dst, size_t stride, const float *src, int64_t n);
+void sp_f16_store_scalar(uint16_t *dst, size_t stride, const float *src, int64_t n);
+#if defined(__x86_64__)
+void sp_f16_store_avx2(uint16_t *dst, size_t stride, const float *src, int64_t n);
+void sp_f16_store_avx512(uint16_t *dst, size_t stride, const float *src, int64_t n);
+#elif defined(__aarch64__)
+void sp_f16_store_neon(uint16_t *dst, size_t stride, const float *src, int64_t n);
+#endif
+/* The row of level `name` (core/cpu.h), NULL when this CPU or build cannot
+ * run it; for tests. */
+sp_f16_store_fn sp_f16_store_for_isa(const char *name);
 
 /* Copies into out[SP_TYPE_COUNT] the table sp_quant_init would build with
  * SP_ISA=isa (a core/cpu.h level name); false when this CPU or build

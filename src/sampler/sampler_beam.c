@@ -1,4 +1,4 @@
-#include "sampler/beam.h"
+#include "sampler/sampler_beam.h"
 
 #include <math.h>
 #include <stdlib.h>

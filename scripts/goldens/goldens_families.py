@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/goldens/families.py [FAMILY ...]
+"""scripts/goldens/goldens_families.py [FAMILY ...]
 
 Goldens for the architecture families (tests/py/test_families.py): for each
 family of tests/gguf/families.py, writes its three small random-weight
@@ -18,7 +18,7 @@ tests/goldens/families/<family>.json:
                         each step
 
 Run it with the reference venv's python (scripts/ref-venv prints it):
-    $(scripts/ref-venv) scripts/goldens/families.py
+    $(scripts/ref-venv) scripts/goldens/goldens_families.py
 Values are rounded to 4 decimals (the tightest bound a test uses is 1e-2).
 """
 import json

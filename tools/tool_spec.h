@@ -1,8 +1,8 @@
 /* The speculative-decoding flags shared by run, bench and serve:
  *   --spec ngram|draft|self  --spec-k N  --spec-fixed  --draft-model M
  *   --spec-layers L */
-#ifndef SP_TOOLS_SPEC_H
-#define SP_TOOLS_SPEC_H
+#ifndef SP_TOOL_SPEC_H
+#define SP_TOOL_SPEC_H
 
 #include "args.h"
 #include "spindle.h"

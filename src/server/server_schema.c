@@ -1,5 +1,5 @@
-/* OpenAI request parsing and validation, and small JSON helpers (see schema.h). */
-#include "server/schema.h"
+/* OpenAI request parsing and validation, and small JSON helpers (see server_schema.h). */
+#include "server/server_schema.h"
 
 #include <errno.h>
 #include <math.h>

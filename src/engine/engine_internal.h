@@ -1,4 +1,4 @@
-/* Engine internals shared by engine.c and beam.c (not a public API). */
+/* Engine internals shared by engine.c and engine_beam.c (not a public API). */
 #ifndef SP_ENGINE_INTERNAL_H
 #define SP_ENGINE_INTERNAL_H
 
@@ -7,7 +7,7 @@
 #include "engine/stop.h"
 #include "kv/kv.h"
 #include "model/forward.h"
-#include "sampler/beam.h"
+#include "sampler/sampler_beam.h"
 #include "spec/spec.h"
 #include "tokenizer/tokenizer.h"
 
@@ -163,7 +163,7 @@ void sp_engine_spec_draft(struct sp_engine *e, uint32_t n_prefill);
 void sp_engine_spec_drop(struct sp_engine *e, struct sp_choice *c, uint32_t keep, bool in_step);
 void sp_engine_spec_verify(struct sp_engine *e, struct sp_choice *c, const float *rows);
 
-/* Beam search (beam.c). */
+/* Beam search (engine_beam.c). */
 sp_status sp_beam_request_init(struct sp_request *r, const sp_token *prompt, uint32_t n_prompt);
 void sp_beam_request_free(struct sp_request *r);
 /* Extends the live beams from their logits rows (r->rows); finishes the

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "embed/embed.h"
-#include "engine/internal.h"
+#include "engine/engine_internal.h"
 #include "model/forward.h"
 
 int sp_engine_n_embd(const struct sp_engine *e) { return (int)e->model->hp.n_embd; }

@@ -1,4 +1,4 @@
-#include "spec.h"
+#include "tool_spec.h"
 
 #include <stddef.h>
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/internal.h"
+#include "api/api_internal.h"
 #include "core/error.h"
 #include "core/pool.h"
 #include "engine/engine.h"

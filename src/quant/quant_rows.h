@@ -13,8 +13,8 @@
  * change the search for Q4_0, Q4_1, Q5_0, Q5_1 and Q2_K..Q6_K as llama.cpp's
  * does; Q8_0 and the float types ignore them.
  */
-#ifndef SP_QUANT_QUANTIZE_H
-#define SP_QUANT_QUANTIZE_H
+#ifndef SP_QUANT_ROWS_H
+#define SP_QUANT_ROWS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "quant/isa.h"
+#include "quant/quant_isa.h"
 #include "quant/quant.h"
 
 static double now(void)

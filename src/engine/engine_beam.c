@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "engine/internal.h"
+#include "engine/engine_internal.h"
 #include "grammar/grammar.h"
 #include "model/model.h"
 
