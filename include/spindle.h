@@ -648,10 +648,11 @@ typedef struct sp_logit_bias {
 
 /* The decoding chain, applied in this order: logit bias, penalties
  * (repeat: logit > 0 ? logit / r : logit * r; then presence and frequency
- * as OpenAI's), [logprobs are taken here], top-k, temperature, softmax,
- * top-p, min-p, typical-p, the seeded draw.  Greedy (argmax after bias and
- * penalties, ties to the lowest id) when temperature <= 0.  The same seed
- * and inputs give the same tokens on every thread count. */
+ * as OpenAI's), the grammar mask (a request with a grammar), [logprobs are
+ * taken here], top-k, temperature, softmax, top-p, min-p, typical-p, the
+ * seeded draw.  Greedy (argmax after bias, penalties and the mask, ties to
+ * the lowest id) when temperature <= 0.  The same seed and inputs give the
+ * same tokens on every thread count. */
 typedef struct sp_sampler_params {
     float temperature;      /* <= 0: greedy */
     int32_t top_k;          /* <= 0: off */
