@@ -20,7 +20,10 @@ static const char sp_serve_usage[] =
     "  --parallel N         requests running at once (default 4)\n"
     "  -c, --ctx N          context per request (default: the model's, at most 8192)\n"
     "  --kv-mem MIB         KV cache size (default: ctx x parallel positions)\n"
-    "  --api-key KEY        require 'Authorization: Bearer KEY' (all routes but /health)\n"
+    "  --api-key KEY        require 'Authorization: Bearer KEY' (all routes but /health\n"
+    "                       and the chat page); KEY shows in ps, so prefer:\n"
+    "  --api-key-file FILE  the key is FILE's first line (its line end stripped)\n"
+    "                       without either flag, the key is $SPINDLE_API_KEY if set\n"
     "  --timeout SECONDS    cap on a request's total time (default: none)\n"
     "  --max-retries N      cap on a constrained request's max_retries (default 4)\n"
     "  --queue N            waiting requests before 429 (default 64)\n"
@@ -33,7 +36,7 @@ static const char sp_serve_usage[] =
     "  --log-format F       the per-request log line on stderr: text (default) or json\n"
     "  --replica-id ID      name in the X-Spindle-Replica header and /metrics\n"
     "                       (default: the host name)\n"
-    "  --drain-timeout SECONDS  on SIGTERM, how long requests in flight may\n"
+    "  --drain-timeout SECONDS  on SIGTERM (or SIGINT, SIGHUP), how long requests in flight may\n"
     "                       take to finish before they are ended (default 60; 0: no limit)\n"
     SP_TOOL_SPEC_USAGE
     "sampling defaults for requests that leave a field unset (default: the model's\n"
@@ -72,8 +75,66 @@ static bool sp_parse_long(const char *s, long lo, long hi, long *out)
     return true;
 }
 
+/* The longest key --api-key-file reads, with its terminating NUL. */
+#define SP_SERVE_KEY_CAP 1024
+
+/* Reads the first line of path, its "\n" or "\r\n" stripped, into buf
+ * (cap bytes).  False, with one line on stderr, when the file cannot be
+ * read or its first line is empty or does not fit. */
+static bool sp_read_key_file(const char *path, char *buf, size_t cap)
+{
+    const char *why = NULL;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        why = strerror(errno);
+    else if (!fgets(buf, (int)cap, f))
+        why = ferror(f) ? strerror(errno) : "the file is empty";
+    if (f)
+        fclose(f);
+    size_t n = why ? 0 : strcspn(buf, "\r\n");
+    if (!why && n == 0)
+        why = "its first line is empty";
+    else if (!why && !buf[n] && n + 1 == cap)
+        why = "the key is longer than 1023 bytes";
+    if (why) {
+        sp_tool_fail("serve: --api-key-file '%s': %s", path, why);
+        return false;
+    }
+    buf[n] = '\0';
+    return true;
+}
+
+/* Sets cfg->api_key: --api-key, else --api-key-file `file` (read into
+ * buf), else $SPINDLE_API_KEY, else none.  False, with one line on stderr,
+ * when both flags are given, the file cannot be used, or the variable is
+ * set but empty (which would otherwise serve without a key). */
+static bool sp_serve_api_key(sp_server_config *cfg, const char *file, char *buf, size_t cap)
+{
+    if (file && cfg->api_key) {
+        sp_tool_fail("serve: give --api-key or --api-key-file, not both");
+        return false;
+    }
+    if (file) {
+        if (!sp_read_key_file(file, buf, cap))
+            return false;
+        cfg->api_key = buf;
+        return true;
+    }
+    if (cfg->api_key)
+        return true;
+    const char *env = getenv("SPINDLE_API_KEY");
+    if (env && !env[0]) {
+        sp_tool_fail("serve: SPINDLE_API_KEY is set but empty (unset it to serve without a key)");
+        return false;
+    }
+    cfg->api_key = env;
+    return true;
+}
+
 int sp_tool_serve(int argc, char **argv)
 {
+    char key_buf[SP_SERVE_KEY_CAP];
+    const char *key_file = NULL;
     sp_server_config cfg;
     sp_model_params mp;
     struct sp_tool_spec spec;
@@ -125,6 +186,8 @@ int sp_tool_serve(int argc, char **argv)
             if (!v[0])
                 return sp_tool_fail("serve: --api-key must not be empty");
             cfg.api_key = v;
+        } else if (!strcmp(a, "--api-key-file")) {
+            key_file = v;
         } else if (!strcmp(a, "--timeout")) {
             if (!sp_parse_seconds(v, &cfg.timeout_s))
                 return sp_tool_fail("serve: --timeout wants seconds >= 0, got '%s'", v);
@@ -190,6 +253,8 @@ int sp_tool_serve(int argc, char **argv)
     }
     if (!mp.path)
         return sp_tool_fail("serve: -m MODEL is required (see spindle serve --help)");
+    if (!sp_serve_api_key(&cfg, key_file, key_buf, sizeof key_buf))
+        return 2;
     mp.n_threads = cfg.n_threads;
     sp_model *m = NULL;
     sp_engine_params ep;

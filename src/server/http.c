@@ -14,7 +14,10 @@
  * or 413 from MHD otherwise), bodies are capped at cfg->max_body (413), and
  * the connection timeout drops clients that stall while sending a request
  * or while not reading a stream; it is switched off while this side waits
- * for the engine, which the request's own deadline bounds instead.
+ * for the engine, which the request's own deadline bounds instead.  What
+ * the headers alone refuse (ambiguous framing, a missing key, a declared
+ * body over the cap) is answered before any of the body is read, and the
+ * connection closed after (sp_begin).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -75,6 +79,7 @@ struct sp_conn {
     char *body;
     size_t n_body, cap_body;
     bool too_big;
+    bool early;          /* answered before its body was read: the connection closes after */
     int status;          /* the HTTP status answered, for the metrics */
     bool active;         /* counted in h->n_active */
     struct sp_job *job;
@@ -97,7 +102,9 @@ static enum sp_route sp_route_of(const char *url, const char *method)
         enum sp_route route;
     } routes[] = {
         {"/health", "GET", SP_ROUTE_HEALTH},
+        {"/health", "HEAD", SP_ROUTE_HEALTH}, /* MHD sends HEAD's headers without the body */
         {"/v1/health", "GET", SP_ROUTE_HEALTH},
+        {"/v1/health", "HEAD", SP_ROUTE_HEALTH},
         {"/v1/models", "GET", SP_ROUTE_MODELS},
         {"/metrics", "GET", SP_ROUTE_METRICS},
         {"/v1/completions", "POST", SP_ROUTE_COMPLETIONS},
@@ -106,9 +113,16 @@ static enum sp_route sp_route_of(const char *url, const char *method)
         {"/tokenize", "POST", SP_ROUTE_TOKENIZE},
         {"/detokenize", "POST", SP_ROUTE_DETOKENIZE},
     };
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (!strcmp(url, routes[i].path))
-            return strcmp(method, routes[i].method) ? SP_ROUTE_BAD_METHOD : routes[i].route;
+    bool known = false;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (strcmp(url, routes[i].path))
+            continue;
+        if (!strcmp(method, routes[i].method))
+            return routes[i].route;
+        known = true;
+    }
+    if (known)
+        return SP_ROUTE_BAD_METHOD;
     struct sp_webui_asset a;
     if (sp_webui_find(url, &a))
         return strcmp(method, "GET") ? SP_ROUTE_BAD_METHOD : SP_ROUTE_PAGE;
@@ -141,8 +155,8 @@ static enum MHD_Result sp_respond(struct sp_conn *c, int status, const char *con
     bool draining = c->h->draining;
     pthread_mutex_unlock(&c->h->mu);
     /* A client must not send its next request on a connection the drain
-     * is about to close. */
-    if (draining)
+     * is about to close, nor after a body this side did not read. */
+    if (draining || c->early)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (hdr)
         MHD_add_response_header(r, hdr, hdr_value);
@@ -510,16 +524,22 @@ static bool sp_auth_ok(struct sp_conn *c)
     return diff == 0;
 }
 
+/* Whether the request lacks a key it needs.  The chat page and /health
+ * (GET and HEAD) are served without the key; every other route
+ * authenticates before routing, so a client without the key learns nothing
+ * about which routes or methods exist. */
+static bool sp_key_refused(struct sp_conn *c)
+{
+    return c->route != SP_ROUTE_PAGE && c->route != SP_ROUTE_HEALTH && !sp_auth_ok(c);
+}
+
 static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
 {
     struct sp_http *h = c->h;
     struct sp_api_error err;
-    /* The chat page is served without the key (it asks for one); every
-     * other route authenticates before routing, so a client without the key
-     * learns nothing about which routes or methods exist. */
     if (c->route == SP_ROUTE_PAGE)
         return sp_handle_page(c, url);
-    if (c->route != SP_ROUTE_HEALTH && !sp_auth_ok(c))
+    if (sp_key_refused(c))
         return sp_fail(c, 401, "invalid_request_error", "invalid_api_key",
                        "Incorrect or missing API key (send 'Authorization: Bearer KEY').");
     if (c->route == SP_ROUTE_NOT_FOUND)
@@ -631,6 +651,53 @@ static void sp_log_request(struct sp_http *h, struct sp_conn *c, int status)
         fprintf(stderr, "%s%s\n", line, h->cfg.log_format == SP_LOG_JSON ? "}" : "");
 }
 
+/* MHD_KeyValueIterator: counts the Content-Length values of a request into
+ * *cls, two for one header that lists several ("5, 5"). */
+static enum MHD_Result sp_count_lengths(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value)
+{
+    unsigned *n = cls;
+    (void)kind;
+    if (key && !strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        *n += value && strchr(value, ',') ? 2 : 1;
+    return MHD_YES;
+}
+
+/* What is wrong with the request's framing, or NULL: headers a proxy in
+ * front and this server could read differently (request smuggling). */
+static const char *sp_framing_error(struct MHD_Connection *con, const char *version)
+{
+    unsigned n = 0;
+    MHD_get_connection_values(con, MHD_HEADER_KIND, sp_count_lengths, &n);
+    if (n > 1)
+        return "The request has more than one Content-Length.";
+    if (version && !strcmp(version, MHD_HTTP_VERSION_1_1) &&
+        !MHD_lookup_connection_value(con, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
+        return "An HTTP/1.1 request needs a Host header.";
+    return NULL;
+}
+
+/* The first call for a request, with its headers only.  Answers at once
+ * what the headers decide (400 for ambiguous framing, 401 for a missing or
+ * wrong key, 413 for a declared body over --max-body), so no body is read
+ * for a request that is refused; the connection closes after such an
+ * answer.  MHD_YES with nothing queued otherwise. */
+static enum MHD_Result sp_begin(struct sp_conn *c, const char *url, const char *version)
+{
+    const char *bad = sp_framing_error(c->con, version);
+    if (bad) {
+        c->early = true;
+        return sp_fail(c, 400, "invalid_request_error", "invalid_request", bad);
+    }
+    const char *cl = MHD_lookup_connection_value(c->con, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    c->too_big = cl && strtoull(cl, NULL, 10) > c->h->cfg.max_body;
+    if (c->too_big || sp_key_refused(c)) {
+        c->early = true;
+        return sp_dispatch(c, url);
+    }
+    return MHD_YES;
+}
+
 /* Records an arrival (a connection or a request on one), for sp_http_quiet_s. */
 static void sp_arrived(struct sp_http *h)
 {
@@ -646,7 +713,6 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
 {
     struct sp_http *h = cls;
     struct sp_conn *c = *con_cls;
-    (void)version;
     if (!c) {
         c = calloc(1, sizeof *c);
         if (!c)
@@ -660,20 +726,13 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
         sp_log_copy(c->path, sizeof c->path, url);
         sp_log_copy(c->xrid, sizeof c->xrid, MHD_lookup_connection_value(con, MHD_HEADER_KIND, "X-Request-Id"));
         *con_cls = c;
-        const char *cl = MHD_lookup_connection_value(con, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > h->cfg.max_body) {
-            /* Refuse before reading it; MHD closes the connection after. */
-            c->too_big = true;
-            return sp_dispatch(c, url);
-        }
-        return MHD_YES;
+        return sp_begin(c, url, version);
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (c->too_big)
-            return MHD_YES;
+        if (c->too_big || c->early)
+            return MHD_YES; /* refused: the body is dropped unread */
         if (n > h->cfg.max_body - c->n_body) {
             c->too_big = true;
             free(c->body);
@@ -697,7 +756,7 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
         return MHD_YES;
     }
     if (c->status)
-        return MHD_YES; /* already answered (413 before the body) */
+        return MHD_YES; /* already answered by sp_begin */
     return sp_dispatch(c, url);
 }
 

@@ -50,12 +50,28 @@ static void sp_default_replica_id(char out[SP_REPLICA_ID_MAX + 1])
             *p = '-';
 }
 
+/* The signals that start the drain (and, arriving again, cut it short):
+ * SIGINT, SIGTERM, and SIGHUP, which a supervisor or a closing terminal
+ * sends and which would otherwise end the process without draining. */
+static void sp_stop_signals(sigset_t *sigs)
+{
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGHUP);
+}
+
+static bool sp_is_stop_signal(int sig)
+{
+    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+}
+
 #define SP_DRAIN_POLL_NS (50 * 1000 * 1000)
 /* Requests the drain ended still need their threads to send the error. */
 #define SP_ABORT_GRACE_S 10.0
 
 /* Waits until no request is in flight (true), or until timeout_s passes
- * (0: no limit) or another SIGINT/SIGTERM arrives (false). */
+ * (0: no limit) or another stop signal arrives (false). */
 static bool sp_wait_idle(struct sp_http *http, const sigset_t *sigs, double timeout_s)
 {
     double deadline = timeout_s > 0 ? sp_now() + timeout_s : 0;
@@ -64,7 +80,7 @@ static bool sp_wait_idle(struct sp_http *http, const sigset_t *sigs, double time
             return false;
         struct timespec ts = {.tv_sec = 0, .tv_nsec = SP_DRAIN_POLL_NS};
         int sig = sigtimedwait(sigs, NULL, &ts);
-        if (sig == SIGINT || sig == SIGTERM)
+        if (sp_is_stop_signal(sig))
             return false;
     }
     return true;
@@ -76,7 +92,7 @@ static bool sp_wait_idle(struct sp_http *http, const sigset_t *sigs, double time
  * reset with its request unanswered, which a balancer must not replay (it
  * cannot tell that from a crash), so the server goes on answering 503 until
  * nothing has arrived for SP_DRAIN_QUIET_S, for at most SP_DRAIN_LINGER_S
- * or until another SIGINT/SIGTERM. */
+ * or until another stop signal. */
 #define SP_DRAIN_QUIET_S 0.5
 #define SP_DRAIN_LINGER_S 5.0
 
@@ -86,7 +102,7 @@ static void sp_wait_quiet(struct sp_http *http, const sigset_t *sigs)
     while (sp_http_quiet_s(http) < SP_DRAIN_QUIET_S && sp_now() < deadline) {
         struct timespec ts = {.tv_sec = 0, .tv_nsec = SP_DRAIN_POLL_NS};
         int sig = sigtimedwait(sigs, NULL, &ts);
-        if (sig == SIGINT || sig == SIGTERM)
+        if (sp_is_stop_signal(sig))
             return;
     }
 }
@@ -148,11 +164,9 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     if ((st = sp_engine_create(model, &ep, &engine)) != SP_OK)
         goto free_id;
 
-    /* Every thread started below inherits this mask, so SIGINT/SIGTERM are
-     * only ever taken by sigwaitinfo()/sigtimedwait() here. */
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
+    /* Every thread started below inherits this mask, so the stop signals
+     * are only ever taken by sigwaitinfo()/sigtimedwait() here. */
+    sp_stop_signals(&sigs);
     pthread_sigmask(SIG_BLOCK, &sigs, &old_sigs);
     signal(SIGPIPE, SIG_IGN);
 
@@ -167,11 +181,8 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
             "spindle: listening on http://%s%s%s:%d (replica '%s', model '%s', context %d tokens, %d parallel)\n",
             v6 ? "[" : "", host, v6 ? "]" : "", sp_http_port(http), c.replica_id, model_id, sp_sched_n_ctx(sched),
             c.n_parallel);
-    for (;;) {
-        int sig = sigwaitinfo(&sigs, NULL);
-        if (sig == SIGINT || sig == SIGTERM)
-            break;
-    }
+    while (!sp_is_stop_signal(sigwaitinfo(&sigs, NULL)))
+        ;
     sp_http_drain(http);
     fprintf(stderr, "spindle: draining: finishing %d request(s) in flight\n", sp_http_active(http));
     if (!sp_wait_idle(http, &sigs, c.drain_timeout_s)) {

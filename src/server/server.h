@@ -10,7 +10,7 @@
  *     once it runs: it admits queued jobs, calls sp_engine_step() and copies
  *     each token event into the job's buffer.
  *   - the calling thread makes the engine before anything listens, then
- *     waits for SIGINT/SIGTERM and drains (sp_server_run).
+ *     waits for SIGINT/SIGTERM/SIGHUP and drains (sp_server_run).
  *
  * Behind a load balancer: nothing listens until the model is loaded (a
  * balancer's health check fails as it would on a 503), /health answers 503

@@ -33,7 +33,9 @@ def free_port():
 class Server:
     """A running `spindle serve` subprocess."""
 
-    def __init__(self, spindle_bin, model_path, *args, api_key=None):
+    def __init__(self, spindle_bin, model_path, *args, api_key=None, env=None):
+        """api_key: passed as --api-key and sent by headers(); env: the
+        server's environment (default: this process's)."""
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.api_key = api_key
@@ -47,7 +49,7 @@ class Server:
         self.argv = argv
         self.log_path = "/tmp/spindle-serve-%d.log" % self.port
         self.log = open(self.log_path, "w+b")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self._wait_ready()
 
     def log_text(self):
