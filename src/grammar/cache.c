@@ -4,7 +4,9 @@
  * grammar already bound (sp_grammar_clone: shared tables, fresh matching
  * state) instead of compiling and binding again.  Entries are few and
  * large, so they live in a small array scanned under one mutex; the least
- * recently used goes when the array is full.  Compiling happens outside the
+ * recently used goes when the array is full or the entries' bytes
+ * (sp_grammar_bytes) pass the budget, and a grammar over the whole budget
+ * is handed out without being kept.  Compiling happens outside the
  * lock: two threads missing on one text at once both compile, and the
  * second keeps the first's entry. */
 #include <pthread.h>
@@ -15,7 +17,7 @@
 #include "grammar/grammar.h"
 
 struct entry {
-    uint64_t hash, last_use;
+    uint64_t hash, last_use, bytes;
     char *key;       /* kind, trigger, NUL, text */
     size_t key_len;
     struct sp_grammar *g;
@@ -27,6 +29,7 @@ struct sp_grammar_cache {
     struct entry *e;
     uint32_t n, cap;
     uint64_t clock, hits, misses;
+    uint64_t bytes, max_bytes; /* kept, and the budget */
 };
 
 sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t len, const char *trigger,
@@ -57,6 +60,7 @@ sp_status sp_grammar_cache_new(struct sp_grammar_cache **out, const struct sp_gr
     pthread_mutex_init(&c->mu, NULL);
     c->toks = t;
     c->cap = max_entries ? max_entries : 1;
+    c->max_bytes = SP_GRAMMAR_CACHE_BYTES;
     *out = c;
     return SP_OK;
 }
@@ -91,23 +95,46 @@ static struct entry *find(struct sp_grammar_cache *c, uint64_t h, const char *ke
     return NULL;
 }
 
-/* Keeps g under key (taking both), evicting the least recently used entry
- * when full; returns the entry (under the lock). */
-static struct entry *insert(struct sp_grammar_cache *c, uint64_t h, char *key, size_t n, struct sp_grammar *g)
+/* Drops the least recently used entry (under the lock; c->n > 0). */
+static void evict_one(struct sp_grammar_cache *c)
 {
-    struct entry *e = &c->e[c->n];
-    if (c->n == c->cap) {
-        e = &c->e[0];
-        for (uint32_t i = 1; i < c->n; i++)
-            if (c->e[i].last_use < e->last_use)
-                e = &c->e[i];
-        free(e->key);
-        sp_grammar_free(e->g);
-    } else {
-        c->n++;
-    }
-    *e = (struct entry){h, 0, key, n, g};
+    struct entry *e = &c->e[0];
+    for (uint32_t i = 1; i < c->n; i++)
+        if (c->e[i].last_use < e->last_use)
+            e = &c->e[i];
+    free(e->key);
+    sp_grammar_free(e->g);
+    c->bytes -= e->bytes;
+    *e = c->e[--c->n];
+}
+
+/* Evicts least recently used entries until `extra` more bytes and one more
+ * entry fit (under the lock). */
+static void make_room(struct sp_grammar_cache *c, uint64_t extra, uint32_t entries)
+{
+    while (c->n && (c->n + entries > c->cap || c->bytes + extra > c->max_bytes))
+        evict_one(c);
+}
+
+/* Keeps g under key (taking both), evicting least recently used entries
+ * until it fits; returns the entry (under the lock).  The caller has checked
+ * that g alone fits the byte budget. */
+static struct entry *insert(struct sp_grammar_cache *c, uint64_t h, char *key, size_t n, struct sp_grammar *g,
+                            uint64_t bytes)
+{
+    make_room(c, bytes, 1);
+    struct entry *e = &c->e[c->n++];
+    *e = (struct entry){h, 0, bytes, key, n, g};
+    c->bytes += bytes;
     return e;
+}
+
+void sp_grammar_cache_set_max_bytes(struct sp_grammar_cache *c, uint64_t max_bytes)
+{
+    pthread_mutex_lock(&c->mu);
+    c->max_bytes = max_bytes ? max_bytes : SP_GRAMMAR_CACHE_BYTES;
+    make_room(c, 0, 0);
+    pthread_mutex_unlock(&c->mu);
 }
 
 sp_status sp_grammar_cache_get(struct sp_grammar_cache *c, enum sp_grammar_kind kind, const char *text, size_t len,
@@ -145,13 +172,19 @@ sp_status sp_grammar_cache_get(struct sp_grammar_cache *c, enum sp_grammar_kind 
         free(key);
         return st;
     }
+    uint64_t bytes = sp_grammar_bytes(g);
     pthread_mutex_lock(&c->mu);
     e = find(c, h, key, n);
     if (e) { /* another thread compiled it meanwhile */
         sp_grammar_free(g);
         free(key);
+    } else if (bytes > c->max_bytes) { /* too large to keep: this request has it alone */
+        pthread_mutex_unlock(&c->mu);
+        free(key);
+        *out = g;
+        return SP_OK;
     } else {
-        e = insert(c, h, key, n, g);
+        e = insert(c, h, key, n, g, bytes);
     }
     e->last_use = ++c->clock;
     st = sp_grammar_clone(e->g, out);

@@ -641,6 +641,20 @@ static uint32_t new_state(struct builder *b)
     return (uint32_t)b->state_rule.n - 1;
 }
 
+/* Fails the compile for going over SP_GRAMMAR_MAX_WORK (work) or
+ * SP_GRAMMAR_MAX_EDGES (!work). */
+static void over_budget(struct parser *p, bool work)
+{
+    if (work)
+        sp_error_set(SP_ERR_ARG, "grammar: too large to compile: more than %llu steps of work "
+                     "(limit SP_GRAMMAR_MAX_WORK; nested or long repetitions?)",
+                     (unsigned long long)SP_GRAMMAR_MAX_WORK);
+    else
+        sp_error_set(SP_ERR_ARG, "grammar: too large to compile: more than %u automaton edges "
+                     "(limit SP_GRAMMAR_MAX_EDGES; nested or long repetitions?)", SP_GRAMMAR_MAX_EDGES);
+    p->failed = true;
+}
+
 static void add_edge(struct builder *b, uint32_t from, uint32_t kind, uint32_t arg, uint32_t to)
 {
     struct raw_edge e = {from, kind, arg, to};
@@ -1126,12 +1140,18 @@ static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint
         goto done;
     }
     b->edges.p = NULL; /* owned by raw now */
-    /* 1. each state takes the non-epsilon edges of its epsilon closure */
+    /* 1. each state takes the non-epsilon edges of its epsilon closure,
+     * within the budget of work and bytes */
+    uint64_t work = 0;
     for (uint32_t s = 0; s < n && !p->failed; s++) {
         size_t sp = 0;
         stack[sp++] = s;
         mark[s] = ++stamp;
-        while (sp) {
+        while (sp && !p->failed) {
+            if (++work > SP_GRAMMAR_MAX_WORK || out.n > SP_GRAMMAR_MAX_EDGES) {
+                over_budget(p, work > SP_GRAMMAR_MAX_WORK);
+                break;
+            }
             uint32_t q = stack[--sp];
             if (q == rend[srule[q]])
                 final[s] = 1;

@@ -55,6 +55,17 @@ struct sp_vocab;
 #define SP_GRAMMAR_MAX_STATES (1u << 18)   /* automaton states after expansion */
 #define SP_GRAMMAR_MAX_STACKS 4096         /* parallel stacks in one state */
 #define SP_GRAMMAR_MAX_TRIGGER 64          /* bytes of a lazy grammar's trigger */
+/* The budget of one compile and bind, checked inside their loops so that a
+ * grammar over it stops early (SP_ERR_ARG naming the limit): a few bytes of
+ * nested repetition ("(.{0,100}){0,100}") would otherwise take minutes and
+ * gigabytes.  Work counts epsilon-closure steps while compiling, and trie
+ * nodes walked plus closure items while binding (a large schema on a
+ * 262k-token vocabulary takes about 7e7); edges are the automaton's after
+ * epsilon removal (large schemas: about 2e4); bytes are the automaton,
+ * dstates and token tables of a bound grammar (large schemas: under 16 MiB). */
+#define SP_GRAMMAR_MAX_WORK (1ull << 27)    /* 134217728 steps */
+#define SP_GRAMMAR_MAX_EDGES (1u << 20)     /* 1048576 edges */
+#define SP_GRAMMAR_MAX_BYTES (128ull << 20) /* 128 MiB */
 
 /* ---- vocabularies ---- */
 
@@ -114,11 +125,21 @@ void sp_grammar_free(struct sp_grammar *g);
 sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t len, const char *trigger,
                              const struct sp_grammar_tokens *t, struct sp_grammar **out);
 
+/* About how many bytes g's compiled form and bind results take (what a
+ * cache keeps; a copy answers for the shared part). */
+uint64_t sp_grammar_bytes(const struct sp_grammar *g);
+
 /* Prepared grammars kept by (kind, trigger, text), at most max_entries of
- * them, least recently used out first.  Thread-safe. */
+ * them and at most SP_GRAMMAR_CACHE_BYTES of them (sp_grammar_bytes), least
+ * recently used out first; a grammar larger than the byte budget is handed
+ * out but not kept.  Thread-safe. */
+#define SP_GRAMMAR_CACHE_BYTES (256ull << 20) /* 256 MiB */
 struct sp_grammar_cache;
 sp_status sp_grammar_cache_new(struct sp_grammar_cache **out, const struct sp_grammar_tokens *t,
                                uint32_t max_entries);
+/* Changes the byte budget (0: SP_GRAMMAR_CACHE_BYTES), evicting at once
+ * what is over it. */
+void sp_grammar_cache_set_max_bytes(struct sp_grammar_cache *c, uint64_t max_bytes);
 /* sp_grammar_cache_get and sp_grammar_cache_free are public
  * (include/spindle.h; sp_grammar_cache_create makes one for a model). */
 void sp_grammar_cache_stats(struct sp_grammar_cache *c, uint64_t *hits, uint64_t *misses);

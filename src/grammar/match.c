@@ -89,6 +89,8 @@ struct sp_grammar {
     /* scratch for closure */
     uint32_t *work, *out;
     uint32_t cap_work, cap_out;
+    uint64_t steps, step_limit;  /* closure items (and bind's trie nodes); a closure past
+                                    step_limit (0: none, the case outside bind) fails */
 
     /* bind results (shared) */
     struct sp_gbits *follow;     /* [n_rules] bytes that can come right after a rule ends */
@@ -246,11 +248,14 @@ static bool push_out(struct sp_grammar *g, uint32_t *n, uint32_t id)
 }
 
 /* Expands the pending (state, parent) items into stack tops: calls push,
- * final states pop.  Appends to out; false on allocation failure. */
+ * final states pop.  Appends to out; false on allocation failure or past
+ * g->step_limit. */
 static bool closure(struct sp_grammar *g, uint32_t n_work, uint32_t *n_out)
 {
     const struct sp_grammar_nfa *a = &g->nfa;
     while (n_work) {
+        if (g->step_limit && ++g->steps > g->step_limit)
+            return false;
         n_work--;
         uint32_t q = g->work[n_work * 2], par = g->work[n_work * 2 + 1];
         uint32_t id = node(g, q, par);
@@ -931,6 +936,8 @@ static bool compute_follow(struct sp_grammar *g)
     return true;
 }
 
+static sp_status over_budget(bool work);
+
 /* One trie walk from the stack (q, NODE_ESC).  A path that leaves q's rule
  * with bytes to go makes the token uncertain only when the next byte may
  * follow the rule somewhere (FOLLOW). */
@@ -941,17 +948,21 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
     uint32_t x = node(g, q, NODE_ESC);
     ds[0] = x ? single(g, x) : UINT32_MAX;
     if (ds[0] == UINT32_MAX)
-        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+        return g->steps > SP_GRAMMAR_MAX_WORK ? over_budget(true)
+                                              : sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
     esc[0] = 0;
     c->n_acc_r = c->n_acc = c->n_unc = 0;
     for (uint32_t i = 0; i < t->n_nodes;) {
+        if (++g->steps > SP_GRAMMAR_MAX_WORK)
+            return over_budget(true);
         uint32_t d = t->node_depth[i];
         uint32_t p = ds[d - 1];
         unsigned b = t->node_byte[i];
         uint8_t esc_a = esc[d - 1] | ((g->ds_flags[p] & 2) && sp_gbits_has(follow, b) ? 1 : 0);
         uint32_t nd = step(g, p, b);
         if (nd == UINT32_MAX)
-            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+            return g->steps > SP_GRAMMAR_MAX_WORK ? over_budget(true)
+                                              : sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         uint32_t lo = t->node_lo[i], here = lo + t->node_here[i];
         if (nd != SP_GRAMMAR_DEAD)
             add_acc(c, lo, here);
@@ -969,6 +980,36 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
         i++;
     }
     return SP_OK;
+}
+
+/* The bytes of g's automaton, dstates and bind tables so far. */
+static uint64_t grammar_bytes(const struct sp_grammar *g)
+{
+    const struct sp_grammar_nfa *a = &g->nfa;
+    uint64_t b = (uint64_t)a->edge_off[a->n_states] * sizeof *a->edges +
+                 (uint64_t)a->n_states * (sizeof(struct sp_gbits) + sizeof(struct pre) + 13);
+    b += (uint64_t)g->cap_nodes * 14 + (uint64_t)g->node_tab.cap * 12 + (uint64_t)g->ds_tab.cap * 12;
+    b += (uint64_t)g->cap_ds * (8 + 2 * sizeof(struct sp_gbits) + 13) + (uint64_t)g->cap_pool * 4;
+    b += (uint64_t)g->cap_rows * 4 + (uint64_t)g->trans.cap * 12;
+    b += (uint64_t)g->n_acc_ids * 4 + (uint64_t)g->n_unc_ids * 6 + (uint64_t)g->n_acc_bits * 8;
+    return b;
+}
+
+uint64_t sp_grammar_bytes(const struct sp_grammar *g)
+{
+    return grammar_bytes(g->proto ? g->proto : g);
+}
+
+/* The error for a bind over SP_GRAMMAR_MAX_WORK (work) or SP_GRAMMAR_MAX_BYTES. */
+static sp_status over_budget(bool work)
+{
+    if (work)
+        return sp_error_set(SP_ERR_ARG, "grammar: too large to compile: more than %llu steps of work "
+                            "(limit SP_GRAMMAR_MAX_WORK; nested or long repetitions?)",
+                            (unsigned long long)SP_GRAMMAR_MAX_WORK);
+    return sp_error_set(SP_ERR_ARG, "grammar: too large to compile: more than %llu MiB of tables "
+                        "(limit SP_GRAMMAR_MAX_BYTES; nested or long repetitions?)",
+                        (unsigned long long)(SP_GRAMMAR_MAX_BYTES >> 20));
 }
 
 static bool append_u32(uint32_t **p, uint32_t *n, uint32_t *cap, const uint32_t *src, uint32_t k)
@@ -1013,6 +1054,8 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
     g->n_words = (t->n_vocab + 63) / 64;
     g->walk = malloc(((size_t)t->max_len + 2) * sizeof *g->walk);
     uint32_t cap_acc = 0, cap_unc = 0, cap_bits = 0, cap_lcp = 0;
+    g->steps = 0;
+    g->step_limit = SP_GRAMMAR_MAX_WORK; /* closures count too, and stop past it */
     if (!ds || !esc || !c.acc || !c.unc || !ids || !g->pre || !g->walk) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
@@ -1028,6 +1071,10 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
             continue;
         if ((st = walk_state(g, q, &c, ds, esc)) != SP_OK)
             break;
+        if (grammar_bytes(g) > SP_GRAMMAR_MAX_BYTES) {
+            st = over_budget(false);
+            break;
+        }
         struct pre *p = &g->pre[q];
         if ((uint64_t)c.n_acc * 32 > t->n_vocab) {
             p->is_bits = 1;
@@ -1079,6 +1126,7 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
             g->max_slots = 16;
     }
 done:
+    g->step_limit = 0;
     if (st != SP_OK) {
         g->toks = NULL;
         free(g->lazy_masks);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "core/error.h"
@@ -328,6 +329,79 @@ static void test_cache(void)
     sp_grammar_tokens_free(v.t);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Grammar bombs (a few bytes of nested repetition) fail fast with the
+ * budget's error instead of compiling for minutes. */
+static void test_budget(void)
+{
+    static const struct {
+        char kind;
+        const char *text;
+    } bombs[] = {
+        {'g', "root ::= (.{0,100}){0,100}"},
+        {'g', "root ::= (.{0,60}){0,60}"},
+        {'s', "{\"type\":\"string\",\"pattern\":\"^(.*){1000}$\"}"},
+    };
+    for (size_t i = 0; i < sizeof bombs / sizeof bombs[0]; i++) {
+        struct sp_grammar *g = NULL;
+        const char *t = bombs[i].text;
+        double t0 = now_s();
+        sp_status st = bombs[i].kind == 'g' ? sp_grammar_compile(&g, t, strlen(t), NULL)
+                                            : sp_grammar_compile_schema(&g, t, strlen(t));
+        double dt = now_s() - t0;
+        CHECK(st == SP_ERR_ARG && !g, "'%s' should fail", t);
+        CHECK(strstr(sp_error_message(), "limit SP_GRAMMAR_MAX_") != NULL, "'%s': message '%s' names no limit", t,
+              sp_error_message());
+        CHECK(dt < 1.0, "'%s' took %.2f s", t, dt);
+        sp_grammar_free(g);
+    }
+}
+
+/* The cache's byte budget: entries go least recently used first until the
+ * rest fit, and a grammar larger than the budget is handed out, not kept. */
+static void test_cache_bytes(void)
+{
+    struct vocab v;
+    vocab_init(&v);
+    struct sp_grammar_cache *c = NULL;
+    if (!v.t || sp_grammar_cache_new(&c, v.t, 8) != SP_OK)
+        return;
+    const char *a = mask_grammars[0], *b = mask_grammars[1];
+    struct sp_grammar *g = NULL;
+    bool hit = true;
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, a, strlen(a), NULL, &g, &hit) == SP_OK && !hit, "a");
+    uint64_t ba = g ? sp_grammar_bytes(g) : 0;
+    sp_grammar_free(g);
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, b, strlen(b), NULL, &g, &hit) == SP_OK && !hit, "b");
+    uint64_t bb = g ? sp_grammar_bytes(g) : 0;
+    sp_grammar_free(g);
+    CHECK(ba > 0 && bb > 0, "sizes %llu %llu", (unsigned long long)ba, (unsigned long long)bb);
+    sp_grammar_cache_set_max_bytes(c, (ba > bb ? ba : bb) + 1); /* room for one: a goes */
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, b, strlen(b), NULL, &g, &hit) == SP_OK && hit, "b kept");
+    sp_grammar_free(g);
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, a, strlen(a), NULL, &g, &hit) == SP_OK && !hit, "a evicted");
+    sp_grammar_free(g);
+    CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, b, strlen(b), NULL, &g, &hit) == SP_OK && !hit,
+          "b evicted for a");
+    sp_grammar_free(g);
+    sp_grammar_cache_set_max_bytes(c, 1); /* nothing fits: handed out, never kept */
+    for (int i = 0; i < 2; i++) {
+        CHECK(sp_grammar_cache_get(c, SP_GRAMMAR_GBNF, a, strlen(a), NULL, &g, &hit) == SP_OK && g && !hit,
+              "too large to keep");
+        if (g)
+            CHECK(sp_grammar_start(g) != SP_GRAMMAR_DEAD, "usable");
+        sp_grammar_free(g);
+    }
+    sp_grammar_cache_free(c);
+    sp_grammar_tokens_free(v.t);
+}
+
 int main(void)
 {
     test_languages();
@@ -336,5 +410,7 @@ int main(void)
     test_minimize();
     test_lazy();
     test_cache();
+    test_budget();
+    test_cache_bytes();
     return sp_check_report("test_grammar");
 }
