@@ -81,6 +81,7 @@ struct sp_conn {
     bool too_big;
     bool early;          /* answered before its body was read: the connection closes after */
     int status;          /* the HTTP status answered, for the metrics */
+    bool hung_up;        /* sp_conn_wait saw the client hang up before a response */
     bool active;         /* counted in h->n_active */
     struct sp_job *job;
     struct sp_resp resp;
@@ -131,6 +132,18 @@ static enum sp_route sp_route_of(const char *url, const char *method)
 
 #define SP_HTTP_REPLICA_HEADER "X-Spindle-Replica"
 
+static bool sp_auth_ok(struct sp_conn *c);
+
+/* Adds X-Spindle-Replica (the replica id, by default the host name) to r.
+ * With an API key set, only a request that carries the key gets it, so an
+ * unauthenticated client (a 401, /health, the chat page) does not learn the
+ * host name; without a key every response carries it. */
+static void sp_add_replica_header(struct sp_conn *c, struct MHD_Response *r)
+{
+    if (sp_auth_ok(c))
+        MHD_add_response_header(r, SP_HTTP_REPLICA_HEADER, c->h->replica);
+}
+
 /* Queues `body` (malloc'd, taken) with the given status. */
 static enum MHD_Result sp_respond(struct sp_conn *c, int status, const char *content_type,
                                   char *body, const char *hdr, const char *hdr_value)
@@ -150,7 +163,7 @@ static enum MHD_Result sp_respond(struct sp_conn *c, int status, const char *con
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    MHD_add_response_header(r, SP_HTTP_REPLICA_HEADER, c->h->replica);
+    sp_add_replica_header(c, r);
     pthread_mutex_lock(&c->h->mu);
     bool draining = c->h->draining;
     pthread_mutex_unlock(&c->h->mu);
@@ -365,6 +378,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     while ((st = sp_job_state_of(j)) == SP_JOB_QUEUED) {
         if (!sp_conn_wait(c)) {
             sp_sched_cancel(h->sched, j);
+            c->hung_up = true;
             return MHD_NO;
         }
     }
@@ -383,7 +397,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
             return MHD_NO;
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(r, SP_HTTP_REPLICA_HEADER, h->replica);
+        sp_add_replica_header(c, r);
         c->status = 200;
         enum MHD_Result ret = MHD_queue_response(c->con, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
@@ -399,6 +413,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
             break;
         if (!sp_conn_wait(c)) {
             sp_sched_cancel(h->sched, j);
+            c->hung_up = true;
             return MHD_NO;
         }
     }
@@ -603,10 +618,11 @@ static void sp_log_copy(char *dst, size_t cap, const char *src)
     dst[i] = '\0';
 }
 
-/* id, route, status, the client's X-Request-Id if it sent one, and for
+/* id, route, status, for a request that got no response its outcome
+ * (status 499), the client's X-Request-Id if it sent one, and for
  * generation requests the tokens in and out, the time to the first token
  * and the decode rate.  Probes (/health, /metrics) are not logged. */
-static void sp_log_request(struct sp_http *h, struct sp_conn *c, int status)
+static void sp_log_request(struct sp_http *h, struct sp_conn *c, int status, const char *outcome)
 {
     if (c->route == SP_ROUTE_HEALTH || c->route == SP_ROUTE_METRICS)
         return;
@@ -636,6 +652,9 @@ static void sp_log_request(struct sp_http *h, struct sp_conn *c, int status)
     else
         n = snprintf(line, sizeof line, "spindle: request id=%s method=%s path=%s status=%d "
                      "duration_ms=%.1f", id, c->method, c->path, status, (now - c->t_start) * 1e3);
+    if (outcome && n > 0 && (size_t)n < sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n,
+                      h->cfg.log_format == SP_LOG_JSON ? ",\"outcome\":\"%s\"" : " outcome=%s", outcome);
     if (c->xrid[0] && n > 0 && (size_t)n < sizeof line)
         n += snprintf(line + n, sizeof line - (size_t)n,
                       h->cfg.log_format == SP_LOG_JSON ? ",\"request_id\":\"%s\"" : " request_id=%s", c->xrid);
@@ -760,6 +779,28 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
     return sp_dispatch(c, url);
 }
 
+/* Why a request that got no response ended: the client hung up (seen
+ * while it waited, or MHD saw it), its job's deadline or the connection's
+ * idle timeout passed, the server stopped, or something else failed. */
+static enum sp_outcome sp_unanswered_outcome(struct sp_conn *c, enum MHD_RequestTerminationCode toe)
+{
+    bool timed_out = false, shut_down = false;
+    if (c->job) {
+        pthread_mutex_lock(&c->job->mu);
+        timed_out = c->job->timed_out;
+        shut_down = c->job->shut_down;
+        pthread_mutex_unlock(&c->job->mu);
+    }
+    if (c->hung_up || toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ||
+        toe == MHD_REQUEST_TERMINATED_READ_ERROR)
+        return SP_OUTCOME_CANCELLED;
+    if (timed_out || toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+        return SP_OUTCOME_TIMEOUT;
+    if (shut_down || toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN)
+        return SP_OUTCOME_SHUTDOWN;
+    return SP_OUTCOME_ABORTED;
+}
+
 static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -779,7 +820,12 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
                          ? c->status
                          : 499; /* client went away mid-response */
         sp_metrics_count_status(h->metrics, status);
-        sp_log_request(h, c, status);
+        sp_log_request(h, c, status, NULL);
+    } else {
+        enum sp_outcome o = sp_unanswered_outcome(c, toe);
+        sp_metrics_count_status(h->metrics, 499);
+        sp_metrics_count_unanswered(h->metrics, o);
+        sp_log_request(h, c, 499, sp_outcome_name(o));
     }
     if (c->resp_init)
         sp_resp_free(&c->resp);

@@ -42,6 +42,21 @@ void sp_metrics_count_status(struct sp_metrics *m, int http_status)
     pthread_mutex_unlock(&m->mu);
 }
 
+static const char *const sp_outcome_names[SP_OUTCOME_N] = {"cancelled", "timeout", "shutdown",
+                                                           "aborted"};
+
+const char *sp_outcome_name(enum sp_outcome o)
+{
+    return o < SP_OUTCOME_N ? sp_outcome_names[o] : "aborted";
+}
+
+void sp_metrics_count_unanswered(struct sp_metrics *m, enum sp_outcome o)
+{
+    pthread_mutex_lock(&m->mu);
+    m->unanswered[o < SP_OUTCOME_N ? o : SP_OUTCOME_ABORTED]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void sp_metrics_count_tokens(struct sp_metrics *m, uint64_t prompt, uint64_t cached,
                              uint64_t generated)
 {
@@ -159,11 +174,18 @@ char *sp_metrics_render(struct sp_metrics *m)
     sp_text_printf(&t, "# HELP spindle_replica_info This replica's id (--replica-id).\n"
                        "# TYPE spindle_replica_info gauge\n"
                        "spindle_replica_info{replica=\"%s\"} 1\n", m->replica);
-    sp_text_printf(&t, "# HELP spindle_requests_total HTTP requests answered, by status.\n"
+    sp_text_printf(&t, "# HELP spindle_requests_total HTTP requests ended, by status (499: the client "
+                       "went away or no response was sent).\n"
                        "# TYPE spindle_requests_total counter\n");
     for (int i = 0; i < SP_METRICS_MAX_STATUS && m->status_code[i]; i++)
         sp_text_printf(&t, "spindle_requests_total{status=\"%d\"} %llu\n", m->status_code[i],
                        (unsigned long long)m->status_count[i]);
+    sp_text_printf(&t, "# HELP spindle_requests_unanswered_total Requests that ended before any "
+                       "response, by outcome (each also counts as status 499 above).\n"
+                       "# TYPE spindle_requests_unanswered_total counter\n");
+    for (int o = 0; o < SP_OUTCOME_N; o++)
+        sp_text_printf(&t, "spindle_requests_unanswered_total{outcome=\"%s\"} %llu\n",
+                       sp_outcome_names[o], (unsigned long long)m->unanswered[o]);
     sp_render_scalar(&t, "spindle_prompt_tokens_total", "counter",
                      "Prompt tokens of finished requests.", m->prompt_tokens);
     sp_render_scalar(&t, "spindle_prompt_tokens_cached_total", "counter",

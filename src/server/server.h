@@ -15,7 +15,8 @@
  * Behind a load balancer: nothing listens until the model is loaded (a
  * balancer's health check fails as it would on a 503), /health answers 503
  * {"status":"draining"} from SIGTERM on, every response carries
- * `X-Spindle-Replica: <replica id>`, and /metrics has
+ * `X-Spindle-Replica: <replica id>` (with --api-key, only responses to
+ * requests that carry the key), and /metrics has
  * spindle_replica_info{replica="<id>"} 1.
  */
 #ifndef SP_SERVER_SERVER_H
@@ -43,11 +44,25 @@ struct sp_histogram {
     uint64_t n;
 };
 
+/* How a request ended that got no response at all (counted in
+ * spindle_requests_unanswered_total{outcome=...} and logged as status 499
+ * with outcome=...). */
+enum sp_outcome {
+    SP_OUTCOME_CANCELLED, /* the client hung up (while queued, in prefill, or before its body) */
+    SP_OUTCOME_TIMEOUT,   /* its deadline or the connection's idle timeout passed */
+    SP_OUTCOME_SHUTDOWN,  /* the server stopped */
+    SP_OUTCOME_ABORTED,   /* anything else (out of memory, a write error) */
+    SP_OUTCOME_N,
+};
+/* The outcome's label value ("cancelled", ...). */
+const char *sp_outcome_name(enum sp_outcome o);
+
 struct sp_metrics {
     pthread_mutex_t mu;
     char replica[SP_REPLICA_ID_MAX + 1];
     int status_code[SP_METRICS_MAX_STATUS];
     uint64_t status_count[SP_METRICS_MAX_STATUS];
+    uint64_t unanswered[SP_OUTCOME_N];
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
     struct sp_histogram ttft, itl;
     uint64_t running, queued;
@@ -57,6 +72,7 @@ struct sp_metrics {
 void sp_metrics_init(struct sp_metrics *m, const char *replica);
 void sp_metrics_free(struct sp_metrics *m);
 void sp_metrics_count_status(struct sp_metrics *m, int http_status);
+void sp_metrics_count_unanswered(struct sp_metrics *m, enum sp_outcome o);
 void sp_metrics_count_tokens(struct sp_metrics *m, uint64_t prompt, uint64_t cached,
                              uint64_t generated);
 void sp_metrics_observe_ttft(struct sp_metrics *m, double seconds);

@@ -348,6 +348,40 @@ static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
     return SP_OK;
 }
 
+/* A message's fields: role, content, name, tool_calls and tool_call_id are
+ * read; refusal, annotations, audio and function_call, which OpenAI's own
+ * answers carry and clients echo back, are accepted as labels when null (or
+ * an empty annotations list).  Anything else is a 400 naming the field, as
+ * sp_check_fields answers for the request's own fields. */
+static sp_status sp_check_message_fields(const json_t *msg, size_t i, struct sp_api_error *err)
+{
+    static const char *const read[] = {"role", "content", "name", "tool_calls", "tool_call_id"};
+    static const char *const labels[] = {"refusal", "annotations", "audio", "function_call"};
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)msg, key, v) {
+        bool known = false;
+        for (size_t k = 0; k < sizeof read / sizeof read[0] && !known; k++)
+            known = !strcmp(key, read[k]);
+        if (known)
+            continue;
+        bool label = false;
+        for (size_t k = 0; k < sizeof labels / sizeof labels[0] && !label; k++)
+            label = !strcmp(key, labels[k]);
+        if (label && (json_is_null(v) || (json_is_array(v) && !json_array_size(v))))
+            continue;
+        char param[96];
+        snprintf(param, sizeof param, "messages[%zu].%.40s", i, key);
+        if (label)
+            return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_parameter", param,
+                               "'%s' is not supported by this server (only null is accepted).",
+                               param);
+        return sp_api_fail(err, 400, SP_API_INVALID, "unknown_parameter", param,
+                           "Unrecognized request argument supplied: %s", param);
+    }
+    return SP_OK;
+}
+
 /* Checks the messages array and renders it with the model's template into
  * prompt tokens (sp_chat_prompt: the same path as `spindle run --chat`).
  * This runs on the HTTP thread, as the completions prompt's tokenization
@@ -394,6 +428,8 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
             goto free_msgs;
         }
         msgs[i].role = json_string_value(role);
+        if ((st = sp_check_message_fields(msg, i, err)) != SP_OK)
+            goto free_msgs;
         if ((st = sp_api_message_tools(msg, i, &msgs[i], err)) != SP_OK)
             goto free_msgs;
         json_t *content = json_object_get(msg, "content");

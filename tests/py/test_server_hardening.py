@@ -218,3 +218,106 @@ def test_api_key_file_errors(run_spindle, smollm2_path, tmp_path):
         assert len(lines) == 1 and "--api-key-file" in lines[0] and str(path) in lines[0], r.stderr
     r = run_spindle("serve", "-m", smollm2_path, env={"SPINDLE_API_KEY": ""})
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "SPINDLE_API_KEY" in r.stderr, r.stderr
+
+
+# ---- 6. requests that end before any response are logged and counted ----
+
+def open_request(port, body):
+    """Sends a non-streaming completion on a fresh socket and returns the
+    socket, unread."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+    return sock
+
+
+def test_unanswered_requests_are_logged_and_counted(spindle_bin, smollm2_path):
+    s = Server(spindle_bin, smollm2_path, "--ctx", "512", "--parallel", "1")
+    try:
+        long = {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+        running = open_request(s.port, long)
+        wait_for(lambda: s.metrics()["spindle_requests_running"] == 1, what="request running")
+        queued = open_request(s.port, dict(long, max_tokens=4))
+        wait_for(lambda: s.metrics()["spindle_requests_queued"] == 1, what="request queued")
+        queued.close()  # hung up while queued
+        running.close()  # hung up mid-generation of a non-streaming answer
+
+        def lines():
+            return [ln for ln in s.log_text().splitlines()
+                    if "path=/v1/completions" in ln and "status=499" in ln and "outcome=cancelled" in ln]
+        wait_for(lambda: len(lines()) == 2, what="two cancelled requests logged")
+        m = s.metrics()
+        assert m['spindle_requests_unanswered_total{outcome="cancelled"}'] == 2, m
+        assert m['spindle_requests_total{status="499"}'] == 2, m
+        assert m['spindle_requests_unanswered_total{outcome="timeout"}'] == 0, m
+        wait_for(lambda: s.metrics()["spindle_requests_running"] == 0, what="the cancelled request freed")
+    finally:
+        s.kill()
+
+
+# ---- 7. the replica id (the host name by default) only for authenticated clients ----
+
+def test_replica_header_only_with_the_key(server, spindle_bin, smollm2_path):
+    for r in (httpx.get(server.url + "/health", timeout=10),
+              httpx.head(server.url + "/health", timeout=10),
+              httpx.get(server.url + "/v1/models", timeout=10),
+              httpx.get(server.url + "/", timeout=10),
+              httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer nope"}, timeout=10)):
+        assert "x-spindle-replica" not in r.headers, (r.request.url, r.status_code, r.headers)
+    for r in (server.get("/health"), server.get("/v1/models"), server.get("/nope")):
+        assert r.headers.get("x-spindle-replica"), (r.request.url, r.headers)
+    with server.openai().chat.completions.with_streaming_response.create(
+            model=server.model_id, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+            stream=True) as r:
+        assert r.headers.get("x-spindle-replica")
+    # Without a key (the cluster test's replicas behind HAProxy) every answer names it.
+    s = Server(spindle_bin, smollm2_path, "--ctx", "512", "--replica-id", "r7")
+    try:
+        assert httpx.get(s.url + "/health", timeout=10).headers.get("x-spindle-replica") == "r7"
+        assert httpx.get(s.url + "/nope", timeout=10).headers.get("x-spindle-replica") == "r7"
+    finally:
+        s.kill()
+
+
+# ---- 8. unknown fields of a chat message are refused like the request's own ----
+
+def test_unknown_message_fields_are_refused(server):
+    def chat(msg):
+        return server.post("/v1/chat/completions", {"messages": [msg], "max_tokens": 1}, timeout=60)
+    r = chat({"role": "user", "content": "hi", "bogus": 1})
+    err = assert_openai_error(r, 400, "messages[0].bogus")
+    assert err["code"] == "unknown_parameter" and "bogus" in err["message"], err
+    r = chat({"role": "user", "content": "hi", "audio": {"id": "a1"}})
+    assert assert_openai_error(r, 400, "messages[0].audio")["code"] == "unsupported_parameter"
+    r = chat({"role": "user", "content": "hi", "name": "ann"})
+    assert r.status_code == 200, r.text
+    # an assistant turn as OpenAI's own answers carry it, echoed back
+    r = server.post("/v1/chat/completions", {"max_tokens": 1, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello", "refusal": None, "annotations": [], "audio": None,
+         "function_call": None, "tool_calls": None},
+        {"role": "user", "content": "again"}]}, timeout=60)
+    assert r.status_code == 200, r.text
+
+
+# ---- 9. grammar bombs fail fast with the compile budget's error ----
+
+def test_grammar_bombs_are_refused_fast(server):
+    bombs = [
+        ("/v1/completions", {"prompt": "x", "max_tokens": 1, "grammar": "root ::= (.{0,100}){0,100}"},
+         "grammar"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                                  "response_format": {"type": "json_schema", "json_schema": {
+                                      "name": "bomb", "schema": {"type": "string",
+                                                                 "pattern": "^(.*){1000}$"}}}},
+         None),
+    ]
+    for path, body, param in bombs:
+        t0 = time.monotonic()
+        r = server.post(path, body, timeout=30)
+        dt = time.monotonic() - t0
+        err = assert_openai_error(r, 400, param)
+        assert "limit SP_GRAMMAR_MAX_" in err["message"], err
+        assert dt < 5, (path, dt)
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200
