@@ -15,11 +15,14 @@ CC      ?= cc
 BUILD   ?= build
 # The C libraries come from Debian packages that scripts/setup installs;
 # `make` itself installs nothing (the `deps` check below says what to run).
-PKGS    := libmicrohttpd jansson libpcre2-8 libutf8proc
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+# The library needs JSON, regular expressions and Unicode; the applications
+# built on it (the CLI in tools/, the server in server/) add the HTTP
+# library and line editing, which libspindle never links.
+PKGS     := jansson libpcre2-8 libutf8proc
+APP_PKGS := libmicrohttpd libedit
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) $(APP_PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
-# The CLI alone edits lines (spindle chat); the library does not link libedit.
-TOOL_LIBS  := $(shell pkg-config --libs libedit 2>/dev/null)
+APP_LIBS   := $(shell pkg-config --libs $(APP_PKGS) 2>/dev/null)
 
 OPT     ?= -O3
 ifeq ($(PORTABLE),1)
@@ -38,7 +41,15 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 # hold (docs: src/kernels/kernels_isa.h, src/quant/packed.c) and the file
 # quantisers reproduce llama.cpp's rounding exactly.
 CFLAGS_BASE := -std=gnu11 $(WARN) -g -fno-strict-aliasing -ffp-contract=off -pthread -fPIC -fvisibility=hidden \
-               -Iinclude -Isrc $(PKG_CFLAGS)
+               -Iinclude $(PKG_CFLAGS)
+# Which headers each part of the tree sees: the library's rooms see each
+# other (src/); the applications (tools/, server/) see include/spindle.h and
+# their own headers only, so a reach into the library's insides does not
+# compile.  Unit tests, fuzzers and the kernel micro-benchmarks in bench/
+# test rooms from inside and see src/.
+INC_src    := -Isrc
+INC_tools  := -I.
+INC_server := -I.
 CFLAGS  ?= $(OPT) $(ARCH)
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) -MMD -MP
 LDLIBS  := $(PKG_LIBS) -lm -pthread
@@ -65,10 +76,13 @@ endif
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
+SERVER_SRC := $(sort $(wildcard server/*.c))
 TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/webui_assets.o
-TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# The spindle binary: the CLI, the server and the chat page's assets over
+# libspindle.a.
+APP_OBJ   := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o) $(SERVER_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/webui_assets.o
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all run test test-slow test-unit test-py asan test-asan test-tsan fuzz fuzz-build fuzz-lib tsan bench clean setup deps tests \
@@ -78,8 +92,8 @@ all: $(BUILD)/spindle $(BUILD)/libspindle.so
 # Every compile waits for this check: a clear message instead of a missing
 # header when the packages are not installed.
 deps:
-	@pkg-config --exists $(PKGS) libedit 2>/dev/null || { \
-	    echo "make: the C libraries $(PKGS) libedit are not installed (pkg-config cannot find them);" \
+	@pkg-config --exists $(PKGS) $(APP_PKGS) 2>/dev/null || { \
+	    echo "make: the C libraries $(PKGS) $(APP_PKGS) are not installed (pkg-config cannot find them);" \
 	         "run scripts/setup first (make test and make run run it for you)" >&2; exit 2; }
 
 # Installs the Debian packages and the test venv (idempotent, well under a
@@ -109,22 +123,22 @@ $(BUILD)/libspindle.so: $(LIB_OBJ)
 	ln -sf libspindle.so.$(VERSION) $@.$(SOMAJOR)
 	ln -sf libspindle.so.$(SOMAJOR) $@
 
-$(BUILD)/spindle: $(TOOL_OBJ) $(BUILD)/libspindle.a
-	$(CC) $(ALL_CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS) $(TOOL_LIBS)
+$(BUILD)/spindle: $(APP_OBJ) $(BUILD)/libspindle.a
+	$(CC) $(ALL_CFLAGS) -o $@ $(APP_OBJ) $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS) $(APP_LIBS)
 
 $(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) $(FLAGS_$(notdir $*)) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(INC_$(firstword $(subst /, ,$*))) $(FLAGS_$(notdir $*)) -c $< -o $@
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libspindle.a tests/unit/check.h tests/unit/check_isa.h
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Isrc -Itests/unit -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
 
 tests: $(TEST_BIN)
 
-# The chat page (src/server/webui.h): its files and the Debian packages'
+# The chat page (server/webui.h): its files and the Debian packages'
 # marked and DOMPurify as C arrays, NAME:FILE -> sp_webui_NAME[], _len.
-WEBUI_FILES := index_html:src/server/webui/index.html app_js:src/server/webui/app.js \
+WEBUI_FILES := index_html:server/webui/index.html app_js:server/webui/app.js \
                marked_js:/usr/share/javascript/marked/marked.umd.min.js \
                purify_js:/usr/share/nodejs/dompurify/dist/purify.min.js
 $(BUILD)/gen/webui_assets.c: $(foreach f,$(WEBUI_FILES),$(word 2,$(subst :, ,$(f))))
@@ -145,7 +159,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libspindle.a
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
 
 run:
 	@scripts/setup --run --quiet
@@ -262,13 +276,20 @@ FUZZ_BIN     := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_SECONDS ?= 40
 FUZZ_CFLAGS  := -O1 -g $(ARCH) -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-# The library is built by a sub-make (its own BUILD dir and flags); the
+# The library and the server's objects are built by a sub-make (its own
+# BUILD dir and flags); the server's request parser (fuzz_request) comes
+# from an archive of them, so a target pulls only what it calls.  The
 # targets relink every time, which takes a second.
+FUZZ_SERVER := build-fuzz/spindle-server.a
 fuzz-lib:
-	$(MAKE) CC=$(FUZZ_CC) BUILD=build-fuzz CFLAGS="$(FUZZ_CFLAGS)" build-fuzz/libspindle.a
+	$(MAKE) CC=$(FUZZ_CC) BUILD=build-fuzz CFLAGS="$(FUZZ_CFLAGS)" build-fuzz/libspindle.a \
+	    $(SERVER_SRC:%.c=build-fuzz/obj/%.o)
+	@rm -f $(FUZZ_SERVER)
+	$(AR) rcs $(FUZZ_SERVER) $(SERVER_SRC:%.c=build-fuzz/obj/%.o)
 
 build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c fuzz-lib
-	$(FUZZ_CC) $(CFLAGS_BASE) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< build-fuzz/libspindle.a $(LDLIBS)
+	$(FUZZ_CC) $(CFLAGS_BASE) -Isrc -I. $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_SERVER) \
+	    build-fuzz/libspindle.a $(LDLIBS)
 
 fuzz-build: $(FUZZ_BIN)
 

@@ -1,8 +1,9 @@
 /* spindle: the public C API.
  *
- * One header for everything outside the library (the CLI, the server's
- * front end, examples, language bindings).  docs/api.md walks through the
- * lifecycle with a complete example:
+ * One header for everything outside the library: the applications built
+ * on it (the CLI in tools/, the HTTP server in server/, examples, language
+ * bindings) include nothing else.  docs/api.md walks through the lifecycle
+ * with a complete example:
  *
  *   sp_model  = a GGUF file loaded once: weights, vocabulary, chat template.
  *               Immutable after loading; shared by any number of engines and
@@ -26,6 +27,17 @@
  * added (they are added at the end).  A release that changes a struct's
  * layout or a signature changes the shared library's soname
  * (libspindle.so.SPINDLE_VERSION_MAJOR).
+ *
+ * Where each group is defined (libspindle is the rooms of src/;
+ * docs/design.md has the table function by function): functions over the
+ * public sp_model (model, vocabulary, chat prompts, making engines, grammars
+ * and tool calls for a model) in src/api; errors and the machine in
+ * src/core; conversations in src/conv; engines, requests and embedding runs
+ * in src/engine; grammar copies, stepping and caches in src/grammar;
+ * tool-call checks and parsing in src/toolcall; decoding in src/sampler;
+ * perplexity and importance matrices in src/eval; quantization in
+ * src/quantize; cache types in src/kv; speculative kinds in src/spec;
+ * pooling in src/embed.
  */
 #ifndef SPINDLE_H
 #define SPINDLE_H
@@ -499,22 +511,27 @@ SP_API void sp_grammar_cache_free(sp_grammar_cache *c);
 SP_API sp_status sp_grammar_cache_get(sp_grammar_cache *c, sp_grammar_kind kind, const char *text, size_t len,
                                       const char *trigger, sp_grammar **out, bool *hit);
 
-/* Grammar costs for benchmarks (`spindle bench --json-schema`). */
-typedef struct sp_grammar_bench {
-    double compile_ms;        /* sp_grammar_create (the model's table already built) */
-    double copy_us;           /* sp_grammar_clone of the result: what a request
-                                 repeating a grammar pays */
-    double mask_us_p50, mask_us_p99; /* one token mask */
-    size_t n_masks;           /* masks timed */
-} sp_grammar_bench;
-/* Compiles (kind, text) for m again, copies it, and on the copy replays
- * each token sequence seqs[i][0..lens[i]) from the start, timing the mask
- * before each token (first visits of each state included, as in a run; a
- * sequence stops where the grammar refuses a token).  Errors as
- * sp_grammar_create's. */
-SP_API sp_status sp_grammar_benchmark(const sp_model *m, sp_grammar_kind kind, const char *text, size_t len,
-                                      const sp_token *const *seqs, const size_t *lens, size_t n_seqs,
-                                      sp_grammar_bench *out);
+/* Stepping a grammar by hand, for a caller that picks tokens itself (the
+ * engine does the same for a request's sp_gen_params.grammar).  A state is
+ * a small integer, copied freely; SP_GRAMMAR_DEAD is the state nothing
+ * follows.  The state values belong to g and its copies; g is used by one
+ * thread at a time. */
+typedef uint32_t sp_grammar_state;
+#define SP_GRAMMAR_DEAD 0u
+/* The state before any output. */
+SP_API sp_grammar_state sp_grammar_start(sp_grammar *g);
+/* The tokens that may follow state s: *mask points at n_vocab bits (bit
+ * i % 64 of word i / 64: token i allowed), valid until the next call on g;
+ * *n_allowed (optional): how many.  End-of-generation tokens are allowed
+ * exactly where s accepts.  SP_ERR_ARG when no token is allowed (the
+ * message says why), SP_ERR_NOMEM; a grammar from a cache made without a
+ * model has no vocabulary (SP_ERR_ARG). */
+SP_API sp_status sp_grammar_mask(sp_grammar *g, sp_grammar_state s, const uint64_t **mask, uint32_t *n_allowed);
+/* The state after token id; SP_GRAMMAR_DEAD when id may not follow s (an
+ * end-of-generation token leaves an accepting s as it is). */
+SP_API sp_grammar_state sp_grammar_advance(sp_grammar *g, sp_grammar_state s, sp_token id);
+/* Whether the output up to s is a whole sentence of the grammar. */
+SP_API bool sp_grammar_accepting(sp_grammar *g, sp_grammar_state s);
 /* ------------------------------------------------------------ embeddings
  * One vector of n_embd floats per input: the model's forward pass without
  * the output head, its final-normed hidden states pooled over the input's
@@ -848,72 +865,6 @@ SP_API bool sp_request_done(const sp_request *r);
  * callback. */
 SP_API void sp_request_free(sp_request *r);
 
-/* ------------------------------------------------------------------ server */
-
-/* An OpenAI-compatible HTTP server over one model (/v1/completions,
- * /v1/chat/completions, /v1/models, /tokenize, /detokenize, /health,
- * /metrics). */
-/* Sampling defaults given to the server; NAN (floats) or INT32_MIN (ints)
- * is "not set": the model's recommendation (sp_model_sampling_defaults),
- * else llama-server's, applies. */
-typedef struct sp_server_sampling {
-    float temperature, top_p, min_p, repeat_penalty;
-    int32_t top_k, repeat_last_n;
-} sp_server_sampling;
-
-/* One line per request on stderr (id, status, tokens, TTFT, tokens/s). */
-typedef enum sp_log_format { SP_LOG_TEXT = 0, SP_LOG_JSON } sp_log_format;
-
-typedef struct sp_server_config {
-    const char *host;       /* IPv4/IPv6 address or host name to bind (the first of its
-                               addresses that binds); default 127.0.0.1 */
-    int port;               /* 0: pick a free port (printed on stderr) */
-    int n_parallel;         /* requests running at once */
-    int n_ctx;              /* per-request context; 0: the model's (capped at 8192) */
-    size_t kv_mem_mib;      /* 0: n_ctx x n_parallel positions */
-    int n_threads;          /* compute threads; <= 0: the model's */
-    const char *api_key;    /* NULL: no auth */
-    double timeout_s;       /* default and cap of a request's total time; 0: none */
-    int max_queue;          /* waiting requests beyond this get 429 */
-    size_t max_body;        /* request body cap in bytes */
-    int max_n;              /* cap on `n` */
-    sp_server_sampling sampling; /* defaults for requests that leave a field unset */
-    sp_log_format log_format; /* the per-request log line on stderr */
-    const char *replica_id; /* this replica's name in the X-Spindle-Replica
-                               header and /metrics: 1 to 64 of [A-Za-z0-9._:-];
-                               NULL: the host name */
-    double drain_timeout_s; /* how long SIGTERM waits for requests in flight;
-                               0: no limit (a second signal ends the wait) */
-    sp_cache_type cache_type_k, cache_type_v; /* the KV cache's (sp_engine_params) */
-    int max_retries;        /* cap on a constrained request's max_retries, 0..16 */
-    /* speculative decoding inside continuous batching: the drafts of every
-     * running request are verified in the same step (as sp_engine_params;
-     * spec_k 0: 8) */
-    sp_spec_kind spec;
-    int spec_k;
-    bool spec_fixed;
-    const sp_model *draft_model;
-    int spec_layers;
-} sp_server_config;
-/* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8, sampling
- * defaults not set, text log lines, replica id from the host name, drain
- * timeout 60 s, max_retries capped at 4. */
-SP_API void sp_server_config_default(sp_server_config *c);
-
-/* Whether id can name a replica: 1 to 64 characters of [A-Za-z0-9._:-]
- * (it goes into a response header and a Prometheus label). */
-SP_API bool sp_server_replica_id_valid(const char *id);
-
-/* Makes the engine, binds the port and serves until SIGINT or SIGTERM
- * arrives (the calling thread blocks both and waits for them; its signal
- * mask is restored on return; SIGPIPE is ignored process-wide), then
- * refuses new work (503), lets the requests in flight finish and returns
- * SP_OK.  Fails before listening when the engine cannot be made (SP_ERR_ARG,
- * SP_ERR_NOMEM, ...) or the address cannot be bound (SP_ERR_IO).  One line
- * goes to stderr when it listens and one when it drains.  The model must
- * outlive the call. */
-SP_API sp_status sp_server_run(const sp_model *m, const sp_server_config *cfg);
-
 /* -------------------------------------------------------------- quality
  * How well a model predicts a text, as llama-perplexity measures it, and
  * how far a quantized model's predictions move from the original's.  Texts
@@ -1028,12 +979,6 @@ SP_API sp_status sp_model_quantize(const char *in_path, const char *out_path, co
 /* This process's resident memory now and its peak so far, in bytes (0 where
  * /proc does not tell). */
 SP_API void sp_process_memory(uint64_t *resident, uint64_t *peak);
-
-
-/* Memory read bandwidth in GB/s (best of 5 passes over 1 GiB) with the
- * compute pool of n_threads threads (<= 0: one per core): the ceiling for
- * decode speed. */
-SP_API sp_status sp_memory_read_bandwidth(int n_threads, double *gb_s);
 
 #ifdef __cplusplus
 }

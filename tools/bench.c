@@ -96,7 +96,7 @@ static double sp_bench_decode(sp_engine *e, const sp_token *prompt, int depth, i
  * repeating a schema pays), and the mask time of every token the
  * constrained streams produced, replayed on a fresh copy. */
 static sp_status sp_bench_masks(const sp_model *m, const char *schema, size_t len, const struct sp_bench_count *cnt,
-                                int batch, sp_grammar_bench *gb)
+                                int batch, struct sp_bench_grammar *gb)
 {
     const sp_token **seqs = calloc((size_t)batch, sizeof *seqs);
     size_t *lens = calloc((size_t)batch, sizeof *lens);
@@ -106,7 +106,7 @@ static sp_status sp_bench_masks(const sp_model *m, const char *schema, size_t le
             seqs[b] = cnt[b].ids;
             lens[b] = cnt[b].n < cnt[b].cap ? cnt[b].n : cnt[b].cap;
         }
-        st = sp_grammar_benchmark(m, SP_GRAMMAR_SCHEMA, schema, len, seqs, lens, (size_t)batch, gb);
+        st = sp_bench_grammar(m, schema, len, seqs, lens, (size_t)batch, gb);
     }
     free(seqs);
     free(lens);
@@ -124,7 +124,7 @@ int sp_tool_bench(int argc, char **argv)
     char *schema = NULL;
     size_t schema_len = 0;
     sp_grammar *grammar = NULL, *proto = NULL;
-    sp_grammar_bench gb = {0};
+    struct sp_bench_grammar gb = {0};
     double *tg_c = NULL;
     const char *embed = NULL; /* --embed FILE: sentences per second (bench_embed.c) */
     sp_model *model = NULL;
@@ -169,7 +169,7 @@ int sp_tool_bench(int argc, char **argv)
         return 2;
     if (bandwidth) {
         double gbs;
-        if (sp_memory_read_bandwidth(mp.n_threads, &gbs) != SP_OK)
+        if (sp_bench_bandwidth(mp.n_threads, &gbs) != SP_OK)
             return sp_tool_fail("bench: %s", sp_error_message());
         if (json)
             printf("{\"read_bandwidth_gb_s\":%.3f,\"threads\":%d}\n", gbs, mp.n_threads);

@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "tool_spec.h"
+#include "server/server_entry.h"
 #include "spindle.h"
 #include "tools.h"
 

@@ -1,6 +1,6 @@
 /* The public API's own objects (src/api).  The rest of include/spindle.h is
  * implemented by the rooms it names: sp_engine and sp_request are the
- * engine's (src/engine), the server is src/server. */
+ * engine's (src/engine). */
 #ifndef SP_API_INTERNAL_H
 #define SP_API_INTERNAL_H
 

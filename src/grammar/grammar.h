@@ -153,26 +153,14 @@ struct sp_grammar_stats {
 };
 void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *out);
 
-/* ---- matching (a state is a small integer; copy it freely) ---- */
+/* ---- matching ----
+ * sp_grammar_state, SP_GRAMMAR_DEAD, sp_grammar_start, sp_grammar_mask,
+ * sp_grammar_advance and sp_grammar_accepting are public (include/spindle.h);
+ * the mask needs sp_grammar_bind. */
 
-typedef uint32_t sp_grammar_state;
-#define SP_GRAMMAR_DEAD 0u   /* no stack survives: nothing can follow */
-
-sp_grammar_state sp_grammar_start(struct sp_grammar *g);
 /* Advances over raw bytes; SP_GRAMMAR_DEAD when they leave the language. */
 sp_grammar_state sp_grammar_feed(struct sp_grammar *g, sp_grammar_state s, const char *bytes,
                                  size_t len);
-/* The whole input is a sentence of the grammar. */
-bool sp_grammar_accepting(struct sp_grammar *g, sp_grammar_state s);
-/* Token masks (needs sp_grammar_bind).  *mask points at n_vocab bits
- * (bit i of word i / 64: token i allowed), valid until the next call on g.
- * END tokens are allowed exactly where the state accepts.  SP_ERR_ARG when
- * no token is allowed (the message says why); SP_ERR_NOMEM. */
-sp_status sp_grammar_mask(struct sp_grammar *g, sp_grammar_state s, const uint64_t **mask,
-                          uint32_t *n_allowed);
-/* The state after token id; SP_GRAMMAR_DEAD if id may not follow (END
- * tokens: s itself when s accepts). */
-sp_grammar_state sp_grammar_advance(struct sp_grammar *g, sp_grammar_state s, sp_token id);
 
 /* ---- JSON Schema ---- */
 

@@ -792,7 +792,9 @@ bool sp_grammar_accepting(struct sp_grammar *g, sp_grammar_state s)
 sp_grammar_state sp_grammar_advance(struct sp_grammar *g, sp_grammar_state s, sp_token id)
 {
     const struct sp_grammar_tokens *t = g->toks;
-    if (!t || id < 0 || (uint32_t)id >= t->n_vocab || s == SP_GRAMMAR_DEAD)
+    /* s comes from a public caller: only states g has made lead on */
+    bool known = s >= LAZY_BASE ? s - LAZY_BASE < g->trig_len : s < g->n_ds;
+    if (!t || id < 0 || (uint32_t)id >= t->n_vocab || s == SP_GRAMMAR_DEAD || !known)
         return SP_GRAMMAR_DEAD;
     if (t->kind[id] == SP_GRAMMAR_TOKEN_END)
         return sp_grammar_accepting(g, s) ? s : SP_GRAMMAR_DEAD;

@@ -245,13 +245,40 @@ static void test_grammar(const sp_model *m)
               "choice %d '%s' (finish %s)", i, got[i].text, sp_finish_name(got[i].finish));
     }
     sp_request_free(r);
-    sp_token t = 0;
-    sp_grammar_bench gb;
-    const sp_token *seqs[1] = {&t};
-    size_t lens[1] = {1};
-    CHECK(sp_grammar_benchmark(m, SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), seqs, lens, 1, &gb) == SP_OK &&
-              gb.n_masks == 1 && gb.compile_ms > 0 && gb.mask_us_p99 >= gb.mask_us_p50,
-          "benchmark: %zu masks, %.3f ms", gb.n_masks, gb.compile_ms);
+    /* stepping by hand: the tokens of a sentence are each in the mask of the
+     * state before them, the end token only where the text is whole */
+    sp_grammar *c = NULL;
+    CHECK(sp_grammar_clone(g, &c) == SP_OK && c, "clone: %s", sp_error_message());
+    sp_token toks[16];
+    size_t nt = 0;
+    CHECK(sp_model_tokenize(m, "yes 42", 6, false, false, toks, 16, &nt) == SP_OK && nt >= 2, "tokenize");
+    sp_token eos = sp_model_token_eos(m);
+    sp_grammar_state s = c ? sp_grammar_start(c) : SP_GRAMMAR_DEAD;
+    for (size_t i = 0; c && i < nt; i++) {
+        const uint64_t *mask = NULL;
+        uint32_t n_allowed = 0;
+        CHECK(sp_grammar_mask(c, s, &mask, &n_allowed) == SP_OK && mask && n_allowed > 0 &&
+                  (mask[toks[i] / 64] >> (toks[i] % 64) & 1) &&
+                  (bool)(mask[eos / 64] >> (eos % 64) & 1) == sp_grammar_accepting(c, s),
+              "step %zu: token %d in the mask of %u, the end token where the text is whole", i, toks[i], n_allowed);
+        CHECK(i > 0 || !sp_grammar_accepting(c, s), "the empty text is not a sentence");
+        s = sp_grammar_advance(c, s, toks[i]);
+        CHECK(s != SP_GRAMMAR_DEAD, "step %zu: token %d leads on", i, toks[i]);
+    }
+    const uint64_t *mask = NULL;
+    CHECK(c && sp_grammar_accepting(c, s) && sp_grammar_mask(c, s, &mask, NULL) == SP_OK &&
+              (mask[eos / 64] >> (eos % 64) & 1) && sp_grammar_advance(c, s, eos) == s,
+          "'yes 42' is whole: the end token allowed");
+    if (c) {
+        sp_grammar_state s0 = sp_grammar_start(c);
+        CHECK(sp_grammar_advance(c, s0, toks[nt - 1]) == SP_GRAMMAR_DEAD, "a digit cannot start the sentence");
+        CHECK(sp_grammar_advance(c, 0x7fffff00u, toks[0]) == SP_GRAMMAR_DEAD &&
+                  sp_grammar_advance(c, 0xfffffff0u, toks[0]) == SP_GRAMMAR_DEAD &&
+                  sp_grammar_advance(c, s0, -1) == SP_GRAMMAR_DEAD,
+              "states and tokens the grammar never made lead nowhere");
+        CHECK(sp_grammar_mask(c, 0x7fffff00u, &mask, NULL) == SP_ERR_ARG, "no mask for an unknown state");
+    }
+    sp_grammar_free(c);
     sp_engine_free(e);
     sp_grammar_free(g);
 }

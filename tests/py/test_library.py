@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT, CliResult
 from server_util import START_TIMEOUT, free_port, wait_for
 
-PUBLIC_USERS = ("tools", "examples", "tests/api")
+PUBLIC_USERS = ("tools", "server", "examples", "tests/api")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
@@ -74,13 +74,14 @@ def test_public_users_include_only_the_public_header():
     assert not leaks, "public users must include only spindle.h: " + "; ".join(leaks)
 
 
-def test_server_includes_only_its_room_and_the_public_header():
-    """src/server is a public user inside the tree: besides its own headers
-    ("server/...") it includes spindle.h and system headers, never another
-    room's header (a relative path out of the room counts too)."""
+def test_server_includes_only_its_own_headers_and_the_public_header():
+    """server/ is an application of the library: besides its own headers
+    ("server/...") it includes spindle.h and system headers, never a
+    library room's header (a relative path out of the folder counts too)."""
     leaks = []
-    files = glob.glob(os.path.join(ROOT, "src", "server", "*.[ch]"))
+    files = glob.glob(os.path.join(ROOT, "server", "*.[ch]"))
     assert any(f.endswith("scheduler.c") for f in files)
+    assert not os.path.exists(os.path.join(ROOT, "src", "server")), "the server is not a room of the library"
     for path in files:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -89,7 +90,32 @@ def test_server_includes_only_its_room_and_the_public_header():
                 continue
             if os.path.exists(os.path.join(ROOT, "src", name)) or ".." in name or name.startswith("src/"):
                 leaks.append("%s includes %s" % (os.path.relpath(path, ROOT), name))
-    assert not leaks, "src/server must include only its own headers and spindle.h: " + "; ".join(leaks)
+    assert not leaks, "server/ must include only its own headers and spindle.h: " + "; ".join(leaks)
+
+
+def test_the_library_links_no_http_and_embeds_no_page(spindle_bin):
+    """libspindle is the engine: no HTTP library among its dependencies
+    (the shared library's NEEDED entries, spindle.pc), none of its objects
+    calls libmicrohttpd or carries the chat page, and the server's entry
+    points are not in the public header.  The spindle binary has them."""
+    build = build_dir(spindle_bin)
+    so = os.path.join(build, "libspindle.so")
+    if os.path.exists(so):
+        dyn = subprocess.run(["readelf", "-d", so], stdout=subprocess.PIPE, text=True, check=True).stdout
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn)
+        assert needed and not [n for n in needed if "microhttpd" in n or "edit" in n], needed
+    syms = subprocess.run(["nm", os.path.join(build, "libspindle.a")], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, check=True).stdout
+    assert " T sp_model_load" in syms
+    assert not re.search(r"\b(U|T) (MHD_\w+|sp_webui_\w+|sp_server_run)\b", syms), \
+        re.findall(r"\b(?:U|T) (?:MHD_\w+|sp_webui_\w+|sp_server_run)\b", syms)[:5]
+    pc = open(os.path.join(ROOT, "spindle.pc.in")).read()
+    assert "jansson" in pc and "microhttpd" not in pc
+    header = open(os.path.join(ROOT, "include", "spindle.h")).read()
+    assert "sp_server_" not in header and "sp_grammar_benchmark" not in header \
+        and "sp_memory_read_bandwidth" not in header
+    exe = subprocess.run(["nm", spindle_bin], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    assert re.search(r" [Tt] sp_server_run\b", exe) and re.search(r" U MHD_start_daemon\b", exe)
 
 
 def test_install_and_build_the_example(tmp_path, run_plain, smollm2_path):
@@ -118,6 +144,9 @@ def test_install_and_build_the_example(tmp_path, run_plain, smollm2_path):
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "spindle"], env=env, stdout=subprocess.PIPE,
                            text=True, check=True).stdout.split()
     assert "-lspindle" in flags
+    static = subprocess.run(["pkg-config", "--libs", "--static", "spindle"], env=env, stdout=subprocess.PIPE,
+                            text=True, check=True).stdout.split()
+    assert "-ljansson" in static and "-lmicrohttpd" not in static, static
     exe = tmp_path / "simple"
     src = os.path.join(ROOT, "examples", "simple.c")
     code = open(src).read()
@@ -150,7 +179,7 @@ def test_c_api_contracts(tmp_path, spindle_bin, smollm2_path):
     assert os.path.isfile(archive), archive
     nm = subprocess.run(["nm", archive], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
     san = ["-fsanitize=address,undefined"] if "__asan_" in nm else []
-    pkgs = subprocess.run(["pkg-config", "--libs", "libmicrohttpd", "jansson", "libpcre2-8", "libutf8proc"],
+    pkgs = subprocess.run(["pkg-config", "--libs", "jansson", "libpcre2-8", "libutf8proc"],
                           stdout=subprocess.PIPE, text=True, check=True).stdout.split()
     exe = tmp_path / "test_api"
     r = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g"] + san +

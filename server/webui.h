@@ -1,5 +1,5 @@
 /* The chat page served at `/`: files compiled into the binary (the Makefile
- * turns src/server/webui/ and the Debian packages' marked and DOMPurify into
+ * turns server/webui/ and the Debian packages' marked and DOMPurify into
  * C arrays with xxd), so the page needs no network and no files at run time. */
 #ifndef SP_SERVER_WEBUI_H
 #define SP_SERVER_WEBUI_H

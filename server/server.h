@@ -1,5 +1,5 @@
 /* `spindle serve`: an OpenAI-compatible HTTP server over one engine
- * (sp_server_run and struct sp_server_config are public: include/spindle.h).
+ * (sp_server_run and struct sp_server_config, what the CLI calls: server_entry.h).
  *
  * Threads:
  *   - libmicrohttpd's listener plus one thread per connection (http.c).  A
@@ -28,9 +28,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "server/server_entry.h"
 #include "server/server_schema.h"
 
-/* The longest replica id (sp_server_replica_id_valid, public). */
+/* The longest replica id (sp_server_replica_id_valid). */
 #define SP_REPLICA_ID_MAX 64
 /* ---- metrics.c: Prometheus counters, gauges and histograms ---- */
 
