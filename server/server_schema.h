@@ -97,12 +97,12 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
                                const struct sp_api_limits *lim, struct sp_api_error *err);
 void sp_api_request_free(struct sp_api_request *r);
 
-/* tools.c: a chat request's `tools`, `tool_choice` and `parallel_tool_calls`
+/* server_tools.c: a chat request's `tools`, `tool_choice` and `parallel_tool_calls`
  * into r->tools, and unless tool_choice is none, the grammar of the calls
  * (after response_format: the two do not combine). */
 sp_status sp_api_parse_tools(struct sp_api_request *r, const json_t *root, const sp_model *model,
                              const struct sp_api_limits *lim, struct sp_api_error *err);
-/* tools.c: messages[i]'s tool_calls (assistant), tool_call_id (tool) and
+/* server_tools.c: messages[i]'s tool_calls (assistant), tool_call_id (tool) and
  * name, checked, into *out (out->role already set); out->tool_calls is
  * the JSON text of the calls, malloc'd. */
 sp_status sp_api_message_tools(const json_t *msg, size_t i, sp_chat_msg *out, struct sp_api_error *err);
