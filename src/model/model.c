@@ -262,9 +262,11 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     return SP_OK;
 }
 
-/* Looks up `name` and checks its shape ne[0..rank) (unused trailing
- * dimensions 1), and that a matrix has a matmul kernel and a vector is F32.
- * Absent and optional: *out is NULL. */
+/* Looks up `name` and checks its shape ne[0..rank), and that a matrix has
+ * a matmul kernel and a vector is F32.  Trailing dimensions of 1 are the
+ * same shape whatever rank the file records (llama.cpp's converter writes
+ * some vectors as [n, 1], and its loader accepts them so).  Absent and
+ * optional: *out is NULL. */
 static sp_status sp_model_find(struct sp_loader *ld, const char *name, uint32_t rank, const int64_t *ne,
                                bool required, const struct sp_gguf_tensor **out)
 {
@@ -273,7 +275,7 @@ static sp_status sp_model_find(struct sp_loader *ld, const char *name, uint32_t 
     *out = NULL;
     if (!t)
         return required ? sp_error_set(SP_ERR_FORMAT, "tensor '%s': missing", name) : SP_OK;
-    bool ok = t->n_dims == rank;
+    bool ok = true;
     for (uint32_t i = 0; i < SP_GGUF_MAX_DIMS; i++)
         ok = ok && t->ne[i] == (i < rank ? ne[i] : 1);
     if (!ok) {

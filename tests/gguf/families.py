@@ -322,14 +322,18 @@ class Builder:
             if s.get("gemma2"):
                 self.vec(p + "post_ffw_norm.weight", E)
 
-    def write(self, path, qtype):
+    def write(self, path, qtype, trailing_ones=False):
+        """trailing_ones: every tensor's shape gets one more dimension of 1
+        (vectors [n, 1], matrices [k, n, 1]), as llama.cpp's converter writes
+        some tensors: the same model, other recorded ranks."""
         w = gguf.GGUFWriter(path, self.s["arch"])
         w.add_name("spindle-test-%s-%s" % (self.name, qtype))
         for key, value, vtype, sub in self.kv:
             w.add_key_value(key, value, vtype, sub_type=sub)
         for name, shape, kind, _ in self.tensors:
             dtype, qt, nbytes = storage(shape, kind, qtype)
-            w.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=qt)
+            w.add_tensor_info(name, (1,) + tuple(shape) if trailing_ones else shape, np.dtype(dtype), nbytes,
+                              raw_dtype=qt)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
@@ -339,7 +343,9 @@ class Builder:
         w.close()
 
 
-def build_family(name, out_dir, types=TYPES):
+def build_family(name, out_dir, types=TYPES, trailing_ones=False):
+    """Writes the family's copies NAME-TYPE.gguf (NAME-TYPE-ones.gguf with
+    trailing_ones: see Builder.write)."""
     if name in BENCH:
         b = Builder(name, BENCH[name], seed=2000 + sorted(BENCH).index(name))
     else:
@@ -347,9 +353,9 @@ def build_family(name, out_dir, types=TYPES):
     b.build()
     paths = {}
     for t in types:
-        path = os.path.join(out_dir, "%s-%s.gguf" % (name, t))
+        path = os.path.join(out_dir, "%s-%s%s.gguf" % (name, t, "-ones" if trailing_ones else ""))
         tmp = path + ".tmp"
-        b.write(tmp, t)
+        b.write(tmp, t, trailing_ones)
         os.replace(tmp, path)
         paths[t] = path
     return paths

@@ -249,3 +249,18 @@ def test_experts_batch_invariant(fam, run_spindle):
         r = run_spindle("logits", "-m", path, "--ids", " ".join(map(str, ids[:n])), "--top", 8)
         assert r.returncode == 0, r.stderr
         assert r.json()["top"] == steps[n - 1]["top"], "prefix of %d tokens" % n
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_trailing_dimensions_of_one_are_the_same_shape(fam, run_spindle, tmp_path):
+    """Every tensor recorded with one more dimension of 1 (vectors [n, 1],
+    as llama.cpp's converter writes e.g. qwen2moe's ffn_gate_inp_shexp; the
+    loader treats them as the same shape) loads and gives the same logits
+    as the family's own f32 file, bit for bit."""
+    ones = families.build_family(fam, str(tmp_path), types=("f32",), trailing_ones=True)["f32"]
+    ids = [3 + (i * 4507) % 30000 for i in range(12)]
+    want = run_spindle("logits", "-m", model_path(fam, "f32"), "--ids", " ".join(map(str, ids)), "--from", 0,
+                       "--top", 8)
+    got = run_spindle("logits", "-m", ones, "--ids", " ".join(map(str, ids)), "--from", 0, "--top", 8)
+    assert want.returncode == 0 and got.returncode == 0, got.stderr
+    assert got.json()["steps"] == want.json()["steps"]
