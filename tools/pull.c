@@ -174,11 +174,71 @@ static bool sp_pull_file_good(const char *path, const struct sp_store_file *f)
     return !strcmp(hex, f->sha256);
 }
 
+/* Fetches the rest of f into the sink (its fd the partial file, its ctx
+ * the progress meter), up to SP_PULL_ATTEMPTS tries; SP_PULL_OK when every
+ * byte is here. */
+static int sp_pull_transfer(struct sp_pull *p, const struct sp_store_file *f, const char *url,
+                            struct sp_hub_sink *sink, const char *partial)
+{
+    struct sp_pull_meter *meter = sink->ctx;
+    char err[512];
+    for (int attempt = 1; sink->have < f->size; attempt++) {
+        uint64_t before = sink->have;
+        long status;
+        meter->from = before;
+        meter->t0 = meter->last = sp_pull_now();
+        if (lseek(sink->fd, (off_t)before, SEEK_SET) < 0) {
+            sp_tool_fail("pull: cannot write %s: %s", partial, strerror(errno));
+            return SP_PULL_FAIL;
+        }
+        enum sp_hub_rc r = sp_hub_fetch(p->hub, url, sink, &status, err, sizeof err);
+        if (meter->drawn) {
+            fputc('\n', stderr);
+            meter->drawn = false;
+        }
+        if (r == SP_HUB_OK && sink->have < f->size) {
+            snprintf(err, sizeof err, "the server ended the file after %" PRIu64 " of %" PRIu64 " bytes", sink->have,
+                     f->size);
+            r = SP_HUB_NET;
+        }
+        if (r == SP_HUB_OK)
+            break;
+        if (r == SP_HUB_WRITE) {
+            sp_tool_fail("pull: writing %s: %s", partial, err);
+            return SP_PULL_FATAL;
+        }
+        if (r == SP_HUB_BAD) {
+            sp_tool_fail("pull: %s: %s", f->name, err);
+            return SP_PULL_FATAL;
+        }
+        if (r == SP_HUB_HTTP) {
+            sp_tool_fail("pull: %s answered %s for %s%s", p->endpoint, err, f->hub_path,
+                         status == 401 || status == 403
+                             ? " (a gated or private repository: accept its terms on the hub and set HF_TOKEN)"
+                             : "");
+            return SP_PULL_FAIL;
+        }
+        if (attempt == SP_PULL_ATTEMPTS) {
+            sp_tool_fail("pull: network error fetching %s after %d tries (%" PRIu64 " of %" PRIu64
+                         " bytes here; spindle pull again resumes): %s",
+                         f->name, attempt, sink->have, f->size, err);
+            return SP_PULL_FAIL;
+        }
+        sp_pull_step("%s: connection lost at %" PRIu64 " of %" PRIu64 " bytes (%s); retrying", f->name, sink->have,
+                     f->size, err);
+        /* a connection that moved bytes is retried at once; one that did
+         * not, after 1, 2, 4 ... seconds */
+        if (sink->have == before)
+            sleep(1u << (attempt - 1));
+    }
+    return SP_PULL_OK;
+}
+
 /* Downloads one file (resuming NAME.partial) and renames it into place
  * after its sha256 checks.  0, or an exit status after one line. */
 static int sp_pull_fetch(struct sp_pull *p, const struct sp_store_file *f)
 {
-    char final[sizeof p->dir + 300], partial[sizeof final + 8], hex[65], err[512];
+    char final[sizeof p->dir + 300], partial[sizeof final + 8], hex[65];
     struct sp_sha256 sha;
     int fd = -1, rc = SP_PULL_FAIL, e;
     char *url = NULL, *hub_path = NULL;
@@ -220,54 +280,9 @@ static int sp_pull_fetch(struct sp_pull *p, const struct sp_store_file *f)
     struct sp_pull_meter meter = {.name = f->name, .size = f->size};
     struct sp_hub_sink sink = {.fd = fd, .have = have, .size = f->size, .sha = &sha,
                                .progress = p->tty ? sp_pull_meter_draw : NULL, .ctx = &meter};
-    for (int attempt = 1; sink.have < f->size; attempt++) {
-        uint64_t before = sink.have;
-        long status;
-        meter.from = before;
-        meter.t0 = meter.last = sp_pull_now();
-        if (lseek(fd, (off_t)before, SEEK_SET) < 0) {
-            sp_tool_fail("pull: cannot write %s: %s", partial, strerror(errno));
-            goto done;
-        }
-        enum sp_hub_rc r = sp_hub_fetch(p->hub, url, &sink, &status, err, sizeof err);
-        if (meter.drawn) {
-            fputc('\n', stderr);
-            meter.drawn = false;
-        }
-        if (r == SP_HUB_OK && sink.have < f->size) {
-            snprintf(err, sizeof err, "the server ended the file after %" PRIu64 " of %" PRIu64 " bytes", sink.have,
-                     f->size);
-            r = SP_HUB_NET;
-        }
-        if (r == SP_HUB_OK)
-            break;
-        if (r == SP_HUB_WRITE) {
-            rc = SP_PULL_FATAL;
-            sp_tool_fail("pull: writing %s: %s", partial, err);
-            goto done;
-        }
-        if (r == SP_HUB_BAD) {
-            rc = SP_PULL_FATAL;
-            sp_tool_fail("pull: %s: %s", f->name, err);
-            goto done;
-        }
-        if (r == SP_HUB_HTTP) {
-            sp_tool_fail("pull: %s answered %s for %s", p->endpoint, err, f->hub_path);
-            goto done;
-        }
-        if (attempt == SP_PULL_ATTEMPTS) {
-            sp_tool_fail("pull: network error fetching %s after %d tries (%" PRIu64 " of %" PRIu64
-                         " bytes here; spindle pull again resumes): %s",
-                         f->name, attempt, sink.have, f->size, err);
-            goto done;
-        }
-        sp_pull_step("%s: connection lost at %" PRIu64 " of %" PRIu64 " bytes (%s); retrying", f->name, sink.have,
-                     f->size, err);
-        /* a connection that moved bytes is retried at once; one that did
-         * not, after 1, 2, 4 ... seconds */
-        if (sink.have == before)
-            sleep(1u << (attempt - 1));
-    }
+    if ((rc = sp_pull_transfer(p, f, url, &sink, partial)) != SP_PULL_OK)
+        goto done;
+    rc = SP_PULL_FAIL;
     sp_sha256_hex(&sha, hex);
     if (strcmp(hex, f->sha256)) {
         rc = SP_PULL_FATAL;
@@ -275,13 +290,15 @@ static int sp_pull_fetch(struct sp_pull *p, const struct sp_store_file *f)
                      f->name, f->sha256, hex);
         goto done;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        fd = -1;
+    e = fsync(fd) != 0 ? errno : 0;
+    if (close(fd) != 0 && !e)
+        e = errno;
+    fd = -1;
+    if (e) {
         rc = SP_PULL_FATAL;
-        sp_tool_fail("pull: writing %s: %s", partial, strerror(errno));
+        sp_tool_fail("pull: writing %s: %s", partial, strerror(e));
         goto done;
     }
-    fd = -1;
     if (rename(partial, final) != 0) {
         rc = SP_PULL_FATAL;
         sp_tool_fail("pull: cannot rename %s: %s", partial, strerror(errno));
@@ -488,8 +505,12 @@ static int sp_pull_select(struct sp_pull *p, json_t *siblings)
             c[picked++] = c[i];
     qsort(c, picked, sizeof *c, sp_pull_cand_cmp);
     rc = SP_PULL_FAIL;
+    if (!c[0].of && picked > 1) {
+        sp_tool_fail("pull: %s lists %s more than once", repo, c[0].path);
+        goto done;
+    }
     for (size_t i = 0; i < picked; i++)
-        if (c[i].of != c[0].of || (c[0].of ? c[i].part != i + 1 : picked != 1) || (c[0].of && picked != c[0].of)) {
+        if (c[i].of != c[0].of || (c[0].of && (c[i].part != i + 1 || picked != c[0].of))) {
             sp_tool_fail("pull: %s lists an incomplete split set of %s%s.gguf (%zu files)", repo, c[0].stem,
                          c[0].of ? "-NNNNN-of-NNNNN" : "", picked);
             goto done;
@@ -501,11 +522,6 @@ static int sp_pull_select(struct sp_pull *p, json_t *siblings)
     for (size_t i = 0; i < picked; i++) {
         struct sp_store_file *f = &p->files[i];
         const char *base = c[i].path + c[i].dir_len;
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(p->files[j].name, base)) {
-                sp_tool_fail("pull: %s lists %s twice", repo, base);
-                goto done;
-            }
         if (!sp_pull_lfs(c[i].entry, f)) {
             sp_tool_fail("pull: the hub lists no sha256 and size (up to 1 PiB) for %s of %s: refused", c[i].path,
                          repo);
@@ -643,6 +659,27 @@ static int sp_pull_space(struct sp_pull *p)
     return SP_PULL_OK;
 }
 
+/* After a failure the next pull may mend: the partial files that hold
+ * bytes stay for it to resume; empty ones, and folders left empty, go. */
+static void sp_pull_tidy(struct sp_pull *p)
+{
+    char path[sizeof p->dir + 300];
+    struct stat st;
+    for (size_t i = 0; i < p->n_files; i++) {
+        snprintf(path, sizeof path, "%s/%s.partial", p->dir, p->files[i].name);
+        if (stat(path, &st) == 0 && st.st_size == 0)
+            unlink(path);
+    }
+    snprintf(path, sizeof path, "%s", p->dir);
+    /* QUANT, REPO, ORG and hf.co, while empty */
+    for (int level = 0; level < 4 && rmdir(path) == 0; level++) {
+        char *slash = strrchr(path, '/');
+        if (!slash || (size_t)(slash - path) <= strlen(p->root))
+            break;
+        *slash = '\0';
+    }
+}
+
 /* The network part: listing, folder, files, manifest. */
 static int sp_pull_fetch_all(struct sp_pull *p)
 {
@@ -691,6 +728,8 @@ static int sp_pull_fetch_all(struct sp_pull *p)
     /* still locked: nothing else writes here while it goes */
     if (rc == SP_PULL_FATAL && (e = sp_store_remove_dir(p->root, p->dir)) != 0)
         fprintf(stderr, "spindle: pull: could not remove %s: %s\n", p->dir, strerror(e));
+    if (rc == SP_PULL_FAIL)
+        sp_pull_tidy(p);
     close(lock);
     return rc;
 }

@@ -48,6 +48,8 @@ class FakeHub:
         self.cuts = {}        # sha256 -> how many more responses to cut
         self.before_body = None   # called before a blob's body is sent
         self.ranges = True        # False: Range is ignored (200, the whole file)
+        self.gated = set()        # repos whose files need a token: 401 without one
+        self.raw = {}             # repo -> the listing's body as given (hostile listings)
         self.log = []
         self.lock = threading.Lock()
         hub = self
@@ -111,6 +113,8 @@ class FakeHub:
     def listing(self, h, repo, query):
         if repo in self.aliases:
             return self.send(h, 307, b"", [("Location", "/api/models/%s?%s" % (self.aliases[repo], query))])
+        if repo in self.raw:
+            return self.send(h, 200, self.raw[repo], [("Content-Type", "application/json")])
         if repo not in self.repos:
             status = 404 if h.headers.get("Authorization") else 401
             return self.send(h, status, json.dumps({"error": "Repository not found"}).encode(),
@@ -131,6 +135,9 @@ class FakeHub:
         r = self.repos.get(repo)
         if not r or rev not in ("main", COMMIT) or name not in r["files"]:
             return self.send(h, 404, b"Entry not found", [("X-Error-Code", "EntryNotFound")])
+        if repo in self.gated and not h.headers.get("Authorization"):
+            return self.send(h, 401, b"Access to model %s is restricted." % repo.encode(),
+                             [("X-Error-Code", "GatedRepo")])
         data = r["files"][name]
         sha = hashlib.sha256(data).hexdigest()
         # the hub's CDN is another host: the redirect goes to another name
@@ -438,6 +445,48 @@ def test_unknown_repositories_and_bad_names_exit_2(sp, hub, store, tiny_repo):
     assert r.returncode == 2 and "unknown option" in error_line(r)
     assert len(hub.requests("/api/")) == 2
     assert not store.exists() or files_under(store) == []
+
+
+def test_http_errors_on_a_file_keep_nothing_empty(sp, hub, store, tiny_repo):
+    """A gated repository lists its files to anyone but serves them with a
+    token only; the error says so, and no empty folder stays behind."""
+    hub.gated.add(REPO)
+    r = sp("pull", REPO)
+    assert r.returncode == 1
+    line = error_line(r)
+    assert "answered HTTP 401 for Tiny-Q4_K_M.gguf" in line and "set HF_TOKEN" in line, line
+    assert store.exists() and files_under(store) == [] and not (store / "hf.co").exists()
+    r = sp("pull", REPO, env={"HF_TOKEN": "hf_x"})
+    assert r.returncode == 0, r.stderr
+
+
+def _listing(*siblings, **extra):
+    return json.dumps(dict({"id": "org/Hostile", "sha": COMMIT, "siblings": list(siblings)}, **extra)).encode()
+
+
+def _lfs(name, size=10, sha="ab" * 32):
+    return {"rfilename": name, "size": size, "lfs": {"sha256": sha, "size": size, "pointerSize": 134}}
+
+
+@pytest.mark.parametrize("body,status,words", [
+    (_listing(_lfs("../evil-Q4_K_M.gguf"), _lfs("/abs-Q4_K_M.gguf"), _lfs("a/../b-Q4_K_M.gguf"),
+              _lfs(".hidden-Q4_K_M.gguf"), _lfs("a//b-Q4_K_M.gguf"), {"rfilename": 7}, {}, 3),
+     2, "has no GGUF files"),
+    (_listing(_lfs("x-Q4_K_M.gguf", size=1 << 60)), 1, "no sha256 and size"),
+    (_listing(_lfs("x-Q4_K_M.gguf", sha="zz" * 32)), 1, "no sha256 and size"),
+    (_listing({"rfilename": "x-Q4_K_M.gguf", "size": 10}), 1, "no sha256 and size"),
+    (_listing(_lfs("x-Q4_K_M.gguf"), _lfs("x-Q4_K_M.gguf")), 1, "lists x-Q4_K_M.gguf more than once"),
+    (_listing(_lfs("x-Q4_K_M.gguf"), id="not an id"), 1, "not a model listing"),
+    (_listing(_lfs("x-Q4_K_M.gguf"), id="../x"), 1, "not ORG/REPO"),
+    (b"<html>rate limited</html>", 1, "not a model listing"),
+    (b"[]", 1, "not a model listing"),
+], ids=["unsafe-names", "huge-size", "bad-sha", "not-lfs", "twice", "bad-id", "bad-id-2", "html", "array"])
+def test_hostile_listings_are_refused(sp, hub, store, tmp_path, body, status, words):
+    hub.raw["org/Hostile"] = body
+    r = sp("pull", "org/Hostile")
+    assert r.returncode == status, r.stderr
+    assert words in error_line(r)
+    assert files_under(tmp_path) == [] and not hub.requests("/blob/")
 
 
 def test_a_renamed_repository_is_stored_under_its_new_id(sp, hub, store, tiny_repo):
