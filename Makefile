@@ -17,9 +17,10 @@ BUILD   ?= build
 # `make` itself installs nothing (the `deps` check below says what to run).
 # The library needs JSON, regular expressions and Unicode; the applications
 # built on it (the CLI in tools/, the server in server/) add the HTTP
-# library and line editing, which libspindle never links.
+# server library, line editing and the HTTP client of `spindle pull`
+# (libcurl), which libspindle never links.
 PKGS     := jansson libpcre2-8 libutf8proc
-APP_PKGS := libmicrohttpd libedit
+APP_PKGS := libmicrohttpd libedit libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) $(APP_PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 APP_LIBS   := $(shell pkg-config --libs $(APP_PKGS) 2>/dev/null)

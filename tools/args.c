@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store.h"
 #include "tools.h"
 
 bool sp_args_is(const struct sp_args *a, const char *name, const char *alias)
@@ -22,6 +23,15 @@ const char *sp_args_value(struct sp_args *a)
         return NULL;
     }
     return a->argv[++a->i];
+}
+
+const char *sp_args_model(struct sp_args *a)
+{
+    const char *flag = a->argv[a->i], *v = sp_args_value(a);
+    const char *path = v ? sp_store_model_path(flag, v) : NULL;
+    if (v && !path)
+        a->failed = true;
+    return path;
 }
 
 bool sp_args_cache_type(struct sp_args *a, sp_cache_type *k, sp_cache_type *v)

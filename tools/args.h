@@ -20,6 +20,10 @@ struct sp_args {
 bool sp_args_is(const struct sp_args *a, const char *name, const char *alias);
 /* The value after the current flag (advances i); NULL + error if missing. */
 const char *sp_args_value(struct sp_args *a);
+/* The value after the current flag as a model: a file path, or the name
+ * of a stored model (tools/store.h: sp_store_model_path), resolved to its
+ * file.  NULL + error (failed set) if missing, unknown or ambiguous. */
+const char *sp_args_model(struct sp_args *a);
 bool sp_args_long(struct sp_args *a, long long lo, long long hi, long long *out);
 bool sp_args_int(struct sp_args *a, int lo, int hi, int *out);
 bool sp_args_float(struct sp_args *a, double lo, double hi, float *out);

@@ -148,7 +148,7 @@ int sp_tool_bench(int argc, char **argv)
                  "       spindle bench -m MODEL --embed FILE [-B BATCH] [-r REPS] [--ctx N] [-t THREADS] [--json]\n"
                  "                     (embedding sentences/s, one sentence a line, BATCH per call)");
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_model(&a);
         else if (sp_args_is(&a, "-p", NULL)) sp_args_int(&a, 1, 1 << 20, &n_prompt);
         else if (sp_args_is(&a, "-n", NULL)) sp_args_int(&a, 1, 1 << 20, &n_gen);
         else if (sp_args_is(&a, "-r", NULL)) sp_args_int(&a, 1, 1000, &reps);

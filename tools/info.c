@@ -52,7 +52,7 @@ int sp_tool_info(int argc, char **argv)
                  "  describes the model and the memory run/serve will take with these settings\n"
                  "  (cache types: f16, q8_0, q4_0)");
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_model(&a);
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 2, 1 << 20, &ep.n_ctx);
         else if (sp_args_is(&a, "--parallel", "-np")) sp_args_int(&a, 1, 1024, &ep.n_parallel);
         else if (sp_args_is(&a, "--batch", "-b")) sp_args_int(&a, 1, 1 << 16, &ep.n_batch);

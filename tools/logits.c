@@ -115,7 +115,7 @@ int sp_tool_logits(int argc, char **argv)
             puts("usage: spindle logits -m MODEL (-p PROMPT | --ids \"ID ...\") [--top K (0 = all)] [--from POS]\n"
                  "                      [--special] [--ctx N] [-t N] [--swa-full]");
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_model(&a);
         else if (sp_args_is(&a, "-p", "--prompt")) prompt = sp_args_value(&a);
         else if (sp_args_is(&a, "--ids", NULL)) ids = sp_args_value(&a);
         else if (sp_args_is(&a, "--from", NULL)) sp_args_int(&a, 0, 1 << 24, &from);

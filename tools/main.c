@@ -25,6 +25,9 @@ static const struct sp_subcommand sp_subcommands[] = {
     {"logits", sp_tool_logits, "next-token logits for a prompt, as JSON"},
     {"tokenize", sp_tool_tokenize, "text to token ids"},
     {"detokenize", sp_tool_detokenize, "token ids to text"},
+    {"pull", sp_tool_pull, "fetch a GGUF model from the Hugging Face hub by name"},
+    {"list", sp_tool_list, "the models pull stored"},
+    {"rm", sp_tool_rm, "remove a stored model"},
 };
 
 int sp_tool_fail(const char *fmt, ...)

@@ -264,7 +264,7 @@ int sp_tool_run(int argc, char **argv)
         if (sp_args_is(&a, "-h", "--help")) {
             fputs(sp_run_usage, stdout);
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_model(&a);
         else if (sp_args_is(&a, "-p", "--prompt")) prompt = sp_args_value(&a);
         else if (sp_args_is(&a, "-f", "--file")) prompt_file = sp_args_value(&a);
         else if (sp_args_is(&a, "--system", NULL)) system = sp_args_value(&a);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "store.h"
 #include "tool_spec.h"
 #include "server/server_entry.h"
 #include "spindle.h"
@@ -15,7 +16,7 @@
 
 static const char sp_serve_usage[] =
     "usage: spindle serve -m MODEL [options]\n"
-    "  -m, --model PATH     GGUF model file (required)\n"
+    "  -m, --model PATH     GGUF model file, or a stored model's name (required)\n"
     "  --host HOST          address or host name to bind (default 127.0.0.1)\n"
     "  --port N             TCP port (default 8080; 0 picks a free one)\n"
     "  --parallel N         requests running at once (default 4)\n"
@@ -164,7 +165,8 @@ int sp_tool_serve(int argc, char **argv)
         const char *v = argv[++i];
         long n = 0;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            mp.path = v;
+            if (!(mp.path = sp_store_model_path(a, v)))
+                return 2;
         } else if (!strcmp(a, "--host")) {
             cfg.host = v;
         } else if (!strcmp(a, "--port")) {

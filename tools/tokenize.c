@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "spindle.h"
+#include "store.h"
 #include "tools.h"
 
 /* The model's vocabulary only (works on vocabulary-only files); NULL after
@@ -87,6 +88,8 @@ int sp_tool_tokenize(int argc, char **argv)
     }
     if (!model)
         return sp_tool_fail("tokenize: -m MODEL is required (see spindle tokenize --help)");
+    if (!(model = sp_store_model_path("-m", model)))
+        return 2;
     if ((file != NULL) == (text != NULL))
         return sp_tool_fail("tokenize: give exactly one of --file F or TEXT");
     char *buf = NULL;
@@ -149,6 +152,8 @@ int sp_tool_detokenize(int argc, char **argv)
     }
     if (!model)
         return sp_tool_fail("detokenize: -m MODEL is required (see spindle detokenize --help)");
+    if (!(model = sp_store_model_path("-m", model)))
+        return 2;
     size_t n = (size_t)(argc - first_id);
     sp_token *ids = malloc((n ? n : 1) * sizeof *ids);
     if (!ids)

@@ -399,7 +399,7 @@ int sp_tool_chat(int argc, char **argv)
             if (v && !sp_setting_set(s, v, &flags, err, sizeof err))
                 return sp_tool_fail("chat: --%s", err);
             set[s - sp_settings] = true;
-        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_model(&a);
         else if (sp_args_is(&a, "--system", NULL)) system = sp_args_value(&a);
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 16, 1 << 20, &ep.n_ctx);
         else if (sp_args_is(&a, "-t", "--threads")) sp_args_int(&a, 1, 512, &ep.n_threads);

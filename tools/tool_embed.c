@@ -109,7 +109,7 @@ int sp_tool_embed(int argc, char **argv)
                  "                     [--ctx N] [--batch N] [-t N]\n"
                  "  one input per line of F (default: stdin); prints one JSON vector per line");
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) mp.path = sp_args_model(&a);
         else if (sp_args_is(&a, "-f", "--file")) file = sp_args_value(&a);
         else if (sp_args_is(&a, "--pooling", NULL)) {
             const char *v = sp_args_value(&a);

@@ -36,7 +36,7 @@ static int sp_eval_args(const char *tool, const char *usage, bool perplexity, in
         if (sp_args_is(&a, "-h", "--help")) {
             fputs(usage, stdout);
             return 0;
-        } else if (sp_args_is(&a, "-m", "--model")) o->mp.path = sp_args_value(&a);
+        } else if (sp_args_is(&a, "-m", "--model")) o->mp.path = sp_args_model(&a);
         else if (sp_args_is(&a, "-f", "--file")) o->text_path = sp_args_value(&a);
         else if (sp_args_is(&a, "--ctx", "-c")) sp_args_int(&a, 4, 1 << 20, &o->n_window);
         else if (sp_args_is(&a, "--batch", "-b")) sp_args_int(&a, 1, 1 << 16, &o->ep.n_batch);

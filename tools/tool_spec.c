@@ -26,7 +26,7 @@ bool sp_tool_spec_flag(struct sp_args *a, struct sp_tool_spec *s)
     } else if (sp_args_is(a, "--spec-fixed", NULL)) {
         s->fixed = true;
     } else if (sp_args_is(a, "--draft-model", NULL)) {
-        s->draft_path = sp_args_value(a);
+        s->draft_path = sp_args_model(a);
     } else {
         return false;
     }

@@ -21,6 +21,9 @@ int sp_tool_quantize(int argc, char **argv);
 int sp_tool_perplexity(int argc, char **argv);
 int sp_tool_imatrix(int argc, char **argv);
 int sp_tool_embed(int argc, char **argv);
+int sp_tool_pull(int argc, char **argv);
+int sp_tool_list(int argc, char **argv);
+int sp_tool_rm(int argc, char **argv);
 
 /* spindle bench --embed (bench_embed.c): sentences per second of sp_engine_embed. */
 struct sp_model_params;

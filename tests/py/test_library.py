@@ -94,28 +94,29 @@ def test_server_includes_only_its_own_headers_and_the_public_header():
 
 
 def test_the_library_links_no_http_and_embeds_no_page(spindle_bin):
-    """libspindle is the engine: no HTTP library among its dependencies
+    """libspindle is the engine: no HTTP library (server or client) among its dependencies
     (the shared library's NEEDED entries, spindle.pc), none of its objects
-    calls libmicrohttpd or carries the chat page, and the server's entry
+    calls libmicrohttpd or libcurl or carries the chat page, and the server's entry
     points are not in the public header.  The spindle binary has them."""
     build = build_dir(spindle_bin)
     so = os.path.join(build, "libspindle.so")
     if os.path.exists(so):
         dyn = subprocess.run(["readelf", "-d", so], stdout=subprocess.PIPE, text=True, check=True).stdout
         needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn)
-        assert needed and not [n for n in needed if "microhttpd" in n or "edit" in n], needed
+        assert needed and not [n for n in needed if "microhttpd" in n or "edit" in n or "curl" in n], needed
     syms = subprocess.run(["nm", os.path.join(build, "libspindle.a")], stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True, check=True).stdout
     assert " T sp_model_load" in syms
-    assert not re.search(r"\b(U|T) (MHD_\w+|sp_webui_\w+|sp_server_run)\b", syms), \
-        re.findall(r"\b(?:U|T) (?:MHD_\w+|sp_webui_\w+|sp_server_run)\b", syms)[:5]
+    assert not re.search(r"\b(U|T) (MHD_\w+|curl_\w+|sp_webui_\w+|sp_server_run)\b", syms), \
+        re.findall(r"\b(?:U|T) (?:MHD_\w+|curl_\w+|sp_webui_\w+|sp_server_run)\b", syms)[:5]
     pc = open(os.path.join(ROOT, "spindle.pc.in")).read()
-    assert "jansson" in pc and "microhttpd" not in pc
+    assert "jansson" in pc and "microhttpd" not in pc and "curl" not in pc
     header = open(os.path.join(ROOT, "include", "spindle.h")).read()
     assert "sp_server_" not in header and "sp_grammar_benchmark" not in header \
         and "sp_memory_read_bandwidth" not in header
     exe = subprocess.run(["nm", spindle_bin], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
     assert re.search(r" [Tt] sp_server_run\b", exe) and re.search(r" U MHD_start_daemon\b", exe)
+    assert re.search(r" U curl_easy_perform\b", exe)   # spindle pull's client, in the CLI only
 
 
 def test_install_and_build_the_example(tmp_path, run_plain, smollm2_path):
@@ -146,7 +147,7 @@ def test_install_and_build_the_example(tmp_path, run_plain, smollm2_path):
     assert "-lspindle" in flags
     static = subprocess.run(["pkg-config", "--libs", "--static", "spindle"], env=env, stdout=subprocess.PIPE,
                             text=True, check=True).stdout.split()
-    assert "-ljansson" in static and "-lmicrohttpd" not in static, static
+    assert "-ljansson" in static and "-lmicrohttpd" not in static and "-lcurl" not in static, static
     exe = tmp_path / "simple"
     src = os.path.join(ROOT, "examples", "simple.c")
     code = open(src).read()
@@ -254,7 +255,7 @@ def header_version():
 
 
 SUBCOMMANDS = ("run", "chat", "serve", "bench", "info", "quantize", "perplexity", "imatrix", "embed", "logits",
-               "tokenize", "detokenize")
+               "tokenize", "detokenize", "pull", "list", "rm")
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])
