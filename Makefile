@@ -20,7 +20,7 @@ BUILD   ?= build
 # server library, line editing and the HTTP client of `spindle pull`
 # (libcurl), which libspindle never links.
 PKGS     := jansson libpcre2-8 libutf8proc
-APP_PKGS := libmicrohttpd libedit libcurl
+APP_PKGS := libmicrohttpd libedit libcurl libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) $(APP_PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 APP_LIBS   := $(shell pkg-config --libs $(APP_PKGS) 2>/dev/null)

@@ -158,20 +158,18 @@ static int sp_pull_hash_prefix(int fd, uint64_t n, struct sp_sha256 *sha)
 static bool sp_pull_file_good(const char *path, const struct sp_store_file *f)
 {
     struct stat st;
-    struct sp_sha256 sha;
-    char hex[65];
+    struct sp_sha256 sha = {0};
+    char hex[65] = "";
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size)
         return false;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
-    sp_sha256_init(&sha);
-    int err = sp_pull_hash_prefix(fd, f->size, &sha);
+    if (sp_sha256_init(&sha) && sp_pull_hash_prefix(fd, f->size, &sha) == 0)
+        sp_sha256_hex(&sha, hex);
     close(fd);
-    if (err)
-        return false;
-    sp_sha256_hex(&sha, hex);
-    return !strcmp(hex, f->sha256);
+    sp_sha256_free(&sha);
+    return hex[0] && !strcmp(hex, f->sha256);
 }
 
 /* Fetches the rest of f into the sink (its fd the partial file, its ctx
@@ -239,7 +237,7 @@ static int sp_pull_transfer(struct sp_pull *p, const struct sp_store_file *f, co
 static int sp_pull_fetch(struct sp_pull *p, const struct sp_store_file *f)
 {
     char final[sizeof p->dir + 300], partial[sizeof final + 8], hex[65];
-    struct sp_sha256 sha;
+    struct sp_sha256 sha = {0};
     int fd = -1, rc = SP_PULL_FAIL, e;
     char *url = NULL, *hub_path = NULL;
     snprintf(final, sizeof final, "%s/%s", p->dir, f->name);
@@ -263,7 +261,10 @@ static int sp_pull_fetch(struct sp_pull *p, const struct sp_store_file *f)
         }
         have = 0;
     }
-    sp_sha256_init(&sha);
+    if (!sp_sha256_init(&sha)) {
+        sp_tool_fail("pull: out of memory");
+        goto done;
+    }
     if ((e = sp_pull_hash_prefix(fd, have, &sha)) != 0) {
         sp_tool_fail("pull: cannot read %s: %s", partial, strerror(e));
         goto done;
@@ -313,6 +314,7 @@ done:
         unlink(partial);
     free(url);
     free(hub_path);
+    sp_sha256_free(&sha);
     return rc;
 }
 

@@ -1,87 +1,35 @@
+/* SHA-256 over OpenSSL's EVP interface (libcrypto from Debian's libssl). */
 #include "sha256.h"
 
+#include <openssl/evp.h>
 #include <stdio.h>
-#include <string.h>
 
-static const uint32_t sp_sha256_k[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-};
-
-static uint32_t sp_rotr(uint32_t x, int n)
+bool sp_sha256_init(struct sp_sha256 *s)
 {
-    return (x >> n) | (x << (32 - n));
-}
-
-static void sp_sha256_block(uint32_t h[8], const unsigned char *p)
-{
-    uint32_t w[64], v[8];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-    for (int i = 16; i < 64; i++) {
-        uint32_t s0 = sp_rotr(w[i - 15], 7) ^ sp_rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        uint32_t s1 = sp_rotr(w[i - 2], 17) ^ sp_rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    memcpy(v, h, sizeof v);
-    for (int i = 0; i < 64; i++) {
-        uint32_t s1 = sp_rotr(v[4], 6) ^ sp_rotr(v[4], 11) ^ sp_rotr(v[4], 25);
-        uint32_t ch = (v[4] & v[5]) ^ (~v[4] & v[6]);
-        uint32_t t1 = v[7] + s1 + ch + sp_sha256_k[i] + w[i];
-        uint32_t s0 = sp_rotr(v[0], 2) ^ sp_rotr(v[0], 13) ^ sp_rotr(v[0], 22);
-        uint32_t maj = (v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]);
-        memmove(v + 1, v, 7 * sizeof v[0]);
-        v[4] += t1;
-        v[0] = t1 + s0 + maj;
-    }
-    for (int i = 0; i < 8; i++)
-        h[i] += v[i];
-}
-
-void sp_sha256_init(struct sp_sha256 *s)
-{
-    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    memcpy(s->h, h0, sizeof h0);
-    s->n_bytes = 0;
-    s->n_buf = 0;
+    if (!s->ctx)
+        s->ctx = EVP_MD_CTX_new();
+    return s->ctx && EVP_DigestInit_ex(s->ctx, EVP_sha256(), NULL) == 1;
 }
 
 void sp_sha256_update(struct sp_sha256 *s, const void *data, size_t len)
 {
-    const unsigned char *p = data;
-    s->n_bytes += len;
-    if (s->n_buf) {
-        size_t take = 64 - s->n_buf < len ? 64 - s->n_buf : len;
-        memcpy(s->buf + s->n_buf, p, take);
-        s->n_buf += take;
-        p += take;
-        len -= take;
-        if (s->n_buf < 64)
-            return;
-        sp_sha256_block(s->h, s->buf);
-        s->n_buf = 0;
-    }
-    for (; len >= 64; p += 64, len -= 64)
-        sp_sha256_block(s->h, p);
-    memcpy(s->buf, p, len);
-    s->n_buf = len;
+    if (s->ctx)
+        EVP_DigestUpdate(s->ctx, data, len);
 }
 
 void sp_sha256_hex(struct sp_sha256 *s, char out[65])
 {
-    uint64_t bits = s->n_bytes * 8;
-    unsigned char pad[72] = {0x80};
-    size_t n_pad = (s->n_buf < 56 ? 56 : 120) - s->n_buf;
-    for (int i = 0; i < 8; i++)
-        pad[n_pad + i] = (unsigned char)(bits >> (56 - 8 * i));
-    sp_sha256_update(s, pad, n_pad + 8);
-    for (int i = 0; i < 8; i++)
-        snprintf(out + 8 * i, 9, "%08x", s->h[i]);
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    out[0] = '\0';
+    if (!s->ctx || EVP_DigestFinal_ex(s->ctx, d, &n) != 1 || n != 32)
+        return;
+    for (unsigned int i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+void sp_sha256_free(struct sp_sha256 *s)
+{
+    EVP_MD_CTX_free(s->ctx);
+    s->ctx = NULL;
 }

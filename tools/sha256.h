@@ -1,21 +1,21 @@
-/* SHA-256 (FIPS 180-4), for checking downloaded model files against the
- * hub's LFS object ids (tools/pull.c). */
+/* SHA-256 through OpenSSL's libcrypto, for checking downloaded model files
+ * against the hub's LFS object ids (tools/pull.c). */
 #ifndef SP_TOOLS_SHA256_H
 #define SP_TOOLS_SHA256_H
 
+#include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 
 struct sp_sha256 {
-    uint32_t h[8];
-    uint64_t n_bytes;     /* bytes fed so far */
-    unsigned char buf[64];
-    size_t n_buf;         /* bytes of buf waiting for a full block */
+    void *ctx; /* EVP_MD_CTX; NULL before the first init */
 };
 
-void sp_sha256_init(struct sp_sha256 *s);
+/* Starts (or restarts) a digest; false when libcrypto cannot (out of memory). */
+bool sp_sha256_init(struct sp_sha256 *s);
 void sp_sha256_update(struct sp_sha256 *s, const void *data, size_t len);
-/* The digest as 64 lowercase hex digits and a NUL. */
+/* The digest as 64 lowercase hex digits and a NUL ("" when it failed). */
 void sp_sha256_hex(struct sp_sha256 *s, char out[65]);
+/* Frees what init made (a zeroed or freed struct is fine). */
+void sp_sha256_free(struct sp_sha256 *s);
 
 #endif

@@ -117,6 +117,7 @@ def test_the_library_links_no_http_and_embeds_no_page(spindle_bin):
     exe = subprocess.run(["nm", spindle_bin], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
     assert re.search(r" [Tt] sp_server_run\b", exe) and re.search(r" U MHD_start_daemon\b", exe)
     assert re.search(r" U curl_easy_perform\b", exe)   # spindle pull's client, in the CLI only
+    assert re.search(r" U EVP_DigestInit_ex\b", exe)  # its sha256: OpenSSL's, not our own
 
 
 def test_install_and_build_the_example(tmp_path, run_plain, smollm2_path):
