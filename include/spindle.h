@@ -371,7 +371,8 @@ typedef struct sp_engine_params {
                             n_batch */
     sp_cache_type cache_type_k; /* how the KV cache stores keys; 0: f16 */
     sp_cache_type cache_type_v; /* and values */
-    /* Speculative decoding (requests with beams or explain decode without) */
+    /* Speculative decoding (requests with beams, explain, a grammar or
+     * stages of their own decode without) */
     sp_spec_kind spec;   /* SP_SPEC_NONE: off */
     int spec_k;          /* most drafts per sequence and step, 1..32 (default 8);
                             each sequence's k adapts to its acceptance, and
@@ -701,6 +702,71 @@ SP_API void sp_sampler_params_default(sp_sampler_params *p);
  * usable).  A vocab_only model gives the defaults.  Thread-safe. */
 SP_API sp_status sp_model_sampling_defaults(const sp_model *m, sp_sampler_params *p, int *n_from_model);
 
+/* Stages of one's own: a request can extend its decoding chain with
+ * stages written by the caller (sp_gen_params.stages), llama.cpp-style:
+ * each has a name, an apply that reshapes the candidates, and optional
+ * accept, reset, clone and free.  A stage runs just before the built-in
+ * stage named by `before`; several at one point run in array order.
+ *
+ * apply sees the surviving candidates as {id, logit} pairs, in no
+ * particular order.  It may change logits (-INFINITY bans a token; NaN
+ * counts as -INFINITY), drop candidates (move the kept ones to the front
+ * and lower *n) and reorder them, never add any or repeat an id; at least
+ * one candidate with a logit above -INFINITY must remain.  Logits are
+ * before temperature: once the temperature stage has run, the
+ * probabilities are recomputed from the logits apply leaves, at the
+ * request's temperature, over the survivors.  A candidate dropped before
+ * SP_STAGE_LOGPROBS is banned (like a logit_bias of -INFINITY: logprobs
+ * never list it); after it, it only leaves the draw.  apply may run more
+ * than once for one token (`explain` runs the chain once without drawing),
+ * so it changes no state: the state changes in accept and reset.
+ *
+ * Each choice of a request runs its own copy of the state, made at submit
+ * by clone (n copies for n choices); the library frees each copy with
+ * free when the request leaves its engine, and never frees the caller's
+ * `user`.  Without clone every choice shares `user` and free is never
+ * called.  Callbacks run on the engine's thread: clone inside
+ * sp_request_submit, the others inside sp_engine_step.  `explain` shows
+ * each such stage as a column under its name (while SP_EXPLAIN_STAGES
+ * columns last).  Requests with stages decode without speculative drafts
+ * and cannot use beams (SP_ERR_ARG). */
+typedef struct sp_token_logit {
+    sp_token id;
+    float logit;
+} sp_token_logit;
+
+/* The built-in stages in chain order (sp_sampler_params above).  With
+ * temperature <= 0, top-k to typical-p are left out and the chain ends in
+ * the greedy argmax at SP_STAGE_DRAW. */
+typedef enum sp_stage_point {
+    SP_STAGE_LOGIT_BIAS = 0, /* first of all: the model's logits */
+    SP_STAGE_PENALTIES,
+    SP_STAGE_GRAMMAR,
+    SP_STAGE_LOGPROBS,       /* after the grammar mask; logprobs are taken here */
+    SP_STAGE_TOP_K,
+    SP_STAGE_TEMPERATURE,
+    SP_STAGE_TOP_P,
+    SP_STAGE_MIN_P,
+    SP_STAGE_TYPICAL_P,
+    SP_STAGE_DRAW,           /* last: just before the draw or the greedy argmax */
+} sp_stage_point;
+
+#define SP_MAX_STAGES 8
+
+typedef struct sp_stage {
+    const char *name;        /* required; copied (its first 31 bytes) */
+    sp_stage_point before;
+    void *user;              /* the caller's state (or the template of clone's copies) */
+    /* Required.  Reshapes cand[0..*n) as above; history is the choice's
+     * tokens so far (prompt, then generated).  An error status (with
+     * sp_error_set) ends the choice with SP_FINISH_ERROR and that message. */
+    sp_status (*apply)(void *user, sp_token_logit *cand, size_t *n, const sp_token *history, size_t n_history);
+    void (*accept)(void *user, sp_token t); /* the token the choice drew, end tokens too */
+    void (*reset)(void *user);              /* the choice starts over from its prompt (a retry) */
+    void *(*clone)(void *user);             /* a copy of the state; NULL: out of memory */
+    void (*free)(void *user);               /* frees a copy clone made */
+} sp_stage;
+
 /* Everything about one request but its prompt. */
 typedef struct sp_gen_params {
     sp_sampler_params sampling;
@@ -730,10 +796,14 @@ typedef struct sp_gen_params {
     sp_status (*validate)(void *ctx, const char *text, size_t len, char *why, size_t cap);
     void *validate_ctx;
     int max_retries;
+    /* Stages of one's own (sp_stage above), at most SP_MAX_STAGES; the
+     * array is copied at submit. */
+    const sp_stage *stages;
+    size_t n_stages;
 } sp_gen_params;
 
 /* sp_sampler_params_default(), max_tokens -1, n 1, no beams, length
- * penalty 1, no stop strings, no logprobs, no grammar, no retries. */
+ * penalty 1, no stop strings, no logprobs, no grammar, no retries, no stages of one's own. */
 SP_API void sp_gen_params_default(sp_gen_params *gp);
 
 typedef enum sp_finish {
@@ -768,8 +838,9 @@ typedef struct sp_token_logprobs {
  * earlier).  Names: "penalties" (logit bias and repeat/presence/frequency
  * penalties, probabilities at temperature 1),
  * "grammar" (the tokens a request's grammar allows), "top-k",
- * "temperature", "top-p", "min-p", "typical-p", and "greedy" (temperature
- * 0: only the argmax survives). */
+ * "temperature", "top-p", "min-p", "typical-p", "greedy" (temperature
+ * 0: only the argmax survives), and the name of each of the request's own
+ * stages (sp_stage). */
 #define SP_EXPLAIN_ROWS 16
 #define SP_EXPLAIN_STAGES 10
 

@@ -257,6 +257,20 @@ static void sp_request_destroy(struct sp_request *r)
     free(r);
 }
 
+/* Choice i's sampler: the first choice's chain is built from sp and the
+ * request's own stages, the others are its clones (a copy of every
+ * stage's state each); each gets sp->seed. */
+static sp_status sp_choice_sampler(struct sp_engine *e, struct sp_request *r, int i,
+                                   const struct sp_sampler_params *sp, const struct sp_gen_params *gp)
+{
+    struct sp_choice *c = &r->choices[i];
+    sp_status st = i == 0 ? sp_sampler_init_stages(&c->sampler, sp, gp->stages, gp->n_stages, e->model->hp.n_vocab)
+                          : sp_sampler_clone(r->choices[0].sampler, &c->sampler);
+    if (st == SP_OK)
+        sp_sampler_set_seed(c->sampler, sp->seed);
+    return st;
+}
+
 sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t n_prompt,
                             const struct sp_gen_params *gp, sp_event_fn fn, void *user, struct sp_request **out)
 {
@@ -281,6 +295,9 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
         return sp_error_set(SP_ERR_ARG, "beams = %d is more than %d", width, SP_BEAM_MAX);
     if (width && n > width)
         return sp_error_set(SP_ERR_ARG, "n = %d is more than the beam width %d", n, width);
+    if (width && gp->n_stages > 0)
+        return sp_error_set(SP_ERR_ARG, "stages: beam search (beams = %d) ranks the model's own log-probabilities "
+                                        "and runs no sampler stages", width);
     int n_seqs = width ? 2 * width : n; /* beams: the live set and the next set */
     if (gp->logprobs > SP_SAMPLER_MAX_LOGPROBS)
         return sp_error_set(SP_ERR_ARG, "logprobs = %d is more than %d", gp->logprobs, SP_SAMPLER_MAX_LOGPROBS);
@@ -322,6 +339,8 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     r->gp = *gp;
     r->gp.stop = NULL;
     r->gp.n_stop = 0;
+    r->gp.stages = NULL; /* each choice's sampler holds its copy */
+    r->gp.n_stages = 0;
     r->gp.n = n;
     r->fn = fn;
     r->user = user;
@@ -345,11 +364,12 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
         c->req = r;
         c->idx = i;
         sp.seed = gp->sampling.seed + (uint64_t)i;
-        if (!width && (st = sp_sampler_init(&c->sampler, &sp, e->model->hp.n_vocab)) != SP_OK)
+        if (!width && (st = sp_choice_sampler(e, r, i, &sp, gp)) != SP_OK)
             goto fail;
         /* drafts are verified against the sampler alone: requests whose
-         * tokens also pass a grammar mask decode without them */
-        if (e->spec && !width && !gp->explain && !gp->grammar &&
+         * tokens also pass a grammar mask or stages of their own decode
+         * without them */
+        if (e->spec && !width && !gp->explain && !gp->grammar && !gp->n_stages &&
             (st = sp_spec_seq_new(e->spec, &sp, &c->spec)) != SP_OK)
             goto fail;
         if ((st = sp_stop_init(&c->stop, gp->stop, gp->n_stop)) != SP_OK)
@@ -562,6 +582,7 @@ static void sp_choice_restart(struct sp_engine *e, struct sp_choice *c)
     sp_detok_init(&c->detok, e->vocab, false);
     c->stop = r->stop0;
     c->gstate = sp_grammar_start(r->gp.grammar);
+    sp_sampler_reset(c->sampler);
     sp_sampler_set_seed(c->sampler, r->gp.sampling.seed + (uint64_t)c->idx + 0x9E3779B97F4A7C15ull * (uint64_t)(c->attempt - 1));
     sp_choice_advance(e, c, r->plogits);
 }
@@ -612,6 +633,7 @@ static void sp_choice_advance(struct sp_engine *e, struct sp_choice *c, const fl
         sp_choice_finish(e, c, SP_FINISH_ERROR);
         return;
     }
+    sp_sampler_accept(c->sampler, t);
     sp_choice_take(e, c, t, lp, xp);
 }
 

@@ -4,38 +4,49 @@
  * init, so sampling a token allocates nothing.  It is not thread-safe: the
  * scheduler thread owns it.
  *
- * The chain, in this fixed order (a stage that is "off" is skipped):
+ * The chain is a list of stages (the interface: sampler_stage.h) built at
+ * init from the parameters, one point (sp_stage_point) at a time: first a
+ * caller's own stages at that point (sp_gen_params.stages), then the
+ * built-in stage there unless the parameters leave it out:
  *   1. logit bias      logit[id] += bias; a bias of -INFINITY bans the token.
  *   2. penalties       over the last repeat_last_n tokens of the history:
  *                      repeat (llama.cpp: logit > 0 ? logit / r : logit * r),
  *                      then presence and frequency (OpenAI:
  *                      logit -= count * frequency + (count > 0) * presence).
- *   2b. grammar mask   when a mask is set (sp_sampler_set_mask): only the
+ *   3. grammar mask    when a mask is set (sp_sampler_set_mask): only the
  *                      allowed tokens stay candidates.  Like a ban in the
  *                      bias, it is part of the request, so logprobs below
  *                      are over the allowed tokens.
- *   -- logprobs are taken here: log-softmax of the biased, penalised logits at
- *      temperature 1.  This is OpenAI's meaning of `logprobs`: the model's
- *      distribution (after the request's bias/penalties) before any sampling
- *      filter or temperature.
- *   3. top-k           keep the k highest logits.
- *   4. temperature     divide logits by T (never reorders: T > 0).
- *   5. softmax         over the surviving candidates.
- *   6. top-p           keep the smallest prefix (highest first) whose
+ *   4. logprobs        fails when every candidate is banned; moves the best
+ *                      first; takes the logprobs: log-softmax of the biased,
+ *                      penalised logits at temperature 1.  This is OpenAI's
+ *                      meaning of `logprobs`: the model's distribution
+ *                      (after the request's bias/penalties) before any
+ *                      sampling filter or temperature.
+ *   5. top-k           keep the k highest logits.
+ *   6. temperature     divide logits by T (never reorders: T > 0), then the
+ *                      softmax over the surviving candidates.
+ *   7. top-p           keep the smallest prefix (highest first) whose
  *                      probability mass reaches p (at least one token).
- *   7. min-p           keep tokens with p >= min_p * p_max.
- *   8. typical-p       locally typical sampling (Meister et al.): rank by
+ *   8. min-p           keep tokens with p >= min_p * p_max.
+ *   9. typical-p       locally typical sampling (Meister et al.): rank by
  *                      |-log p - H|, keep the smallest set reaching mass p.
- *   9. renormalise     the survivors' probabilities sum to 1 (the draw scales its
- *                      uniform by their total rather than dividing each).
- *  10. pick            temperature <= 0: greedy argmax of the logits after
- *                      stage 2 (filters and temperature are skipped; ties go
- *                      to the lowest id).  Otherwise one seeded draw.
+ *  10. draw            temperature <= 0: stages 5-9 are left out and the
+ *                      greedy stage keeps the argmax (ties to the lowest id).
+ *                      Then the survivors' probabilities are renormalised
+ *                      (the draw scales its uniform by their total rather
+ *                      than dividing each) and one seeded draw picks.
  *
  * Candidates are ordered by (logit descending, id ascending), a total order,
  * so every result is deterministic: the same seed and inputs give the same
  * tokens on every platform and thread count (up to libm's expf/logf, which
  * could in principle differ in the last bit between C libraries).
+ *
+ * A caller's stage (sp_stage, include/spindle.h) sees the survivors as
+ * {id, logit} pairs at its point; what it returns is checked and the set's
+ * invariants restored (sampler_user.c).  Greedy without bias, penalties in
+ * play or a caller's stages takes the first maximum of the clamped logits
+ * directly: the chain's answer without filling the candidate set.
  *
  * Cost per token: O(n_vocab) for loading, bias and the window of penalties;
  * top-k is a partial selection plus a sort of k entries; without top-k, top-p
@@ -72,7 +83,21 @@ struct sp_sampler;
  * n_vocab candidates (SP_ERR_NOMEM).  *out is NULL on failure. */
 sp_status sp_sampler_init(struct sp_sampler **out, const struct sp_sampler_params *p,
                           uint32_t n_vocab);
+/* The same with a caller's stages (at most SP_MAX_STAGES, each checked:
+ * SP_ERR_ARG naming stages[i]), each with its own copy of the state from
+ * its clone. */
+sp_status sp_sampler_init_stages(struct sp_sampler **out, const struct sp_sampler_params *p,
+                                 const sp_stage *stages, size_t n_stages, uint32_t n_vocab);
+/* A copy of s for another sequence: the same chain with a clone of every
+ * stage's state, the same random state and mask.  *out is NULL on failure. */
+sp_status sp_sampler_clone(const struct sp_sampler *s, struct sp_sampler **out);
+/* Frees s and every stage (a caller's stage's copy with its free). */
 void sp_sampler_free(struct sp_sampler *s);
+
+/* The token the sequence drew: every stage's accept sees it. */
+void sp_sampler_accept(struct sp_sampler *s, sp_token t);
+/* The sequence starts over: every stage's reset. */
+void sp_sampler_reset(struct sp_sampler *s);
 
 /* Restart the random sequence (e.g. for the i-th of n completions). */
 void sp_sampler_set_seed(struct sp_sampler *s, uint64_t seed);
@@ -87,7 +112,8 @@ void sp_sampler_set_mask(struct sp_sampler *s, const uint64_t *allowed);
  * n_history == 0.  lp: optional; filled with n_logprobs alternatives.
  * Returns the token, or -1 (with an SP_ERR_ARG message) when no token is
  * possible: every logit is NaN/-inf or banned, or history is NULL with
- * n_history > 0.  Allocates nothing. */
+ * n_history > 0, or a caller's stage failed (its status's message).
+ * Allocates nothing; does not call accept (sp_sampler_accept does). */
 sp_token sp_sampler_sample(struct sp_sampler *s, const float *logits, const sp_token *history,
                            size_t n_history, struct sp_token_logprobs *lp);
 

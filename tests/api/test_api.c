@@ -1,6 +1,7 @@
 /* The public C API through libspindle.so, as an outside program uses it
  * (only spindle.h): test_api MODEL.  Built and run by tests/py/test_library.py.
  * Prints "test_api: N passed, N failed". */
+#include <math.h>
 #include <spindle.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,6 +284,370 @@ static void test_grammar(const sp_model *m)
     sp_grammar_free(g);
 }
 
+/* ---- stages of one's own (sp_stage) ---- */
+
+#define ST_CHOICES 3
+#define ST_TOKENS 12
+
+/* What the callbacks saw, over every copy of a stage's state. */
+static struct stage_seen {
+    int clones, frees, accepts, resets, applies;
+    int min_accepted, max_accepted; /* per copy, when it was freed */
+} seen;
+
+struct stage_state {
+    sp_token id;  /* the token banned or forced */
+    int accepted; /* tokens this copy saw */
+};
+
+/* Drops the state's token from the candidates. */
+static sp_status ban_apply(void *user, sp_token_logit *cand, size_t *n, const sp_token *hist, size_t n_hist)
+{
+    const struct stage_state *s = user;
+    (void)hist;
+    (void)n_hist;
+    seen.applies++;
+    for (size_t i = 0; i < *n; i++)
+        if (cand[i].id == s->id) {
+            cand[i] = cand[--*n];
+            break;
+        }
+    return SP_OK;
+}
+
+/* Keeps only the state's token; fails when it is gone. */
+static sp_status force_apply(void *user, sp_token_logit *cand, size_t *n, const sp_token *hist, size_t n_hist)
+{
+    const struct stage_state *s = user;
+    (void)hist;
+    (void)n_hist;
+    seen.applies++;
+    for (size_t i = 0; i < *n; i++)
+        if (cand[i].id == s->id) {
+            cand[0] = cand[i];
+            *n = 1;
+            return SP_OK;
+        }
+    return sp_error_set(SP_ERR_ARG, "token %d is not a candidate", (int)s->id);
+}
+
+static void state_accept(void *user, sp_token t)
+{
+    struct stage_state *s = user;
+    (void)t;
+    s->accepted++;
+    seen.accepts++;
+}
+
+static void state_reset(void *user)
+{
+    (void)user;
+    seen.resets++;
+}
+
+static int clone_budget = 1 << 30; /* clones that succeed before one fails */
+
+static void *state_clone(void *user)
+{
+    if (clone_budget-- <= 0)
+        return NULL;
+    struct stage_state *c = malloc(sizeof *c);
+    if (c) {
+        *c = *(struct stage_state *)user;
+        seen.clones++;
+    }
+    return c;
+}
+
+static void state_free(void *user)
+{
+    struct stage_state *s = user;
+    seen.frees++;
+    seen.min_accepted = s->accepted < seen.min_accepted ? s->accepted : seen.min_accepted;
+    seen.max_accepted = s->accepted > seen.max_accepted ? s->accepted : seen.max_accepted;
+    free(s);
+}
+
+static sp_status never_valid(void *ctx, const char *text, size_t len, char *why, size_t cap)
+{
+    (void)ctx;
+    (void)text;
+    (void)len;
+    snprintf(why, cap, "never valid");
+    return SP_ERR_ARG;
+}
+
+static void seen_clear(void)
+{
+    memset(&seen, 0, sizeof seen);
+    seen.min_accepted = 1 << 30;
+    clone_budget = 1 << 30;
+}
+
+static sp_stage stage_def(const char *name, sp_stage_point before, struct stage_state *s, bool force)
+{
+    sp_stage st = {name, before, s, force ? force_apply : ban_apply, state_accept, state_reset,
+                   state_clone, state_free};
+    return st;
+}
+
+/* The tokens of each choice, the finish reasons, the first explain. */
+struct stage_run {
+    sp_token tok[ST_CHOICES][ST_TOKENS];
+    int n_tok[ST_CHOICES];
+    sp_finish finish[ST_CHOICES];
+    char error[ST_CHOICES][256];
+    bool listed;           /* some top logprob was `watch` */
+    sp_token watch;
+    bool have_explain;
+    sp_explain explain;    /* of choice 0's first token */
+};
+
+static void on_stage_event(void *user, const sp_token_event *ev)
+{
+    struct stage_run *run = user;
+    int c = ev->choice;
+    if (c < 0 || c >= ST_CHOICES)
+        return;
+    if (ev->finish != SP_FINISH_NONE) {
+        run->finish[c] = ev->finish;
+        snprintf(run->error[c], sizeof run->error[c], "%s", ev->error ? ev->error : "");
+        return;
+    }
+    if (ev->id >= 0 && run->n_tok[c] < ST_TOKENS)
+        run->tok[c][run->n_tok[c]++] = ev->id;
+    for (int i = 0; ev->lp && i < ev->lp->n_top; i++)
+        run->listed |= ev->lp->top[i].id == run->watch;
+    if (ev->explain && c == 0 && !run->have_explain) {
+        run->explain = *ev->explain;
+        run->have_explain = true;
+    }
+}
+
+/* Runs gp on `prompt` to the end on a fresh engine; the submit's status. */
+static sp_status stage_generate(const sp_model *m, const char *prompt, const sp_gen_params *gp, struct stage_run *run)
+{
+    sp_engine *e = NULL;
+    sp_token watch = run->watch;
+    memset(run, 0, sizeof *run);
+    run->watch = watch;
+    CHECK(sp_engine_create(m, NULL, &e) == SP_OK, "engine: %s", sp_error_message());
+    if (!e)
+        return SP_ERR_NOMEM;
+    sp_status st = sp_request_submit_text(e, prompt, strlen(prompt), false, gp, on_stage_event, run, NULL);
+    while (st == SP_OK && sp_engine_step(e) > 0)
+        ;
+    sp_engine_free(e);
+    return st;
+}
+
+static bool same_tokens(const struct stage_run *a, const struct stage_run *b, int n)
+{
+    for (int c = 0; c < n; c++)
+        if (a->n_tok[c] != b->n_tok[c] || memcmp(a->tok[c], b->tok[c], sizeof(sp_token) * (size_t)a->n_tok[c]))
+            return false;
+    return true;
+}
+
+static bool any_token(const struct stage_run *r, int n, sp_token t)
+{
+    for (int c = 0; c < n; c++)
+        for (int i = 0; i < r->n_tok[c]; i++)
+            if (r->tok[c][i] == t)
+                return true;
+    return false;
+}
+
+static void test_stage_edges(const sp_model *m, sp_token x, sp_token f);
+
+/* A ban and a force stage on SmolLM2: what they do to greedy and sampled
+ * output, their per-choice copies (clone, accept, free); then the edges. */
+static void test_stages(const sp_model *m)
+{
+    const char *prompt = "The capital of France is";
+    static struct stage_run base, ban, bias, run;
+    sp_gen_params gp;
+    sp_gen_params_default(&gp);
+    gp.sampling.temperature = 0;
+    gp.max_tokens = ST_TOKENS;
+    CHECK(stage_generate(m, prompt, &gp, &base) == SP_OK && base.n_tok[0] > 1, "greedy: %s", sp_error_message());
+    const sp_token x = base.tok[0][0]; /* the argmax after the prompt */
+    struct stage_state tmpl = {x, 0};
+
+    /* greedy: banning the argmax changes the first token to what a logit
+     * bias of -inf gives, wherever the ban runs */
+    sp_logit_bias lb = {x, -INFINITY};
+    gp.sampling.logit_bias = &lb;
+    gp.sampling.n_logit_bias = 1;
+    CHECK(stage_generate(m, prompt, &gp, &bias) == SP_OK && bias.tok[0][0] != x, "bias ban");
+    gp.sampling.logit_bias = NULL;
+    gp.sampling.n_logit_bias = 0;
+    const sp_stage_point points[] = {SP_STAGE_LOGIT_BIAS, SP_STAGE_GRAMMAR, SP_STAGE_LOGPROBS, SP_STAGE_DRAW};
+    for (size_t i = 0; i < sizeof points / sizeof points[0]; i++) {
+        sp_stage st = stage_def("ban", points[i], &tmpl, false);
+        gp.stages = &st;
+        gp.n_stages = 1;
+        seen_clear();
+        CHECK(stage_generate(m, prompt, &gp, &ban) == SP_OK, "submit: %s", sp_error_message());
+        CHECK(same_tokens(&ban, &bias, 1) && !any_token(&ban, 1, x), "greedy ban before point %d", (int)points[i]);
+        int drawn = ban.n_tok[0] + (ban.finish[0] == SP_FINISH_STOP); /* an end token is drawn too */
+        CHECK(seen.clones == 1 && seen.frees == 1 && seen.accepts == drawn && seen.applies >= seen.accepts,
+              "point %d: %d clones, %d frees, %d accepts of %d tokens", (int)points[i], seen.clones, seen.frees,
+              seen.accepts, ban.n_tok[0]);
+    }
+
+    /* sampled, 3 choices: a ban before the logprobs stage is a logit bias
+     * of -inf, token for token, and logprobs never list the token */
+    gp.sampling.temperature = 0.9f;
+    gp.sampling.top_k = 0;
+    gp.sampling.seed = 11;
+    gp.n = ST_CHOICES;
+    gp.logprobs = 5;
+    gp.stages = NULL;
+    gp.n_stages = 0;
+    gp.sampling.logit_bias = &lb;
+    gp.sampling.n_logit_bias = 1;
+    bias.watch = x;
+    CHECK(stage_generate(m, prompt, &gp, &bias) == SP_OK && !bias.listed, "sampled bias ban");
+    gp.sampling.logit_bias = NULL;
+    gp.sampling.n_logit_bias = 0;
+    sp_stage st = stage_def("ban", SP_STAGE_PENALTIES, &tmpl, false);
+    gp.stages = &st;
+    gp.n_stages = 1;
+    seen_clear();
+    ban.watch = x;
+    CHECK(stage_generate(m, prompt, &gp, &ban) == SP_OK, "submit: %s", sp_error_message());
+    CHECK(same_tokens(&ban, &bias, ST_CHOICES) && !ban.listed && !any_token(&ban, ST_CHOICES, x),
+          "sampled ban == bias ban");
+    CHECK(seen.clones == ST_CHOICES && seen.frees == ST_CHOICES, "n = 3: %d clones, %d frees", seen.clones,
+          seen.frees);
+
+    /* a force stage before the filters: every token of every choice is
+     * it, each choice's copy saw its own tokens; logprobs stay the model's */
+    const sp_token f = base.tok[0][1]; /* a token greedy output continues with */
+    struct stage_state ftmpl = {f, 0};
+    st = stage_def("force", SP_STAGE_TOP_K, &ftmpl, true);
+    gp.max_tokens = 8;
+    seen_clear();
+    run.watch = x;
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_OK, "submit: %s", sp_error_message());
+    bool all_f = true;
+    for (int c = 0; c < ST_CHOICES; c++) {
+        all_f &= run.n_tok[c] == 8 && run.finish[c] == SP_FINISH_LENGTH;
+        for (int i = 0; i < run.n_tok[c]; i++)
+            all_f &= run.tok[c][i] == f;
+    }
+    CHECK(all_f && run.listed, "forced token %d in every place, %d %d %d tokens", (int)f, run.n_tok[0], run.n_tok[1],
+          run.n_tok[2]);
+    CHECK(seen.clones == ST_CHOICES && seen.frees == ST_CHOICES && seen.accepts == 8 * ST_CHOICES &&
+              seen.min_accepted == 8 && seen.max_accepted == 8,
+          "copies: %d clones, %d frees, %d accepts (%d..%d each)", seen.clones, seen.frees, seen.accepts,
+          seen.min_accepted, seen.max_accepted);
+
+    /* without clone every choice shares the caller's state, never freed */
+    struct stage_state shared = {f, 0};
+    st.user = &shared;
+    st.clone = NULL;
+    seen_clear();
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_OK && shared.accepted == 8 * ST_CHOICES && seen.frees == 0,
+          "shared state: %d accepted, %d frees", shared.accepted, seen.frees);
+    test_stage_edges(m, x, f);
+}
+
+/* A failing stage, explain's column, resets on retries, and what submit
+ * refuses; x is the argmax after the prompt, f a token greedy output has. */
+static void test_stage_edges(const sp_model *m, sp_token x, sp_token f)
+{
+    const char *prompt = "The capital of France is";
+    static struct stage_run run;
+    struct stage_state tmpl = {x, 0}, ftmpl = {f, 0};
+    sp_gen_params gp;
+    sp_gen_params_default(&gp);
+    gp.sampling.temperature = 0.9f;
+    gp.sampling.seed = 11;
+
+    /* a stage that fails ends its choice with the stage's message: the
+     * forced token is banned by the logit bias, so it is gone after top-k */
+    sp_stage st = stage_def("force", SP_STAGE_DRAW, &ftmpl, true);
+    gp.stages = &st;
+    gp.n_stages = 1;
+    gp.max_tokens = 8;
+    sp_logit_bias lb = {f, -INFINITY};
+    gp.sampling.logit_bias = &lb;
+    gp.sampling.n_logit_bias = 1;
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_OK && run.finish[0] == SP_FINISH_ERROR &&
+              run.n_tok[0] == 0 && strstr(run.error[0], "sampler stage force") &&
+              strstr(run.error[0], "not a candidate"),
+          "failing stage: %s (%s)", sp_finish_name(run.finish[0]), run.error[0]);
+    gp.sampling.logit_bias = NULL;
+    gp.sampling.n_logit_bias = 0;
+
+    /* explain shows the stage as a column under its name */
+    st = stage_def("ban x", SP_STAGE_TOP_K, &tmpl, false);
+    gp.explain = true;
+    gp.max_tokens = 1;
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_OK && run.have_explain, "explain: %s", sp_error_message());
+    const sp_explain *xp = &run.explain;
+    uint32_t k = 1;
+    while (k < xp->n_stages && strcmp(xp->stage[k].name, "ban x"))
+        k++;
+    uint32_t row = 0;
+    while (row < xp->n_rows && xp->row[row] != x)
+        row++;
+    CHECK(k < xp->n_stages && row < xp->n_rows && xp->stage[k].kept + 1 == xp->stage[k - 1].kept &&
+              xp->stage[k].p[row] < 0.0f && xp->stage[k - 1].p[row] > 0.0f && k + 1 < xp->n_stages &&
+              !strcmp(xp->stage[k + 1].name, "top-k"),
+          "explain column %u of %u", k, xp->n_stages);
+    gp.explain = false;
+
+    /* a retry of checked output resets each stage */
+    const char *gbnf = "root ::= \"yes\" | \"no\"";
+    sp_grammar *g = NULL;
+    CHECK(sp_grammar_create(m, SP_GRAMMAR_GBNF, gbnf, strlen(gbnf), &g) == SP_OK, "GBNF: %s", sp_error_message());
+    gp.grammar = g;
+    gp.validate = never_valid;
+    gp.max_retries = 2;
+    gp.max_tokens = 4;
+    seen_clear();
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_OK && run.finish[0] == SP_FINISH_ERROR && seen.resets == 2,
+          "retries: %s, %d resets", sp_finish_name(run.finish[0]), seen.resets);
+    gp.grammar = NULL;
+    gp.validate = NULL;
+    gp.max_retries = 0;
+    sp_grammar_free(g);
+
+    /* refused: no apply, a point past the draw, too many, beams, NULL
+     * array; a clone that fails frees the copies made before it */
+    sp_stage many[SP_MAX_STAGES + 1];
+    for (int i = 0; i <= SP_MAX_STAGES; i++)
+        many[i] = stage_def("ban", SP_STAGE_DRAW, &tmpl, false);
+    st.apply = NULL;
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_ERR_ARG && strstr(sp_error_message(), "stages[0]"),
+          "no apply: %s", sp_error_message());
+    st = stage_def("ban", (sp_stage_point)42, &tmpl, false);
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_ERR_ARG && strstr(sp_error_message(), "42"), "point 42: %s",
+          sp_error_message());
+    gp.stages = many;
+    gp.n_stages = SP_MAX_STAGES + 1;
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_ERR_ARG, "%d stages: %s", SP_MAX_STAGES + 1,
+          sp_error_message());
+    gp.n_stages = 1;
+    gp.beams = 2;
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_ERR_ARG && strstr(sp_error_message(), "beam"), "beams: %s",
+          sp_error_message());
+    gp.beams = 0;
+    gp.stages = NULL;
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_ERR_ARG, "NULL stages: %s", sp_error_message());
+    gp.stages = many;
+    gp.n_stages = 2;
+    gp.n = ST_CHOICES;
+    seen_clear();
+    clone_budget = 5; /* two copies each for choices 0 and 1, then choice 2's second fails */
+    CHECK(stage_generate(m, prompt, &gp, &run) == SP_ERR_NOMEM && strstr(sp_error_message(), "clone") &&
+              seen.clones == 5 && seen.frees == 5,
+          "failed clone: %s; %d clones, %d frees", sp_error_message(), seen.clones, seen.frees);
+}
+
 struct argmax {
     uint32_t n;
     sp_token best;
@@ -446,6 +811,7 @@ int main(int argc, char **argv)
     CHECK(want.n_final == 1 && want.len > 0 && want.finish == SP_FINISH_LENGTH, "greedy '%s'", want.text);
     test_requests(m, &want, prompt);
     test_grammar(m);
+    test_stages(m);
     test_server_parts(m);
 
     /* the first greedy token is the argmax of the prompt's last logits */

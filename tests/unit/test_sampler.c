@@ -724,6 +724,180 @@ static void test_large_vocab(void)
     free(sorted);
 }
 
+/* ---- the chain's stages: clones, a caller's stage ------------------------ */
+
+/* What the test stage does, chosen by its user pointer. */
+enum ustage_mode { U_REVERSE_DROP7, U_KEEP_7_2, U_GROW, U_DUPLICATE, U_OUTSIDE, U_ALL_BANNED, U_NAN_7, U_FAIL };
+
+struct ustage {
+    enum ustage_mode mode;
+    int accepted, resets;
+};
+
+static sp_status ustage_apply(void *user, sp_token_logit *c, size_t *n, const sp_token *h, size_t nh)
+{
+    const struct ustage *u = user;
+    (void)h;
+    (void)nh;
+    size_t k = 0;
+    switch (u->mode) {
+    case U_REVERSE_DROP7: /* reversed, without token 7 */
+        for (size_t i = 0; i < *n / 2; i++) {
+            sp_token_logit t = c[i];
+            c[i] = c[*n - 1 - i];
+            c[*n - 1 - i] = t;
+        }
+        for (size_t i = 0; i < *n; i++)
+            if (c[i].id != 7)
+                c[k++] = c[i];
+        *n = k;
+        break;
+    case U_KEEP_7_2:
+        for (size_t i = 0; i < *n; i++)
+            if (c[i].id == 7 || c[i].id == 2)
+                c[k++] = c[i];
+        *n = k;
+        break;
+    case U_GROW: *n += 1; break;
+    case U_DUPLICATE: c[1].id = c[0].id; break;
+    case U_OUTSIDE: c[0].id = WV; break;
+    case U_ALL_BANNED:
+        for (size_t i = 0; i < *n; i++)
+            c[i].logit = -INFINITY;
+        break;
+    case U_NAN_7:
+        for (size_t i = 0; i < *n; i++)
+            if (c[i].id == 7)
+                c[i].logit = NAN;
+        break;
+    case U_FAIL: return sp_error_set(SP_ERR_ARG, "refused on purpose");
+    }
+    return SP_OK;
+}
+
+static void ustage_accept(void *user, sp_token t)
+{
+    (void)t;
+    ((struct ustage *)user)->accepted++;
+}
+
+static void ustage_reset(void *user) { ((struct ustage *)user)->resets++; }
+
+static struct sp_sampler *make_staged(const struct sp_sampler_params *p, struct ustage *u, sp_stage_point at)
+{
+    sp_stage def = {"test", at, u, ustage_apply, ustage_accept, ustage_reset, NULL, NULL};
+    struct sp_sampler *s = NULL;
+    CHECK(sp_sampler_init_stages(&s, p, &def, 1, WV) == SP_OK && s, "init: %s", sp_error_message());
+    return s;
+}
+
+/* Candidates (id, p) of s on the worked example, copied out. */
+static size_t cands_of(struct sp_sampler *s, struct sp_candidate *out)
+{
+    const struct sp_candidate *c = NULL;
+    size_t n = 0;
+    if (sp_sampler_candidates(s, wlogits, NULL, 0, &c, &n) != SP_OK)
+        return 0;
+    memcpy(out, c, n * sizeof *c);
+    return n;
+}
+
+static void test_stages(void)
+{
+    /* a clone draws what the original draws, from the same state on */
+    struct sp_logit_bias lift[] = {{5, 1.5f}};
+    struct sp_sampler_params p = plain();
+    p.repeat_penalty = 1.3f;
+    p.presence_penalty = 0.2f;
+    p.logit_bias = lift;
+    p.n_logit_bias = 1;
+    p.top_k = 6;
+    p.top_p = 0.9f;
+    sp_token hist[64] = {7, 2, 7};
+    struct sp_sampler *a = make(&p, WV), *b = NULL;
+    for (int i = 0; a && i < 10; i++)
+        hist[3 + i] = sp_sampler_sample(a, wlogits, hist, 3 + (size_t)i, NULL);
+    CHECK(a && sp_sampler_clone(a, &b) == SP_OK && b, "clone: %s", sp_error_message());
+    bool same = a && b;
+    for (int i = 10; same && i < 60; i++) {
+        sp_token x = sp_sampler_sample(a, wlogits, hist, 3 + (size_t)i, NULL);
+        same &= x == sp_sampler_sample(b, wlogits, hist, 3 + (size_t)i, NULL);
+        hist[3 + i] = x;
+    }
+    CHECK(same, "a clone continues the original's sequence");
+    sp_sampler_free(a);
+    sp_sampler_free(b);
+
+    /* a stage before the bias that reorders and drops token 7 is a ban:
+     * the same candidates as a logit bias of -inf */
+    struct sp_candidate want[WV], got[WV];
+    struct sp_logit_bias ban[] = {{7, -INFINITY}};
+    p = plain();
+    p.logit_bias = ban;
+    p.n_logit_bias = 1;
+    a = make(&p, WV);
+    size_t n_want = a ? cands_of(a, want) : 0;
+    sp_sampler_free(a);
+    p = plain();
+    struct ustage u = {U_REVERSE_DROP7, 0, 0};
+    a = make_staged(&p, &u, SP_STAGE_LOGIT_BIAS);
+    size_t n_got = a ? cands_of(a, got) : 0;
+    same = n_want == WV && n_got == n_want;
+    for (size_t i = 0; same && i < n_got; i++)
+        same = got[i].id == want[i].id && got[i].logit == want[i].logit && got[i].p == want[i].p;
+    CHECK(same, "drop before the bias = ban: %zu and %zu candidates", n_want, n_got);
+    sp_sampler_accept(a, 3);
+    sp_sampler_accept(a, 4);
+    sp_sampler_reset(a);
+    CHECK(u.accepted == 2 && u.resets == 1, "accept %d, reset %d", u.accepted, u.resets);
+    sp_sampler_free(a);
+
+    /* after the temperature stage the probabilities follow the stage's
+     * survivors: 0.32 and 0.18 renormalised */
+    u.mode = U_KEEP_7_2;
+    a = make_staged(&p, &u, SP_STAGE_TOP_P);
+    n_got = a ? cands_of(a, got) : 0;
+    CHECK(n_got == 2 && got[0].id == 7 && fabs(got[0].p - 0.64) < 1e-5 && got[1].id == 2 &&
+              fabs(got[1].p - 0.36) < 1e-5,
+          "kept 7 and 2: %zu, p %g", n_got, n_got ? (double)got[0].p : 0.0);
+    sp_sampler_free(a);
+
+    /* greedy: a NaN from the stage is -inf, so the best is token 2 */
+    p.temperature = 0.0f;
+    u.mode = U_NAN_7;
+    a = make_staged(&p, &u, SP_STAGE_DRAW);
+    CHECK(a && sp_sampler_sample(a, wlogits, NULL, 0, NULL) == 2, "NaN from a stage is never chosen");
+    sp_sampler_free(a);
+
+    /* what a stage may not do fails the token, naming the stage */
+    const enum ustage_mode bad[] = {U_GROW, U_DUPLICATE, U_OUTSIDE, U_ALL_BANNED, U_FAIL};
+    const char *why[] = {"came back", "twice", "outside", "banned", "refused on purpose"};
+    for (int k = 0; k < 5; k++)
+        for (int at = SP_STAGE_LOGIT_BIAS; at <= SP_STAGE_DRAW; at += 3) {
+            p.temperature = at == SP_STAGE_DRAW ? 0.0f : 1.0f;
+            u.mode = bad[k];
+            a = make_staged(&p, &u, (sp_stage_point)at);
+            sp_token t = a ? sp_sampler_sample(a, wlogits, NULL, 0, NULL) : 0;
+            CHECK(t == -1 && strstr(sp_error_message(), "sampler stage test") && strstr(sp_error_message(), why[k]),
+                  "mode %d at %d: %d, %s", (int)bad[k], at, (int)t, sp_error_message());
+            /* the scratch is clean afterwards: a plain stage works again */
+            u.mode = U_NAN_7;
+            CHECK(a && sp_sampler_sample(a, wlogits, NULL, 0, NULL) >= 0, "after a failure: %s", sp_error_message());
+            sp_sampler_free(a);
+        }
+
+    /* refused at init */
+    sp_stage def = {"test", SP_STAGE_DRAW, &u, NULL, NULL, NULL, NULL, NULL};
+    a = NULL;
+    CHECK(sp_sampler_init_stages(&a, &p, &def, 1, WV) == SP_ERR_ARG && !a, "no apply");
+    def.apply = ustage_apply;
+    def.name = "";
+    CHECK(sp_sampler_init_stages(&a, &p, &def, 1, WV) == SP_ERR_ARG && !a, "no name");
+    def.name = "test";
+    def.before = (sp_stage_point)(SP_STAGE_DRAW + 1);
+    CHECK(sp_sampler_init_stages(&a, &p, &def, 1, WV) == SP_ERR_ARG && !a, "no such point");
+}
+
 int main(void)
 {
     worked_init();
@@ -739,6 +913,7 @@ int main(void)
     test_logprobs();
     test_params();
     test_explain();
+    test_stages();
     test_large_vocab();
     return sp_check_report("sampler");
 }

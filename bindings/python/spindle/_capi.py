@@ -51,7 +51,8 @@ class GenParams(Structure):
     _fields_ = [("sampling", SamplerParams), ("max_tokens", c_int32), ("stop", POINTER(c_char_p)),
                 ("n_stop", c_size_t), ("n", c_int), ("beams", c_int), ("length_penalty", c_float),
                 ("ignore_eos", c_bool), ("logprobs", c_int), ("explain", c_bool), ("grammar", c_void_p),
-                ("validate", c_void_p), ("validate_ctx", c_void_p), ("max_retries", c_int)]
+                ("validate", c_void_p), ("validate_ctx", c_void_p), ("max_retries", c_int),
+                ("stages", c_void_p), ("n_stages", c_size_t)]
 
 
 class EmbedParams(Structure):
