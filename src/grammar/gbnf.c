@@ -612,11 +612,23 @@ struct raw_edge {
  * of a string, say) would otherwise have to be checked against the stack
  * below at every step. */
 #define INLINE_MAX_NODES 24
+/* ... and when the rules they inline in turn stay this small (AST nodes,
+ * every inlined call counted at its expanded size): a chain of small rules
+ * each naming the next twice would otherwise double at every link. */
+#define INLINE_MAX_EXPANDED 64
+/* Inside a repetition built more than this many times, only rules that
+ * expand to this few AST nodes (a JSON string character, not a whole
+ * string) are built in place; larger ones stay calls, and the copies share
+ * the called rule's states. */
+#define INLINE_MAX_COPIES 4
+#define INLINE_MAX_IN_COPIES 32
 
 struct builder {
     struct parser *p;
     uint8_t *inlining;    /* [n_rules] being built inline right now */
     uint32_t *size;       /* [n_rules] AST nodes of the body, calls counted as one */
+    uint32_t *expanded;   /* [n_rules] size with inlinable calls expanded; 0: not yet known */
+    uint32_t in_copies;   /* repetitions with more than INLINE_MAX_COPIES copies being built */
     struct vec edges;     /* raw_edge */
     struct vec sets;      /* sp_gbits */
     struct vec state_rule;/* uint32 */
@@ -851,6 +863,42 @@ static bool ast_refers(struct builder *b, uint32_t ai, uint32_t target, int dept
     return a->kind == A_REP && ast_refers(b, a->kid, target, depth);
 }
 
+static bool inlinable(struct builder *b, uint32_t r, int depth);
+
+/* AST nodes of ai with inlinable calls expanded (saturating). */
+static uint32_t expanded_size(struct builder *b, uint32_t ai, int depth)
+{
+    const struct ast *a = ast_at(b->p, ai);
+    if (depth > MAX_DEPTH * 4)
+        return UINT32_MAX / 4;
+    uint64_t n = 1;
+    if (a->kind == A_REF) {
+        if (inlinable(b, a->ref, depth + 1))
+            n = b->expanded[a->ref];
+    } else if (a->kind == A_ALT || a->kind == A_SEQ) {
+        for (uint32_t i = 0; i < a->n && n <= INLINE_MAX_EXPANDED; i++)
+            n += expanded_size(b, ((const uint32_t *)b->p->kids.p)[a->off + i], depth + 1);
+    } else if (a->kind == A_REP) {
+        n += (uint64_t)expanded_size(b, a->kid, depth + 1) *
+             (a->max == UINT32_MAX ? 2 : (a->max > 8 ? 9 : a->max + 1));
+    }
+    return n > UINT32_MAX / 4 ? UINT32_MAX / 4 : (uint32_t)n;
+}
+
+/* May a call of rule r be built in place?  Small, not recursive, and small
+ * once what it inlines is counted too. */
+static bool inlinable(struct builder *b, uint32_t r, int depth)
+{
+    if (b->size[r] > INLINE_MAX_NODES || b->inlining[r] || rule_reaches(b, r, r, 0))
+        return false;
+    if (!b->expanded[r]) {
+        b->inlining[r] = 1; /* guards the walk below against cycles */
+        b->expanded[r] = expanded_size(b, ((struct rule *)b->p->rules.p)[r].body, depth);
+        b->inlining[r] = 0;
+    }
+    return b->expanded[r] <= INLINE_MAX_EXPANDED;
+}
+
 static struct frag build(struct builder *b, uint32_t ai, int depth)
 {
     struct parser *p = b->p;
@@ -878,7 +926,7 @@ static struct frag build(struct builder *b, uint32_t ai, int depth)
     case A_CLASS:
         return build_class(b, &a);
     case A_REF:
-        if (b->size[a.ref] <= INLINE_MAX_NODES && !b->inlining[a.ref] && !rule_reaches(b, a.ref, a.ref, 0)) {
+        if (inlinable(b, a.ref, depth) && (!b->in_copies || b->expanded[a.ref] <= INLINE_MAX_IN_COPIES)) {
             b->inlining[a.ref] = 1;
             f = build(b, ((struct rule *)p->rules.p)[a.ref].body, depth + 1);
             b->inlining[a.ref] = 0;
@@ -905,7 +953,10 @@ static struct frag build(struct builder *b, uint32_t ai, int depth)
             add_edge(b, k.e, E_EPS, 0, f.e);
         }
         return f;
-    case A_REP:
+    case A_REP: {
+        uint64_t copies = (uint64_t)a.min + (a.max == UINT32_MAX ? 1 : a.max - a.min);
+        bool many = copies > INLINE_MAX_COPIES;
+        b->in_copies += many;
         f.s = f.e = new_state(b);
         for (uint32_t i = 0; i < a.min && !p->failed; i++) {
             struct frag k = build(b, a.kid, depth + 1);
@@ -930,7 +981,9 @@ static struct frag build(struct builder *b, uint32_t ai, int depth)
             add_edge(b, f.e, E_EPS, 0, end);
             f.e = end;
         }
+        b->in_copies -= many;
         return f;
+    }
     }
     return f;
 }
@@ -1376,7 +1429,8 @@ sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, siz
     rend = malloc((size_t)n_rules * sizeof *rend);
     b.inlining = calloc(n_rules, 1);
     b.size = malloc((size_t)n_rules * sizeof *b.size);
-    if (!rstart || !rend || !b.inlining || !b.size) {
+    b.expanded = calloc(n_rules, sizeof *b.expanded);
+    if (!rstart || !rend || !b.inlining || !b.size || !b.expanded) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
     }
@@ -1412,5 +1466,6 @@ done:
     free(rend);
     free(b.inlining);
     free(b.size);
+    free(b.expanded);
     return st;
 }
