@@ -324,15 +324,15 @@ static const json_t *walk_pointer(const json_t *at, const char *p)
 }
 
 /* A subschema of `at` (depth-first) with the anchor `name`, or whose $id
- * (id in draft-4) is `id` when id is given. */
-static const json_t *find_node(const json_t *at, const char *name, const char *id, int depth)
+ * (id in draft-4: old_id) is `id` when id is given. */
+static const json_t *find_node(const json_t *at, const char *name, const char *id, bool old_id, int depth)
 {
     if (depth > MAX_NEST)
         return NULL;
     if (json_is_object(at)) {
         if (id) {
             const json_t *v = json_object_get(at, "$id");
-            if (!v)
+            if (!v && old_id)
                 v = json_object_get(at, "id");
             if (json_is_string(v) && !strcmp(json_string_value(v), id))
                 return at;
@@ -342,7 +342,7 @@ static const json_t *find_node(const json_t *at, const char *name, const char *i
                 if (json_is_string(json_object_get(at, keys[i])) &&
                     !strcmp(json_string_value(json_object_get(at, keys[i])), name))
                     return at;
-            for (int i = 0; i < 2; i++) { /* draft-4..7: "$id": "#name" */
+            for (int i = 0; i < 1 + old_id; i++) { /* draft-4..7: "$id": "#name" (draft-4: "id") */
                 const json_t *v = json_object_get(at, i ? "id" : "$id");
                 if (json_is_string(v) && json_string_value(v)[0] == '#' && !strcmp(json_string_value(v) + 1, name))
                     return at;
@@ -353,7 +353,7 @@ static const json_t *find_node(const json_t *at, const char *name, const char *i
         json_object_foreach((json_t *)at, k, v) {
             if (!strcmp(k, "enum") || !strcmp(k, "const"))
                 continue; /* values, not schemas */
-            const json_t *r = find_node(v, name, id, depth + 1);
+            const json_t *r = find_node(v, name, id, old_id, depth + 1);
             if (r)
                 return r;
         }
@@ -361,7 +361,7 @@ static const json_t *find_node(const json_t *at, const char *name, const char *i
         size_t i;
         json_t *v;
         json_array_foreach((json_t *)at, i, v) {
-            const json_t *r = find_node(v, name, id, depth + 1);
+            const json_t *r = find_node(v, name, id, old_id, depth + 1);
             if (r)
                 return r;
         }
@@ -369,8 +369,9 @@ static const json_t *find_node(const json_t *at, const char *name, const char *i
     return NULL;
 }
 
-/* Does any subschema below the root have an $id (another resource)? */
-static bool has_embedded_id(const json_t *at, int depth)
+/* Does any subschema below the root have an $id (another resource; `id`
+ * in draft-4: old_id)? */
+static bool has_embedded_id(const json_t *at, bool old_id, int depth)
 {
     if (depth > MAX_NEST)
         return true;
@@ -381,14 +382,14 @@ static bool has_embedded_id(const json_t *at, int depth)
         json_object_foreach((json_t *)at, k, v) {
             if (!strcmp(k, "enum") || !strcmp(k, "const"))
                 continue;
-            if (depth > 0 && (!strcmp(k, "$id") || !strcmp(k, "id")) && json_is_string(v) &&
+            if (depth > 0 && (!strcmp(k, "$id") || (old_id && !strcmp(k, "id"))) && json_is_string(v) &&
                 json_string_value(v)[0] != '#')
                 return true;
-            if (has_embedded_id(v, depth + 1))
+            if (has_embedded_id(v, old_id, depth + 1))
                 return true;
         }
     } else if (json_is_array(at)) {
-        json_array_foreach((json_t *)at, i, v) if (has_embedded_id(v, depth + 1)) return true;
+        json_array_foreach((json_t *)at, i, v) if (has_embedded_id(v, old_id, depth + 1)) return true;
     }
     return false;
 }
@@ -411,7 +412,7 @@ static const json_t *resolve_orig(struct sp_schema *s, const char *ref)
             }
             memcpy(id, ref, base_len);
             id[base_len] = '\0';
-            at = find_node(s->orig, NULL, id, 0);
+            at = find_node(s->orig, NULL, id, s->draft & D4, 0);
             if (!at) {
                 fail(s, "$ref '%.80s' is not in this schema (remote references are not fetched)", ref);
                 return NULL;
@@ -422,7 +423,7 @@ static const json_t *resolve_orig(struct sp_schema *s, const char *ref)
     if (!*frag || *frag == '/')
         t = walk_pointer(at, frag);
     else
-        t = find_node(at, frag, NULL, 0);
+        t = find_node(at, frag, NULL, s->draft & D4, 0);
     if (!t)
         fail(s, "$ref '%.80s' points at nothing", ref);
     return t;
@@ -828,7 +829,7 @@ sp_status sp_schema_load(const char *text, size_t len, struct sp_schema **out)
         const char *h = strchr(s->root_id, '#');
         s->root_id_len = h ? (size_t)(h - s->root_id) : strlen(s->root_id);
     }
-    s->one_resource = !has_embedded_id(s->orig, 0);
+    s->one_resource = !has_embedded_id(s->orig, s->draft & D4, 0);
     s->root = convert(s, s->orig);
     if (s->failed) {
         sp_status st = s->st;

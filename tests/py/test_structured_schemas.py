@@ -182,3 +182,11 @@ def test_run_cli_cut_or_invalid_output_exit_3(run_spindle, smollm2_path, tmp_pat
     assert json.loads(r.stdout)["n"] in range(10) and "\n" in r.stdout, r.stdout
     r = run_spindle("run", "-m", smollm2_path, "-p", "x", "--json-schema", ok, "--json-whitespace", "wide")
     assert r.returncode == 2 and "compact nor flexible" in r.stderr, r.stderr
+    # what can be neither enforced nor checked: one line naming it, exit 2
+    remote = tmp_path / "remote.json"
+    remote.write_text(json.dumps({"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}},
+                                  "title": "ignored", "x-note": 1}))
+    r = run_spindle("run", "-m", smollm2_path, "-p", "x", "--json-schema", remote)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "$ref 'https://example.com/a.json'" in lines[0] \
+        and "$.properties.a" in lines[0], r.stderr
