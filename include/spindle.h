@@ -467,14 +467,18 @@ typedef struct sp_grammar sp_grammar;
 
 typedef enum sp_grammar_kind {
     SP_GRAMMAR_GBNF = 'g',   /* GBNF text, start rule "root" */
-    SP_GRAMMAR_SCHEMA = 's', /* a JSON Schema (JSON text): outputs are also validated against it */
+    SP_GRAMMAR_SCHEMA = 's', /* a JSON Schema (JSON text): outputs are also validated against it;
+                                compact JSON (no whitespace) */
+    SP_GRAMMAR_SCHEMA_FLEX = 'S', /* the same, with any JSON whitespace between tokens */
 } sp_grammar_kind;
 
 /* Compiles text[0..len) and prepares it for m's vocabulary (the first
  * grammar of a model also builds the model's table of token bytes).
  * Errors: SP_ERR_ARG with "line L, column C: ..." for GBNF; for a schema,
- * the keyword and JSON path that cannot be enforced ("unsupported keyword
- * 'not' at $.properties.a"), or a schema no value satisfies; SP_ERR_NOMEM.
+ * the problem and its JSON path: a malformed or unsatisfiable schema, or a
+ * keyword that can be neither enforced nor checked ("$ref
+ * 'https://x/y.json' is not in this schema ... at $.properties.a");
+ * SP_ERR_NOMEM.  Annotations and unknown keywords are ignored.
  * The model must outlive the grammar.  Thread-safe. */
 SP_API sp_status sp_grammar_create(const sp_model *m, sp_grammar_kind kind, const char *text, size_t len,
                                    sp_grammar **out);
@@ -483,9 +487,10 @@ SP_API sp_status sp_grammar_create(const sp_model *m, sp_grammar_kind kind, cons
 SP_API sp_status sp_grammar_clone(sp_grammar *g, sp_grammar **out);
 /* Frees a grammar or a copy (NULL is fine); no request may still use it. */
 SP_API void sp_grammar_free(sp_grammar *g);
-/* Checks a finished output: SP_OK when text[0..len) is a sentence of the
- * grammar and, for a schema, valid against the whole schema (also what no
- * grammar enforces: uniqueItems, multipleOf, bounds on floats); SP_ERR_ARG
+/* Checks a finished output: SP_OK when text[0..len) is, for GBNF, a
+ * sentence of the grammar, and for a schema, JSON valid against the whole
+ * schema (any whitespace and key order; also what no grammar enforces:
+ * uniqueItems, multipleOf, bounds on floats, not, ...); SP_ERR_ARG
  * otherwise, with the failures in why[0..cap) ("$.path: problem; ...").
  * The shape of sp_gen_params.validate, grammar being the sp_grammar. */
 SP_API sp_status sp_grammar_check_text(void *grammar, const char *text, size_t len, char *why, size_t cap);

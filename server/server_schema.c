@@ -633,10 +633,9 @@ static sp_status sp_check_fields(const json_t *root, enum sp_api_kind kind, stru
 
 /* Compiles one constraint and binds it to the served vocabulary (or takes
  * a copy of the one an earlier request compiled). */
-static sp_status sp_constraint(struct sp_api_request *r, const char *text, size_t len, bool schema,
+static sp_status sp_constraint(struct sp_api_request *r, const char *text, size_t len, enum sp_grammar_kind kind,
                                const char *param, const struct sp_api_limits *lim, struct sp_api_error *err)
 {
-    enum sp_grammar_kind kind = schema ? SP_GRAMMAR_SCHEMA : SP_GRAMMAR_GBNF;
     sp_status st = sp_grammar_cache_get(lim->gcache, kind, text, len, NULL, &r->grammar, NULL);
     if (st == SP_ERR_NOMEM)
         return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -657,6 +656,8 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
     json_t *js = sp_field(root, "json_schema");
     json_int_t i;
     int got;
+    bool flexible = false;
+    static const char any_object[] = "{\"type\":\"object\"}";
     r->gp.max_retries = lim->max_retries < 2 ? lim->max_retries : 2;
     if ((got = sp_read_int(root, "max_retries", 0, lim->max_retries, &i, err)) < 0)
         return SP_ERR_ARG;
@@ -672,7 +673,7 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
         const char *k;
         json_t *v;
         json_object_foreach(rf, k, v) {
-            if (strcmp(k, "type") && strcmp(k, "json_schema"))
+            if (strcmp(k, "type") && strcmp(k, "json_schema") && strcmp(k, "whitespace"))
                 return sp_api_fail(err, 400, SP_API_INVALID, "unknown_parameter", "response_format",
                                    "Unrecognized field in 'response_format': %.60s", k);
         }
@@ -680,6 +681,19 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "response_format.type",
                                "Invalid 'response_format.type': '%.40s' (expected text, json_object or "
                                "json_schema).", type);
+        /* spindle's extension: "compact" (the default) or "flexible" (any
+         * JSON whitespace between tokens) */
+        json_t *ws = json_object_get(rf, "whitespace");
+        if (ws) {
+            const char *w = json_string_value(ws);
+            if (!w || (strcmp(w, "compact") && strcmp(w, "flexible")))
+                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "response_format.whitespace",
+                                   "Invalid 'response_format.whitespace': expected \"compact\" or \"flexible\".");
+            if (!strcmp(type, "text"))
+                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "response_format.whitespace",
+                                   "'response_format.whitespace' applies to json_object and json_schema, not text.");
+            flexible = !strcmp(w, "flexible");
+        }
     }
     int n = (type && strcmp(type, "text")) + (g != NULL) + (js != NULL);
     if (n > 1)
@@ -690,13 +704,15 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
         if (!json_is_string(g))
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "grammar",
                                "Invalid type for 'grammar': expected a string of GBNF.");
-        return sp_constraint(r, json_string_value(g), json_string_length(g), false, "grammar", lim, err);
+        return sp_constraint(r, json_string_value(g), json_string_length(g), SP_GRAMMAR_GBNF, "grammar", lim, err);
     }
     const json_t *schema = js;
     const char *param = "json_schema";
     if (type && !strcmp(type, "json_object"))
-        return sp_constraint(r, sp_grammar_json_object_gbnf(), strlen(sp_grammar_json_object_gbnf()), false,
-                             "response_format", lim, err);
+        return flexible ? sp_constraint(r, any_object, strlen(any_object), SP_GRAMMAR_SCHEMA_FLEX, "response_format",
+                                        lim, err)
+                        : sp_constraint(r, sp_grammar_json_object_gbnf(), strlen(sp_grammar_json_object_gbnf()),
+                                        SP_GRAMMAR_GBNF, "response_format", lim, err);
     if (type && !strcmp(type, "json_schema")) {
         json_t *o = json_object_get(rf, "json_schema");
         if (!json_is_object(o) || !json_is_string(json_object_get(o, "name")))
@@ -716,15 +732,18 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
         schema = json_object_get(o, "schema");
         param = "response_format.json_schema.schema";
         if (!schema) /* no schema: any JSON object */
-            return sp_constraint(r, sp_grammar_json_object_gbnf(), strlen(sp_grammar_json_object_gbnf()),
-                                 false, "response_format", lim, err);
+            return flexible ? sp_constraint(r, any_object, strlen(any_object), SP_GRAMMAR_SCHEMA_FLEX,
+                                            "response_format", lim, err)
+                            : sp_constraint(r, sp_grammar_json_object_gbnf(), strlen(sp_grammar_json_object_gbnf()),
+                                            SP_GRAMMAR_GBNF, "response_format", lim, err);
     }
     if (!schema)
         return SP_OK;
     char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!text)
         return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-    sp_status st = sp_constraint(r, text, strlen(text), true, param, lim, err);
+    sp_status st = sp_constraint(r, text, strlen(text), flexible ? SP_GRAMMAR_SCHEMA_FLEX : SP_GRAMMAR_SCHEMA, param,
+                                 lim, err);
     free(text);
     return st;
 }

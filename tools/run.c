@@ -28,11 +28,15 @@ static const char sp_run_usage[] =
     "  --json               one JSON object on stdout   --explain  print each decoding step\n"
     "  --grammar FILE       constrain the output to a GBNF grammar\n"
     "  --json-schema FILE   constrain the output to JSON matching a JSON Schema (validated)\n"
+    "  --json-whitespace compact|flexible   JSON without whitespace (default), or any JSON whitespace\n"
     "  --max-retries N      attempts after an output fails its check (default 2)\n"
     "  --ctx N  -t THREADS  --mlock (keep the weights in RAM)\n"
     "  --swa-full           sliding-window layers cache the whole context (default: only the window)\n"
     "  --cache-type-k T  --cache-type-v T   KV cache keys/values: f16 (default), q8_0, q4_0\n"
-    SP_TOOL_SPEC_USAGE;
+    SP_TOOL_SPEC_USAGE
+    "exit status: 0 done; 2 bad input; 3 with --grammar/--json-schema, an output that is not a\n"
+    "complete, valid sentence (cut by -n or the context, or invalid after every retry): one line\n"
+    "on stderr says which, and the partial text is still printed\n";
 
 struct sp_run_token {
     sp_token id;
@@ -217,7 +221,7 @@ static bool sp_run_logit_bias(struct sp_args *a, struct sp_logit_bias *b)
 }
 
 /* Reads a GBNF grammar or a JSON Schema and compiles it for the model. */
-static sp_status sp_run_grammar(const char *path, bool schema, const sp_model *m, sp_grammar **g)
+static sp_status sp_run_grammar(const char *path, sp_grammar_kind kind, const sp_model *m, sp_grammar **g)
 {
     size_t len;
     char *text = sp_read_file(path, &len);
@@ -225,7 +229,7 @@ static sp_status sp_run_grammar(const char *path, bool schema, const sp_model *m
         sp_tool_fail("%s: cannot read", path);
         return SP_ERR_IO;
     }
-    sp_status st = sp_grammar_create(m, schema ? SP_GRAMMAR_SCHEMA : SP_GRAMMAR_GBNF, text, len, g);
+    sp_status st = sp_grammar_create(m, kind, text, len, g);
     if (st != SP_OK)
         sp_tool_fail("%s: %s", path, sp_error_message());
     free(text);
@@ -243,7 +247,7 @@ int sp_tool_run(int argc, char **argv)
     struct sp_logit_bias bias[SP_RUN_MAX_BIAS];
     size_t n_stop = 0, n_bias = 0;
     bool chat = false, special = false, json = false;
-    const char *grammar_file = NULL, *schema_file = NULL;
+    const char *grammar_file = NULL, *schema_file = NULL, *whitespace = NULL;
     sp_grammar *grammar = NULL;
     sp_model *model = NULL;
     sp_engine *e = NULL;
@@ -314,6 +318,7 @@ int sp_tool_run(int argc, char **argv)
         else if (sp_args_is(&a, "--ignore-eos", NULL)) gp.ignore_eos = true;
         else if (sp_args_is(&a, "--grammar", NULL)) grammar_file = sp_args_value(&a);
         else if (sp_args_is(&a, "--json-schema", NULL)) schema_file = sp_args_value(&a);
+        else if (sp_args_is(&a, "--json-whitespace", NULL)) whitespace = sp_args_value(&a);
         else if (sp_args_is(&a, "--max-retries", NULL)) sp_args_int(&a, 0, 16, &gp.max_retries);
         else if (sp_tool_spec_flag(&a, &spec)) continue;
         else {
@@ -323,6 +328,14 @@ int sp_tool_run(int argc, char **argv)
     }
     if (a.failed)
         goto done;
+    if (whitespace && strcmp(whitespace, "compact") && strcmp(whitespace, "flexible")) {
+        sp_tool_fail("--json-whitespace: '%s' is neither compact nor flexible", whitespace);
+        goto done;
+    }
+    if (whitespace && !schema_file) {
+        sp_tool_fail("--json-whitespace applies to --json-schema");
+        goto done;
+    }
     if (!mp.path) {
         sp_tool_fail("run: -m MODEL is required");
         goto done;
@@ -360,7 +373,10 @@ int sp_tool_run(int argc, char **argv)
             sp_tool_fail("run: --grammar and --json-schema exclude each other");
             goto done;
         }
-        if (sp_run_grammar(grammar_file ? grammar_file : schema_file, schema_file != NULL, model, &grammar) != SP_OK)
+        sp_grammar_kind kind = !schema_file ? SP_GRAMMAR_GBNF
+                               : whitespace && !strcmp(whitespace, "flexible") ? SP_GRAMMAR_SCHEMA_FLEX
+                                                                               : SP_GRAMMAR_SCHEMA;
+        if (sp_run_grammar(grammar_file ? grammar_file : schema_file, kind, model, &grammar) != SP_OK)
             goto done;
         gp.grammar = grammar;
         gp.validate = sp_grammar_check_text;
@@ -457,11 +473,17 @@ int sp_tool_run(int argc, char **argv)
         fprintf(stderr, "speculative (%s): %u drafted, %u accepted (%.0f %%)\n", sp_spec_kind_name(ep.spec),
                 tm.n_drafted, tm.n_accepted, tm.n_drafted ? 100.0 * tm.n_accepted / tm.n_drafted : 0.0);
     rc = 0;
-    for (int i = 0; i < n_choices; i++)
-        if (s->choices[i].finish == SP_FINISH_ERROR) {
-            sp_tool_fail("choice %d: %s", i, s->choices[i].error[0] ? s->choices[i].error : "generation failed");
-            rc = 2;
+    for (int i = 0; i < n_choices; i++) {
+        const struct sp_run_choice *c = &s->choices[i];
+        if (c->finish == SP_FINISH_ERROR) {
+            sp_tool_fail("choice %d: %s", i, c->error[0] ? c->error : "generation failed");
+            rc = grammar ? 3 : 2;
+        } else if (grammar && !c->valid) { /* cut by -n or the context: never checked */
+            sp_tool_fail("choice %d: the output is incomplete (stopped by %s before the %s was complete)", i,
+                         sp_finish_name(c->finish), schema_file ? "JSON" : "grammar");
+            rc = 3;
         }
+    }
 done:
     if (s) {
         for (int i = 0; i < 16; i++) {

@@ -32,7 +32,7 @@ sp_status sp_grammar_create(const sp_model *m, sp_grammar_kind kind, const char 
     *out = NULL;
     if (!m || (!text && len))
         return sp_error_set(SP_ERR_ARG, "sp_grammar_create: no model or no text");
-    if (kind != SP_GRAMMAR_GBNF && kind != SP_GRAMMAR_SCHEMA)
+    if (kind != SP_GRAMMAR_GBNF && kind != SP_GRAMMAR_SCHEMA && kind != SP_GRAMMAR_SCHEMA_FLEX)
         return sp_error_set(SP_ERR_ARG, "sp_grammar_create: kind %d is neither GBNF nor a JSON Schema", (int)kind);
     sp_status st = sp_api_grammar_tokens(m, &t);
     if (st != SP_OK)
@@ -43,7 +43,9 @@ sp_status sp_grammar_create(const sp_model *m, sp_grammar_kind kind, const char 
 sp_status sp_grammar_check_text(void *grammar, const char *text, size_t len, char *why, size_t cap)
 {
     struct sp_grammar *g = grammar;
-    if (!sp_grammar_accepting(g, sp_grammar_feed(g, sp_grammar_start(g), text, len))) {
+    /* a schema's validator is the whole check (the grammar spells one key
+     * order and one spacing of what the schema allows) */
+    if (!sp_grammar_has_schema(g) && !sp_grammar_accepting(g, sp_grammar_feed(g, sp_grammar_start(g), text, len))) {
         if (cap)
             snprintf(why, cap, "the text is not a complete sentence of the grammar");
         return SP_ERR_ARG;

@@ -35,8 +35,9 @@ struct sp_grammar_cache {
 sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t len, const char *trigger,
                              const struct sp_grammar_tokens *t, struct sp_grammar **out)
 {
-    sp_status st = kind == SP_GRAMMAR_SCHEMA ? sp_grammar_compile_schema(out, text, len)
-                                             : sp_grammar_compile(out, text, len, NULL);
+    sp_status st = kind == SP_GRAMMAR_SCHEMA || kind == SP_GRAMMAR_SCHEMA_FLEX
+                       ? sp_grammar_compile_schema(out, text, len, kind == SP_GRAMMAR_SCHEMA_FLEX)
+                       : sp_grammar_compile(out, text, len, NULL);
     if (st == SP_OK && trigger)
         st = sp_grammar_set_trigger(*out, trigger, strlen(trigger));
     if (st == SP_OK && t)

@@ -34,7 +34,6 @@ struct ast {
     uint32_t kid;         /* A_REP */
     uint32_t min, max;    /* A_REP; max UINT32_MAX: unbounded */
     uint32_t ref;         /* A_REF: rule index */
-    uint32_t line, col;
 };
 
 struct rule {
@@ -73,21 +72,36 @@ static bool vec_push(struct vec *v, const void *x)
 struct parser {
     const char *s;
     size_t len, pos;
+    size_t at_pos;              /* pos_of's last answer, to go on from */
+    uint32_t at_line, at_col;
     int depth;
     bool failed;
     struct vec ast, kids, bytes, ranges, rules; /* ast, uint32, char, uint32 pairs, rule */
 };
 
-static void pos_of(const struct parser *p, size_t at, uint32_t *line, uint32_t *col)
+/* Line and column of byte `at`, counted on from the last one asked when
+ * that was before it (the parser asks in order: linear, not quadratic). */
+static void pos_of(struct parser *p, size_t at, uint32_t *line, uint32_t *col)
 {
     uint32_t l = 1, c = 1;
-    for (size_t i = 0; i < at && i < p->len; i++) {
+    size_t from = 0;
+    if (p->at_line && p->at_pos <= at) {
+        from = p->at_pos;
+        l = p->at_line;
+        c = p->at_col;
+    }
+    for (size_t i = from; i < at && i < p->len; i++) {
         if (p->s[i] == '\n') {
             l++;
             c = 1;
         } else if (((unsigned char)p->s[i] & 0xC0) != 0x80) {
             c++;
         }
+    }
+    if (at <= p->len && at >= p->at_pos) { /* only forward: earlier asks restart from 0 */
+        p->at_pos = at;
+        p->at_line = l;
+        p->at_col = c;
     }
     *line = l;
     *col = c;
@@ -177,11 +191,10 @@ static uint32_t rule_index(struct parser *p, const char *name, size_t n, size_t 
     return (uint32_t)(p->rules.n - 1);
 }
 
-static uint32_t new_ast(struct parser *p, uint8_t kind, size_t at)
+static uint32_t new_ast(struct parser *p, uint8_t kind)
 {
     struct ast a = {0};
     a.kind = kind;
-    pos_of(p, at, &a.line, &a.col);
     if (!vec_push(&p->ast, &a)) {
         nomem(p);
         return 0;
@@ -313,7 +326,7 @@ static uint32_t parse_alt(struct parser *p, bool nested);
 static uint32_t parse_literal(struct parser *p)
 {
     size_t at = p->pos++;
-    uint32_t a = new_ast(p, A_LIT, at);
+    uint32_t a = new_ast(p, A_LIT);
     uint32_t off = (uint32_t)p->bytes.n;
     while (!p->failed) {
         if (p->pos >= p->len) {
@@ -348,7 +361,7 @@ static bool push_range(struct parser *p, uint32_t lo, uint32_t hi)
 static uint32_t parse_class(struct parser *p)
 {
     size_t at = p->pos++;
-    uint32_t a = new_ast(p, A_CLASS, at);
+    uint32_t a = new_ast(p, A_CLASS);
     uint32_t off = (uint32_t)p->ranges.n;
     bool neg = false;
     if (peek(p, 0) == '^') {
@@ -405,9 +418,9 @@ static bool parse_uint(struct parser *p, uint32_t *out)
     return true;
 }
 
-static uint32_t wrap_rep(struct parser *p, uint32_t kid, uint32_t min, uint32_t max, size_t at)
+static uint32_t wrap_rep(struct parser *p, uint32_t kid, uint32_t min, uint32_t max)
 {
-    uint32_t a = new_ast(p, A_REP, at);
+    uint32_t a = new_ast(p, A_REP);
     if (!p->failed) {
         ast_at(p, a)->kid = kid;
         ast_at(p, a)->min = min;
@@ -427,7 +440,7 @@ static uint32_t parse_item(struct parser *p, bool nested)
         a = parse_class(p);
     } else if (c == '.') {
         p->pos++;
-        a = new_ast(p, A_CLASS, at);
+        a = new_ast(p, A_CLASS);
         uint32_t off = (uint32_t)p->ranges.n / 2;
         if (push_range(p, 0, MAX_CP) && !p->failed) {
             ast_at(p, a)->off = off;
@@ -449,7 +462,7 @@ static uint32_t parse_item(struct parser *p, bool nested)
         size_t e = name_end(p, p->pos);
         uint32_t r = rule_index(p, p->s + p->pos, e - p->pos, at);
         p->pos = e;
-        a = new_ast(p, A_REF, at);
+        a = new_ast(p, A_REF);
         if (!p->failed)
             ast_at(p, a)->ref = r;
     } else {
@@ -466,13 +479,13 @@ static uint32_t parse_item(struct parser *p, bool nested)
         c = peek(p, 0);
         if (c == '*') {
             p->pos++;
-            a = wrap_rep(p, a, 0, UINT32_MAX, op_at);
+            a = wrap_rep(p, a, 0, UINT32_MAX);
         } else if (c == '+') {
             p->pos++;
-            a = wrap_rep(p, a, 1, UINT32_MAX, op_at);
+            a = wrap_rep(p, a, 1, UINT32_MAX);
         } else if (c == '?') {
             p->pos++;
-            a = wrap_rep(p, a, 0, 1, op_at);
+            a = wrap_rep(p, a, 0, 1);
         } else if (c == '{') {
             uint32_t mn, mx;
             p->pos++;
@@ -498,18 +511,18 @@ static uint32_t parse_item(struct parser *p, bool nested)
                 fail_at(p, op_at, "repetition {%u,%u} has its maximum below its minimum", mn, mx);
                 return 0;
             }
-            a = wrap_rep(p, a, mn, mx, op_at);
+            a = wrap_rep(p, a, mn, mx);
         } else {
             return a;
         }
     }
 }
 
-static uint32_t finish_list(struct parser *p, uint8_t kind, const uint32_t *items, size_t n, size_t at)
+static uint32_t finish_list(struct parser *p, uint8_t kind, const uint32_t *items, size_t n)
 {
     if (n == 1 && kind == A_ALT)
         return items[0];
-    uint32_t a = new_ast(p, kind, at);
+    uint32_t a = new_ast(p, kind);
     uint32_t off = (uint32_t)p->kids.n;
     for (size_t i = 0; i < n && !p->failed; i++)
         if (!vec_push(&p->kids, &items[i]))
@@ -524,7 +537,6 @@ static uint32_t finish_list(struct parser *p, uint8_t kind, const uint32_t *item
 static uint32_t parse_seq(struct parser *p, bool nested)
 {
     struct vec items = {.elem = sizeof(uint32_t)};
-    size_t at = p->pos;
     for (;;) {
         skip_space(p);
         int c = peek(p, 0);
@@ -534,7 +546,7 @@ static uint32_t parse_seq(struct parser *p, bool nested)
         if (!p->failed && !vec_push(&items, &a))
             nomem(p);
     }
-    uint32_t a = p->failed ? 0 : finish_list(p, A_SEQ, items.p, items.n, at);
+    uint32_t a = p->failed ? 0 : finish_list(p, A_SEQ, items.p, items.n);
     free(items.p);
     return a;
 }
@@ -542,7 +554,6 @@ static uint32_t parse_seq(struct parser *p, bool nested)
 static uint32_t parse_alt(struct parser *p, bool nested)
 {
     struct vec items = {.elem = sizeof(uint32_t)};
-    size_t at = p->pos;
     for (;;) {
         uint32_t a = parse_seq(p, nested);
         if (!p->failed && !vec_push(&items, &a))
@@ -552,7 +563,7 @@ static uint32_t parse_alt(struct parser *p, bool nested)
             break;
         p->pos++;
     }
-    uint32_t a = p->failed ? 0 : finish_list(p, A_ALT, items.p, items.n, at);
+    uint32_t a = p->failed ? 0 : finish_list(p, A_ALT, items.p, items.n);
     free(items.p);
     return a;
 }
@@ -612,11 +623,24 @@ struct raw_edge {
  * of a string, say) would otherwise have to be checked against the stack
  * below at every step. */
 #define INLINE_MAX_NODES 24
+/* ... and when the rules they inline in turn stay this small (AST nodes,
+ * every inlined call counted at its expanded size): a chain of small rules
+ * each naming the next twice would otherwise double at every link. */
+#define INLINE_MAX_EXPANDED 64
+/* Inside a repetition built more than this many times, only rules that
+ * expand to this few AST nodes (a JSON string character, not a whole
+ * string) are built in place; larger ones stay calls, and the copies share
+ * the called rule's states. */
+#define INLINE_MAX_COPIES 4
+#define INLINE_MAX_IN_COPIES 32
 
 struct builder {
     struct parser *p;
     uint8_t *inlining;    /* [n_rules] being built inline right now */
     uint32_t *size;       /* [n_rules] AST nodes of the body, calls counted as one */
+    uint32_t *expanded;   /* [n_rules] size with inlinable calls expanded; 0: not yet known */
+    uint8_t *recursive;   /* [n_rules] 0: not yet known, 1: no, 2: reaches itself */
+    uint32_t in_copies;   /* repetitions with more than INLINE_MAX_COPIES copies being built */
     struct vec edges;     /* raw_edge */
     struct vec sets;      /* sp_gbits */
     struct vec state_rule;/* uint32 */
@@ -851,6 +875,46 @@ static bool ast_refers(struct builder *b, uint32_t ai, uint32_t target, int dept
     return a->kind == A_REP && ast_refers(b, a->kid, target, depth);
 }
 
+static bool inlinable(struct builder *b, uint32_t r, int depth);
+
+/* AST nodes of ai with inlinable calls expanded (saturating). */
+static uint32_t expanded_size(struct builder *b, uint32_t ai, int depth)
+{
+    const struct ast *a = ast_at(b->p, ai);
+    if (depth > MAX_DEPTH * 4)
+        return UINT32_MAX / 4;
+    uint64_t n = 1;
+    if (a->kind == A_REF) {
+        if (inlinable(b, a->ref, depth + 1))
+            n = b->expanded[a->ref];
+    } else if (a->kind == A_ALT || a->kind == A_SEQ) {
+        for (uint32_t i = 0; i < a->n && n <= INLINE_MAX_EXPANDED; i++)
+            n += expanded_size(b, ((const uint32_t *)b->p->kids.p)[a->off + i], depth + 1);
+    } else if (a->kind == A_REP) {
+        n += (uint64_t)expanded_size(b, a->kid, depth + 1) *
+             (a->max == UINT32_MAX ? 2 : (a->max > 8 ? 9 : a->max + 1));
+    }
+    return n > UINT32_MAX / 4 ? UINT32_MAX / 4 : (uint32_t)n;
+}
+
+/* May a call of rule r be built in place?  Small, not recursive, and small
+ * once what it inlines is counted too. */
+static bool inlinable(struct builder *b, uint32_t r, int depth)
+{
+    if (b->size[r] > INLINE_MAX_NODES || b->inlining[r])
+        return false;
+    if (!b->recursive[r])
+        b->recursive[r] = rule_reaches(b, r, r, 0) ? 2 : 1;
+    if (b->recursive[r] == 2)
+        return false;
+    if (!b->expanded[r]) {
+        b->inlining[r] = 1; /* guards the walk below against cycles */
+        b->expanded[r] = expanded_size(b, ((struct rule *)b->p->rules.p)[r].body, depth);
+        b->inlining[r] = 0;
+    }
+    return b->expanded[r] <= INLINE_MAX_EXPANDED;
+}
+
 static struct frag build(struct builder *b, uint32_t ai, int depth)
 {
     struct parser *p = b->p;
@@ -878,7 +942,7 @@ static struct frag build(struct builder *b, uint32_t ai, int depth)
     case A_CLASS:
         return build_class(b, &a);
     case A_REF:
-        if (b->size[a.ref] <= INLINE_MAX_NODES && !b->inlining[a.ref] && !rule_reaches(b, a.ref, a.ref, 0)) {
+        if (inlinable(b, a.ref, depth) && (!b->in_copies || b->expanded[a.ref] <= INLINE_MAX_IN_COPIES)) {
             b->inlining[a.ref] = 1;
             f = build(b, ((struct rule *)p->rules.p)[a.ref].body, depth + 1);
             b->inlining[a.ref] = 0;
@@ -905,7 +969,10 @@ static struct frag build(struct builder *b, uint32_t ai, int depth)
             add_edge(b, k.e, E_EPS, 0, f.e);
         }
         return f;
-    case A_REP:
+    case A_REP: {
+        uint64_t copies = (uint64_t)a.min + (a.max == UINT32_MAX ? 1 : a.max - a.min);
+        bool many = copies > INLINE_MAX_COPIES;
+        b->in_copies += many;
         f.s = f.e = new_state(b);
         for (uint32_t i = 0; i < a.min && !p->failed; i++) {
             struct frag k = build(b, a.kid, depth + 1);
@@ -930,7 +997,9 @@ static struct frag build(struct builder *b, uint32_t ai, int depth)
             add_edge(b, f.e, E_EPS, 0, end);
             f.e = end;
         }
+        b->in_copies -= many;
         return f;
+    }
     }
     return f;
 }
@@ -1376,7 +1445,9 @@ sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, siz
     rend = malloc((size_t)n_rules * sizeof *rend);
     b.inlining = calloc(n_rules, 1);
     b.size = malloc((size_t)n_rules * sizeof *b.size);
-    if (!rstart || !rend || !b.inlining || !b.size) {
+    b.expanded = calloc(n_rules, sizeof *b.expanded);
+    b.recursive = calloc(n_rules, 1);
+    if (!rstart || !rend || !b.inlining || !b.size || !b.expanded || !b.recursive) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
     }
@@ -1412,5 +1483,7 @@ done:
     free(rend);
     free(b.inlining);
     free(b.size);
+    free(b.expanded);
+    free(b.recursive);
     return st;
 }

@@ -92,9 +92,12 @@ uint32_t sp_grammar_tokens_size(const struct sp_grammar_tokens *t);
  * SP_ERR_ARG with "line L, column C: ..." (or the rule's name). */
 sp_status sp_grammar_compile(struct sp_grammar **out, const char *text, size_t len,
                              const char *root);
-/* Compiles a JSON Schema (sp_grammar_from_schema) into a grammar that keeps
- * the schema, so that sp_grammar_check validates against it. */
-sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len);
+/* Compiles a JSON Schema (sp_grammar_from_schema_as; flexible: any JSON
+ * whitespace between tokens) into a grammar that keeps the schema, so that
+ * sp_grammar_check validates against it. */
+sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len, bool flexible);
+/* Was g compiled from a JSON Schema? */
+bool sp_grammar_has_schema(const struct sp_grammar *g);
 /* The check of a finished output, in the shape of sp_gen_params.validate
  * (ctx: the grammar): the schema's validation when the grammar came from
  * one, else SP_OK (the engine checks that the grammar accepts). */
@@ -164,16 +167,21 @@ sp_grammar_state sp_grammar_feed(struct sp_grammar *g, sp_grammar_state s, const
 
 /* ---- JSON Schema ---- */
 
-/* Compiles a JSON Schema (JSON text) to GBNF text (*gbnf, malloc'd;
- * root rule "root").  Every keyword is either enforced by the grammar,
- * checked by sp_grammar_validate, or refused: SP_ERR_ARG with the message
- * naming the keyword and its JSON path ("unsupported keyword 'not' at
- * $.properties.a"), also for a schema no value satisfies. */
+/* Compiles a JSON Schema (JSON text, draft-4 .. 2020-12) to GBNF text
+ * (*gbnf, malloc'd; root rule "root"; compact: no whitespace).  Every
+ * validation keyword is either enforced by the grammar or checked by
+ * sp_grammar_validate; annotations and unknown keywords are ignored.
+ * SP_ERR_ARG, with the message naming the problem and its JSON path
+ * ("$ref '#/x' points at nothing at $.properties.a"), for a malformed
+ * schema, one no value satisfies, or one that uses what can be neither
+ * enforced nor checked (remote references). */
 sp_status sp_grammar_from_schema(const char *schema, size_t len, char **gbnf);
 /* The same with the schema's rule named `rule` instead of root, to be part
- * of a larger grammar (the other rules are named arrN, objN, optN, refN,
- * hex and json-*). */
-sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, char **gbnf);
+ * of a larger grammar (the other rules are named arrN, objN..., refN,
+ * dur-time, hex and json-*), and with any JSON whitespace between tokens
+ * when flexible. */
+sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, bool flexible,
+                                    char **gbnf);
 
 /* Validates `text` (the finished output) against `schema`.  SP_OK when
  * valid; SP_ERR_ARG otherwise, with every failure (up to a few) listed in

@@ -1,17 +1,32 @@
-/* JSON Schema -> GBNF, compact whitespace.
+/* JSON Schema -> GBNF.
  *
- * Each keyword is enforced by the grammar, checked afterwards by the
- * validator (validate.c: uniqueItems, multipleOf, bounds on non-integers,
- * lengths next to a pattern or format, oneOf's "exactly one", real
- * calendar dates), an annotation, or refused with its JSON path.  The
- * grammar may be narrower than the schema (objects hold their properties
- * in the schema's order, required ones first; no property beyond those
- * listed unless additionalProperties allows it), never wider.
+ * The schema is read in the internal form (schema_norm.c: every draft,
+ * validation keywords only).  Each keyword is enforced by the grammar or
+ * checked afterwards by the validator (validate.c), which sees every
+ * output: the grammar may be wider than the schema where the validator
+ * narrows it (uniqueItems, multipleOf, not, if/then/else, dependencies,
+ * contains, property counts, bounds on non-integers, patterns the regex
+ * subset lacks, long lengths), and narrower where that keeps it small
+ * (no property beyond those listed unless additionalProperties,
+ * patternProperties or minProperties asks for more; extra properties come
+ * after the listed ones; numbers of at most 16 digits).
  *
- * Objects, arrays and $ref targets become rules ($ref targets by name, so
- * recursion is a rule calling itself); everything else is an inline
- * expression.  allOf (and anyOf/oneOf next to sibling keywords) merges the
- * parts into one schema first. */
+ * Objects hold their properties in the schema's `properties` order, each
+ * optional one skippable where it stands: a chain of rules, one per
+ * property ("the rest, after something was written"), and the object's
+ * alternatives "the first property written is i" up to the first required
+ * one: linear in the number of properties.
+ *
+ * Whitespace is compact (none) unless the grammar is made flexible: then
+ * any JSON whitespace may stand between tokens (not before or after the
+ * value: a model that wants to go on after it would write whitespace
+ * forever).
+ *
+ * Objects, arrays, object chains and $ref targets become rules ($ref
+ * targets by name, so recursion is a rule calling itself); everything else
+ * is an inline expression.  allOf, a $ref beside other keywords and
+ * if/then/else are merged into one schema (schema_merge.c); anyOf/oneOf
+ * take their siblings into each alternative. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -26,7 +41,15 @@
 #define MAX_NEST 64
 #define MAX_RULES 20000
 #define MAX_BOUND 1000000000000000LL /* integer bounds: 16 digits at most */
-#define MAX_LEN_GRAMMAR 1000         /* longer length limits are left to the validator */
+/* Lengths and item counts up to this are spelled out by the grammar (a
+ * copy of the item, or of a character's automaton, per position); larger
+ * maxima are left to the validator and larger minima are enforced up to
+ * this. */
+#define MAX_COUNT_GRAMMAR 256
+/* String positions spelled out in one schema (each about 14 automaton
+ * states, and a walk of the vocabulary when bound); lengths past this
+ * budget are the validator's. */
+#define MAX_SPELLED_CHARS 2048
 
 /* ---- growable strings ---- */
 
@@ -81,58 +104,50 @@ void sp_jpath_pop(struct sp_jpath *p, size_t old)
 void sp_gstr_addf(struct sp_gstr *s, const char *fmt, ...)
 {
     char buf[512];
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
+    va_copy(again, ap);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof buf) {
+    if (n < 0) {
         s->failed = true;
-        return;
+    } else if ((size_t)n < sizeof buf) {
+        sp_gstr_addn(s, buf, (size_t)n);
+    } else { /* longer: formatted again into a buffer of its size */
+        char *pad = malloc((size_t)n + 1);
+        if (!pad) {
+            s->failed = true;
+        } else {
+            vsnprintf(pad, (size_t)n + 1, fmt, again);
+            sp_gstr_addn(s, pad, (size_t)n);
+            free(pad);
+        }
     }
-    sp_gstr_addn(s, buf, (size_t)n);
+    va_end(again);
 }
 
 /* ---- the fixed part of every schema grammar ----
  * json-char has no \\u escapes of surrogates: a lone one is not valid JSON
- * text to jansson. */
+ * text to jansson; json-number's exponent has two digits (1e826 is not a
+ * double).  W is the whitespace between tokens: nothing, or
+ * json-ws. */
 
-#define BASE_RULES \
+#define BASE_RULES(W) \
     "json-value ::= json-object | json-array | json-string | json-number | \"true\" | \"false\" | \"null\"\n" \
-    "json-object ::= \"{\" ( json-string \":\" json-value ( \",\" json-string \":\" json-value )* )? \"}\"\n" \
-    "json-array ::= \"[\" ( json-value ( \",\" json-value )* )? \"]\"\n" \
+    "json-object ::= \"{\" " W " ( json-string " W " \":\" " W " json-value ( " W " \",\" " W " json-string " W \
+    " \":\" " W " json-value )* " W " )? \"}\"\n" \
+    "json-array ::= \"[\" " W " ( json-value ( " W " \",\" " W " json-value )* " W " )? \"]\"\n" \
     "json-string ::= \"\\\"\" json-char* \"\\\"\"\n" \
     "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] hex hex hex " \
     "| [dD] [0-7] hex hex ) )\n" \
     "hex ::= [0-9a-fA-F]\n" \
     "json-int ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n" \
-    "json-number ::= json-int ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n" \
+    "json-number ::= json-int ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n" \
     "json-bool ::= \"true\" | \"false\"\n"
-static const char base_rules[] = BASE_RULES;
+static const char base_compact[] = BASE_RULES("");
+static const char base_flex[] = BASE_RULES("json-ws") "json-ws ::= [ \\t\\n\\r]*\n";
 
-const char *sp_grammar_json_object_gbnf(void) { return "root ::= json-object\n" BASE_RULES; }
-
-static const struct {
-    const char *name, *gbnf;
-} formats[] = {
-    {"date", "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )"},
-    {"time", "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
-             "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )"},
-    {"date-time", "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) "
-                  "\"T\" ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
-                  "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )"},
-    {"uuid", "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}"},
-    /* a bounded subset: a 1-32 character local part, two or three domain labels */
-    {"email", "[a-zA-Z0-9_+-] ( [a-zA-Z0-9._+-]{0,30} [a-zA-Z0-9_+-] )? \"@\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} "
-              "( \".\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} )? \".\" [a-zA-Z]{2,12}"},
-};
-
-const char *sp_schema_format_gbnf(const char *format)
-{
-    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
-        if (!strcmp(formats[i].name, format))
-            return formats[i].gbnf;
-    return NULL;
-}
+const char *sp_grammar_json_object_gbnf(void) { return "root ::= json-object\n" BASE_RULES(""); }
 
 /* ---- the compiler ---- */
 
@@ -142,14 +157,17 @@ struct memo {
 };
 
 struct sc {
-    json_t *root;
+    const struct sp_schema *sch;
     struct sp_gstr rules;
     struct sp_jpath path;
     bool failed;
+    sp_status st;    /* of the failure */
+    const char *w;   /* between tokens: " " or " json-ws " */
     uint32_t n_rules;
     struct memo *memo;
     size_t n_memo, cap_memo;
     int depth;
+    uint32_t spelled; /* string positions spelled so far (MAX_SPELLED_CHARS) */
     json_t *owned;   /* merged schemas made here, kept alive until the end */
 };
 
@@ -163,7 +181,14 @@ static void fail(struct sc *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    sp_error_set(SP_ERR_ARG, "json schema: %s at %s", msg, c->path.s);
+    c->st = sp_error_set(SP_ERR_ARG, "json schema: %s at %s", msg, c->path.s);
+    c->failed = true;
+}
+
+static void nomem(struct sc *c)
+{
+    if (!c->failed)
+        c->st = sp_error_set(SP_ERR_NOMEM, "json schema: out of memory");
     c->failed = true;
 }
 
@@ -186,7 +211,7 @@ static void gbnf_lit(struct sp_gstr *o, const char *s, size_t n)
 }
 
 /* The compact JSON text of a value, as a GBNF literal. */
-static void json_lit(struct sc *c, struct sp_gstr *o, const json_t *v)
+static void json_lit(struct sp_gstr *o, const json_t *v)
 {
     char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!t) {
@@ -195,41 +220,6 @@ static void json_lit(struct sc *c, struct sp_gstr *o, const json_t *v)
     }
     gbnf_lit(o, t, strlen(t));
     free(t);
-    (void)c;
-}
-
-static const char *const enforced[] = {
-    "type", "properties", "required", "additionalProperties", "enum", "const", "items",
-    "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
-    "$ref", "$defs", "definitions", "uniqueItems", "multipleOf",
-};
-static const char *const annotations[] = {
-    "title", "description", "$schema", "$id", "$comment", "default", "examples", "deprecated",
-    "readOnly", "writeOnly",
-};
-
-static bool in_list(const char *k, const char *const *list, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(k, list[i]))
-            return true;
-    return false;
-}
-
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-static bool check_keywords(struct sc *c, const json_t *s)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)s, k, v) {
-        if (!in_list(k, enforced, N_OF(enforced)) && !in_list(k, annotations, N_OF(annotations))) {
-            fail(c, "unsupported keyword '%.60s' (it can be neither enforced nor checked)", k);
-            return false;
-        }
-    }
-    return true;
 }
 
 static void gen(struct sc *c, const json_t *s, struct sp_gstr *o);
@@ -249,165 +239,23 @@ static void emit_rule(struct sc *c, const char *name, const struct sp_gstr *body
     sp_gstr_add(&c->rules, "\n");
 }
 
-/* Local $ref -> the schema it points at, or NULL (failure set). */
-static const json_t *resolve(struct sc *c, const char *ref)
+/* A merge of s (less `without`) and parts, owned by c; NULL when failed,
+ * or (quiet) when no value satisfies it. */
+static const json_t *merged(struct sc *c, const json_t *s, const char *const *without, const json_t *const *parts,
+                            size_t n_parts, bool quiet)
 {
-    if (!ref || ref[0] != '#') {
-        fail(c, "$ref '%.80s' is not local (only '#...' references are supported)", ref ? ref : "");
-        return NULL;
-    }
-    if (ref[1] && ref[1] != '/') {
-        fail(c, "$ref '%.80s': anchors are not supported", ref);
-        return NULL;
-    }
-    const json_t *t = sp_schema_resolve(c->root, ref);
-    if (!t)
-        fail(c, "$ref '%.80s' points at nothing", ref);
-    return t;
-}
-
-static const json_t *deref(struct sc *c, const json_t *s)
-{
-    for (int hops = 0; json_is_object(s) && json_is_string(json_object_get(s, "$ref")); hops++) {
-        if (hops > 32) {
-            fail(c, "$ref chain longer than 32");
-            return NULL;
-        }
-        if (json_object_size(s) > 1)
-            return s; /* a $ref with siblings: not a plain alias */
-        s = resolve(c, json_string_value(json_object_get(s, "$ref")));
-    }
-    return s;
-}
-
-/* ---- allOf: one schema from several ---- */
-
-static json_t *merge_into(struct sc *c, json_t *dst, const json_t *src, int depth);
-
-static bool merge_key(struct sc *c, json_t *dst, const char *k, const json_t *v, int depth)
-{
-    json_t *have = json_object_get(dst, k);
-    if (!have)
-        return json_object_set(dst, k, (json_t *)v) == 0;
-    if (!strcmp(k, "required")) {
-        if (!json_is_array(have) || !json_is_array(v))
-            return true; /* the type check below refuses */
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x) {
-            bool dup = false;
-            size_t j;
-            json_t *y;
-            json_array_foreach(have, j, y) dup |= json_equal(x, y);
-            if (!dup)
-                json_array_append(have, x);
-        }
-        return true;
-    }
-    if (!strcmp(k, "properties") && json_is_object(have) && json_is_object(v)) {
-        const char *pk;
-        json_t *pv;
-        json_object_foreach((json_t *)v, pk, pv) {
-            json_t *old = json_object_get(have, pk);
-            if (!old) {
-                json_object_set(have, pk, pv);
-            } else if (!json_equal(old, pv)) {
-                json_t *m = json_object();
-                if (!m || !merge_into(c, m, deref(c, old), depth + 1) || !merge_into(c, m, deref(c, pv), depth + 1)) {
-                    json_decref(m);
-                    return false;
-                }
-                json_object_set_new(have, pk, m);
-            }
-        }
-        return true;
-    }
-    if (!strcmp(k, "additionalProperties") && (json_is_false(have) || json_is_false(v))) {
-        json_object_set_new(dst, k, json_false());
-        return true;
-    }
-    if (json_equal(have, v))
-        return true;
-    if (!strcmp(k, "type") && json_is_string(have) && json_is_string(v)) {
-        if ((!strcmp(json_string_value(have), "integer") && !strcmp(json_string_value(v), "number")) ||
-            (!strcmp(json_string_value(have), "number") && !strcmp(json_string_value(v), "integer"))) {
-            json_object_set_new(dst, k, json_string("integer"));
-            return true;
-        }
-        fail(c, "unsatisfiable schema: allOf requires both type '%s' and '%s'", json_string_value(have),
-             json_string_value(v));
-        return false;
-    }
-    if (in_list(k, annotations, N_OF(annotations)))
-        return true;
-    fail(c, "allOf parts that both set '%.40s' differently are not supported", k);
-    return false;
-}
-
-static json_t *merge_into(struct sc *c, json_t *dst, const json_t *src, int depth)
-{
-    if (!src || c->failed)
-        return NULL;
-    if (depth > MAX_NEST) {
-        fail(c, "allOf nested deeper than %d", MAX_NEST);
-        return NULL;
-    }
-    if (json_is_true(src))
-        return dst;
-    if (!json_is_object(src)) {
-        fail(c, json_is_false(src) ? "unsatisfiable schema: allOf with false" : "allOf part is not a schema");
-        return NULL;
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)src, k, v) {
-        if (!strcmp(k, "allOf")) {
-            size_t i;
-            json_t *part;
-            if (!json_is_array(v)) {
-                fail(c, "allOf must be an array");
-                return NULL;
-            }
-            json_array_foreach(v, i, part) if (!merge_into(c, dst, deref(c, part), depth + 1)) return NULL;
-        } else if (!strcmp(k, "$ref") && json_object_size(src) > 1) {
-            if (!merge_into(c, dst, resolve(c, json_string_value(v)), depth + 1))
-                return NULL;
-        } else if (!merge_key(c, dst, k, v, depth)) {
-            return NULL;
-        }
-    }
-    return dst;
-}
-
-/* A merged copy of s without `without` (NULL: none), then `part` on top;
- * owned by c. */
-static const json_t *merged(struct sc *c, const json_t *s, const char *without, const json_t *part)
-{
-    json_t *m = json_object();
+    const char *empty = NULL;
+    const json_t *m = sp_schema_merge(c->sch, c->owned, s, without, parts, n_parts, &empty);
     if (!m) {
-        fail(c, "out of memory");
+        nomem(c);
         return NULL;
     }
-    json_array_append_new(c->owned, m);
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)s, k, v) {
-        if (without && !strcmp(k, without))
-            continue;
-        if (!strcmp(k, "allOf") || (!strcmp(k, "$ref") && json_object_size(s) > 1)) {
-            json_t *one = json_object();
-            json_object_set(one, k, v);
-            bool ok = merge_into(c, m, one, 0) != NULL;
-            json_decref(one);
-            if (!ok)
-                return NULL;
-        } else if (!merge_key(c, m, k, v, 0)) {
-            return NULL;
-        }
-    }
-    if (part && !merge_into(c, m, deref(c, part), 0))
+    if (empty) {
+        if (!quiet)
+            fail(c, "unsatisfiable schema: %s", empty);
         return NULL;
-    return m;
+    }
+    return c->failed ? NULL : m;
 }
 
 /* ---- integers in a range ---- */
@@ -554,6 +402,10 @@ static bool int_bounds(struct sc *c, const json_t *s, bool *has_lo, long long *l
         }
         double d = json_number_value(v);
         if (!(fabs(d) <= (double)MAX_BOUND)) {
+            /* a bound beyond the 16 digits the grammar spells: loose on
+             * the far side (the validator checks it), empty on the near */
+            if ((k < 2) == (d < 0))
+                continue;
             fail(c, "'%s' %g is beyond the 16-digit integers the grammar spells", keys[k], d);
             return false;
         }
@@ -579,63 +431,56 @@ static bool int_bounds(struct sc *c, const json_t *s, bool *has_lo, long long *l
 
 /* ---- keywords with sizes ---- */
 
-static bool read_count(struct sc *c, const json_t *s, const char *k, long long *out)
+static long long count(const json_t *s, const char *k, long long none)
 {
-    json_t *v = json_object_get(s, k);
-    if (!v)
-        return false;
-    if (!json_is_integer(v) || json_integer_value(v) < 0) {
-        fail(c, "'%s' must be a non-negative integer", k);
-        return false;
-    }
-    *out = json_integer_value(v);
-    return true;
+    const json_t *v = json_object_get(s, k);
+    return json_is_integer(v) ? (long long)json_integer_value(v) : none;
+}
+
+/* The grammar's share of a count range: minima up to MAX_COUNT_GRAMMAR,
+ * maxima only when within it (-1: none). */
+static void grammar_counts(long long *mn, long long *mx)
+{
+    if (*mn > MAX_COUNT_GRAMMAR)
+        *mn = MAX_COUNT_GRAMMAR;
+    if (*mx > MAX_COUNT_GRAMMAR)
+        *mx = -1;
 }
 
 /* ---- types ---- */
 
 static void gen_string(struct sc *c, const json_t *s, struct sp_gstr *o)
 {
-    long long mn = 0, mx = -1;
-    read_count(c, s, "minLength", &mn);
-    read_count(c, s, "maxLength", &mx);
+    long long mn = count(s, "minLength", 0), mx = count(s, "maxLength", -1);
     if (mx >= 0 && mn > mx) {
         fail(c, "unsatisfiable schema: minLength %lld > maxLength %lld", mn, mx);
         return;
     }
-    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    if (fmt) {
-        const char *g = json_is_string(fmt) ? sp_schema_format_gbnf(json_string_value(fmt)) : NULL;
-        if (!g) {
-            fail(c, "unsupported keyword 'format' value '%.40s' (supported: date, time, date-time, uuid, email)",
-                 json_is_string(fmt) ? json_string_value(fmt) : "?");
-            return;
-        }
-        if (pat) {
-            fail(c, "'pattern' together with 'format' is not supported");
-            return;
-        }
-        sp_gstr_addf(o, "( \"\\\"\" ( %s ) \"\\\"\" )", g); /* lengths: checked by the validator */
+    const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    const struct sp_schema_format *f = fmt ? sp_schema_format_find(json_string_value(fmt)) : NULL;
+    if (f) { /* lengths, and a pattern beside it: checked by the validator */
+        sp_gstr_addf(o, "( \"\\\"\" ( %s ) \"\\\"\" )", f->gbnf);
         return;
     }
-    if (pat) {
-        if (!json_is_string(pat)) {
-            fail(c, "'pattern' must be a string");
+    if (pat) { /* lengths beside it: the validator's; a pattern beyond the subset: too */
+        struct sp_gstr rx = {0};
+        const char *why = sp_regex_to_gbnf(json_string_value(pat), json_string_length(pat), &rx);
+        if (!why)
+            sp_gstr_addf(o, "( \"\\\"\" %s \"\\\"\" )", rx.p ? rx.p : "");
+        else if (rx.failed)
+            nomem(c);
+        free(rx.p);
+        if (!why || rx.failed)
             return;
-        }
-        sp_gstr_add(o, "( \"\\\"\" ");
-        const char *why = sp_regex_to_gbnf(json_string_value(pat), json_string_length(pat), o);
-        if (why) {
-            fail(c, "unsupported keyword 'pattern' value '%.60s': %s", json_string_value(pat), why);
-            return;
-        }
-        sp_gstr_add(o, " \"\\\"\" )");
-        return;
     }
-    if (mn > MAX_LEN_GRAMMAR)
-        mn = MAX_LEN_GRAMMAR; /* the validator checks the rest */
-    if (mx > MAX_LEN_GRAMMAR)
+    grammar_counts(&mn, &mx);
+    long long spell = mx >= 0 ? mx : mn;
+    if (c->spelled + spell > MAX_SPELLED_CHARS) { /* over the budget: the validator's */
+        mn = 0;
         mx = -1;
+        spell = 0;
+    }
+    c->spelled += (uint32_t)spell;
     if (mn == 0 && mx < 0)
         sp_gstr_add(o, "json-string");
     else if (mx < 0)
@@ -644,29 +489,70 @@ static void gen_string(struct sc *c, const json_t *s, struct sp_gstr *o)
         sp_gstr_addf(o, "( \"\\\"\" json-char{%lld,%lld} \"\\\"\" )", mn, mx);
 }
 
+static void gen_number(struct sc *c, const json_t *s, bool integer, struct sp_gstr *o)
+{
+    bool hl, hh;
+    long long lo, hi;
+    if (integer) {
+        if (int_bounds(c, s, &hl, &lo, &hh, &hi))
+            int_range(o, hl, lo, hh, hi);
+        return;
+    }
+    /* bounds: the integer part within them, no exponent; the exact bound
+     * (a fraction past it) is left to the validator */
+    bool any = json_object_get(s, "minimum") || json_object_get(s, "maximum") ||
+               json_object_get(s, "exclusiveMinimum") || json_object_get(s, "exclusiveMaximum");
+    if (!any) {
+        sp_gstr_add(o, "json-number");
+    } else if (int_bounds(c, s, &hl, &lo, &hh, &hi)) {
+        sp_gstr_add(o, "( ");
+        int_range(o, hl, lo, hh, hi);
+        sp_gstr_add(o, " ( \".\" [0-9]{1,6} )? )");
+    } else if (!strstr(sp_error_message(), "16-digit")) {
+        c->failed = false; /* no integer in between (0.1..0.9): any number, then the validator */
+        sp_gstr_add(o, "json-number");
+    }
+}
+
+/* Items after "[" W (or after a prefix of items, each followed by W):
+ * `item W ( "," W item W ){mn-1,mx-1}`, or with a prefix before them
+ * `( "," W item W ){mn,mx}` (mx < 0: no maximum). */
+static void gen_items(struct sc *c, const char *item, size_t n, long long mn, long long mx, bool after_prefix,
+                      struct sp_gstr *o)
+{
+    char cnt[48];
+    long long lo = after_prefix ? mn : (mn > 0 ? mn - 1 : 0);
+    long long hi = after_prefix || mx < 0 ? mx : mx - 1;
+    if (hi < 0)
+        snprintf(cnt, sizeof cnt, "{%lld,}", lo);
+    else
+        snprintf(cnt, sizeof cnt, "{%lld,%lld}", lo, hi);
+    if (!after_prefix) {
+        sp_gstr_add(o, "( ");
+        sp_gstr_addn(o, item, n);
+        sp_gstr_add(o, c->w);
+    }
+    sp_gstr_addf(o, "( \",\"%s", c->w);
+    sp_gstr_addn(o, item, n);
+    sp_gstr_addf(o, "%s)%s", c->w, cnt);
+    if (!after_prefix)
+        sp_gstr_addf(o, " )%s", mn == 0 ? "?" : "");
+}
+
 static void gen_array(struct sc *c, const json_t *s, struct sp_gstr *o)
 {
-    long long mn = 0, mx = -1;
-    read_count(c, s, "minItems", &mn);
-    read_count(c, s, "maxItems", &mx);
+    long long mn = count(s, "minItems", 0), mx = count(s, "maxItems", -1);
     if (mx >= 0 && mn > mx) {
         fail(c, "unsatisfiable schema: minItems %lld > maxItems %lld", mn, mx);
         return;
     }
-    if (mn > 1000 || mx > 1000) {
-        fail(c, "minItems/maxItems above 1000 are not supported");
-        return;
-    }
     const json_t *prefix = json_object_get(s, "prefixItems"), *items = json_object_get(s, "items");
-    if (prefix && !json_is_array(prefix)) {
-        fail(c, "'prefixItems' must be an array");
-        return;
-    }
-    size_t k = prefix ? json_array_size(prefix) : 0;
+    if (!items)
+        items = json_object_get(s, "unevaluatedItems");
+    size_t k = json_array_size(prefix);
     char name[24];
     new_rule_name(c, name, sizeof name, "arr");
-    struct sp_gstr body = {0};
-    struct sp_gstr item = {0};
+    struct sp_gstr body = {0}, item = {0};
     if (json_is_false(items))
         mx = mx < 0 || (size_t)mx > k ? (long long)k : mx;
     if (mx >= 0 && mn > mx) {
@@ -680,59 +566,41 @@ static void gen_array(struct sc *c, const json_t *s, struct sp_gstr *o)
         gen(c, items, &item);
         sp_jpath_pop(&c->path, old);
     }
-    sp_gstr_add(&body, "\"[\" ");
+    grammar_counts(&mn, &mx);
+    sp_gstr_addf(&body, "\"[\"%s", c->w);
     /* prefix items: the first min(mn, k) required, then each optional */
     size_t open = 0;
     for (size_t i = 0; i < k && (mx < 0 || (long long)i < mx); i++) {
-        bool req = (long long)i < mn;
-        if (!req) {
+        if ((long long)i >= mn) {
             sp_gstr_add(&body, "( ");
             open++;
         }
         if (i)
-            sp_gstr_add(&body, "\",\" ");
+            sp_gstr_addf(&body, "\",\"%s", c->w);
         size_t old = sp_jpath_push(&c->path, ".prefixItems[%zu]", i);
         gen(c, json_array_get(prefix, i), &body);
         sp_jpath_pop(&c->path, old);
-        sp_gstr_add(&body, " ");
+        sp_gstr_add(&body, c->w);
     }
     /* then items beyond the prefix: counts adjusted */
     long long rmn = mn > (long long)k ? mn - (long long)k : 0;
     long long rmx = mx < 0 ? -1 : (mx > (long long)k ? mx - (long long)k : 0);
-    if (rmx != 0 && !(json_is_false(items) && k)) {
-        char count[48];
-        if (k) { /* ( "," item ){rmn,rmx} */
-            if (rmx < 0)
-                snprintf(count, sizeof count, "{%lld,}", rmn);
-            else
-                snprintf(count, sizeof count, "{%lld,%lld}", rmn, rmx);
-            sp_gstr_add(&body, "( \",\" ");
-            sp_gstr_addn(&body, item.p, item.n);
-            sp_gstr_add(&body, " )");
-            sp_gstr_add(&body, count);
-        } else { /* item ( "," item ){rmn-1,rmx-1}, all optional when rmn is 0 */
-            long long lo = rmn > 0 ? rmn - 1 : 0;
-            if (rmx < 0)
-                snprintf(count, sizeof count, "{%lld,}", lo);
-            else
-                snprintf(count, sizeof count, "{%lld,%lld}", lo, rmx - 1);
-            if (rmn == 0)
-                sp_gstr_add(&body, "( ");
-            sp_gstr_addn(&body, item.p, item.n);
-            sp_gstr_add(&body, " ( \",\" ");
-            sp_gstr_addn(&body, item.p, item.n);
-            sp_gstr_add(&body, " )");
-            sp_gstr_add(&body, count);
-            if (rmn == 0)
-                sp_gstr_add(&body, " )?");
+    if (rmx != 0 && !(json_is_false(items) && k) && !item.failed) {
+        if (strchr(item.p, ' ')) { /* an expression: a rule, so that its copies share it when large */
+            char in[64];
+            snprintf(in, sizeof in, "%s-item", name);
+            emit_rule(c, in, &item);
+            item.n = 0;
+            sp_gstr_add(&item, in);
         }
+        gen_items(c, item.p, item.n, rmn, rmx, k > 0, &body);
         sp_gstr_add(&body, " ");
     }
     while (open--)
         sp_gstr_add(&body, ")? ");
     sp_gstr_add(&body, "\"]\"");
     if (item.failed || body.failed)
-        fail(c, "out of memory");
+        nomem(c);
     emit_rule(c, name, &body);
     sp_gstr_add(o, name);
 done:
@@ -740,240 +608,357 @@ done:
     free(body.p);
 }
 
-static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
+/* ---- objects ---- */
+
+struct prop {
+    struct sp_gstr kv;   /* key W ":" W value */
+    bool required;
+};
+
+/* The expression of one property beyond those listed (patternProperties,
+ * additionalProperties, or any when the object lists none), into *extra;
+ * false when no such property may appear. */
+static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_gstr *extra)
 {
-    const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
-    const json_t *addl = json_object_get(s, "additionalProperties");
-    if (props && !json_is_object(props)) {
-        fail(c, "'properties' must be an object");
-        return;
+    const json_t *pats = json_object_get(s, "patternProperties"), *addl = json_object_get(s, "additionalProperties");
+    const json_t *names = json_object_get(s, "propertyNames");
+    if (!addl)
+        addl = json_object_get(s, "unevaluatedProperties");
+    bool any = false;
+    if (json_is_false(names))
+        return false;
+    const char *pk;
+    json_t *pv;
+    json_object_foreach((json_t *)pats, pk, pv) {
+        struct sp_gstr key = {0};
+        const char *why = sp_regex_to_gbnf(pk, strlen(pk), &key);
+        sp_gstr_addf(extra, "%s( \"\\\"\" %s \"\\\"\"%s\":\"%s", any ? " | " : "", why ? "json-char*" : key.p,
+                     c->w, c->w);
+        free(key.p);
+        size_t old = sp_jpath_push(&c->path, ".patternProperties.%.80s", pk);
+        gen(c, pv, extra);
+        sp_jpath_pop(&c->path, old);
+        sp_gstr_add(extra, " )");
+        any = true;
     }
-    if (req && !json_is_array(req)) {
-        fail(c, "'required' must be an array of strings");
-        return;
-    }
-    size_t i;
-    json_t *r;
-    json_array_foreach(req, i, r) {
-        if (!json_is_string(r)) {
-            fail(c, "'required' must be an array of strings");
-            return;
-        }
-        if (!json_object_get(props, json_string_value(r)) && json_is_false(addl)) {
-            fail(c, "unsatisfiable schema: required property '%.60s' is not allowed (additionalProperties is "
-                 "false)", json_string_value(r));
-            return;
-        }
-    }
-    char name[24];
-    new_rule_name(c, name, sizeof name, "obj");
-    /* key/value expressions: required ones (in `required` order), then optional ones */
-    size_t n = json_object_size(props) + json_array_size(req);
-    struct sp_gstr *kv = calloc(n ? n : 1, sizeof *kv);
-    bool *is_req = calloc(n ? n : 1, 1);
-    struct sp_gstr body = {0}, extra = {0};
-    size_t n_kv = 0, n_req = 0;
-    if (!kv || !is_req) {
-        fail(c, "out of memory");
-        goto done;
-    }
-    for (int pass = 0; pass < 2; pass++) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)props, k, v) {
-            bool rq = false;
-            json_array_foreach(req, i, r) rq |= !strcmp(json_string_value(r), k);
-            if (rq != (pass == 0))
-                continue;
-            json_t *key = json_string(k);
-            json_lit(c, &kv[n_kv], key);
-            json_decref(key);
-            sp_gstr_add(&kv[n_kv], " \":\" ");
-            size_t old = sp_jpath_push(&c->path, ".properties.%.80s", k);
-            gen(c, v, &kv[n_kv]);
+    /* listed properties and no word on the others: only the listed ones
+     * (unless the object needs more) */
+    bool open = addl ? !json_is_false(addl)
+                     : (!n_listed && !pats) || count(s, "minProperties", 0) > (long long)n_listed;
+    if (open) {
+        sp_gstr_add(extra, any ? " | ( " : "( ");
+        if (json_is_object(names)) {
+            static const char *const none[] = {NULL};
+            json_t *str = json_pack("{s:s}", "type", "string");
+            const json_t *parts[1] = {str};
+            const json_t *m = str ? merged(c, names, none, parts, 1, false) : NULL;
+            json_decref(str);
+            size_t old = sp_jpath_push(&c->path, ".propertyNames");
+            gen(c, m, extra);
             sp_jpath_pop(&c->path, old);
-            is_req[n_kv++] = rq;
-            n_req += rq;
+        } else {
+            sp_gstr_add(extra, "json-string");
         }
-    }
-    /* required names without a property schema: any value */
-    json_array_foreach(req, i, r) {
-        if (json_object_get(props, json_string_value(r)))
-            continue;
-        json_lit(c, &kv[n_kv], r);
-        sp_gstr_add(&kv[n_kv], " \":\" json-value");
-        is_req[n_kv++] = true;
-        n_req++;
-    }
-    /* move the extra required ones before the optional ones */
-    for (size_t a = 0; a < n_kv; a++)
-        for (size_t b = a + 1; b < n_kv; b++)
-            if (!is_req[a] && is_req[b]) {
-                struct sp_gstr t = kv[a];
-                kv[a] = kv[b];
-                kv[b] = t;
-                is_req[a] = true;
-                is_req[b] = false;
-            }
-    bool more = addl && !json_is_false(addl);
-    if (more) {
-        sp_gstr_add(&extra, "json-string \":\" ");
-        if (json_is_true(addl)) {
-            sp_gstr_add(&extra, "json-value");
+        sp_gstr_addf(extra, "%s\":\"%s", c->w, c->w);
+        if (!addl || json_is_true(addl)) {
+            sp_gstr_add(extra, "json-value");
         } else {
             size_t old = sp_jpath_push(&c->path, ".additionalProperties");
-            gen(c, addl, &extra);
+            gen(c, addl, extra);
             sp_jpath_pop(&c->path, old);
         }
+        sp_gstr_add(extra, " )");
+        any = true;
     }
-    sp_gstr_add(&body, "\"{\" ");
-    for (size_t a = 0; a < n_req; a++) {
-        if (a)
-            sp_gstr_add(&body, "\",\" ");
-        sp_gstr_addn(&body, kv[a].p, kv[a].n);
-        sp_gstr_add(&body, " ");
+    return any;
+}
+
+/* The listed properties in the schema's order, then required names that
+ * no property lists.  Returns how many, *props allocated. */
+static size_t gen_props(struct sc *c, const json_t *s, struct prop **props)
+{
+    const json_t *pl = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    const json_t *addl = json_object_get(s, "additionalProperties");
+    size_t n = 0, cap = json_object_size(pl) + json_array_size(req), i;
+    json_t *r;
+    *props = calloc(cap ? cap : 1, sizeof **props);
+    if (!*props) {
+        nomem(c);
+        return 0;
     }
-    /* optional ones: a rule per suffix, "a non-empty subset of kv[j..] in order" */
-    if (n_kv > n_req) {
-        char first[24] = "";
-        char next[24] = "";
-        for (size_t j = n_kv; j-- > n_req;) {
-            char nm[24];
-            new_rule_name(c, nm, sizeof nm, "opt");
-            struct sp_gstr b = {0};
-            sp_gstr_addn(&b, kv[j].p, kv[j].n);
-            if (next[0])
-                sp_gstr_addf(&b, " ( \",\" %s )? | %s", next, next);
-            emit_rule(c, nm, &b);
-            free(b.p);
-            snprintf(next, sizeof next, "%s", nm);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)pl, k, v) {
+        struct prop *p = &(*props)[n++];
+        json_array_foreach(req, i, r) p->required |= !strcmp(json_string_value(r), k);
+        if (json_is_false(v)) { /* never present */
+            if (p->required) {
+                fail(c, "unsatisfiable schema: required property '%.60s' is false", k);
+                return n;
+            }
+            n--;
+            continue;
         }
-        snprintf(first, sizeof first, "%s", next);
-        if (n_req)
-            sp_gstr_addf(&body, "( \",\" %s )? ", first);
+        json_t *key = json_string(k);
+        json_lit(&p->kv, key);
+        json_decref(key);
+        sp_gstr_addf(&p->kv, "%s\":\"%s", c->w, c->w);
+        size_t old = sp_jpath_push(&c->path, ".properties.%.80s", k);
+        gen(c, v, &p->kv);
+        sp_jpath_pop(&c->path, old);
+    }
+    json_array_foreach(req, i, r) {
+        const char *name = json_string_value(r);
+        bool dup = json_object_get(pl, name) != NULL;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = !strcmp(json_string_value(json_array_get(req, j)), name);
+        if (dup)
+            continue;
+        if (json_is_false(addl) && !json_object_get(s, "patternProperties")) {
+            fail(c, "unsatisfiable schema: required property '%.60s' is not allowed (additionalProperties is "
+                 "false)", name);
+            return n;
+        }
+        struct prop *p = &(*props)[n++];
+        p->required = true;
+        json_lit(&p->kv, r);
+        sp_gstr_addf(&p->kv, "%s\":\"%s", c->w, c->w);
+        if (json_is_object(addl))
+            gen(c, addl, &p->kv);
         else
-            sp_gstr_addf(&body, "%s? ", first);
+            sp_gstr_add(&p->kv, "json-value");
     }
-    if (more) {
-        if (n_kv) {
-            sp_gstr_add(&body, "( \",\" ");
-            sp_gstr_addn(&body, extra.p, extra.n);
-            sp_gstr_add(&body, " )* ");
-        } else {
-            sp_gstr_add(&body, "( ");
-            sp_gstr_addn(&body, extra.p, extra.n);
-            sp_gstr_add(&body, " ( \",\" ");
-            sp_gstr_addn(&body, extra.p, extra.n);
-            sp_gstr_add(&body, " )* )? ");
+    return n;
+}
+
+/* An object: "{" W A W "}" where A, "the properties", is one of
+ *   kv_i b_{i+1}  for each i up to the first required property r (the
+ *                 first one written is i: those before it are skipped),
+ *   extra b_n, or nothing, when no property is required;
+ * and b_i, "the properties from i on, after something was written", is
+ *   ( W "," W kv_i )? b_{i+1}  (optional i)   W "," W kv_i b_{i+1}  (required i)
+ *   ( W "," W extra )*  (i = n).
+ * b_1 .. b_L (L = min(r + 1, n)) are rules, b_L spelling the rest of the
+ * chain; with a required first property b_1 is spelled inside A.  kv_i is
+ * a rule where it is named twice (1 <= i <= r). */
+static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
+{
+    struct prop *props = NULL;
+    struct sp_gstr extra = {0}, body = {0}, tail = {0}, inl = {0};
+    size_t n = gen_props(c, s, &props);
+    bool more = !c->failed && gen_extra(c, s, n, &extra);
+    char name[24];
+    if (c->failed)
+        goto done;
+    new_rule_name(c, name, sizeof name, "obj");
+    size_t r = 0;
+    while (r < n && !props[r].required)
+        r++;
+    size_t last = r + 1 < n ? r + 1 : n;
+    for (size_t i = 1; i <= r && i < n; i++) { /* kv_i named twice */
+        char kvn[64];
+        snprintf(kvn, sizeof kvn, "%s-kv%zu", name, i);
+        emit_rule(c, kvn, &props[i].kv);
+        props[i].kv.n = 0;
+        sp_gstr_add(&props[i].kv, kvn);
+    }
+    /* a map (no property listed): its size bounds the extras */
+    long long mn = n ? 0 : count(s, "minProperties", 0), mx = n ? -1 : count(s, "maxProperties", -1);
+    if (mx >= 0 && mn > mx) {
+        fail(c, "unsatisfiable schema: minProperties %lld > maxProperties %lld", mn, mx);
+        goto done;
+    }
+    grammar_counts(&mn, &mx);
+    if (mx == 0)
+        more = false;
+    if (more && mx > 0)
+        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,%lld}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0, mx - 1);
+    else if (more)
+        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0);
+    else
+        sp_gstr_add(&tail, "\"\"");
+    for (size_t j = last; j >= 1; j--) {
+        struct sp_gstr b = {0};
+        for (size_t i = j; i < (j == last ? n : j + 1); i++)
+            sp_gstr_addf(&b, props[i].required ? "%s\",\"%s%s " : "(%s\",\"%s%s )? ", c->w, c->w, props[i].kv.p);
+        if (j == last)
+            sp_gstr_addn(&b, tail.p, tail.n);
+        else
+            sp_gstr_addf(&b, "%s-b%zu", name, j + 1);
+        if (r == 0) { /* b_1, named once */
+            inl = b;
+            break;
         }
+        char bn[64];
+        snprintf(bn, sizeof bn, "%s-b%zu", name, j);
+        emit_rule(c, bn, &b);
+        free(b.p);
     }
-    sp_gstr_add(&body, "\"}\"");
-    if (body.failed || extra.failed)
-        fail(c, "out of memory");
+    sp_gstr_addf(&body, "\"{\"%s( ", c->w);
+    for (size_t i = 0; i <= r && i < n; i++) {
+        if (i)
+            sp_gstr_add(&body, " | ");
+        sp_gstr_addn(&body, props[i].kv.p, props[i].kv.n);
+        if (r == 0)
+            sp_gstr_addf(&body, " %s", inl.p);
+        else
+            sp_gstr_addf(&body, " %s-b%zu", name, i + 1);
+    }
+    if (r == n) { /* nothing required: extras first, or nothing at all */
+        if (more)
+            sp_gstr_addf(&body, "%s( %s ) %s", n ? " | " : "", extra.p, tail.p);
+        if (!more || n || mn == 0)
+            sp_gstr_add(&body, n || more ? " | \"\"" : "\"\"");
+    }
+    sp_gstr_addf(&body, " )%s\"}\"", c->w);
+    if (body.failed || extra.failed || tail.failed || inl.failed)
+        nomem(c);
     emit_rule(c, name, &body);
     sp_gstr_add(o, name);
 done:
-    for (size_t a = 0; kv && a < n_kv; a++)
-        free(kv[a].p);
-    free(kv);
-    free(is_req);
-    free(body.p);
+    for (size_t i = 0; props && i < n; i++)
+        free(props[i].kv.p);
+    free(props);
     free(extra.p);
+    free(body.p);
+    free(tail.p);
+    free(inl.p);
+}
+
+/* ---- the rest ---- */
+
+static const char *const type_names[] = {"string", "integer", "number", "boolean", "null", "object", "array"};
+
+static bool lists_type(const json_t *t, const char *name)
+{
+    if (json_is_string(t))
+        return !strcmp(json_string_value(t), name);
+    size_t i;
+    json_t *v;
+    json_array_foreach(t, i, v) if (!strcmp(json_string_value(v), name)) return true;
+    return false;
 }
 
 static void gen_type(struct sc *c, const json_t *s, const char *t, struct sp_gstr *o)
 {
-    if (!strcmp(t, "string")) {
+    if (!strcmp(t, "string"))
         gen_string(c, s, o);
-    } else if (!strcmp(t, "integer")) {
-        bool hl, hh;
-        long long lo, hi;
-        if (int_bounds(c, s, &hl, &lo, &hh, &hi))
-            int_range(o, hl, lo, hh, hi);
-    } else if (!strcmp(t, "number")) {
-        /* bounds: the integer part within them, no exponent; the exact
-         * bound (a fraction past it) is left to the validator */
-        bool hl, hh;
-        long long lo, hi;
-        bool any = json_object_get(s, "minimum") || json_object_get(s, "maximum") ||
-                   json_object_get(s, "exclusiveMinimum") || json_object_get(s, "exclusiveMaximum");
-        if (!any) {
-            sp_gstr_add(o, "json-number");
-        } else if (int_bounds(c, s, &hl, &lo, &hh, &hi)) {
-            sp_gstr_add(o, "( ");
-            int_range(o, hl, lo, hh, hi);
-            sp_gstr_add(o, " ( \".\" [0-9]{1,6} )? )");
-        } else if (!strstr(sp_error_message(), "16-digit")) {
-            c->failed = false; /* no integer in between (0.1..0.9): any number, then the validator */
-            sp_gstr_add(o, "json-number");
-        }
-    } else if (!strcmp(t, "boolean")) {
+    else if (!strcmp(t, "integer") || !strcmp(t, "number"))
+        gen_number(c, s, !strcmp(t, "integer"), o);
+    else if (!strcmp(t, "boolean"))
         sp_gstr_add(o, "json-bool");
-    } else if (!strcmp(t, "null")) {
+    else if (!strcmp(t, "null"))
         sp_gstr_add(o, "\"null\"");
-    } else if (!strcmp(t, "object")) {
+    else if (!strcmp(t, "object"))
         gen_object(c, s, o);
-    } else if (!strcmp(t, "array")) {
+    else if (!strcmp(t, "array"))
         gen_array(c, s, o);
-    } else {
-        fail(c, "unknown type '%.40s'", t);
-    }
 }
 
-/* The type implied by the keywords present, or NULL (any value). */
-static const char *implied_type(const json_t *s)
+/* The types a value of s may have: `type`, less what `not: {"type": ...}`
+ * excludes; without a `type`, the one the keywords present imply, or all.
+ * Writes flags over type_names; returns how many. */
+static int value_types(const json_t *s, bool *on)
 {
     static const struct {
         const char *key, *type;
     } hints[] = {
         {"properties", "object"}, {"required", "object"}, {"additionalProperties", "object"},
+        {"patternProperties", "object"}, {"minProperties", "object"}, {"maxProperties", "object"},
+        {"propertyNames", "object"}, {"dependentRequired", "object"}, {"unevaluatedProperties", "object"},
         {"items", "array"}, {"prefixItems", "array"}, {"minItems", "array"}, {"maxItems", "array"},
+        {"contains", "array"}, {"uniqueItems", "array"}, {"unevaluatedItems", "array"},
         {"minLength", "string"}, {"maxLength", "string"}, {"pattern", "string"}, {"format", "string"},
         {"minimum", "number"}, {"maximum", "number"}, {"exclusiveMinimum", "number"},
         {"exclusiveMaximum", "number"}, {"multipleOf", "number"},
     };
-    const char *t = NULL;
-    for (size_t i = 0; i < N_OF(hints); i++)
-        if (json_object_get(s, hints[i].key)) {
-            if (t && strcmp(t, hints[i].type))
-                return NULL;
-            t = hints[i].type;
-        }
-    return t;
+    const json_t *t = json_object_get(s, "type");
+    const char *implied = NULL;
+    bool mixed = false;
+    if (!t)
+        for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
+            if (json_object_get(s, hints[i].key)) {
+                mixed |= implied && strcmp(implied, hints[i].type);
+                implied = hints[i].type;
+            }
+    const json_t *nt = json_object_get(json_object_get(s, "not"), "type");
+    bool not_only_type = nt && json_object_size(json_object_get(s, "not")) == 1;
+    int n = 0;
+    for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++) {
+        const char *name = type_names[i];
+        if (t)
+            on[i] = lists_type(t, name) || (!strcmp(name, "integer") && lists_type(t, "number"));
+        else
+            on[i] = !implied || mixed || !strcmp(implied, name);
+        if (not_only_type && (lists_type(nt, name) || (!strcmp(name, "integer") && lists_type(nt, "number"))))
+            on[i] = false;
+        n += on[i];
+    }
+    /* a number covers the integers: only one of the two is spelled */
+    bool *num = &on[2], *integer = &on[1];
+    if (*num && *integer) {
+        *integer = false;
+        n--;
+    }
+    return n;
 }
 
 static void gen_alternatives(struct sc *c, const json_t *s, const char *key, struct sp_gstr *o)
 {
     const json_t *alts = json_object_get(s, key);
-    if (!json_is_array(alts) || !json_array_size(alts)) {
-        fail(c, "'%s' must be a non-empty array", key);
-        return;
-    }
-    /* sibling keywords (other than annotations and $defs) apply to every alternative */
-    bool siblings = false;
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)s, k, v) siblings |= strcmp(k, key) && strcmp(k, "$defs") &&
-                                                      strcmp(k, "definitions") &&
-                                                      !in_list(k, annotations, N_OF(annotations));
+    /* sibling keywords apply to every alternative */
+    const char *without[] = {key, NULL};
+    bool siblings = json_object_size(s) > 1, any = false;
     sp_gstr_add(o, "( ");
     size_t i;
     json_t *alt;
     json_array_foreach(alts, i, alt) {
-        if (i)
-            sp_gstr_add(o, " | ");
         size_t old = sp_jpath_push(&c->path, ".%s[%zu]", key, i);
-        gen(c, siblings ? merged(c, s, key, alt) : alt, o);
+        const json_t *parts[1] = {alt};
+        const json_t *a = siblings ? merged(c, s, without, parts, 1, true) : alt;
+        if (a && !json_is_false(a)) { /* an alternative no value satisfies is left out */
+            if (any)
+                sp_gstr_add(o, " | ");
+            gen(c, a, o);
+            any = true;
+        }
         sp_jpath_pop(&c->path, old);
     }
     sp_gstr_add(o, " )");
+    if (!any)
+        fail(c, "unsatisfiable schema: no alternative of '%s' can be satisfied", key);
 }
 
-static void gen_ref(struct sc *c, const char *ref, struct sp_gstr *o)
+/* if/then/else: ( s + if + then | s + else ); the validator checks that
+ * the second is taken only where `if` fails. */
+static void gen_if(struct sc *c, const json_t *s, struct sp_gstr *o)
 {
-    const json_t *target = resolve(c, ref);
-    if (!target)
+    static const char *const without[] = {"if", "then", "else", NULL};
+    const json_t *cond = json_object_get(s, "if"), *then = json_object_get(s, "then");
+    const json_t *els = json_object_get(s, "else");
+    const json_t *yes[2] = {cond, then ? then : json_true()}, *no[1] = {els ? els : json_true()};
+    const json_t *a = then ? merged(c, s, without, yes, 2, true) : NULL;
+    const json_t *b = merged(c, s, without, no, 1, true);
+    if (c->failed)
         return;
+    if (!a && !b) {
+        fail(c, "unsatisfiable schema: neither the 'then' nor the 'else' branch can be satisfied");
+        return;
+    }
+    sp_gstr_add(o, "( ");
+    if (a)
+        gen(c, a, o);
+    if (a && b)
+        sp_gstr_add(o, " | ");
+    if (b)
+        gen(c, b, o);
+    sp_gstr_add(o, " )");
+}
+
+/* A $ref's target as a rule of its own, once per target. */
+static void gen_ref(struct sc *c, const json_t *s, struct sp_gstr *o)
+{
+    const json_t *target = sp_schema_target(c->sch, s);
     for (size_t i = 0; i < c->n_memo; i++)
         if (c->memo[i].node == target) {
             sp_gstr_add(o, c->memo[i].name);
@@ -983,7 +968,7 @@ static void gen_ref(struct sc *c, const char *ref, struct sp_gstr *o)
         size_t cap = c->cap_memo ? c->cap_memo * 2 : 16;
         struct memo *m = realloc(c->memo, cap * sizeof *m);
         if (!m) {
-            fail(c, "out of memory");
+            nomem(c);
             return;
         }
         c->memo = m;
@@ -995,12 +980,101 @@ static void gen_ref(struct sc *c, const char *ref, struct sp_gstr *o)
     char name[24];
     snprintf(name, sizeof name, "%s", m->name);
     struct sp_gstr body = {0};
-    size_t old = sp_jpath_push(&c->path, " ($ref %.80s)", ref);
+    size_t old = sp_jpath_push(&c->path, " ($ref %.80s)", json_string_value(json_object_get(s, "$ref")));
     gen(c, target, &body);
     sp_jpath_pop(&c->path, old);
     emit_rule(c, name, &body);
     free(body.p);
     sp_gstr_add(o, name);
+}
+
+static void gen_enum(struct sc *c, const json_t *s, const json_t *values, struct sp_gstr *o)
+{
+    bool on[sizeof type_names / sizeof type_names[0]];
+    bool typed = json_object_get(s, "type") != NULL;
+    value_types(s, on);
+    bool any = false;
+    size_t i;
+    json_t *v;
+    sp_gstr_add(o, "( ");
+    json_array_foreach(values, i, v) {
+        /* only values of the allowed types (the validator checks the rest) */
+        int ti = json_is_string(v) ? 0 : json_is_integer(v) ? 1 : json_is_real(v) ? 2 : json_is_boolean(v) ? 3
+               : json_is_null(v) ? 4 : json_is_object(v) ? 5 : 6;
+        bool ok = !typed || on[ti] || (ti == 1 && on[2]) ||
+                  (ti == 2 && on[1] && json_real_value(v) == floor(json_real_value(v)));
+        if (!ok)
+            continue;
+        if (any)
+            sp_gstr_add(o, " | ");
+        json_lit(o, v);
+        any = true;
+    }
+    sp_gstr_add(o, " )");
+    if (!any)
+        fail(c, json_array_size(values) ? "unsatisfiable schema: no enum value has the schema's type"
+                                        : "unsatisfiable schema: empty enum");
+}
+
+static void gen_node(struct sc *c, const json_t *s, struct sp_gstr *o)
+{
+    static const char *const none[] = {NULL};
+    const json_t *k;
+    if (json_object_get(s, "allOf") || (json_object_get(s, "$ref") && json_object_size(s) > 1)) {
+        const json_t *m = merged(c, s, none, NULL, 0, false);
+        if (m)
+            gen(c, m, o);
+        return;
+    }
+    if (json_object_get(s, "$ref")) {
+        gen_ref(c, s, o);
+        return;
+    }
+    if ((k = json_object_get(s, "not")) && (json_is_true(k) || (json_is_object(k) && !json_object_size(k)))) {
+        fail(c, "unsatisfiable schema: 'not' of a schema every value satisfies");
+        return;
+    }
+    if (json_object_get(s, "if")) {
+        gen_if(c, s, o);
+        return;
+    }
+    if ((k = json_object_get(s, "const"))) {
+        json_lit(o, k);
+        return;
+    }
+    if ((k = json_object_get(s, "enum"))) {
+        gen_enum(c, s, k, o);
+        return;
+    }
+    if (json_object_get(s, "anyOf")) {
+        gen_alternatives(c, s, "anyOf", o);
+        return;
+    }
+    if (json_object_get(s, "oneOf")) {
+        gen_alternatives(c, s, "oneOf", o);
+        return;
+    }
+    bool on[sizeof type_names / sizeof type_names[0]];
+    int n = value_types(s, on);
+    if (!n) {
+        fail(c, "unsatisfiable schema: no type is left");
+        return;
+    }
+    if (n == (int)(sizeof on / sizeof on[0]) - 1 && !json_object_get(s, "type")) {
+        sp_gstr_add(o, "json-value"); /* no type: any value (the validator checks the keywords) */
+        return;
+    }
+    sp_gstr_add(o, "( ");
+    bool first = true;
+    for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++) {
+        if (!on[i])
+            continue;
+        if (!first)
+            sp_gstr_add(o, " | ");
+        first = false;
+        gen_type(c, s, type_names[i], o);
+    }
+    sp_gstr_add(o, " )");
 }
 
 static void gen(struct sc *c, const json_t *s, struct sp_gstr *o)
@@ -1015,126 +1089,45 @@ static void gen(struct sc *c, const json_t *s, struct sp_gstr *o)
         fail(c, "unsatisfiable schema: false");
         return;
     }
-    if (!json_is_object(s)) {
-        fail(c, "a schema must be an object or a boolean");
-        return;
-    }
-    if (++c->depth > MAX_NEST) {
+    if (++c->depth > MAX_NEST)
         fail(c, "schema nested deeper than %d", MAX_NEST);
-        return;
-    }
-    if (!check_keywords(c, s))
-        goto out;
-    const json_t *ref = json_object_get(s, "$ref");
-    if (json_object_get(s, "allOf") || (ref && json_object_size(s) > 1 && !json_object_get(s, "$defs") &&
-                                        !json_object_get(s, "definitions"))) {
-        const json_t *m = merged(c, s, NULL, NULL);
-        if (m && (json_object_get(m, "allOf") || json_object_get(m, "$ref")))
-            fail(c, "allOf could not be merged");
-        else if (m)
-            gen(c, m, o);
-        goto out;
-    }
-    if (ref) {
-        if (!json_is_string(ref))
-            fail(c, "'$ref' must be a string");
-        else
-            gen_ref(c, json_string_value(ref), o);
-        goto out;
-    }
-    json_t *cst = json_object_get(s, "const"), *en = json_object_get(s, "enum");
-    if (cst) {
-        json_lit(c, o, cst);
-        goto out;
-    }
-    if (en) {
-        if (!json_is_array(en) || !json_array_size(en)) {
-            fail(c, json_is_array(en) ? "unsatisfiable schema: empty enum" : "'enum' must be an array");
-            goto out;
-        }
-        sp_gstr_add(o, "( ");
-        size_t i;
-        json_t *v;
-        json_array_foreach(en, i, v) {
-            if (i)
-                sp_gstr_add(o, " | ");
-            json_lit(c, o, v);
-        }
-        sp_gstr_add(o, " )");
-        goto out;
-    }
-    if (json_object_get(s, "anyOf")) {
-        gen_alternatives(c, s, "anyOf", o);
-        goto out;
-    }
-    if (json_object_get(s, "oneOf")) {
-        gen_alternatives(c, s, "oneOf", o);
-        goto out;
-    }
-    const json_t *type = json_object_get(s, "type");
-    if (json_is_string(type)) {
-        gen_type(c, s, json_string_value(type), o);
-    } else if (json_is_array(type)) {
-        if (!json_array_size(type)) {
-            fail(c, "unsatisfiable schema: 'type' is an empty array");
-            goto out;
-        }
-        sp_gstr_add(o, "( ");
-        size_t i;
-        json_t *t;
-        json_array_foreach(type, i, t) {
-            if (!json_is_string(t)) {
-                fail(c, "'type' must hold strings");
-                goto out;
-            }
-            if (i)
-                sp_gstr_add(o, " | ");
-            gen_type(c, s, json_string_value(t), o);
-        }
-        sp_gstr_add(o, " )");
-    } else if (type) {
-        fail(c, "'type' must be a string or an array of strings");
-    } else {
-        const char *t = implied_type(s);
-        if (t)
-            gen_type(c, s, t, o);
-        else
-            sp_gstr_add(o, "json-value");
-    }
-out:
+    else
+        gen_node(c, s, o);
     c->depth--;
 }
 
 sp_status sp_grammar_from_schema(const char *schema, size_t len, char **gbnf)
 {
-    return sp_grammar_from_schema_as(schema, len, "root", gbnf);
+    return sp_grammar_from_schema_as(schema, len, "root", false, gbnf);
 }
 
-sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, char **gbnf)
+sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, bool flexible, char **gbnf)
 {
     struct sc c = {0};
-    json_error_t jerr;
+    struct sp_schema *sch = NULL;
     *gbnf = NULL;
-    c.root = json_loadb(schema ? schema : "", schema ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
-    if (!c.root)
-        return sp_error_set(SP_ERR_ARG, "json schema: not valid JSON: %s (line %d, column %d)", jerr.text,
-                            jerr.line, jerr.column);
+    sp_status st = sp_schema_load(schema, len, &sch);
+    if (st != SP_OK)
+        return st;
+    c.sch = sch;
+    c.w = flexible ? " json-ws " : " ";
     c.owned = json_array();
     sp_jpath_init(&c.path);
     struct sp_gstr top = {0};
-    if (!json_is_object(c.root) && !json_is_boolean(c.root))
-        fail(&c, "a schema must be an object or a boolean");
-    gen(&c, c.root, &top);
+    if (!c.owned)
+        nomem(&c);
+    gen(&c, sp_schema_root(sch), &top);
     if (!c.failed && (top.failed || c.rules.failed))
-        fail(&c, "out of memory");
-    sp_status st = SP_ERR_ARG;
+        nomem(&c);
+    st = SP_ERR_ARG;
     if (!c.failed) {
         struct sp_gstr all = {0};
         sp_gstr_addf(&all, "%s ::= ", rule);
         sp_gstr_add(&all, top.p ? top.p : "json-value");
         sp_gstr_add(&all, "\n");
         sp_gstr_addn(&all, c.rules.p ? c.rules.p : "", c.rules.n);
-        sp_gstr_add(&all, base_rules);
+        sp_gstr_add(&all, flexible ? base_flex : base_compact);
+        sp_gstr_add(&all, sp_schema_format_rules);
         if (all.failed) {
             free(all.p);
             st = sp_error_set(SP_ERR_NOMEM, "json schema: out of memory");
@@ -1142,11 +1135,13 @@ sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *
             *gbnf = all.p;
             st = SP_OK;
         }
+    } else {
+        st = c.st;
     }
     free(top.p);
     free(c.rules.p);
     free(c.memo);
     json_decref(c.owned);
-    json_decref(c.root);
+    sp_schema_free(sch);
     return st;
 }

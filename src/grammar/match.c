@@ -607,11 +607,11 @@ sp_status sp_grammar_compile(struct sp_grammar **out, const char *text, size_t l
     return sp_grammar_from_nfa(out, &nfa);
 }
 
-sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len)
+sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len, bool flexible)
 {
     char *gbnf = NULL;
     *out = NULL;
-    sp_status st = sp_grammar_from_schema(schema, len, &gbnf);
+    sp_status st = sp_grammar_from_schema_as(schema, len, "root", flexible, &gbnf);
     if (st != SP_OK)
         return st;
     st = sp_grammar_compile(out, gbnf, strlen(gbnf), NULL);
@@ -628,6 +628,8 @@ sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema,
     (*out)->schema_len = len;
     return SP_OK;
 }
+
+bool sp_grammar_has_schema(const struct sp_grammar *g) { return g->schema != NULL; }
 
 sp_status sp_grammar_check(void *grammar, const char *text, size_t len, char *why, size_t cap)
 {

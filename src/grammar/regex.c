@@ -6,8 +6,8 @@
  * quantifiers * + ? {m} {m,} {m,n} (lazy forms match the same strings),
  * anchors ^ at the start and $ at the end.  A pattern not anchored at an end
  * may have any characters there (JSON Schema patterns search).  Anything
- * else (backreferences, lookaround, \b, inline flags) is refused: the
- * grammar must never allow a string the pattern refuses.
+ * else (backreferences, lookaround, \b, inline flags) is reported, never
+ * approximated (the compiler then leaves the string to the validator).
  *
  * Characters that JSON escapes are left out of classes and `.` (a subset of
  * the matching strings is still correct); a literal quote or backslash is

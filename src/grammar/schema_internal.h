@@ -5,6 +5,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "spindle.h"
 
 /* A growable string; `failed` once an allocation failed (then p may be
  * incomplete and later appends do nothing). */
@@ -33,13 +36,51 @@ void sp_jpath_pop(struct sp_jpath *p, size_t old);
  * pattern (regex.c).  Returns NULL, or what the subset lacks. */
 const char *sp_regex_to_gbnf(const char *pattern, size_t len, struct sp_gstr *out);
 
-/* The node a local reference ("#", "#/$defs/a", JSON pointer escapes)
- * names inside root, or NULL (validate.c). */
+/* ---- schemas in the internal form (schema_norm.c) ----
+ * A schema of any draft, converted: only validation keywords, in 2020-12's
+ * spelling, their values checked; references resolved. */
 struct json_t;
-const struct json_t *sp_schema_resolve(const struct json_t *root, const char *ref);
+struct sp_schema;
+sp_status sp_schema_load(const char *text, size_t len, struct sp_schema **out);
+void sp_schema_free(struct sp_schema *s);
+const struct json_t *sp_schema_root(const struct sp_schema *s);
+/* The schema the `$ref` of node names (node holds one), never NULL for a
+ * node of s that holds a $ref. */
+const struct json_t *sp_schema_target(const struct sp_schema *s, const struct json_t *node);
+/* Is k a validation keyword of some draft? */
+bool sp_schema_is_keyword(const char *k);
+/* Does the pattern compile (PCRE2, UTF)? */
+bool sp_schema_pattern_ok(const char *pattern);
 
-/* Formats (grammar_schema.c, validate.c): the GBNF of a format's contents, NULL
- * for an unknown format. */
-const char *sp_schema_format_gbnf(const char *format);
+static inline uint64_t sp_schema_hash(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* ---- merging (schema_merge.c) ----
+ * One schema from base (less the keys in the NULL-terminated `without`)
+ * and parts: their intersection where the keywords allow it, else the
+ * first value (the validator checks the schema itself).  The nodes made
+ * are kept by `owned` (a JSON array).  *empty: why no value satisfies it,
+ * or NULL.  NULL on out of memory (error set). */
+const struct json_t *sp_schema_merge(const struct sp_schema *sch, struct json_t *owned, const struct json_t *base,
+                                     const char *const *without, const struct json_t *const *parts,
+                                     size_t n_parts, const char **empty);
+
+/* ---- formats (schema_formats.c) ---- */
+struct sp_schema_format {
+    const char *name;
+    const char *gbnf;                        /* the string's contents */
+    bool (*check)(const char *s, size_t n);  /* the format itself */
+};
+const struct sp_schema_format *sp_schema_format_find(const char *name);
+bool sp_schema_format_known(const char *name);
+/* The names, ", "-separated, into buf; returns the length. */
+size_t sp_schema_format_list(char *buf, size_t cap);
+/* Rules the formats' GBNF uses besides the base rules. */
+extern const char sp_schema_format_rules[];
 
 #endif

@@ -1,8 +1,17 @@
-/* A finished output checked against its JSON Schema: every keyword the
- * compiler accepts (grammar_schema.c), including those no grammar enforces
- * (uniqueItems, multipleOf, bounds on non-integers, lengths beside a
- * pattern, oneOf's "exactly one", calendar dates).  Patterns run with PCRE2
- * (UTF mode, searching as JSON Schema's patterns do). */
+/* A finished output checked against its JSON Schema (in the internal form,
+ * schema_norm.c): every validation keyword, including those no grammar
+ * enforces (uniqueItems, multipleOf, not, if/then/else, dependencies,
+ * contains, property counts, unevaluated*, bounds on non-integers, lengths
+ * beside a pattern, oneOf's "exactly one", calendar dates, formats the
+ * grammar only approximates).  Patterns run with PCRE2 (UTF mode,
+ * searching as JSON Schema's patterns do).  Any JSON whitespace and any key
+ * order are fine: the text is parsed first.
+ *
+ * unevaluatedProperties/unevaluatedItems need to know what the schema's
+ * other keywords evaluated: check() fills a `struct seen` (a flag per key
+ * of the object, or per item of the array) when its caller asks, and the
+ * in-place applicators ($ref, allOf, anyOf, oneOf, if/then/else,
+ * dependentSchemas) add what their passing subschemas evaluated. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
 #include <math.h>
@@ -20,13 +29,22 @@
 #define MAX_DEPTH 256
 
 struct vc {
-    const json_t *root;
+    const struct sp_schema *sch;
     char *why;
     size_t cap, n;
     int n_fail;
-    int quiet;       /* inside anyOf/oneOf trials: failures are not reported */
+    int quiet;       /* inside trials (anyOf, not, if, contains): failures are not reported */
     int depth;
+    bool nomem;
     struct sp_jpath path;
+};
+
+/* What was evaluated of one instance: flag[i] for key i of `keys` (the
+ * object's keys, sorted) or for item i. */
+struct seen {
+    const char **keys;
+    size_t n;
+    uint8_t *flag;
 };
 
 static void report(struct vc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -47,37 +65,66 @@ static void report(struct vc *c, const char *fmt, ...)
         c->n = c->n + (size_t)k < c->cap ? c->n + (size_t)k : c->cap - 1;
 }
 
-const json_t *sp_schema_resolve(const json_t *root, const char *ref)
+/* ---- seen sets ---- */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* A seen set for x (an object or an array); keys shared with `like` when
+ * given.  false: out of memory. */
+static bool seen_init(struct vc *c, struct seen *t, const json_t *x, const struct seen *like)
 {
-    if (!ref || ref[0] != '#' || (ref[1] && ref[1] != '/'))
-        return NULL;
-    const json_t *cur = root;
-    const char *p = ref + 1;
-    while (*p == '/' && cur) {
-        p++;
-        char tok[256];
-        size_t n = 0;
-        while (*p && *p != '/' && n < sizeof tok - 1) {
-            if (p[0] == '~' && (p[1] == '0' || p[1] == '1')) {
-                tok[n++] = p[1] == '0' ? '~' : '/';
-                p += 2;
-            } else {
-                tok[n++] = *p++;
-            }
-        }
-        tok[n] = '\0';
-        if (json_is_object(cur)) {
-            cur = json_object_get(cur, tok);
-        } else if (json_is_array(cur)) {
-            char *end;
-            long idx = strtol(tok, &end, 10);
-            cur = *end || idx < 0 ? NULL : json_array_get(cur, (size_t)idx);
-        } else {
-            cur = NULL;
+    memset(t, 0, sizeof *t);
+    t->n = json_is_object(x) ? json_object_size(x) : json_array_size(x);
+    t->flag = calloc(t->n ? t->n : 1, 1);
+    if (like) {
+        t->keys = like->keys;
+    } else if (json_is_object(x)) {
+        t->keys = malloc((t->n ? t->n : 1) * sizeof *t->keys);
+        if (t->keys) {
+            size_t i = 0;
+            const char *k;
+            json_t *v;
+            json_object_foreach((json_t *)x, k, v) t->keys[i++] = k;
+            qsort(t->keys, t->n, sizeof *t->keys, cmp_str);
         }
     }
-    return cur;
+    if (!t->flag || (json_is_object(x) && !t->keys)) {
+        c->nomem = true;
+        return false;
+    }
+    return true;
 }
+
+static void seen_free(struct seen *t, bool own_keys)
+{
+    free(t->flag);
+    if (own_keys)
+        free(t->keys);
+}
+
+static void seen_key(struct seen *t, const char *k)
+{
+    if (!t || !t->keys)
+        return;
+    const char **hit = bsearch(&k, t->keys, t->n, sizeof *t->keys, cmp_str);
+    if (hit)
+        t->flag[hit - t->keys] = 1;
+}
+
+static void seen_item(struct seen *t, size_t i)
+{
+    if (t && i < t->n)
+        t->flag[i] = 1;
+}
+
+static void seen_merge(struct seen *dst, const struct seen *src)
+{
+    if (dst)
+        for (size_t i = 0; i < dst->n; i++)
+            dst->flag[i] |= src->flag[i];
+}
+
+/* ---- values ---- */
 
 /* JSON Schema equality: numbers by value (1 == 1.0). */
 static bool same(const json_t *a, const json_t *b)
@@ -130,90 +177,13 @@ static size_t codepoints(const char *s, size_t n)
     return k;
 }
 
-static int digits(const char *s, int n)
-{
-    int v = 0;
-    for (int i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    return v;
-}
-
-static bool valid_date(const char *s, size_t n)
-{
-    if (n != 10 || s[4] != '-' || s[7] != '-')
-        return false;
-    int y = digits(s, 4), m = digits(s + 5, 2), d = digits(s + 8, 2);
-    static const int mdays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (y < 0 || m < 1 || m > 12 || d < 1)
-        return false;
-    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    return d <= mdays[m - 1] + (m == 2 && leap);
-}
-
-static bool valid_time(const char *s, size_t n)
-{
-    if (n < 9 || s[2] != ':' || s[5] != ':')
-        return false;
-    int h = digits(s, 2), mi = digits(s + 3, 2), se = digits(s + 6, 2);
-    if (h < 0 || h > 23 || mi < 0 || mi > 59 || se < 0 || se > 60)
-        return false;
-    size_t i = 8;
-    if (i < n && s[i] == '.') {
-        size_t j = ++i;
-        while (i < n && s[i] >= '0' && s[i] <= '9')
-            i++;
-        if (i == j)
-            return false;
-    }
-    if (i + 1 == n && (s[i] == 'Z' || s[i] == 'z'))
-        return true;
-    if (i + 6 == n && (s[i] == '+' || s[i] == '-') && s[i + 3] == ':') {
-        int oh = digits(s + i + 1, 2), om = digits(s + i + 4, 2);
-        return oh >= 0 && oh <= 23 && om >= 0 && om <= 59;
-    }
-    return false;
-}
-
-static bool valid_format(const char *f, const char *s, size_t n)
-{
-    if (!strcmp(f, "date"))
-        return valid_date(s, n);
-    if (!strcmp(f, "time"))
-        return valid_time(s, n);
-    if (!strcmp(f, "date-time"))
-        return n > 11 && (s[10] == 'T' || s[10] == 't') && valid_date(s, 10) && valid_time(s + 11, n - 11);
-    if (!strcmp(f, "uuid")) {
-        if (n != 36)
-            return false;
-        for (size_t i = 0; i < n; i++) {
-            bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-            char ch = s[i];
-            bool hexd = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
-            if (dash ? ch != '-' : !hexd)
-                return false;
-        }
-        return true;
-    }
-    if (!strcmp(f, "email")) {
-        const char *at = memchr(s, '@', n);
-        if (!at || at == s || memchr(at + 1, '@', n - (size_t)(at - s) - 1))
-            return false;
-        const char *dot = memchr(at + 1, '.', n - (size_t)(at - s) - 1);
-        return dot && dot > at + 1 && dot < s + n - 1;
-    }
-    return false;
-}
-
-static bool pattern_matches(struct vc *c, const char *pat, size_t plen, const char *s, size_t n)
+static bool pattern_matches(struct vc *c, const char *pat, const char *s, size_t n)
 {
     int err;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, plen, PCRE2_UTF, &err, &off, NULL);
-    if (!re) {
-        report(c, "pattern '%.60s' does not compile", pat);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &off, NULL);
+    if (!re) { /* schema_norm.c compiled it once already: memory */
+        c->nomem = true;
         return false;
     }
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
@@ -223,30 +193,54 @@ static bool pattern_matches(struct vc *c, const char *pat, size_t plen, const ch
     return rc >= 0;
 }
 
-static bool check(struct vc *c, const json_t *s, const json_t *x);
+static json_int_t count_of(const json_t *s, const char *k, json_int_t none)
+{
+    const json_t *v = json_object_get(s, k);
+    return json_is_integer(v) ? json_integer_value(v) : none;
+}
+
+static bool check(struct vc *c, const json_t *s, const json_t *x, struct seen *ev);
+
+/* A quiet trial: does x satisfy s?  Evaluations go to ev when it passes. */
+static bool trial(struct vc *c, const json_t *s, const json_t *x, struct seen *ev)
+{
+    struct seen t;
+    bool ok;
+    c->quiet++;
+    if (ev && seen_init(c, &t, x, ev)) {
+        ok = check(c, s, x, &t);
+        if (ok)
+            seen_merge(ev, &t);
+        seen_free(&t, false);
+    } else {
+        ok = check(c, s, x, NULL);
+    }
+    c->quiet--;
+    return ok;
+}
 
 static bool check_number(struct vc *c, const json_t *s, const json_t *x)
 {
     bool ok = true;
     double v = json_number_value(x);
     json_t *k;
-    if ((k = json_object_get(s, "minimum")) && json_is_number(k) && v < json_number_value(k)) {
+    if ((k = json_object_get(s, "minimum")) && v < json_number_value(k)) {
         report(c, "%g is less than the minimum %g", v, json_number_value(k));
         ok = false;
     }
-    if ((k = json_object_get(s, "maximum")) && json_is_number(k) && v > json_number_value(k)) {
+    if ((k = json_object_get(s, "maximum")) && v > json_number_value(k)) {
         report(c, "%g is more than the maximum %g", v, json_number_value(k));
         ok = false;
     }
-    if ((k = json_object_get(s, "exclusiveMinimum")) && json_is_number(k) && v <= json_number_value(k)) {
+    if ((k = json_object_get(s, "exclusiveMinimum")) && v <= json_number_value(k)) {
         report(c, "%g is not more than the exclusive minimum %g", v, json_number_value(k));
         ok = false;
     }
-    if ((k = json_object_get(s, "exclusiveMaximum")) && json_is_number(k) && v >= json_number_value(k)) {
+    if ((k = json_object_get(s, "exclusiveMaximum")) && v >= json_number_value(k)) {
         report(c, "%g is not less than the exclusive maximum %g", v, json_number_value(k));
         ok = false;
     }
-    if ((k = json_object_get(s, "multipleOf")) && json_is_number(k) && json_number_value(k) > 0) {
+    if ((k = json_object_get(s, "multipleOf"))) {
         double m = json_number_value(k);
         bool multiple;
         if (json_is_integer(x) && json_is_integer(k))
@@ -269,51 +263,69 @@ static bool check_string(struct vc *c, const json_t *s, const json_t *x)
     const char *str = json_string_value(x);
     size_t n = json_string_length(x), cps = codepoints(str, n);
     json_t *k;
-    if ((k = json_object_get(s, "minLength")) && json_is_integer(k) && (json_int_t)cps < json_integer_value(k)) {
-        report(c, "string of %zu characters is shorter than minLength %lld", cps, (long long)json_integer_value(k));
+    json_int_t lim;
+    if ((lim = count_of(s, "minLength", -1)) >= 0 && (json_int_t)cps < lim) {
+        report(c, "string of %zu characters is shorter than minLength %lld", cps, (long long)lim);
         ok = false;
     }
-    if ((k = json_object_get(s, "maxLength")) && json_is_integer(k) && (json_int_t)cps > json_integer_value(k)) {
-        report(c, "string of %zu characters is longer than maxLength %lld", cps, (long long)json_integer_value(k));
+    if ((lim = count_of(s, "maxLength", -1)) >= 0 && (json_int_t)cps > lim) {
+        report(c, "string of %zu characters is longer than maxLength %lld", cps, (long long)lim);
         ok = false;
     }
-    if ((k = json_object_get(s, "pattern")) && json_is_string(k) &&
-        !pattern_matches(c, json_string_value(k), json_string_length(k), str, n)) {
+    if ((k = json_object_get(s, "pattern")) && !pattern_matches(c, json_string_value(k), str, n)) {
         report(c, "'%.60s' does not match the pattern '%.60s'", str, json_string_value(k));
         ok = false;
     }
-    if ((k = json_object_get(s, "format")) && json_is_string(k) && !valid_format(json_string_value(k), str, n)) {
-        report(c, "'%.60s' is not a valid %s", str, json_string_value(k));
+    const struct sp_schema_format *f;
+    if ((k = json_object_get(s, "format")) && (f = sp_schema_format_find(json_string_value(k))) &&
+        !f->check(str, n)) {
+        report(c, "'%.60s' is not a valid %s", str, f->name);
         ok = false;
     }
     return ok;
 }
 
-static bool check_array(struct vc *c, const json_t *s, const json_t *x)
+static bool check_array(struct vc *c, const json_t *s, const json_t *x, struct seen *ev)
 {
     bool ok = true;
     size_t n = json_array_size(x);
-    json_t *v;
-    if ((v = json_object_get(s, "minItems")) && json_is_integer(v) && (json_int_t)n < json_integer_value(v)) {
-        report(c, "%zu items, fewer than minItems %lld", n, (long long)json_integer_value(v));
+    json_int_t lim;
+    if ((lim = count_of(s, "minItems", -1)) >= 0 && (json_int_t)n < lim) {
+        report(c, "%zu items, fewer than minItems %lld", n, (long long)lim);
         ok = false;
     }
-    if ((v = json_object_get(s, "maxItems")) && json_is_integer(v) && (json_int_t)n > json_integer_value(v)) {
-        report(c, "%zu items, more than maxItems %lld", n, (long long)json_integer_value(v));
+    if ((lim = count_of(s, "maxItems", -1)) >= 0 && (json_int_t)n > lim) {
+        report(c, "%zu items, more than maxItems %lld", n, (long long)lim);
         ok = false;
     }
     const json_t *prefix = json_object_get(s, "prefixItems"), *items = json_object_get(s, "items");
+    size_t k = json_array_size(prefix);
     for (size_t i = 0; i < n; i++) {
-        const json_t *sub = NULL;
-        if (json_is_array(prefix) && i < json_array_size(prefix))
-            sub = json_array_get(prefix, i);
-        else
-            sub = items;
+        const json_t *sub = i < k ? json_array_get(prefix, i) : items;
         if (!sub)
             continue;
         size_t old = sp_jpath_push(&c->path, "[%zu]", i);
-        ok &= check(c, sub, json_array_get(x, i));
+        ok &= check(c, sub, json_array_get(x, i), NULL);
         sp_jpath_pop(&c->path, old);
+        seen_item(ev, i);
+    }
+    const json_t *has = json_object_get(s, "contains");
+    if (has) {
+        json_int_t mn = count_of(s, "minContains", 1), mx = count_of(s, "maxContains", -1), m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (trial(c, has, json_array_get(x, i), NULL)) {
+                m++;
+                seen_item(ev, i);
+            }
+        if (m < mn) {
+            report(c, m ? "%lld items match 'contains', fewer than %lld" : "no item matches 'contains'",
+                   (long long)m, (long long)mn);
+            ok = false;
+        }
+        if (mx >= 0 && m > mx) {
+            report(c, "%lld items match 'contains', more than maxContains %lld", (long long)m, (long long)mx);
+            ok = false;
+        }
     }
     if (json_is_true(json_object_get(s, "uniqueItems")))
         for (size_t i = 0; i < n; i++)
@@ -327,71 +339,176 @@ static bool check_array(struct vc *c, const json_t *s, const json_t *x)
     return ok;
 }
 
-static bool check_object(struct vc *c, const json_t *s, const json_t *x)
+static bool check_object(struct vc *c, const json_t *s, const json_t *x, struct seen *ev)
 {
     bool ok = true;
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
-    const json_t *addl = json_object_get(s, "additionalProperties");
-    size_t i;
+    const json_t *pats = json_object_get(s, "patternProperties"), *addl = json_object_get(s, "additionalProperties");
+    const json_t *names = json_object_get(s, "propertyNames"), *dreq = json_object_get(s, "dependentRequired");
+    size_t i, n = json_object_size(x);
     json_t *r;
+    json_int_t lim;
     json_array_foreach(req, i, r) {
-        if (json_is_string(r) && !json_object_get(x, json_string_value(r))) {
+        if (!json_object_get(x, json_string_value(r))) {
             report(c, "required property '%.60s' is missing", json_string_value(r));
             ok = false;
         }
     }
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)x, k, v) {
-        const json_t *sub = json_object_get(props, k);
-        if (!sub)
-            sub = addl;
-        if (!sub)
+    if ((lim = count_of(s, "minProperties", -1)) >= 0 && (json_int_t)n < lim) {
+        report(c, "%zu properties, fewer than minProperties %lld", n, (long long)lim);
+        ok = false;
+    }
+    if ((lim = count_of(s, "maxProperties", -1)) >= 0 && (json_int_t)n > lim) {
+        report(c, "%zu properties, more than maxProperties %lld", n, (long long)lim);
+        ok = false;
+    }
+    const char *k, *pk;
+    json_t *v, *pv;
+    json_object_foreach((json_t *)dreq, pk, pv) {
+        if (!json_object_get(x, pk))
             continue;
-        size_t old = sp_jpath_push(&c->path, ".%.80s", k);
-        if (json_is_false(sub)) {
-            report(c, "property not allowed (additionalProperties is false)");
+        json_array_foreach(pv, i, r) if (!json_object_get(x, json_string_value(r))) {
+            report(c, "property '%.60s' is required when '%.60s' is present", json_string_value(r), pk);
             ok = false;
-        } else {
-            ok &= check(c, sub, v);
         }
+    }
+    json_object_foreach((json_t *)x, k, v) {
+        size_t old = sp_jpath_push(&c->path, ".%.80s", k);
+        bool matched = false;
+        const json_t *sub = json_object_get(props, k);
+        if (sub) {
+            ok &= check(c, sub, v, NULL);
+            matched = true;
+        }
+        json_object_foreach((json_t *)pats, pk, pv) {
+            if (pattern_matches(c, pk, k, strlen(k))) {
+                ok &= check(c, pv, v, NULL);
+                matched = true;
+            }
+        }
+        if (!matched && addl) {
+            if (json_is_false(addl)) {
+                report(c, "property not allowed (additionalProperties is false)");
+                ok = false;
+            } else {
+                ok &= check(c, addl, v, NULL);
+            }
+            matched = true;
+        }
+        if (names) {
+            json_t *key = json_string(k);
+            if (!key) {
+                c->nomem = true;
+            } else if (!trial(c, names, key, NULL)) {
+                report(c, "the name does not match propertyNames");
+                ok = false;
+            }
+            json_decref(key);
+        }
+        if (matched)
+            seen_key(ev, k);
         sp_jpath_pop(&c->path, old);
     }
     return ok;
 }
 
-/* How many of the schemas in `arr` x satisfies (quietly). */
-static size_t count_matching(struct vc *c, const json_t *arr, const json_t *x)
+/* unevaluatedProperties/unevaluatedItems: what nothing else evaluated. */
+static bool check_unevaluated(struct vc *c, const json_t *s, const json_t *x, struct seen *t)
 {
-    size_t n = 0, i;
-    json_t *sub;
-    c->quiet++;
-    json_array_foreach(arr, i, sub) n += check(c, sub, x);
-    c->quiet--;
-    return n;
+    bool ok = true;
+    const json_t *up = json_object_get(s, "unevaluatedProperties"), *ui = json_object_get(s, "unevaluatedItems");
+    if (up && json_is_object(x)) {
+        for (size_t i = 0; i < t->n; i++) {
+            if (t->flag[i])
+                continue;
+            size_t old = sp_jpath_push(&c->path, ".%.80s", t->keys[i]);
+            if (json_is_false(up)) {
+                report(c, "property not allowed (unevaluatedProperties is false)");
+                ok = false;
+            } else {
+                ok &= check(c, up, json_object_get(x, t->keys[i]), NULL);
+            }
+            sp_jpath_pop(&c->path, old);
+            t->flag[i] = 1;
+        }
+    }
+    if (ui && json_is_array(x)) {
+        for (size_t i = 0; i < t->n; i++) {
+            if (t->flag[i])
+                continue;
+            size_t old = sp_jpath_push(&c->path, "[%zu]", i);
+            if (json_is_false(ui)) {
+                report(c, "item not allowed (unevaluatedItems is false)");
+                ok = false;
+            } else {
+                ok &= check(c, ui, json_array_get(x, i), NULL);
+            }
+            sp_jpath_pop(&c->path, old);
+            t->flag[i] = 1;
+        }
+    }
+    return ok;
 }
 
-static bool check(struct vc *c, const json_t *s, const json_t *x)
+/* allOf, anyOf, oneOf, not, if/then/else, dependentSchemas. */
+static bool check_applicators(struct vc *c, const json_t *s, const json_t *x, struct seen *ev)
 {
-    if (json_is_true(s))
-        return true;
-    if (json_is_false(s)) {
-        report(c, "no value is allowed here");
-        return false;
+    bool ok = true;
+    const json_t *k;
+    size_t i;
+    json_t *sub;
+    if ((k = json_object_get(s, "allOf")))
+        json_array_foreach(k, i, sub) ok &= check(c, sub, x, ev);
+    if ((k = json_object_get(s, "anyOf"))) {
+        size_t m = 0;
+        json_array_foreach(k, i, sub) m += trial(c, sub, x, ev); /* every passing one annotates */
+        if (!m) {
+            report(c, "matches none of anyOf");
+            ok = false;
+        }
     }
-    if (!json_is_object(s))
-        return true;
-    if (++c->depth > MAX_DEPTH) {
-        c->depth--;
-        report(c, "schema references nest deeper than %d", MAX_DEPTH);
-        return false;
+    if ((k = json_object_get(s, "oneOf"))) {
+        size_t m = 0, which = 0;
+        json_array_foreach(k, i, sub) if (trial(c, sub, x, NULL)) {
+            m++;
+            which = i;
+        }
+        if (m != 1) {
+            report(c, m ? "matches %zu of oneOf (exactly one is allowed)" : "matches none of oneOf", m);
+            ok = false;
+        } else if (ev) {
+            trial(c, json_array_get(k, which), x, ev);
+        }
     }
+    if ((k = json_object_get(s, "not")) && trial(c, k, x, NULL)) {
+        report(c, "matches the schema of 'not'");
+        ok = false;
+    }
+    if ((k = json_object_get(s, "if"))) {
+        const json_t *then = json_object_get(s, "then"), *els = json_object_get(s, "else");
+        if (trial(c, k, x, ev)) {
+            if (then && !check(c, then, x, ev)) {
+                report(c, "matches 'if' but not 'then'");
+                ok = false;
+            }
+        } else if (els && !check(c, els, x, ev)) {
+            report(c, "matches neither 'if' nor 'else'");
+            ok = false;
+        }
+    }
+    if ((k = json_object_get(s, "dependentSchemas")) && json_is_object(x)) {
+        const char *pk;
+        json_object_foreach((json_t *)k, pk, sub) if (json_object_get(x, pk)) ok &= check(c, sub, x, ev);
+    }
+    return ok;
+}
+
+static bool check_node(struct vc *c, const json_t *s, const json_t *x, struct seen *ev)
+{
     bool ok = true;
     json_t *k;
-    if ((k = json_object_get(s, "$ref")) && json_is_string(k)) {
-        const json_t *t = sp_schema_resolve(c->root, json_string_value(k));
-        ok &= t ? check(c, t, x) : false;
-    }
+    if (json_object_get(s, "$ref"))
+        ok &= check(c, sp_schema_target(c->sch, s), x, ev);
     if ((k = json_object_get(s, "type"))) {
         bool any = false;
         if (json_is_string(k)) {
@@ -399,13 +516,12 @@ static bool check(struct vc *c, const json_t *s, const json_t *x)
         } else {
             size_t i;
             json_t *t;
-            json_array_foreach(k, i, t) any |= json_is_string(t) && is_type(x, json_string_value(t));
+            json_array_foreach(k, i, t) any |= is_type(x, json_string_value(t));
         }
         if (!any) {
             char *dump = json_dumps(k, JSON_COMPACT | JSON_ENCODE_ANY);
             report(c, "wrong type (expected %s)", dump ? dump : "?");
             free(dump);
-            c->depth--;
             return false;
         }
     }
@@ -413,7 +529,7 @@ static bool check(struct vc *c, const json_t *s, const json_t *x)
         report(c, "not the constant value");
         ok = false;
     }
-    if ((k = json_object_get(s, "enum")) && json_is_array(k)) {
+    if ((k = json_object_get(s, "enum"))) {
         bool in = false;
         size_t i;
         json_t *e;
@@ -428,24 +544,40 @@ static bool check(struct vc *c, const json_t *s, const json_t *x)
     else if (json_is_string(x))
         ok &= check_string(c, s, x);
     else if (json_is_array(x))
-        ok &= check_array(c, s, x);
+        ok &= check_array(c, s, x, ev);
     else if (json_is_object(x))
-        ok &= check_object(c, s, x);
-    if ((k = json_object_get(s, "allOf")) && json_is_array(k)) {
-        size_t i;
-        json_t *sub;
-        json_array_foreach(k, i, sub) ok &= check(c, sub, x);
+        ok &= check_object(c, s, x, ev);
+    return check_applicators(c, s, x, ev) && ok;
+}
+
+static bool check(struct vc *c, const json_t *s, const json_t *x, struct seen *ev)
+{
+    if (json_is_true(s))
+        return true;
+    if (json_is_false(s)) {
+        report(c, "no value is allowed here");
+        return false;
     }
-    if ((k = json_object_get(s, "anyOf")) && json_is_array(k) && !count_matching(c, k, x)) {
-        report(c, "matches none of anyOf");
-        ok = false;
+    if (++c->depth > MAX_DEPTH) {
+        c->depth--;
+        report(c, "schema references nest deeper than %d", MAX_DEPTH);
+        return false;
     }
-    if ((k = json_object_get(s, "oneOf")) && json_is_array(k)) {
-        size_t m = count_matching(c, k, x);
-        if (m != 1) {
-            report(c, m ? "matches %zu of oneOf (exactly one is allowed)" : "matches none of oneOf", m);
+    bool ok;
+    bool uneval = (json_object_get(s, "unevaluatedProperties") && json_is_object(x)) ||
+                  (json_object_get(s, "unevaluatedItems") && json_is_array(x));
+    if (uneval) { /* this node needs its own account of what was evaluated */
+        struct seen t;
+        if (!seen_init(c, &t, x, ev)) {
             ok = false;
+        } else {
+            ok = check_node(c, s, x, &t);
+            ok &= check_unevaluated(c, s, x, &t);
+            seen_merge(ev, &t);
         }
+        seen_free(&t, !ev);
+    } else {
+        ok = check_node(c, s, x, ev);
     }
     c->depth--;
     return ok;
@@ -456,27 +588,28 @@ sp_status sp_grammar_validate(const char *schema, size_t schema_len, const char 
 {
     json_error_t jerr;
     struct vc c = {0};
+    struct sp_schema *sch = NULL;
     if (why && cap)
         why[0] = '\0';
     c.why = why;
     c.cap = cap;
     sp_jpath_init(&c.path);
-    json_t *s = json_loadb(schema ? schema : "", schema ? schema_len : 0, 0, &jerr);
-    if (!s)
-        return sp_error_set(SP_ERR_ARG, "json schema: not valid JSON: %s", jerr.text);
+    sp_status st = sp_schema_load(schema, schema_len, &sch);
+    if (st != SP_OK)
+        return st;
+    c.sch = sch;
     json_t *x = json_loadb(text ? text : "", text ? len : 0, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
-    sp_status st = SP_OK;
     if (!x) {
         report(&c, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
         st = SP_ERR_ARG;
-    } else {
-        c.root = s;
-        if (!check(&c, s, x))
-            st = SP_ERR_ARG;
+    } else if (!check(&c, sp_schema_root(sch), x, NULL)) {
+        st = SP_ERR_ARG;
     }
-    if (st != SP_OK)
+    if (c.nomem)
+        st = sp_error_set(SP_ERR_NOMEM, "output validation: out of memory");
+    else if (st != SP_OK)
         sp_error_set(SP_ERR_ARG, "output does not match the schema: %s", why && why[0] ? why : "invalid");
     json_decref(x);
-    json_decref(s);
+    sp_schema_free(sch);
     return st;
 }

@@ -167,7 +167,7 @@ sp_status sp_toolcall_grammar(const struct sp_toolcall *tc, char **gbnf, const c
     if (!text)
         return sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
     char *calls = NULL;
-    sp_status st = sp_grammar_from_schema_as(text, strlen(text), "tc-call", &calls);
+    sp_status st = sp_grammar_from_schema_as(text, strlen(text), "tc-call", false, &calls);
     free(text);
     if (st != SP_OK)
         return st;

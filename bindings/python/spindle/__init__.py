@@ -24,7 +24,7 @@ __all__ = ["Model", "Grammar", "SpindleError", "Completion", "Token", "version"]
 _lib = _capi.load()
 _ERR_INTERNAL = 9  # sp_status SP_ERR_INTERNAL
 _NO_CALLBACK = _capi.EVENT_FN()  # NULL: the request is polled
-_GRAMMAR_GBNF, _GRAMMAR_SCHEMA = ord("g"), ord("s")  # sp_grammar_kind
+_GRAMMAR_GBNF, _GRAMMAR_SCHEMA, _GRAMMAR_SCHEMA_FLEX = ord("g"), ord("s"), ord("S")  # sp_grammar_kind
 # sp_grammar_check_text as a C function pointer: sp_gen_params.validate
 _CHECK_TEXT = ctypes.cast(_lib.sp_grammar_check_text, c_void_p).value
 
@@ -103,24 +103,30 @@ class Grammar:
     grammar=..., every token is drawn from those that can continue a
     sentence of the grammar; the finished output is checked (a schema's also
     against what no grammar enforces: uniqueItems, multipleOf, bounds on
-    floats) and generated again from the prompt with a new seed when it
-    fails, up to max_retries times.  Used by one thread at a time."""
+    floats, not, ...) and generated again from the prompt with a new seed
+    when it fails, up to max_retries times.  A schema's JSON is compact
+    unless whitespace="flexible" (any JSON whitespace between tokens).
+    Used by one thread at a time."""
 
-    def __init__(self, model, gbnf=None, json_schema=None):
+    def __init__(self, model, gbnf=None, json_schema=None, whitespace="compact"):
         self._g = c_void_p()
         if (gbnf is None) == (json_schema is None):
             raise TypeError("a grammar is either gbnf or json_schema")
+        if whitespace not in ("compact", "flexible") or (whitespace != "compact" and gbnf is not None):
+            raise ValueError("whitespace is \"compact\" or \"flexible\", for a json_schema")
         if json_schema is not None and not isinstance(json_schema, (str, bytes)):
             json_schema = json.dumps(json_schema)
         text = gbnf if gbnf is not None else json_schema
         data = text.encode() if isinstance(text, str) else bytes(text)
         self.model = model
-        _check(_lib.sp_grammar_create(model._model, _GRAMMAR_GBNF if gbnf is not None else _GRAMMAR_SCHEMA, data,
-                                      len(data), byref(self._g)))
+        kind = _GRAMMAR_GBNF if gbnf is not None else (_GRAMMAR_SCHEMA_FLEX if whitespace == "flexible"
+                                                       else _GRAMMAR_SCHEMA)
+        _check(_lib.sp_grammar_create(model._model, kind, data, len(data), byref(self._g)))
 
     def check(self, text):
-        """None when `text` is a sentence of the grammar (and, for a schema,
-        valid against all of it), else why not ("$.path: problem; ...")."""
+        """None when `text` is a sentence of the GBNF grammar, or for a
+        schema, JSON valid against all of it (any whitespace and key order),
+        else why not ("$.path: problem; ...")."""
         data = text.encode() if isinstance(text, str) else bytes(text)
         why = ctypes.create_string_buffer(1024)
         if _lib.sp_grammar_check_text(self._g, data, len(data), why, len(why)) == 0:
@@ -402,16 +408,17 @@ class Model:
         kind = response_format.get("type") if isinstance(response_format, dict) else None
         if kind == "text":
             return None
+        ws = response_format.get("whitespace", "compact")
         if kind == "json_object":
             schema = response_format.get("schema")
-            if schema is None:
+            if schema is None and ws == "compact":
                 return Grammar(self, gbnf=_lib.sp_grammar_json_object_gbnf())
-            return Grammar(self, json_schema=schema)
+            return Grammar(self, json_schema=schema if schema is not None else {"type": "object"}, whitespace=ws)
         if kind == "json_schema":
             schema = (response_format.get("json_schema") or {}).get("schema")
             if schema is None:
                 raise ValueError("response_format json_schema needs json_schema.schema")
-            return Grammar(self, json_schema=schema)
+            return Grammar(self, json_schema=schema, whitespace=ws)
         raise ValueError("response_format must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}, "
                          "not %r" % (response_format,))
 
