@@ -93,6 +93,13 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "mamba2", /* Mamba-2 (state-spaces/mamba2-*, Mamba-Codestral) */
+        .linear = SP_MIXER_SSM,
+        .kinds = SP_KINDS_LINEAR,
+        .no_ffn = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

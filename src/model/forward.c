@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "model/forward_linear.h"
 #include "quant/quant.h"
 
 /* Bytes of the widest quantized activation row of the dense matrices
@@ -16,7 +17,7 @@ static size_t sp_fwd_max_act(const struct sp_model *m, bool experts)
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
-                                        &L->gate_inp};
+                                        &L->gate_inp, &L->ssm_in, &L->ssm_out};
         for (size_t i = 0; !experts && i < sizeof ts / sizeof ts[0]; i++) {
             size_t b = ts[i]->data ? sp_act_row_bytes(ts[i]) : 0;
             mx = b > mx ? b : mx;
@@ -75,8 +76,22 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->attn_plan = sp_fwd_alloc(s, sp_attention_plan_ints(n_batch, (int)hp->n_head) * sizeof(int32_t));
     s->attn_pos = sp_fwd_alloc(s, B * sizeof(int32_t));
     s->attn = sp_fwd_alloc(s, (size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
+    s->kv_seqs = sp_fwd_alloc(s, B * sizeof *s->kv_seqs);
     bool ok = s->x && s->h && s->q && s->k && s->v && s->att && s->g && s->u && s->tmp && s->act && s->attn &&
-              s->rope && s->attn_plan && s->attn_pos;
+              s->rope && s->attn_plan && s->attn_pos && s->kv_seqs;
+    struct sp_fwd_linear_sizes ls;
+    sp_fwd_linear_sizes(m, &ls);
+    if (ok && ls.lin) {
+        s->lin_stride = ls.lin;
+        s->lin_in_floats = ls.in;
+        s->lin = sp_fwd_alloc(s, B * ls.lin * sizeof(float));
+        s->lin_in = sp_fwd_alloc(s, B * ls.in * sizeof(float));
+        s->lin_cb = sp_fwd_alloc(s, B * ls.cb * sizeof(float));
+        s->lin_y = sp_fwd_alloc(s, B * ls.y * sizeof(float));
+        s->runs = sp_fwd_alloc(s, B * sp_fwd_run_bytes());
+        s->tok_run = sp_fwd_alloc(s, B * sizeof *s->tok_run);
+        ok = s->lin && s->lin_in && s->lin_cb && s->lin_y && s->runs && s->tok_run;
+    }
     if (ok && X) {
         size_t FX = hp->n_ff_exp;
         s->moe_logits = sp_fwd_alloc(s, B * X * sizeof(float));
@@ -111,6 +126,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->attn_plan); free(s->attn_pos);
     free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
+    free(s->kv_seqs); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
     memset(s, 0, sizeof *s);
 }
 
@@ -256,7 +272,7 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         if (L->bv.data)
             for (int i = 0; i < KVW; i++)
                 vt[i] += ((const float *)L->bv.data)[i];
-        sp_kv_store(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t], s->k + (size_t)t * KVW, vt);
+        sp_kv_store(j->kv, s->kv_seqs[t], j->il, (uint32_t)j->b->pos[t], s->k + (size_t)t * KVW, vt);
         break;
     }
     case SP_FWD_ATTN_OUT:
@@ -539,13 +555,54 @@ static void sp_cap_run(void *arg, int ith, int nth)
         sp_softcap(j->x + lo, hi - lo, j->cap);
 }
 
-sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forward_scratch *s,
+/* The first matrix that reads a layer's normed input (its stage quantizes
+ * for it). */
+static const struct sp_tensor *sp_fwd_first(const struct sp_layer *L)
+{
+    return L->mixer == SP_MIXER_SSM ? &L->ssm_in : &L->wq;
+}
+
+/* The attention block of layer il: s->h -> s->tmp (attention output
+ * projected). */
+static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *cache,
+                             const float *rope_factors, const int32_t *attn_pos, int max_pos)
+{
+    const struct sp_model *m = job->m;
+    const struct sp_hparams *hp = &m->hp;
+    const struct sp_layer *L = job->L;
+    const struct sp_forward_batch *b = job->b;
+    struct sp_forward_scratch *s = job->s;
+    const int T = b->n_tok, E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head;
+    const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D;
+    const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
+    float *o3[3] = {s->q, s->k, s->v};
+    const size_t st3[3] = {(size_t)Q, (size_t)KVW, (size_t)KVW};
+    sp_fwd_mm_multi(s, pool, cache, 3, w3, s->h, E, T, o3, st3);
+    const int NR = (int)hp->n_rot;
+    if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
+        for (int t = 0; t < T; t++)
+            sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale, rope_factors,
+                          hp->rope_mscale);
+        s->rope_base = L->rope_base;
+    }
+    sp_fwd_stage(job, pool, SP_FWD_QK, NULL, cache);
+    struct sp_attn_args aa = {
+        .kv = job->kv, .layer = job->il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = s->kv_seqs,
+        .pos = attn_pos, .n_head = H, .n_head_kv = HKV, .head_dim = D,
+        .scale = m->arch->q_prescale ? 1.0f : hp->attn_scale, .softcap = hp->attn_softcap,
+        .window = L->swa ? (int)hp->n_swa : 0, .out = s->att, .out_stride = (size_t)Q, .scratch = s->attn,
+        .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos, .plan = s->attn_plan,
+    };
+    sp_attention(pool, &aa);
+    sp_fwd_mm(s, pool, cache, &L->wo, s->att, Q, T, s->tmp, E);
+}
+
+sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_forward_scratch *s,
                      struct sp_pool *pool, const struct sp_forward_batch *b, float *logits)
 {
     const struct sp_hparams *hp = &m->hp;
     const struct sp_arch *ar = m->arch;
-    const int T = b->n_tok, E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head;
-    const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D;
+    const int T = b->n_tok, E = (int)hp->n_embd;
     const float *rope_factors = sp_model_rope_factors(m, s->n_ctx);
     struct sp_act_cache cache = {0};
     int max_pos = 0;
@@ -560,6 +617,15 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         if (b->pos[t] < 0 || b->pos[t] >= s->n_ctx)
             return sp_error_set(SP_ERR_CONTEXT, "forward: position %d outside the context of %d", b->pos[t], s->n_ctx);
         max_pos = b->pos[t] + 1 > max_pos ? b->pos[t] + 1 : max_pos;
+        s->kv_seqs[t] = sp_memory_seq_kv(b->seqs[t]);
+    }
+    if (hp->n_linear) {
+        sp_status st = sp_fwd_runs(s, b);
+        if (st != SP_OK)
+            return st;
+        if (b->n_layer && b->n_layer < hp->n_layer)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "forward: an early exit would leave the linear layers' state "
+                                "behind the tokens");
     }
 
     /* x [T][E]: embeddings */
@@ -596,39 +662,25 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
     }
 
     const uint32_t n_layer = b->n_layer && b->n_layer < hp->n_layer ? b->n_layer : hp->n_layer;
-    struct sp_fwd_job job = {.m = m, .s = s, .kv = kv, .b = b};
+    struct sp_fwd_job job = {.m = m, .s = s, .kv = sp_memory_kv(mem), .b = b};
     for (uint32_t il = 0; il < n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         job.L = L;
         job.il = il;
-        /* attention block */
+        /* the mixer: attention, or a linear layer */
         if (il == 0) /* later layers: part of the previous one's SP_FWD_FFN_OUT */
-            sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN, &L->wq, &cache);
-        {
-            const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
-            float *o3[3] = {s->q, s->k, s->v};
-            const size_t st3[3] = {(size_t)Q, (size_t)KVW, (size_t)KVW};
-            sp_fwd_mm_multi(s, pool, &cache, 3, w3, s->h, E, T, o3, st3);
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN, sp_fwd_first(L), &cache);
+        if (L->mixer == SP_MIXER_SSM) {
+            sp_fwd_mm(s, pool, &cache, &L->ssm_in, s->h, E, T, s->lin, s->lin_stride);
+            sp_fwd_ssm(m, mem, s, pool, b, il);
+            sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, hp->ssm_inner, T, s->tmp, E);
+        } else {
+            sp_fwd_attention(&job, pool, &cache, rope_factors, attn_pos, max_pos);
         }
-        const int NR = (int)hp->n_rot;
-        if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
-            for (int t = 0; t < T; t++)
-                sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale,
-                              rope_factors, hp->rope_mscale);
-            s->rope_base = L->rope_base;
-        }
-        sp_fwd_stage(&job, pool, SP_FWD_QK, NULL, &cache);
-        struct sp_attn_args aa = {
-            .kv = kv, .layer = il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = b->seqs, .pos = attn_pos,
-            .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = ar->q_prescale ? 1.0f : hp->attn_scale,
-            .softcap = hp->attn_softcap, .window = L->swa ? (int)hp->n_swa : 0, .out = s->att,
-            .out_stride = (size_t)Q, .scratch = s->attn, .scratch_per_thread = s->attn_per_thread,
-            .max_pos = max_pos, .plan = s->attn_plan,
-        };
-        sp_attention(pool, &aa);
-        sp_fwd_mm(s, pool, &cache, &L->wo, s->att, Q, T, s->tmp, E);
         /* feed-forward block */
-        if (hp->n_expert) {
+        if (ar->no_ffn) {
+            /* the mixer's residual add is the SP_FWD_FFN_OUT stage below */
+        } else if (hp->n_expert) {
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, NULL, &cache);
             sp_fwd_moe(&job, pool, &cache, L);
         } else {
@@ -637,7 +689,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
             sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
         }
         job.next = il + 1 < n_layer ? &m->layers[il + 1] : NULL;
-        sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? &job.next->wq : NULL, &cache);
+        sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? sp_fwd_first(job.next) : NULL, &cache);
     }
 
     /* output head over the tokens that want logits */

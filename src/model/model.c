@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "core/error.h"
+#include "kernels/scan.h"
 #include "quant/quant.h"
 
 sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const char *path, unsigned map_flags)
@@ -191,29 +192,17 @@ static sp_status sp_model_expert_keys(struct sp_model *m)
     return SP_OK;
 }
 
-static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
+/* Head counts and widths, RoPE, windows and soft-caps: the attention
+ * layers' keys. */
+static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern)
 {
     struct sp_hparams *hp = &m->hp;
     const char *a = m->arch->name;
-    const struct sp_gguf_kv *toks;
     sp_status st;
-    hp->rope_base = 10000.0f;
-    if ((st = sp_hp_u32(m, "context_length", true, &hp->n_ctx_train)) ||
-        (st = sp_hp_u32(m, "embedding_length", true, &hp->n_embd)) ||
-        (st = sp_hp_u32(m, "block_count", true, &hp->n_layer)) ||
-        (st = sp_hp_u32(m, "feed_forward_length", true, &hp->n_ff)) ||
-        (st = sp_hp_u32(m, "attention.head_count", true, &hp->n_head)) ||
-        (st = sp_hp_f32(m, m->arch->norm == SP_NORM_LAYER ? "attention.layer_norm_epsilon"
-                                                            : "attention.layer_norm_rms_epsilon", true, &hp->eps)) ||
-        (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)) ||
-        (st = sp_hp_u32(m, "pooling_type", false, &hp->pooling)))
-        return st;
-    if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_ff == 0 || hp->n_head == 0 || hp->n_ctx_train == 0)
-        return sp_error_set(SP_ERR_FORMAT, "key '%s.*': embedding_length, block_count, feed_forward_length, "
-                            "head_count and context_length must be > 0", a);
-    if (hp->n_layer > 4096 || hp->n_head > 4096)
-        return sp_error_set(SP_ERR_FORMAT, "key '%s.block_count'/'head_count': %u layers, %u heads is implausible",
-                            a, hp->n_layer, hp->n_head);
+    if (hp->n_head == 0)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.head_count': 0, expected > 0", a);
+    if (hp->n_head > 4096)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.head_count': %u heads is implausible", a, hp->n_head);
     hp->n_head_kv = hp->n_head;
     if ((st = sp_hp_u32(m, "attention.head_count_kv", false, &hp->n_head_kv)))
         return st;
@@ -241,13 +230,82 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     if ((hp->n_rot == 0 && !m->arch->abs_pos) || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_rot > SP_ROPE_MAX)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.dimension_count': %u, expected an even number <= %u", a,
                             hp->n_rot, hp->head_dim < SP_ROPE_MAX ? hp->head_dim : SP_ROPE_MAX);
-    if (!(hp->eps > 0.0f && hp->eps < 1.0f))
-        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.layer_norm_%sepsilon': %g out of (0, 1)", a,
-                            m->arch->norm == SP_NORM_LAYER ? "" : "rms_", hp->eps);
     if (!(hp->rope_base > 0.0f) || isinf(hp->rope_base))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.freq_base': %g, expected > 0", a, hp->rope_base);
-    if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)) ||
-        (st = sp_model_expert_keys(m)))
+    if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)))
+        return st;
+    uint32_t scale_dim = hp->head_dim;
+    if (m->arch->wide_scale_layers && hp->n_layer == m->arch->wide_scale_layers)
+        scale_dim = hp->n_embd / hp->n_head;
+    hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
+    return SP_OK;
+}
+
+/* Mamba-2 layers' sizes (ssm.*), each checked against the others. */
+static sp_status sp_model_ssm_hparams(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    const char *a = m->arch->name;
+    sp_status st;
+    if ((st = sp_hp_u32(m, "ssm.conv_kernel", true, &hp->ssm_conv)) ||
+        (st = sp_hp_u32(m, "ssm.inner_size", true, &hp->ssm_inner)) ||
+        (st = sp_hp_u32(m, "ssm.state_size", true, &hp->ssm_state)) ||
+        (st = sp_hp_u32(m, "ssm.time_step_rank", true, &hp->ssm_heads)) ||
+        (st = sp_hp_u32(m, "ssm.group_count", true, &hp->ssm_groups)))
+        return st;
+    if (hp->ssm_conv < 1 || hp->ssm_conv > SP_CONV_MAX_TAPS)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.ssm.conv_kernel': %u, expected 1..%d", a, hp->ssm_conv,
+                            SP_CONV_MAX_TAPS);
+    if (hp->ssm_state == 0 || hp->ssm_state > 4096 || hp->ssm_inner == 0 || hp->ssm_inner > (1u << 20))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.ssm.state_size'/'inner_size': %u, %u out of range", a,
+                            hp->ssm_state, hp->ssm_inner);
+    if (hp->ssm_heads == 0 || hp->ssm_inner % hp->ssm_heads)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.ssm.time_step_rank': %u heads do not divide inner_size %u", a,
+                            hp->ssm_heads, hp->ssm_inner);
+    if (hp->ssm_groups == 0 || hp->ssm_heads % hp->ssm_groups)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.ssm.group_count': %u groups do not divide %u heads", a,
+                            hp->ssm_groups, hp->ssm_heads);
+    hp->ssm_head_dim = hp->ssm_inner / hp->ssm_heads;
+    return SP_OK;
+}
+
+static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
+{
+    struct sp_hparams *hp = &m->hp;
+    const struct sp_arch *ar = m->arch;
+    const char *a = ar->name;
+    const struct sp_gguf_kv *toks;
+    sp_status st;
+    hp->rope_base = 10000.0f;
+    hp->rope_freq_scale = hp->rope_mscale = 1.0f;
+    *swa_pattern = 1;
+    if ((st = sp_hp_u32(m, "context_length", true, &hp->n_ctx_train)) ||
+        (st = sp_hp_u32(m, "embedding_length", true, &hp->n_embd)) ||
+        (st = sp_hp_u32(m, "block_count", true, &hp->n_layer)) ||
+        (st = sp_hp_u32(m, "feed_forward_length", !ar->no_ffn, &hp->n_ff)) ||
+        (st = sp_hp_u32(m, "attention.head_count", ar->kinds != SP_KINDS_LINEAR, &hp->n_head)) ||
+        (st = sp_hp_f32(m, ar->norm == SP_NORM_LAYER ? "attention.layer_norm_epsilon"
+                                                     : "attention.layer_norm_rms_epsilon", true, &hp->eps)) ||
+        (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)) ||
+        (st = sp_hp_u32(m, "pooling_type", false, &hp->pooling)))
+        return st;
+    if (hp->n_embd == 0 || hp->n_layer == 0 || (hp->n_ff == 0 && !ar->no_ffn) || hp->n_ctx_train == 0)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.*': embedding_length, block_count, feed_forward_length "
+                            "and context_length must be > 0", a);
+    if (hp->n_layer > 4096)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.block_count': %u layers is implausible", a, hp->n_layer);
+    if (ar->no_ffn)
+        hp->n_ff = 0; /* no feed-forward: the key is a placeholder */
+    if (!(hp->eps > 0.0f && hp->eps < 1.0f))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.layer_norm_%sepsilon': %g out of (0, 1)", a,
+                            ar->norm == SP_NORM_LAYER ? "" : "rms_", hp->eps);
+    if (ar->kinds != SP_KINDS_LINEAR && (st = sp_model_attn_hparams(m, swa_pattern)))
+        return st;
+    if (ar->kinds == SP_KINDS_LINEAR)
+        hp->n_head = 0;
+    if (ar->linear == SP_MIXER_SSM && (st = sp_model_ssm_hparams(m)))
+        return st;
+    if ((st = sp_model_expert_keys(m)))
         return st;
     if ((st = sp_gguf_get_arr(&m->gguf, "tokenizer.ggml.tokens", true, SP_GGUF_STRING, &toks)))
         return st;
@@ -255,10 +313,6 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
         return sp_error_set(SP_ERR_FORMAT, "key 'tokenizer.ggml.tokens': %llu tokens, expected 1..2^24",
                             (unsigned long long)toks->arr_n);
     hp->n_vocab = (uint32_t)toks->arr_n;
-    uint32_t scale_dim = hp->head_dim;
-    if (m->arch->wide_scale_layers && hp->n_layer == m->arch->wide_scale_layers)
-        scale_dim = hp->n_embd / hp->n_head;
-    hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
     return SP_OK;
 }
 
@@ -312,6 +366,51 @@ static sp_status sp_model_tensor(struct sp_loader *ld, const char *name, int64_t
     out->ne1 = t->ne[1];
     out->data = t->data;
     out->row_bytes = (size_t)(t->nbytes / (uint64_t)t->ne[1]);
+    return SP_OK;
+}
+
+/* An F32 array of the given dimensions (ne[0] first), stored with or
+ * without dimensions of 1 anywhere (llama.cpp's converter writes Mamba-2's
+ * A and D as [1, heads]): a vector view of all its values. */
+static sp_status sp_model_f32(struct sp_loader *ld, const char *name, const int64_t *ne, uint32_t rank, bool required,
+                              struct sp_tensor *out)
+{
+    const struct sp_gguf *g = &ld->m->gguf;
+    const struct sp_gguf_tensor *t = sp_gguf_tensor_find(g, name);
+    memset(out, 0, sizeof *out);
+    if (!t)
+        return required ? sp_error_set(SP_ERR_FORMAT, "tensor '%s': missing", name) : SP_OK;
+    int64_t want[SP_GGUF_MAX_DIMS], got[SP_GGUF_MAX_DIMS], n = 1;
+    uint32_t nw = 0, ng = 0;
+    for (uint32_t i = 0; i < rank; i++) {
+        n *= ne[i];
+        if (ne[i] != 1)
+            want[nw++] = ne[i];
+    }
+    for (uint32_t i = 0; i < t->n_dims && i < SP_GGUF_MAX_DIMS; i++)
+        if (t->ne[i] != 1)
+            got[ng++] = t->ne[i];
+    bool ok = nw == ng;
+    for (uint32_t i = 0; ok && i < nw; i++)
+        ok = want[i] == got[i];
+    if (!ok) {
+        char w[96] = "", h[96] = "";
+        for (uint32_t i = 0, n1 = 0, n2 = 0; i < SP_GGUF_MAX_DIMS; i++) {
+            if (i < rank)
+                n1 += (uint32_t)snprintf(w + n1, sizeof w - n1, "%s%lld", i ? ", " : "", (long long)ne[i]);
+            if (i < t->n_dims)
+                n2 += (uint32_t)snprintf(h + n2, sizeof h - n2, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
+        }
+        return sp_error_set(SP_ERR_FORMAT, "tensor '%s': shape [%s], expected [%s]", name, h, w);
+    }
+    if (t->type != SP_TYPE_F32)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%s': type %s, expected F32", name, sp_type_get(t->type)->name);
+    ld->used[t - g->tensors] = 1;
+    out->type = SP_TYPE_F32;
+    out->ne0 = n;
+    out->ne1 = 1;
+    out->data = t->data;
+    out->row_bytes = (size_t)n * sizeof(float);
     return SP_OK;
 }
 
@@ -418,6 +517,40 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
     return SP_OK;
 }
 
+/* A Mamba-2 mixer, as llama.cpp's converter writes it. */
+static sp_status sp_model_ssm(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, DI = hp->ssm_inner, NH = hp->ssm_heads, NG = hp->ssm_groups;
+    const int64_t CONV = DI + 2 * NG * hp->ssm_state, IN = DI + CONV + NH;
+    char name[96];
+    sp_status st;
+    const int64_t conv_ne[2] = {hp->ssm_conv, CONV}, heads[2] = {1, NH}, norm[2] = {DI / NG, NG};
+#define SP_A(field, suffix, ne, rank)                                                                \
+    do {                                                                                            \
+        snprintf(name, sizeof name, "blk.%u.%s", il, suffix);                                       \
+        if ((st = sp_model_f32(ld, name, ne, rank, true, &(field))) != SP_OK)                       \
+            return st;                                                                              \
+    } while (0)
+    SP_T(L->ssm_in, "ssm_in.weight", E, IN, true);
+    SP_A(L->ssm_conv, "ssm_conv1d.weight", conv_ne, 2);
+    SP_A(L->ssm_conv_b, "ssm_conv1d.bias", &CONV, 1);
+    SP_A(L->ssm_dt_b, "ssm_dt.bias", &NH, 1);
+    SP_A(L->ssm_a, "ssm_a", heads, 2);
+    SP_A(L->ssm_d, "ssm_d", heads, 2);
+    SP_A(L->ssm_norm, "ssm_norm.weight", norm, 2);
+#undef SP_A
+    SP_T(L->ssm_out, "ssm_out.weight", DI, E, true);
+    const float *a = L->ssm_a.data;
+    for (int64_t h = 0; h < NH; h++)
+        if (!(a[h] <= 0.0f && isfinite(a[h])))
+            return sp_error_set(SP_ERR_FORMAT, "tensor 'blk.%u.ssm_a': %g in head %lld, expected a finite value <= 0 "
+                                "(A = -exp(A_log))", il, a[h], (long long)h);
+    return SP_OK;
+}
+
 static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_pattern, float swa_base)
 {
     struct sp_model *m = ld->m;
@@ -428,10 +561,12 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     char name[96];
     sp_status st;
     bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
+    L->mixer = ar->kinds == SP_KINDS_LINEAR ? ar->linear : SP_MIXER_ATTN;
     SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre);
-    if ((st = sp_model_attn(ld, il)) != SP_OK)
+    if ((st = L->mixer == SP_MIXER_SSM ? sp_model_ssm(ld, il) : sp_model_attn(ld, il)) != SP_OK)
         return st;
-    SP_T(L->ffn_norm, "ffn_norm.weight", E, 0, pre);
+    m->hp.n_linear += L->mixer != SP_MIXER_ATTN;
+    SP_T(L->ffn_norm, "ffn_norm.weight", E, 0, pre && !ar->no_ffn);
     SP_T(L->attn_out_norm, "attn_output_norm.weight", E, 0, !pre);
     SP_T(L->ffn_out_norm, "layer_output_norm.weight", E, 0, !pre);
     if (!pre && ln) {
@@ -443,7 +578,9 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
         SP_T(L->b_up, "ffn_up.bias", F, 0, true);
         SP_T(L->b_down, "ffn_down.bias", E, 0, true);
     }
-    if (hp->n_expert) {
+    if (ar->no_ffn) {
+        /* the mixer and its residual only */
+    } else if (hp->n_expert) {
         if ((st = sp_model_experts(ld, il)) != SP_OK)
             return st;
     } else if (ar->ffn_fused) {
@@ -457,9 +594,10 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
         SP_T(L->w_down, "ffn_down.weight", F, E, true);
     }
     SP_T(L->post_ffn_norm, "post_ffw_norm.weight", E, 0, ar->post_norms);
-    L->swa = hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
+    L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
     L->rope_base = L->swa ? swa_base : hp->rope_base;
-    const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp};
+    const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
+                                      &L->ssm_in, &L->ssm_out};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         m->weights_bytes += sp_bytes(mats[i]);
     if (hp->n_expert) /* a token reads its n_expert_used experts */
@@ -544,7 +682,7 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
  * one at a time); out[] must hold sp_model_n_matrices(). */
 static size_t sp_model_n_matrices(const struct sp_model *m)
 {
-    return 1 + (size_t)m->hp.n_layer * (8 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
+    return 1 + (size_t)m->hp.n_layer * (10 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
 }
 
 static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
@@ -553,7 +691,8 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
     out[n++] = &m->output;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         struct sp_layer *L = &m->layers[il];
-        struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp};
+        struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
+                                  &L->ssm_in, &L->ssm_out};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->data)
                 out[n++] = ts[i];
@@ -629,7 +768,9 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->bo : &m->embd_norm, L ? &L->b_up : &m->embd_norm_b,
                                       L ? &L->b_down : NULL, L ? &L->attn_out_norm : NULL,
                                       L ? &L->attn_out_norm_b : NULL, L ? &L->ffn_out_norm : NULL,
-                                      L ? &L->ffn_out_norm_b : NULL, L ? &L->shexp_gate : NULL};
+                                      L ? &L->ffn_out_norm_b : NULL, L ? &L->shexp_gate : NULL,
+                                      L ? &L->ssm_conv : NULL, L ? &L->ssm_conv_b : NULL, L ? &L->ssm_dt_b : NULL,
+                                      L ? &L->ssm_a : NULL, L ? &L->ssm_d : NULL, L ? &L->ssm_norm : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -638,7 +779,15 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                     total += (bytes + 63) / 64 * 64;
                     continue;
                 }
-                memcpy(dst, lv[i]->data, bytes);
+                if (L && lv[i] == &L->ssm_conv) { /* [channels][taps] -> [taps][channels] */
+                    const size_t k = m->hp.ssm_conv, ch = (size_t)lv[i]->ne0 / k;
+                    const float *src = lv[i]->data;
+                    for (size_t c = 0; c < ch; c++)
+                        for (size_t j = 0; j < k; j++)
+                            ((float *)(void *)dst)[j * ch + c] = src[c * k + j];
+                } else {
+                    memcpy(dst, lv[i]->data, bytes);
+                }
                 lv[i]->data = dst;
                 dst += (bytes + 63) / 64 * 64;
             }
@@ -808,13 +957,19 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
             n += (size_t)snprintf(buf + n, size - n, __VA_ARGS__);                                  \
     } while (0)
     buf[0] = 0;
-    if (ar->ffn_plain)
+    if (hp->n_linear && ar->linear == SP_MIXER_SSM)
+        SP_F("Mamba-2 on %u of %u layers (%u heads x %u, state %u, %u group%s, convolution %u)", hp->n_linear,
+             hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_state, hp->ssm_groups,
+             hp->ssm_groups > 1 ? "s" : "", hp->ssm_conv);
+    if (ar->no_ffn)
+        SP_F("no feed-forward");
+    else if (ar->ffn_plain)
         SP_F("%s feed-forward (no gate)", ar->ffn_act == SP_FFN_GELU ? "GELU" : "SiLU");
     else
         SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : "SwiGLU");
     if (ar->abs_pos)
         SP_F("absolute position embeddings, token types");
-    else
+    else if (hp->n_head)
         SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
     if (ar->bidirectional)
         SP_F("bidirectional attention (embeddings only)");

@@ -40,6 +40,19 @@ enum sp_norm {
     SP_NORM_LAYER,    /* LayerNorm with weight and bias (attention.layer_norm_epsilon) */
 };
 
+/* What a layer mixes its positions with: attention (full or local, by the
+ * layer's swa flag), or a linear layer with a fixed-size recurrent state
+ * (src/model/forward_linear.c). */
+enum sp_mixer {
+    SP_MIXER_ATTN,
+    SP_MIXER_SSM,     /* Mamba-2: causal convolution, selective scan (SSD), gated RMSNorm */
+};
+/* Which layers are linear. */
+enum sp_layer_kinds {
+    SP_KINDS_ATTN,    /* none */
+    SP_KINDS_LINEAR,  /* all */
+};
+
 /* What distinguishes one family's forward pass; one entry per
  * general.architecture (src/model/arch.c).  Zero is "not this feature". */
 struct sp_arch {
@@ -74,6 +87,9 @@ struct sp_arch {
                                   whole in the batch): an encoder, for embeddings only */
     bool ffn_plain;            /* act(ffn_up x) into ffn_down, no gate */
     bool layer_bias;           /* biases on attn_output, ffn_up and ffn_down (required) */
+    enum sp_mixer linear;      /* the mixer of the family's linear layers */
+    enum sp_layer_kinds kinds; /* which layers are linear */
+    bool no_ffn;               /* layers are a mixer and its residual only (no feed-forward block) */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -93,6 +109,11 @@ struct sp_hparams {
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense */
     uint32_t pooling;          /* pooling_type as stored (llama.cpp's values: 0 none, 1 mean, 2 cls,
                                   3 last; absent: 0); the embed room interprets it */
+    /* Mamba-2 layers (ssm.*): convolution taps, inner width (heads x head
+     * width), state size per head, heads (time_step_rank), groups sharing
+     * B and C */
+    uint32_t ssm_conv, ssm_inner, ssm_state, ssm_heads, ssm_head_dim, ssm_groups;
+    uint32_t n_linear;         /* linear layers */
 };
 
 /* The expert stacks of one layer: views of each expert's matrix. */
@@ -110,6 +131,11 @@ struct sp_layer {
      * w_down above) scaled by sigmoid(x · shexp_gate) */
     struct sp_tensor gate_inp, shexp_gate;
     struct sp_tensor *exps;
+    /* Mamba-2 mixer: ssm_in [n_embd -> z, x, B, C, dt], the convolution's
+     * taps transposed to [taps][channels] (copied at load), its bias, dt's
+     * bias, A and D per head, the gated norm's weight [inner], ssm_out */
+    struct sp_tensor ssm_in, ssm_conv, ssm_conv_b, ssm_dt_b, ssm_a, ssm_d, ssm_norm, ssm_out;
+    enum sp_mixer mixer;
     bool swa;                  /* local (sliding-window) layer */
     float rope_base;
 };

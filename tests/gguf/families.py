@@ -102,6 +102,13 @@ FAMILIES = {
                   experts=(8, 2, None)),
     "mixtral": dict(arch="llama", vocab="llama-spm", n_embd=256, n_layer=2, n_head=2, n_head_kv=1, head_dim=128,
                     n_ff=256, ctx=4096, rope_base=1000000.0, tied=False, experts=(8, 2, None)),
+    # Families with linear (recurrent) layers carry their own seed, so that
+    # adding one leaves the seeds, and so the files, of the others alone.
+    # mamba2: every layer a Mamba-2 mixer (no attention, no feed-forward):
+    # ssm = (d_conv, d_inner, d_state, n_group, head_dim); two groups of
+    # four heads, so the group of a head matters.
+    "mamba2": dict(arch="mamba2", vocab="gpt-2", n_embd=256, n_layer=2, ctx=4096, tied=False,
+                   ssm=(4, 512, 64, 2, 64), seed=1100),
 }
 
 
@@ -227,11 +234,62 @@ class Builder:
     def const(self, name, values):
         self.tensors.append((name, values.shape, "f32", lambda rng: values))
 
+    def arr(self, name, shape, make):
+        """An F32 array of any rank (numpy shape), never quantized: make(rng) -> values."""
+        self.tensors.append((name, shape, "f32", lambda rng: make(rng).astype(np.float32).reshape(shape)))
+
+    def mamba2_layer(self, p):
+        """A Mamba-2 mixer as llama.cpp's converter writes it: ssm_in rows
+        z, x, B, C, dt; a depth-wise causal convolution over x, B and C
+        [channels][d_conv]; dt's bias; A = -exp(A_log) and D per head as
+        [n_head][1]; the gated RMSNorm's weight per group [n_group][d_inner /
+        n_group]; ssm_out."""
+        E = self.s["n_embd"]
+        dc, di, ds, ng, hd = self.s["ssm"]
+        nh, conv = di // hd, di + 2 * ng * ds
+        self.mat(p + "ssm_in.weight", 2 * di + 2 * ng * ds + nh, E)
+        self.arr(p + "ssm_conv1d.weight", (conv, dc), lambda rng: rng.standard_normal((conv, dc)) * 0.5)
+        self.arr(p + "ssm_conv1d.bias", (conv,), lambda rng: rng.standard_normal(conv) * 0.1)
+        # dt = softplus(x + bias) around 0.1, A in [-4, -0.25]: decays from
+        # a few positions to a few hundred, so the state carries across chunks
+        self.arr(p + "ssm_dt.bias", (nh,), lambda rng: rng.uniform(-3.0, -1.5, nh))
+        self.arr(p + "ssm_a", (nh, 1), lambda rng: -np.exp(rng.uniform(math.log(0.25), math.log(4.0), nh)))
+        self.arr(p + "ssm_d", (nh, 1), lambda rng: 1.0 + 0.1 * rng.standard_normal(nh))
+        self.arr(p + "ssm_norm.weight", (ng, di // ng), lambda rng: 1.0 + 0.1 * rng.standard_normal(di))
+        self.mat(p + "ssm_out.weight", E, di)
+
+    def build_mamba2(self, vocab_kv, n_vocab):
+        s = self.s
+        E, L = s["n_embd"], s["n_layer"]
+        dc, di, ds, ng, hd = s["ssm"]
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("feed_forward_length", 0, VT.UINT32)
+        self.key("attention.head_count", 0, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("ssm.conv_kernel", dc, VT.UINT32)
+        self.key("ssm.inner_size", di, VT.UINT32)
+        self.key("ssm.state_size", ds, VT.UINT32)
+        self.key("ssm.time_step_rank", di // hd, VT.UINT32)
+        self.key("ssm.group_count", ng, VT.UINT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
+        self.vec("output_norm.weight", E)
+        if not s["tied"]:
+            self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            self.mamba2_layer(p)
+
     def build(self):
         s, arch = self.s, self.s["arch"]
+        vocab_kv, n_vocab = read_vocab(s["vocab"], s.get("pre"), s.get("pad_vocab"))
+        if arch == "mamba2":
+            return self.build_mamba2(vocab_kv, n_vocab)
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         Q, KV = H * D, HKV * D
-        vocab_kv, n_vocab = read_vocab(s["vocab"], s.get("pre"), s.get("pad_vocab"))
         self.key("context_length", s["ctx"], VT.UINT32)
         self.key("embedding_length", E, VT.UINT32)
         self.key("block_count", L, VT.UINT32)
@@ -343,7 +401,9 @@ def build_family(name, out_dir, types=TYPES):
     if name in BENCH:
         b = Builder(name, BENCH[name], seed=2000 + sorted(BENCH).index(name))
     else:
-        b = Builder(name, FAMILIES[name], seed=1000 + sorted(FAMILIES).index(name))
+        spec = FAMILIES[name]
+        seed = spec.get("seed") or 1000 + sorted(n for n in FAMILIES if "seed" not in FAMILIES[n]).index(name)
+        b = Builder(name, spec, seed=seed)
     b.build()
     paths = {}
     for t in types:
