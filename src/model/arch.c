@@ -100,6 +100,16 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "lfm2", /* LFM2 (Liquid): short gated convolutions with a few attention layers */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .linear = SP_MIXER_CONV,
+        .kinds = SP_KINDS_KV_ZERO,
+        .out_norm_embd = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -17,7 +17,7 @@ static size_t sp_fwd_max_act(const struct sp_model *m, bool experts)
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
-                                        &L->gate_inp, &L->ssm_in, &L->ssm_out};
+                                        &L->gate_inp, &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out};
         for (size_t i = 0; !experts && i < sizeof ts / sizeof ts[0]; i++) {
             size_t b = ts[i]->data ? sp_act_row_bytes(ts[i]) : 0;
             mx = b > mx ? b : mx;
@@ -559,7 +559,7 @@ static void sp_cap_run(void *arg, int ith, int nth)
  * for it). */
 static const struct sp_tensor *sp_fwd_first(const struct sp_layer *L)
 {
-    return L->mixer == SP_MIXER_SSM ? &L->ssm_in : &L->wq;
+    return L->mixer == SP_MIXER_SSM ? &L->ssm_in : L->mixer == SP_MIXER_CONV ? &L->sc_in : &L->wq;
 }
 
 /* The attention block of layer il: s->h -> s->tmp (attention output
@@ -674,6 +674,10 @@ sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_
             sp_fwd_mm(s, pool, &cache, &L->ssm_in, s->h, E, T, s->lin, s->lin_stride);
             sp_fwd_ssm(m, mem, s, pool, b, il);
             sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, hp->ssm_inner, T, s->tmp, E);
+        } else if (L->mixer == SP_MIXER_CONV) {
+            sp_fwd_mm(s, pool, &cache, &L->sc_in, s->h, E, T, s->lin, s->lin_stride);
+            sp_fwd_shortconv(m, mem, s, pool, b, il);
+            sp_fwd_mm(s, pool, &cache, &L->sc_out, s->lin_y, E, T, s->tmp, E);
         } else {
             sp_fwd_attention(&job, pool, &cache, rope_factors, attn_pos, max_pos);
         }

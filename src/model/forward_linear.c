@@ -1,5 +1,6 @@
 /* The linear layers of the forward pass: Mamba-2's causal convolution and
- * chunked selective scan (SSD), on the state grid of src/state/state.h.
+ * chunked selective scan (SSD), on the state grid of src/state/state.h, and
+ * LFM2's gated short convolution (a convolution's history only).
  *
  * A head's state follows h_p = a_p h_(p-1) + dt_p x_p B_p^T (a_p =
  * e^(dt_p A), x_p the head's values, B_p its group's input vector) and
@@ -60,6 +61,11 @@ static struct sp_ssm_dims sp_ssm_dims(const struct sp_hparams *hp)
 void sp_forward_state_layer(const struct sp_model *m, uint32_t il, struct sp_state_layer *out)
 {
     memset(out, 0, sizeof *out);
+    if (m->layers[il].mixer == SP_MIXER_CONV) {
+        out->conv_ch = m->hp.n_embd;
+        out->conv_hist = m->hp.conv_taps - 1;
+        return;
+    }
     if (m->layers[il].mixer != SP_MIXER_SSM)
         return;
     struct sp_ssm_dims d = sp_ssm_dims(&m->hp);
@@ -74,6 +80,11 @@ void sp_fwd_linear_sizes(const struct sp_model *m, struct sp_fwd_linear_sizes *o
     memset(o, 0, sizeof *o);
     if (!m->hp.n_linear)
         return;
+    if (m->arch->linear == SP_MIXER_CONV) { /* B, C, x; B * x; the gated output */
+        o->lin = 3 * (size_t)m->hp.n_embd;
+        o->in = o->y = m->hp.n_embd;
+        return;
+    }
     struct sp_ssm_dims d = sp_ssm_dims(&m->hp);
     o->lin = (size_t)d.lin;
     o->in = (size_t)d.in_floats;
@@ -276,4 +287,73 @@ void sp_fwd_ssm(const struct sp_model *m, const struct sp_memory *mem, struct sp
     sp_ssm_keep(&j);
     struct sp_ssm_run a = {&j, SP_SSM_GATE};
     sp_pool_run(pool, sp_ssm_run_fn, &a);
+}
+
+/* ---- LFM2's gated short convolution ----
+ * in_proj gives B, C and x per position; the convolution runs over B * x
+ * (taps over the positions before, no bias), and C times its output is the
+ * mixer's output.  The state is the convolution's history: the ring keeps
+ * B * x of the recent positions. */
+
+struct sp_sc_job {
+    const struct sp_layer *L;
+    struct sp_forward_scratch *s;
+    const struct sp_forward_batch *b;
+    int E, taps, phase; /* phase 0: B * x into lin_in; 1: the convolution, gated, into lin_y */
+};
+
+/* B * x of position q of run r: this batch's, or the ring's. */
+static const float *sp_sc_row(const struct sp_sc_job *j, const struct sp_fwd_run *r, int32_t q)
+{
+    if (q < 0)
+        return NULL;
+    if (q >= r->p0)
+        return j->s->lin_in + (size_t)(r->t0 + (q - r->p0)) * j->E;
+    return r->v.conv + (size_t)((uint32_t)q % r->v.conv_ring) * j->E;
+}
+
+static void sp_sc_token(const struct sp_sc_job *j, int t)
+{
+    const float *bcx = j->s->lin + (size_t)t * j->s->lin_stride;
+    if (j->phase == 0) {
+        float *bx = j->s->lin_in + (size_t)t * j->E;
+        for (int i = 0; i < j->E; i++)
+            bx[i] = bcx[i] * bcx[2 * j->E + i];
+        return;
+    }
+    const struct sp_fwd_run *r = &j->s->runs[j->s->tok_run[t]];
+    const int32_t p = j->b->pos[t];
+    const float *rows[SP_CONV_MAX_TAPS];
+    float *y = j->s->lin_y + (size_t)t * j->E;
+    for (int k = 0; k < j->taps; k++)
+        rows[k] = sp_sc_row(j, r, p - (j->taps - 1) + k);
+    sp_conv_causal(y, rows, j->L->sc_conv.data, NULL, j->E, j->taps, false);
+    for (int i = 0; i < j->E; i++)
+        y[i] *= bcx[j->E + i];
+}
+
+static void sp_sc_run_fn(void *arg, int ith, int nth)
+{
+    const struct sp_sc_job *j = arg;
+    long lo, hi;
+    sp_pool_split(j->b->n_tok, 1, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++)
+        sp_sc_token(j, (int)t);
+}
+
+void sp_fwd_shortconv(const struct sp_model *m, const struct sp_memory *mem, struct sp_forward_scratch *s,
+                      struct sp_pool *pool, const struct sp_forward_batch *b, uint32_t il)
+{
+    struct sp_sc_job j = {.L = &m->layers[il], .s = s, .b = b, .E = (int)m->hp.n_embd, .taps = (int)m->hp.conv_taps};
+    for (int i = 0; i < s->n_runs; i++)
+        s->runs[i].v = sp_memory_state_view(mem, s->runs[i].seq, il);
+    for (j.phase = 0; j.phase < 2; j.phase++)
+        sp_pool_run(pool, sp_sc_run_fn, &j);
+    for (int i = 0; i < s->n_runs; i++) { /* the runs' last B * x rows into their rings */
+        const struct sp_fwd_run *r = &s->runs[i];
+        const int32_t end = r->p0 + r->n, ring = (int32_t)r->v.conv_ring;
+        for (int32_t q = end - ring > r->p0 ? end - ring : r->p0; q < end; q++)
+            memcpy(r->v.conv + (size_t)((uint32_t)q % r->v.conv_ring) * j.E, sp_sc_row(&j, r, q),
+                   (size_t)j.E * sizeof(float));
+    }
 }

@@ -28,4 +28,10 @@ sp_status sp_fwd_runs(struct sp_forward_scratch *s, const struct sp_forward_batc
 void sp_fwd_ssm(const struct sp_model *m, const struct sp_memory *mem, struct sp_forward_scratch *s,
                 struct sp_pool *pool, const struct sp_forward_batch *b, uint32_t il);
 
+/* LFM2 short convolution of layer il: s->lin (in_proj's output,
+ * [n_tok][B, C, x]) -> s->lin_y ([n_tok][n_embd]), reading and writing
+ * each sequence's convolution history. */
+void sp_fwd_shortconv(const struct sp_model *m, const struct sp_memory *mem, struct sp_forward_scratch *s,
+                      struct sp_pool *pool, const struct sp_forward_batch *b, uint32_t il);
+
 #endif

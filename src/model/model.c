@@ -204,8 +204,23 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     if (hp->n_head > 4096)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.head_count': %u heads is implausible", a, hp->n_head);
     hp->n_head_kv = hp->n_head;
-    if ((st = sp_hp_u32(m, "attention.head_count_kv", false, &hp->n_head_kv)))
+    if (m->arch->kinds == SP_KINDS_KV_ZERO) { /* per layer; 0: a linear layer */
+        char key[128];
+        uint32_t most = 0;
+        sp_key(m, "attention.head_count_kv", key, sizeof key);
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            uint32_t n = 0;
+            if ((st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer, true, &n)))
+                return st;
+            if (n && most && n != most)
+                return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': %u and %u KV heads in different layers", key,
+                                    most, n);
+            most = n ? n : most;
+        }
+        hp->n_head_kv = most ? most : hp->n_head;
+    } else if ((st = sp_hp_u32(m, "attention.head_count_kv", false, &hp->n_head_kv))) {
         return st;
+    }
     if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.head_count_kv': %u does not divide head_count %u", a,
                             hp->n_head_kv, hp->n_head);
@@ -305,6 +320,13 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
         hp->n_head = 0;
     if (ar->linear == SP_MIXER_SSM && (st = sp_model_ssm_hparams(m)))
         return st;
+    if (ar->linear == SP_MIXER_CONV) {
+        if ((st = sp_hp_u32(m, "shortconv.l_cache", true, &hp->conv_taps)))
+            return st;
+        if (hp->conv_taps < 1 || hp->conv_taps > SP_CONV_MAX_TAPS)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.shortconv.l_cache': %u, expected 1..%d", a,
+                                hp->conv_taps, SP_CONV_MAX_TAPS);
+    }
     if ((st = sp_model_expert_keys(m)))
         return st;
     if ((st = sp_gguf_get_arr(&m->gguf, "tokenizer.ggml.tokens", true, SP_GGUF_STRING, &toks)))
@@ -551,6 +573,41 @@ static sp_status sp_model_ssm(struct sp_loader *ld, uint32_t il)
     return SP_OK;
 }
 
+/* An LFM2 short convolution. */
+static sp_status sp_model_shortconv(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t E = m->hp.n_embd, ne[2] = {m->hp.conv_taps, E};
+    char name[96];
+    sp_status st;
+    SP_T(L->sc_in, "shortconv.in_proj.weight", E, 3 * E, true);
+    snprintf(name, sizeof name, "blk.%u.shortconv.conv.weight", il);
+    if ((st = sp_model_f32(ld, name, ne, 2, true, &L->sc_conv)) != SP_OK)
+        return st;
+    SP_T(L->sc_out, "shortconv.out_proj.weight", E, E, true);
+    return SP_OK;
+}
+
+/* The mixer of layer il by the family's layer kinds. */
+static sp_status sp_model_mixer(struct sp_model *m, uint32_t il, enum sp_mixer *out)
+{
+    const struct sp_arch *ar = m->arch;
+    *out = SP_MIXER_ATTN;
+    if (ar->kinds == SP_KINDS_LINEAR)
+        *out = ar->linear;
+    if (ar->kinds == SP_KINDS_KV_ZERO) {
+        char key[128];
+        uint32_t n = 0;
+        sp_key(m, "attention.head_count_kv", key, sizeof key);
+        sp_status st = sp_gguf_get_u32_at(&m->gguf, key, il, m->hp.n_layer, true, &n);
+        if (st != SP_OK)
+            return st;
+        *out = n ? SP_MIXER_ATTN : ar->linear;
+    }
+    return SP_OK;
+}
+
 static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_pattern, float swa_base)
 {
     struct sp_model *m = ld->m;
@@ -561,9 +618,12 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     char name[96];
     sp_status st;
     bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
-    L->mixer = ar->kinds == SP_KINDS_LINEAR ? ar->linear : SP_MIXER_ATTN;
+    if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK)
+        return st;
     SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre);
-    if ((st = L->mixer == SP_MIXER_SSM ? sp_model_ssm(ld, il) : sp_model_attn(ld, il)) != SP_OK)
+    st = L->mixer == SP_MIXER_SSM ? sp_model_ssm(ld, il) : L->mixer == SP_MIXER_CONV ? sp_model_shortconv(ld, il)
+                                                                                   : sp_model_attn(ld, il);
+    if (st != SP_OK)
         return st;
     m->hp.n_linear += L->mixer != SP_MIXER_ATTN;
     SP_T(L->ffn_norm, "ffn_norm.weight", E, 0, pre && !ar->no_ffn);
@@ -597,7 +657,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
     L->rope_base = L->swa ? swa_base : hp->rope_base;
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
-                                      &L->ssm_in, &L->ssm_out};
+                                      &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         m->weights_bytes += sp_bytes(mats[i]);
     if (hp->n_expert) /* a token reads its n_expert_used experts */
@@ -682,7 +742,7 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
  * one at a time); out[] must hold sp_model_n_matrices(). */
 static size_t sp_model_n_matrices(const struct sp_model *m)
 {
-    return 1 + (size_t)m->hp.n_layer * (10 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
+    return 1 + (size_t)m->hp.n_layer * (12 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
 }
 
 static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
@@ -692,7 +752,7 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         struct sp_layer *L = &m->layers[il];
         struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
-                                  &L->ssm_in, &L->ssm_out};
+                                  &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->data)
                 out[n++] = ts[i];
@@ -770,7 +830,8 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->attn_out_norm_b : NULL, L ? &L->ffn_out_norm : NULL,
                                       L ? &L->ffn_out_norm_b : NULL, L ? &L->shexp_gate : NULL,
                                       L ? &L->ssm_conv : NULL, L ? &L->ssm_conv_b : NULL, L ? &L->ssm_dt_b : NULL,
-                                      L ? &L->ssm_a : NULL, L ? &L->ssm_d : NULL, L ? &L->ssm_norm : NULL};
+                                      L ? &L->ssm_a : NULL, L ? &L->ssm_d : NULL, L ? &L->ssm_norm : NULL,
+                                      L ? &L->sc_conv : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -779,8 +840,9 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                     total += (bytes + 63) / 64 * 64;
                     continue;
                 }
-                if (L && lv[i] == &L->ssm_conv) { /* [channels][taps] -> [taps][channels] */
-                    const size_t k = m->hp.ssm_conv, ch = (size_t)lv[i]->ne0 / k;
+                if (L && (lv[i] == &L->ssm_conv || lv[i] == &L->sc_conv)) { /* [channels][taps] -> [taps][channels] */
+                    const size_t k = lv[i] == &L->ssm_conv ? m->hp.ssm_conv : m->hp.conv_taps;
+                    const size_t ch = (size_t)lv[i]->ne0 / k;
                     const float *src = lv[i]->data;
                     for (size_t c = 0; c < ch; c++)
                         for (size_t j = 0; j < k; j++)
@@ -838,7 +900,8 @@ static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *p
     if ((st = sp_hp_pos(m, "rope.freq_base_swa", &swa_base)) != SP_OK)
         return st;
     if ((st = sp_model_tensor(ld, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd)) != SP_OK ||
-        (st = sp_model_tensor(ld, "output_norm.weight", hp->n_embd, 0, !m->arch->post_ln, &m->out_norm)) != SP_OK ||
+        (st = sp_model_tensor(ld, m->arch->out_norm_embd ? "token_embd_norm.weight" : "output_norm.weight",
+                              hp->n_embd, 0, !m->arch->post_ln, &m->out_norm)) != SP_OK ||
         (st = sp_model_embd_extras(ld)) != SP_OK ||
         (st = sp_model_tensor(ld, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output)) != SP_OK ||
         (st = sp_model_rope_factors_load(ld)) != SP_OK)
@@ -961,6 +1024,8 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("Mamba-2 on %u of %u layers (%u heads x %u, state %u, %u group%s, convolution %u)", hp->n_linear,
              hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_state, hp->ssm_groups,
              hp->ssm_groups > 1 ? "s" : "", hp->ssm_conv);
+    if (hp->n_linear && ar->linear == SP_MIXER_CONV)
+        SP_F("gated short convolutions on %u of %u layers (%u taps)", hp->n_linear, hp->n_layer, hp->conv_taps);
     if (ar->no_ffn)
         SP_F("no feed-forward");
     else if (ar->ffn_plain)

@@ -46,11 +46,13 @@ enum sp_norm {
 enum sp_mixer {
     SP_MIXER_ATTN,
     SP_MIXER_SSM,     /* Mamba-2: causal convolution, selective scan (SSD), gated RMSNorm */
+    SP_MIXER_CONV,    /* LFM2: in_proj to B, C, x; causal convolution of B * x; C times it; out_proj */
 };
 /* Which layers are linear. */
 enum sp_layer_kinds {
     SP_KINDS_ATTN,    /* none */
     SP_KINDS_LINEAR,  /* all */
+    SP_KINDS_KV_ZERO, /* those whose attention.head_count_kv (a per-layer array) is 0 */
 };
 
 /* What distinguishes one family's forward pass; one entry per
@@ -90,6 +92,7 @@ struct sp_arch {
     enum sp_mixer linear;      /* the mixer of the family's linear layers */
     enum sp_layer_kinds kinds; /* which layers are linear */
     bool no_ffn;               /* layers are a mixer and its residual only (no feed-forward block) */
+    bool out_norm_embd;        /* the output norm is stored as token_embd_norm (LFM2's converter) */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -113,6 +116,7 @@ struct sp_hparams {
      * width), state size per head, heads (time_step_rank), groups sharing
      * B and C */
     uint32_t ssm_conv, ssm_inner, ssm_state, ssm_heads, ssm_head_dim, ssm_groups;
+    uint32_t conv_taps;        /* LFM2's short convolutions (shortconv.l_cache) */
     uint32_t n_linear;         /* linear layers */
 };
 
@@ -135,6 +139,9 @@ struct sp_layer {
      * taps transposed to [taps][channels] (copied at load), its bias, dt's
      * bias, A and D per head, the gated norm's weight [inner], ssm_out */
     struct sp_tensor ssm_in, ssm_conv, ssm_conv_b, ssm_dt_b, ssm_a, ssm_d, ssm_norm, ssm_out;
+    /* LFM2 short convolution: in_proj [n_embd -> B, C, x], the taps
+     * transposed to [taps][n_embd] (copied at load), out_proj */
+    struct sp_tensor sc_in, sc_conv, sc_out;
     enum sp_mixer mixer;
     bool swa;                  /* local (sliding-window) layer */
     float rope_base;

@@ -17,7 +17,7 @@ exactly), q8_0 and q4_k (every matrix whose rows allow it; Q8_0 otherwise;
 router weights, norms, biases and rope factors stay F32, as llama.cpp's
 quantizer leaves them).
 
-usage: families.py [--out DIR] [--family NAME ...] [--list]
+usage: families.py [--out DIR] [--family NAME ...] [--list] [--list-linear]
        families.py --bench NAME --out DIR   (one F16 copy of a benchmark shape)
 Run with build/venv/bin/python (numpy, gguf).
 """
@@ -109,6 +109,13 @@ FAMILIES = {
     # four heads, so the group of a head matters.
     "mamba2": dict(arch="mamba2", vocab="gpt-2", n_embd=256, n_layer=2, ctx=4096, tied=False,
                    ssm=(4, 512, 64, 2, 64), seed=1100),
+    # lfm2: gated short convolutions (3 taps) on layers 0, 1 and 3, attention
+    # (per-head QK-norm, RoPE halves) on layer 2; a SwiGLU feed-forward on
+    # every layer; the layer kinds come from attention.head_count_kv per
+    # layer (0: a convolution), as LFM2's converter writes them.
+    "lfm2": dict(arch="lfm2", vocab="gpt-2", n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64,
+                 n_ff=512, ctx=4096, rope_base=1000000.0, tied=True, conv_layers=(0, 1, 3), conv_taps=3,
+                 seed=1101),
 }
 
 
@@ -258,6 +265,44 @@ class Builder:
         self.arr(p + "ssm_norm.weight", (ng, di // ng), lambda rng: 1.0 + 0.1 * rng.standard_normal(di))
         self.mat(p + "ssm_out.weight", E, di)
 
+    def build_lfm2(self, vocab_kv, n_vocab):
+        """LFM2 as its converter writes it: head_count_kv per layer (0: a
+        short convolution), shortconv.l_cache, the output norm stored as
+        token_embd_norm, the convolution's taps [n_embd][taps]."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        conv, taps = s["conv_layers"], s["conv_taps"]
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", F, VT.UINT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", [0 if i in conv else HKV for i in range(L)], VT.ARRAY, VT.INT32)
+        self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32)
+        self.key("shortconv.l_cache", taps, VT.UINT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0)
+        self.vec("token_embd_norm.weight", E)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if i in conv:
+                self.mat(p + "shortconv.in_proj.weight", 3 * E, E)
+                self.arr(p + "shortconv.conv.weight", (E, taps), lambda rng: rng.standard_normal((E, taps)) * 0.6)
+                self.mat(p + "shortconv.out_proj.weight", E, E)
+            else:
+                self.mat(p + "attn_q.weight", H * D, E)
+                self.mat(p + "attn_k.weight", HKV * D, E)
+                self.mat(p + "attn_v.weight", HKV * D, E)
+                self.vec(p + "attn_q_norm.weight", D)
+                self.vec(p + "attn_k_norm.weight", D)
+                self.mat(p + "attn_output.weight", E, H * D)
+            self.vec(p + "ffn_norm.weight", E)
+            self.mat(p + "ffn_gate.weight", F, E)
+            self.mat(p + "ffn_up.weight", F, E)
+            self.mat(p + "ffn_down.weight", E, F)
+
     def build_mamba2(self, vocab_kv, n_vocab):
         s = self.s
         E, L = s["n_embd"], s["n_layer"]
@@ -288,6 +333,8 @@ class Builder:
         vocab_kv, n_vocab = read_vocab(s["vocab"], s.get("pre"), s.get("pad_vocab"))
         if arch == "mamba2":
             return self.build_mamba2(vocab_kv, n_vocab)
+        if arch == "lfm2":
+            return self.build_lfm2(vocab_kv, n_vocab)
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         Q, KV = H * D, HKV * D
         self.key("context_length", s["ctx"], VT.UINT32)
@@ -397,6 +444,11 @@ class Builder:
         w.close()
 
 
+def is_linear(name):
+    """Whether the family has linear (recurrent) layers."""
+    return "ssm" in FAMILIES[name] or "conv_layers" in FAMILIES[name]
+
+
 def build_family(name, out_dir, types=TYPES):
     if name in BENCH:
         b = Builder(name, BENCH[name], seed=2000 + sorted(BENCH).index(name))
@@ -428,10 +480,14 @@ def main(argv):
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--list-linear", action="store_true", help="the families with linear (recurrent) layers")
     ap.add_argument("--bench", choices=sorted(BENCH))
     args = ap.parse_args(argv[1:])
     if args.list:
         print("\n".join(sorted(FAMILIES)))
+        return 0
+    if args.list_linear:
+        print("\n".join(n for n in sorted(FAMILIES) if is_linear(n)))
         return 0
     os.makedirs(args.out, exist_ok=True)
     if args.bench:

@@ -187,6 +187,8 @@ FEATURES = {
     "qwen3moe": ["QK-norm (per head)", "8 experts (2 used, softmax router, weights renormalized, width 256)"],
     "olmoe": ["QK-norm (whole rows)", "8 experts (2 used, softmax router, width 256)"],
     "mixtral": ["8 experts (2 used, softmax router, weights renormalized, width 256)"],
+    "mamba2": ["Mamba-2 on 2 of 2 layers (8 heads x 64, state 64, 2 groups, convolution 4)", "no feed-forward"],
+    "lfm2": ["gated short convolutions on 3 of 4 layers (3 taps)", "QK-norm (per head)", "RoPE halves (NEOX)"],
 }
 
 

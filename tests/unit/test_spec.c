@@ -573,10 +573,13 @@ int main(void)
         return sp_check_report("test_spec");
     test_rollback(smol_path, 29);
     test_rollback(gemma_path, 600);
-    char *mamba_path = family("mamba2");
-    if (mamba_path)
-        test_rollback(mamba_path, 126);
-    free(mamba_path);
+    static const char *const linear[] = {"mamba2", "lfm2"};
+    for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
+        char *fam = family(linear[i]);
+        if (fam)
+            test_rollback(fam, 126);
+        free(fam);
+    }
     sp_model *smol = load(smol_path), *gemma = load(gemma_path);
     if (smol && gemma) {
         /* ~2,400 sampled continuations: minutes of CPU under qemu-user
