@@ -110,6 +110,15 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "granitehybrid", /* Granite 4.0-H (dense): Mamba-2 layers and a few attention layers */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = false,
+        .linear = SP_MIXER_SSM,
+        .kinds = SP_KINDS_KV_ZERO,
+        .granite = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -282,6 +282,9 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         sp_fwd_add(o, attn ? &L->bo : &L->b_down, E);
         if (ar->post_norms)
             sp_rmsnorm(o, (attn ? &L->post_attn_norm : &L->post_ffn_norm)->data, o, E, hp->eps);
+        if (hp->resid_scale) /* Granite: the block's output scaled before its residual add */
+            for (int i = 0; i < E; i++)
+                o[i] *= hp->resid_scale;
         for (int i = 0; i < E; i++)
             x[i] += o[i];
         if (ar->post_ln) { /* the norm is on the residual stream itself */
@@ -539,11 +542,12 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
         sp_pool_run(pool, sp_moe_sum_run, &sum);
 }
 
-/* Final-logit soft-capping over [n][n_vocab], elements split across the pool. */
+/* Final-logit soft-capping (cap > 0) or scaling (scale != 0: Granite's
+ * 1 / logit_scale) over [n][n_vocab], elements split across the pool. */
 struct sp_cap_job {
     float *x;
     long n;
-    float cap;
+    float cap, scale;
 };
 
 static void sp_cap_run(void *arg, int ith, int nth)
@@ -551,8 +555,10 @@ static void sp_cap_run(void *arg, int ith, int nth)
     const struct sp_cap_job *j = arg;
     long lo, hi;
     sp_pool_split(j->n, 64, ith, nth, &lo, &hi);
-    if (hi > lo)
+    if (hi > lo && j->cap > 0.0f)
         sp_softcap(j->x + lo, hi - lo, j->cap);
+    for (long i = lo; j->scale != 0.0f && i < hi; i++)
+        j->x[i] *= j->scale;
 }
 
 /* The first matrix that reads a layer's normed input (its stage quantizes
@@ -629,11 +635,11 @@ sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_
     }
 
     /* x [T][E]: embeddings */
-    float escale = ar->embed_scale ? sqrtf((float)E) : 1.0f;
+    float escale = ar->embed_scale ? sqrtf((float)E) : hp->embd_scale;
     for (int t = 0; t < T; t++) {
         float *x = s->x + (size_t)t * E;
         sp_tensor_row(&m->tok_embd, b->tokens[t], x);
-        if (ar->embed_scale)
+        if (ar->embed_scale || hp->embd_scale)
             for (int i = 0; i < E; i++)
                 x[i] *= escale;
         if (ar->abs_pos) { /* + position row + token type 0 row, then the embeddings' norm */
@@ -707,8 +713,9 @@ sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_
     cache.src = NULL;
     if (b->n_out > 0 && logits) {
         sp_fwd_mm(s, pool, &cache, &m->output, s->h, E, b->n_out, logits, hp->n_vocab);
-        if (hp->final_softcap > 0.0f) {
-            struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap};
+        if (hp->final_softcap > 0.0f || hp->logit_scale) {
+            struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap,
+                                    hp->logit_scale ? 1.0f / hp->logit_scale : 0.0f};
             sp_pool_run(pool, sp_cap_run, &cj);
         }
     }

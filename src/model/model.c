@@ -239,10 +239,17 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     if (v_len != hp->head_dim)
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length': %u differs from key_length %u", a,
                             v_len, hp->head_dim);
-    hp->n_rot = m->arch->abs_pos ? 0 : hp->head_dim; /* absolute positions: no RoPE */
-    if (!m->arch->abs_pos && (st = sp_hp_u32(m, "rope.dimension_count", false, &hp->n_rot)))
+    bool rope = !m->arch->abs_pos; /* absolute positions: no RoPE */
+    if (m->arch->granite) { /* Granite 4.0-H's attention has none (NoPE) unless the file says */
+        char key[128];
+        sp_key(m, "rope.scaling.finetuned", key, sizeof key);
+        if ((st = sp_gguf_get_bool(&m->gguf, key, false, &rope)))
+            return st;
+    }
+    hp->n_rot = rope ? hp->head_dim : 0;
+    if (rope && (st = sp_hp_u32(m, "rope.dimension_count", false, &hp->n_rot)))
         return st;
-    if ((hp->n_rot == 0 && !m->arch->abs_pos) || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_rot > SP_ROPE_MAX)
+    if ((hp->n_rot == 0 && rope) || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_rot > SP_ROPE_MAX)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.dimension_count': %u, expected an even number <= %u", a,
                             hp->n_rot, hp->head_dim < SP_ROPE_MAX ? hp->head_dim : SP_ROPE_MAX);
     if (!(hp->rope_base > 0.0f) || isinf(hp->rope_base))
@@ -253,6 +260,8 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     if (m->arch->wide_scale_layers && hp->n_layer == m->arch->wide_scale_layers)
         scale_dim = hp->n_embd / hp->n_head;
     hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
+    if (m->arch->granite && (st = sp_hp_pos(m, "attention.scale", &hp->attn_scale)))
+        return st;
     return SP_OK;
 }
 
@@ -328,6 +337,10 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
                                 hp->conv_taps, SP_CONV_MAX_TAPS);
     }
     if ((st = sp_model_expert_keys(m)))
+        return st;
+    if (ar->granite && ((st = sp_hp_pos(m, "embedding_scale", &hp->embd_scale)) ||
+                        (st = sp_hp_pos(m, "residual_scale", &hp->resid_scale)) ||
+                        (st = sp_hp_pos(m, "logit_scale", &hp->logit_scale))))
         return st;
     if ((st = sp_gguf_get_arr(&m->gguf, "tokenizer.ggml.tokens", true, SP_GGUF_STRING, &toks)))
         return st;
@@ -550,19 +563,19 @@ static sp_status sp_model_ssm(struct sp_loader *ld, uint32_t il)
     char name[96];
     sp_status st;
     const int64_t conv_ne[2] = {hp->ssm_conv, CONV}, heads[2] = {1, NH}, norm[2] = {DI / NG, NG};
-#define SP_A(field, suffix, ne, rank)                                                                \
+#define SP_A(field, suffix, ne, rank, req)                                                           \
     do {                                                                                            \
         snprintf(name, sizeof name, "blk.%u.%s", il, suffix);                                       \
-        if ((st = sp_model_f32(ld, name, ne, rank, true, &(field))) != SP_OK)                       \
+        if ((st = sp_model_f32(ld, name, ne, rank, req, &(field))) != SP_OK)                        \
             return st;                                                                              \
     } while (0)
     SP_T(L->ssm_in, "ssm_in.weight", E, IN, true);
-    SP_A(L->ssm_conv, "ssm_conv1d.weight", conv_ne, 2);
-    SP_A(L->ssm_conv_b, "ssm_conv1d.bias", &CONV, 1);
-    SP_A(L->ssm_dt_b, "ssm_dt.bias", &NH, 1);
-    SP_A(L->ssm_a, "ssm_a", heads, 2);
-    SP_A(L->ssm_d, "ssm_d", heads, 2);
-    SP_A(L->ssm_norm, "ssm_norm.weight", norm, 2);
+    SP_A(L->ssm_conv, "ssm_conv1d.weight", conv_ne, 2, true);
+    SP_A(L->ssm_conv_b, "ssm_conv1d.bias", &CONV, 1, !m->arch->granite); /* optional in Granite's */
+    SP_A(L->ssm_dt_b, "ssm_dt.bias", &NH, 1, true);
+    SP_A(L->ssm_a, "ssm_a", heads, 2, true);
+    SP_A(L->ssm_d, "ssm_d", heads, 2, true);
+    SP_A(L->ssm_norm, "ssm_norm.weight", norm, 2, true);
 #undef SP_A
     SP_T(L->ssm_out, "ssm_out.weight", DI, E, true);
     const float *a = L->ssm_a.data;
@@ -1034,8 +1047,12 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : "SwiGLU");
     if (ar->abs_pos)
         SP_F("absolute position embeddings, token types");
-    else if (hp->n_head)
+    else if (hp->n_head && hp->n_rot)
         SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
+    else if (hp->n_head)
+        SP_F("no position encoding in attention (NoPE)");
+    if (hp->embd_scale || hp->resid_scale || hp->logit_scale)
+        SP_F("scales: embeddings %g, residuals %g, logits 1/%g", hp->embd_scale, hp->resid_scale, hp->logit_scale);
     if (ar->bidirectional)
         SP_F("bidirectional attention (embeddings only)");
     if (ar->norm == SP_NORM_LAYER)

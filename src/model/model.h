@@ -93,6 +93,8 @@ struct sp_arch {
     enum sp_layer_kinds kinds; /* which layers are linear */
     bool no_ffn;               /* layers are a mixer and its residual only (no feed-forward block) */
     bool out_norm_embd;        /* the output norm is stored as token_embd_norm (LFM2's converter) */
+    bool granite;              /* Granite's multipliers (embedding_scale, residual_scale, attention.scale,
+                                  logit_scale) and RoPE switched by rope.scaling.finetuned (default on) */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -117,6 +119,9 @@ struct sp_hparams {
      * B and C */
     uint32_t ssm_conv, ssm_inner, ssm_state, ssm_heads, ssm_head_dim, ssm_groups;
     uint32_t conv_taps;        /* LFM2's short convolutions (shortconv.l_cache) */
+    /* Granite: embeddings x embd_scale, each block's output x resid_scale
+     * before its residual add, logits / logit_scale (0: none) */
+    float embd_scale, resid_scale, logit_scale;
     uint32_t n_linear;         /* linear layers */
 };
 

@@ -116,6 +116,12 @@ FAMILIES = {
     "lfm2": dict(arch="lfm2", vocab="gpt-2", n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64,
                  n_ff=512, ctx=4096, rope_base=1000000.0, tied=True, conv_layers=(0, 1, 3), conv_taps=3,
                  seed=1101),
+    # granitehybrid (Granite 4.0-H, dense): Mamba-2 layers with a SwiGLU
+    # feed-forward, attention without RoPE (rope.scaling.finetuned false)
+    # on layer 1, Granite's embedding, residual, attention and logit scales
+    "granitehybrid": dict(arch="granitehybrid", vocab="gpt-2", n_embd=256, n_layer=3, n_head=4, n_head_kv=2,
+                          head_dim=64, n_ff=512, ctx=4096, tied=False, ssm=(4, 512, 64, 2, 64), attn_layers=(1,),
+                          scales=(0.5, 0.75, 0.125, 4.0), seed=1102),
 }
 
 
@@ -303,6 +309,51 @@ class Builder:
             self.mat(p + "ffn_up.weight", F, E)
             self.mat(p + "ffn_down.weight", E, F)
 
+    def build_granitehybrid(self, vocab_kv, n_vocab):
+        """Granite 4.0-H as its converter writes it: head_count_kv per layer
+        (0: a Mamba-2 layer), the ssm.* keys, Granite's scales, RoPE off."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        dc, di, ds, ng, hd = s["ssm"]
+        embd, resid, attn, logit = s["scales"]
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", F, VT.UINT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", [HKV if i in s["attn_layers"] else 0 for i in range(L)], VT.ARRAY,
+                 VT.INT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32)
+        self.key("attention.scale", attn, VT.FLOAT32)
+        self.key("embedding_scale", embd, VT.FLOAT32)
+        self.key("residual_scale", resid, VT.FLOAT32)
+        self.key("logit_scale", logit, VT.FLOAT32)
+        self.key("rope.scaling.finetuned", False, VT.BOOL)
+        self.key("ssm.conv_kernel", dc, VT.UINT32)
+        self.key("ssm.inner_size", di, VT.UINT32)
+        self.key("ssm.state_size", ds, VT.UINT32)
+        self.key("ssm.time_step_rank", di // hd, VT.UINT32)
+        self.key("ssm.group_count", ng, VT.UINT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
+        self.vec("output_norm.weight", E)
+        if not s["tied"]:
+            self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if i in s["attn_layers"]:
+                self.mat(p + "attn_q.weight", H * D, E)
+                self.mat(p + "attn_k.weight", HKV * D, E)
+                self.mat(p + "attn_v.weight", HKV * D, E)
+                self.mat(p + "attn_output.weight", E, H * D)
+            else:
+                self.mamba2_layer(p)
+            self.vec(p + "ffn_norm.weight", E)
+            self.mat(p + "ffn_gate.weight", F, E)
+            self.mat(p + "ffn_up.weight", F, E)
+            self.mat(p + "ffn_down.weight", E, F)
+
     def build_mamba2(self, vocab_kv, n_vocab):
         s = self.s
         E, L = s["n_embd"], s["n_layer"]
@@ -335,6 +386,8 @@ class Builder:
             return self.build_mamba2(vocab_kv, n_vocab)
         if arch == "lfm2":
             return self.build_lfm2(vocab_kv, n_vocab)
+        if arch == "granitehybrid":
+            return self.build_granitehybrid(vocab_kv, n_vocab)
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         Q, KV = H * D, HKV * D
         self.key("context_length", s["ctx"], VT.UINT32)

@@ -189,6 +189,8 @@ FEATURES = {
     "mixtral": ["8 experts (2 used, softmax router, weights renormalized, width 256)"],
     "mamba2": ["Mamba-2 on 2 of 2 layers (8 heads x 64, state 64, 2 groups, convolution 4)", "no feed-forward"],
     "lfm2": ["gated short convolutions on 3 of 4 layers (3 taps)", "QK-norm (per head)", "RoPE halves (NEOX)"],
+    "granitehybrid": ["Mamba-2 on 2 of 3 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
+                      "no position encoding in attention (NoPE)", "scales: embeddings 0.5, residuals 0.75, logits 1/4"],
 }
 
 
