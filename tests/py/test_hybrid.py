@@ -141,3 +141,40 @@ def test_self_speculation_is_refused(fam, run_spindle):
     r = run_spindle("run", "-m", model_path(fam, "q8_0"), "-p", "hello", "-n", 4, "--spec", "self")
     assert r.returncode == 2
     assert "linear (recurrent) layers" in r.stderr and "ngram" in r.stderr, r.stderr
+
+
+def _variant(tmp_path, fam, edit):
+    """The family's q8_0 file with one thing changed by edit(builder)."""
+    b = families.Builder(fam, dict(families.FAMILIES[fam]), seed=7)
+    b.build()
+    edit(b)
+    path = tmp_path / ("%s-variant.gguf" % fam)
+    b.write(str(path), "q8_0")
+    return path
+
+
+def _set_key(b, suffix, value):
+    b.kv = [(k, value if k.endswith("." + suffix) else v, t, s) for k, v, t, s in b.kv]
+
+
+def _set_tensor(b, name, make):
+    b.tensors = [(n, shape, kind, make if n == name else mk) for n, shape, kind, mk in b.tensors]
+
+
+REFUSALS = [
+    ("mamba2", lambda b: _set_key(b, "ssm.conv_kernel", 9), "ssm.conv_kernel': 9, expected 1..8"),
+    ("mamba2", lambda b: _set_key(b, "ssm.group_count", 3), "ssm.group_count': 3 groups do not divide 8 heads"),
+    ("mamba2", lambda b: _set_tensor(b, "blk.1.ssm_a", lambda rng: families.np.full((8, 1), 0.5, families.np.float32)),
+     "blk.1.ssm_a': 0.5 in head 0, expected a finite value <= 0"),
+    ("lfm2", lambda b: _set_key(b, "attention.head_count_kv", [0, 2, 0]),
+     "3 values, expected one or 4 (one per layer)"),
+    ("granitehybrid", lambda b: (b.key("expert_count", 4, families.VT.UINT32),
+                                 b.key("expert_used_count", 2, families.VT.UINT32)),
+     "has no mixture-of-experts layers"),
+]
+
+
+@pytest.mark.parametrize("fam,edit,expect", REFUSALS, ids=[r[2][:30] for r in REFUSALS])
+def test_malformed_files_are_refused(fam, edit, expect, run_spindle, tmp_path):
+    r = run_spindle("info", "-m", _variant(tmp_path, fam, edit))
+    assert r.returncode == 2 and expect in r.stderr, r.stderr
