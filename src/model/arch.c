@@ -119,6 +119,16 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "nemotron_h", /* Nemotron-H (dense): Mamba-2, attention and feed-forward layers */
+        .ffn_act = SP_FFN_RELU2,
+        .ffn_plain = true,
+        .linear = SP_MIXER_SSM,
+        .kinds = SP_KINDS_KV_FF,
+        .no_ffn = true,
+        .nope = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

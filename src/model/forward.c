@@ -300,7 +300,12 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
     }
     case SP_FWD_GLU: {
         float *g = s->g + (size_t)t * F, *u = s->u + (size_t)t * F;
-        if (ar->ffn_plain) { /* g holds ffn_up's output; GELU is the one plain activation */
+        if (ar->ffn_plain && ar->ffn_act == SP_FFN_RELU2) { /* g holds ffn_up's output */
+            for (int i = 0; i < F; i++) { /* as ggml: relu, then the square */
+                float r = g[i] > 0.0f ? g[i] : 0.0f;
+                g[i] = r * r;
+            }
+        } else if (ar->ffn_plain) { /* g holds ffn_up's output */
             sp_fwd_add(g, &L->b_up, F);
             sp_gelu(g, g, F);
         } else if (ar->ffn_act == SP_FFN_GELU) {
@@ -565,7 +570,8 @@ static void sp_cap_run(void *arg, int ith, int nth)
  * for it). */
 static const struct sp_tensor *sp_fwd_first(const struct sp_layer *L)
 {
-    return L->mixer == SP_MIXER_SSM ? &L->ssm_in : L->mixer == SP_MIXER_CONV ? &L->sc_in : &L->wq;
+    return L->mixer == SP_MIXER_SSM ? &L->ssm_in : L->mixer == SP_MIXER_CONV ? &L->sc_in
+           : L->mixer == SP_MIXER_MLP ? &L->w_up : &L->wq;
 }
 
 /* The attention block of layer il: s->h -> s->tmp (attention output
@@ -680,6 +686,8 @@ sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_
             sp_fwd_mm(s, pool, &cache, &L->ssm_in, s->h, E, T, s->lin, s->lin_stride);
             sp_fwd_ssm(m, mem, s, pool, b, il);
             sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, hp->ssm_inner, T, s->tmp, E);
+        } else if (L->mixer == SP_MIXER_MLP) {
+            sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
         } else if (L->mixer == SP_MIXER_CONV) {
             sp_fwd_mm(s, pool, &cache, &L->sc_in, s->h, E, T, s->lin, s->lin_stride);
             sp_fwd_shortconv(m, mem, s, pool, b, il);

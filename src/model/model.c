@@ -204,7 +204,7 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     if (hp->n_head > 4096)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.head_count': %u heads is implausible", a, hp->n_head);
     hp->n_head_kv = hp->n_head;
-    if (m->arch->kinds == SP_KINDS_KV_ZERO) { /* per layer; 0: a linear layer */
+    if (m->arch->kinds == SP_KINDS_KV_ZERO || m->arch->kinds == SP_KINDS_KV_FF) { /* per layer; 0: not attention */
         char key[128];
         uint32_t most = 0;
         sp_key(m, "attention.head_count_kv", key, sizeof key);
@@ -239,7 +239,7 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     if (v_len != hp->head_dim)
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length': %u differs from key_length %u", a,
                             v_len, hp->head_dim);
-    bool rope = !m->arch->abs_pos; /* absolute positions: no RoPE */
+    bool rope = !m->arch->abs_pos && !m->arch->nope; /* absolute positions: no RoPE */
     if (m->arch->granite) { /* Granite 4.0-H's attention has none (NoPE) unless the file says */
         char key[128];
         sp_key(m, "rope.scaling.finetuned", key, sizeof key);
@@ -260,7 +260,7 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     if (m->arch->wide_scale_layers && hp->n_layer == m->arch->wide_scale_layers)
         scale_dim = hp->n_embd / hp->n_head;
     hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
-    if (m->arch->granite && (st = sp_hp_pos(m, "attention.scale", &hp->attn_scale)))
+    if ((m->arch->granite || m->arch->nope) && (st = sp_hp_pos(m, "attention.scale", &hp->attn_scale)))
         return st;
     return SP_OK;
 }
@@ -293,6 +293,29 @@ static sp_status sp_model_ssm_hparams(struct sp_model *m)
     return SP_OK;
 }
 
+/* Nemotron-H: feed_forward_length per layer (0: not a feed-forward
+ * layer); every feed-forward layer as wide. */
+static sp_status sp_model_ff_layers(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    char key[128];
+    sp_key(m, "block_count", key, sizeof key);
+    sp_status st = sp_gguf_get_u32(&m->gguf, key, true, &hp->n_layer);
+    if (st != SP_OK || hp->n_layer == 0 || hp->n_layer > 4096)
+        return st;
+    sp_key(m, "feed_forward_length", key, sizeof key);
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        uint32_t n = 0;
+        if ((st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer, true, &n)))
+            return st;
+        if (n && hp->n_ff && n != hp->n_ff)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': %u and %u wide feed-forward layers", key, hp->n_ff,
+                                n);
+        hp->n_ff = n ? n : hp->n_ff;
+    }
+    return SP_OK;
+}
+
 static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
 {
     struct sp_hparams *hp = &m->hp;
@@ -306,19 +329,22 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     if ((st = sp_hp_u32(m, "context_length", true, &hp->n_ctx_train)) ||
         (st = sp_hp_u32(m, "embedding_length", true, &hp->n_embd)) ||
         (st = sp_hp_u32(m, "block_count", true, &hp->n_layer)) ||
-        (st = sp_hp_u32(m, "feed_forward_length", !ar->no_ffn, &hp->n_ff)) ||
+        (ar->kinds != SP_KINDS_KV_FF && (st = sp_hp_u32(m, "feed_forward_length", !ar->no_ffn, &hp->n_ff))) ||
+        (ar->kinds == SP_KINDS_KV_FF && (st = sp_model_ff_layers(m))) ||
+        (ar->nope && (st = sp_hp_f32(m, "attention.layer_norm_epsilon", true, &hp->eps))) ||
         (st = sp_hp_u32(m, "attention.head_count", ar->kinds != SP_KINDS_LINEAR, &hp->n_head)) ||
         (st = sp_hp_f32(m, ar->norm == SP_NORM_LAYER ? "attention.layer_norm_epsilon"
-                                                     : "attention.layer_norm_rms_epsilon", true, &hp->eps)) ||
+                                                     : "attention.layer_norm_rms_epsilon", !ar->nope, &hp->eps)) ||
         (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)) ||
         (st = sp_hp_u32(m, "pooling_type", false, &hp->pooling)))
         return st;
-    if (hp->n_embd == 0 || hp->n_layer == 0 || (hp->n_ff == 0 && !ar->no_ffn) || hp->n_ctx_train == 0)
+    if (hp->n_embd == 0 || hp->n_layer == 0 || (hp->n_ff == 0 && !ar->no_ffn) || hp->n_ctx_train == 0 ||
+        hp->n_layer > 4096)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.*': embedding_length, block_count, feed_forward_length "
                             "and context_length must be > 0", a);
     if (hp->n_layer > 4096)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.block_count': %u layers is implausible", a, hp->n_layer);
-    if (ar->no_ffn)
+    if (ar->no_ffn && ar->kinds != SP_KINDS_KV_FF)
         hp->n_ff = 0; /* no feed-forward: the key is a placeholder */
     if (!(hp->eps > 0.0f && hp->eps < 1.0f))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.layer_norm_%sepsilon': %g out of (0, 1)", a,
@@ -609,7 +635,7 @@ static sp_status sp_model_mixer(struct sp_model *m, uint32_t il, enum sp_mixer *
     *out = SP_MIXER_ATTN;
     if (ar->kinds == SP_KINDS_LINEAR)
         *out = ar->linear;
-    if (ar->kinds == SP_KINDS_KV_ZERO) {
+    if (ar->kinds == SP_KINDS_KV_ZERO || ar->kinds == SP_KINDS_KV_FF) {
         char key[128];
         uint32_t n = 0;
         sp_key(m, "attention.head_count_kv", key, sizeof key);
@@ -617,6 +643,15 @@ static sp_status sp_model_mixer(struct sp_model *m, uint32_t il, enum sp_mixer *
         if (st != SP_OK)
             return st;
         *out = n ? SP_MIXER_ATTN : ar->linear;
+    }
+    if (ar->kinds == SP_KINDS_KV_FF && *out != SP_MIXER_ATTN) {
+        char key[128];
+        uint32_t n = 0;
+        sp_key(m, "feed_forward_length", key, sizeof key);
+        sp_status st = sp_gguf_get_u32_at(&m->gguf, key, il, m->hp.n_layer, true, &n);
+        if (st != SP_OK)
+            return st;
+        *out = n ? SP_MIXER_MLP : ar->linear;
     }
     return SP_OK;
 }
@@ -634,11 +669,17 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK)
         return st;
     SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre);
-    st = L->mixer == SP_MIXER_SSM ? sp_model_ssm(ld, il) : L->mixer == SP_MIXER_CONV ? sp_model_shortconv(ld, il)
-                                                                                   : sp_model_attn(ld, il);
-    if (st != SP_OK)
-        return st;
-    m->hp.n_linear += L->mixer != SP_MIXER_ATTN;
+    if (L->mixer == SP_MIXER_MLP) {
+        SP_T(L->w_up, "ffn_up.weight", E, F, true);
+        SP_T(L->w_down, "ffn_down.weight", F, E, true);
+    } else {
+        st = L->mixer == SP_MIXER_SSM    ? sp_model_ssm(ld, il)
+             : L->mixer == SP_MIXER_CONV ? sp_model_shortconv(ld, il)
+                                         : sp_model_attn(ld, il);
+        if (st != SP_OK)
+            return st;
+    }
+    m->hp.n_linear += L->mixer == SP_MIXER_SSM || L->mixer == SP_MIXER_CONV;
     SP_T(L->ffn_norm, "ffn_norm.weight", E, 0, pre && !ar->no_ffn);
     SP_T(L->attn_out_norm, "attn_output_norm.weight", E, 0, !pre);
     SP_T(L->ffn_out_norm, "layer_output_norm.weight", E, 0, !pre);
@@ -1039,7 +1080,12 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
              hp->ssm_groups > 1 ? "s" : "", hp->ssm_conv);
     if (hp->n_linear && ar->linear == SP_MIXER_CONV)
         SP_F("gated short convolutions on %u of %u layers (%u taps)", hp->n_linear, hp->n_layer, hp->conv_taps);
-    if (ar->no_ffn)
+    uint32_t n_mlp = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        n_mlp += m->layers[l].mixer == SP_MIXER_MLP;
+    if (n_mlp)
+        SP_F("feed-forward alone on %u layers (%s, no gate)", n_mlp, ar->ffn_act == SP_FFN_RELU2 ? "ReLU^2" : "GELU");
+    else if (ar->no_ffn)
         SP_F("no feed-forward");
     else if (ar->ffn_plain)
         SP_F("%s feed-forward (no gate)", ar->ffn_act == SP_FFN_GELU ? "GELU" : "SiLU");

@@ -18,7 +18,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 
-enum sp_ffn_act { SP_FFN_SILU, SP_FFN_GELU };
+enum sp_ffn_act { SP_FFN_SILU, SP_FFN_GELU, SP_FFN_RELU2 /* relu(x)^2, plain feed-forwards only */ };
 enum sp_qk_norm {
     SP_QK_NORM_NONE,
     SP_QK_NORM_HEAD,  /* RMSNorm on each q/k head ([head_dim] weights) */
@@ -47,12 +47,15 @@ enum sp_mixer {
     SP_MIXER_ATTN,
     SP_MIXER_SSM,     /* Mamba-2: causal convolution, selective scan (SSD), gated RMSNorm */
     SP_MIXER_CONV,    /* LFM2: in_proj to B, C, x; causal convolution of B * x; C times it; out_proj */
+    SP_MIXER_MLP,     /* the layer is a feed-forward block alone (Nemotron-H's "-" layers) */
 };
 /* Which layers are linear. */
 enum sp_layer_kinds {
     SP_KINDS_ATTN,    /* none */
     SP_KINDS_LINEAR,  /* all */
     SP_KINDS_KV_ZERO, /* those whose attention.head_count_kv (a per-layer array) is 0 */
+    SP_KINDS_KV_FF,   /* per layer: head_count_kv > 0 attention, else feed_forward_length > 0 a
+                         feed-forward alone (SP_MIXER_MLP), else linear (Nemotron-H) */
 };
 
 /* What distinguishes one family's forward pass; one entry per
@@ -95,6 +98,7 @@ struct sp_arch {
     bool out_norm_embd;        /* the output norm is stored as token_embd_norm (LFM2's converter) */
     bool granite;              /* Granite's multipliers (embedding_scale, residual_scale, attention.scale,
                                   logit_scale) and RoPE switched by rope.scaling.finetuned (default on) */
+    bool nope;                 /* attention without RoPE; attention.scale (optional) scales it */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 

@@ -122,6 +122,12 @@ FAMILIES = {
     "granitehybrid": dict(arch="granitehybrid", vocab="gpt-2", n_embd=256, n_layer=3, n_head=4, n_head_kv=2,
                           head_dim=64, n_ff=512, ctx=4096, tied=False, ssm=(4, 512, 64, 2, 64), attn_layers=(1,),
                           scales=(0.5, 0.75, 0.125, 4.0), seed=1102),
+    # nemotron_h (Nemotron-H, dense): layers "M-M*-": Mamba-2 (M), a
+    # ReLU^2 feed-forward alone (-), attention without RoPE (*), each one
+    # block with its norm and residual; kinds from head_count_kv and
+    # feed_forward_length per layer
+    "nemotron_h": dict(arch="nemotron_h", vocab="gpt-2", n_embd=256, n_layer=5, n_head=4, n_head_kv=2, head_dim=64,
+                       n_ff=768, ctx=4096, tied=False, ssm=(4, 512, 64, 2, 64), pattern="M-M*-", seed=1103),
 }
 
 
@@ -354,6 +360,48 @@ class Builder:
             self.mat(p + "ffn_up.weight", F, E)
             self.mat(p + "ffn_down.weight", E, F)
 
+    def build_nemotron_h(self, vocab_kv, n_vocab):
+        """Nemotron-H as its converter writes it: feed_forward_length and
+        head_count_kv per layer (both 0: Mamba-2), layer_norm_epsilon beside
+        the RMS one, key and value lengths."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        dc, di, ds, ng, hd = s["ssm"]
+        pat = s["pattern"]
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", [F if c == "-" else 0 for c in pat], VT.ARRAY, VT.INT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", [HKV if c == "*" else 0 for c in pat], VT.ARRAY, VT.INT32)
+        self.key("attention.key_length", D, VT.UINT32)
+        self.key("attention.value_length", D, VT.UINT32)
+        self.key("attention.layer_norm_epsilon", 1e-5, VT.FLOAT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32)
+        self.key("ssm.conv_kernel", dc, VT.UINT32)
+        self.key("ssm.inner_size", di, VT.UINT32)
+        self.key("ssm.state_size", ds, VT.UINT32)
+        self.key("ssm.time_step_rank", di // hd, VT.UINT32)
+        self.key("ssm.group_count", ng, VT.UINT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
+        self.vec("output_norm.weight", E)
+        if not s["tied"]:
+            self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i, c in enumerate(pat):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if c == "M":
+                self.mamba2_layer(p)
+            elif c == "*":
+                self.mat(p + "attn_q.weight", H * D, E)
+                self.mat(p + "attn_k.weight", HKV * D, E)
+                self.mat(p + "attn_v.weight", HKV * D, E)
+                self.mat(p + "attn_output.weight", E, H * D)
+            else:
+                self.mat(p + "ffn_up.weight", F, E)
+                self.mat(p + "ffn_down.weight", E, F)
+
     def build_mamba2(self, vocab_kv, n_vocab):
         s = self.s
         E, L = s["n_embd"], s["n_layer"]
@@ -388,6 +436,8 @@ class Builder:
             return self.build_lfm2(vocab_kv, n_vocab)
         if arch == "granitehybrid":
             return self.build_granitehybrid(vocab_kv, n_vocab)
+        if arch == "nemotron_h":
+            return self.build_nemotron_h(vocab_kv, n_vocab)
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         Q, KV = H * D, HKV * D
         self.key("context_length", s["ctx"], VT.UINT32)
@@ -499,7 +549,7 @@ class Builder:
 
 def is_linear(name):
     """Whether the family has linear (recurrent) layers."""
-    return "ssm" in FAMILIES[name] or "conv_layers" in FAMILIES[name]
+    return "ssm" in FAMILIES[name] or "conv_layers" in FAMILIES[name]  # Mamba-2 or LFM2 layers
 
 
 def build_family(name, out_dir, types=TYPES):
