@@ -129,6 +129,18 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "qwen35", /* Qwen3.5 (dense): gated DeltaNet layers and gated attention */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .linear = SP_MIXER_DELTA,
+        .kinds = SP_KINDS_INTERVAL,
+        .q_gate = true,
+        .ffn_norm_post = true,
+        .mrope_text = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -17,7 +17,8 @@ static size_t sp_fwd_max_act(const struct sp_model *m, bool experts)
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
-                                        &L->gate_inp, &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out};
+                                        &L->gate_inp, &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv,
+                                        &L->dn_z, &L->dn_beta, &L->dn_alpha};
         for (size_t i = 0; !experts && i < sizeof ts / sizeof ts[0]; i++) {
             size_t b = ts[i]->data ? sp_act_row_bytes(ts[i]) : 0;
             mx = b > mx ? b : mx;
@@ -77,8 +78,10 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->attn_pos = sp_fwd_alloc(s, B * sizeof(int32_t));
     s->attn = sp_fwd_alloc(s, (size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
     s->kv_seqs = sp_fwd_alloc(s, B * sizeof *s->kv_seqs);
+    if (m->arch->q_gate)
+        s->qg = sp_fwd_alloc(s, B * 2 * Q * sizeof(float));
     bool ok = s->x && s->h && s->q && s->k && s->v && s->att && s->g && s->u && s->tmp && s->act && s->attn &&
-              s->rope && s->attn_plan && s->attn_pos && s->kv_seqs;
+              s->rope && s->attn_plan && s->attn_pos && s->kv_seqs && (s->qg || !m->arch->q_gate);
     struct sp_fwd_linear_sizes ls;
     sp_fwd_linear_sizes(m, &ls);
     if (ok && ls.lin) {
@@ -126,7 +129,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->attn_plan); free(s->attn_pos);
     free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
-    free(s->kv_seqs); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
+    free(s->kv_seqs); free(s->qg); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
     memset(s, 0, sizeof *s);
 }
 
@@ -184,6 +187,7 @@ static void sp_fwd_mm_multi(struct sp_forward_scratch *s, struct sp_pool *pool, 
 
 enum sp_fwd_stage {
     SP_FWD_ATTN_IN,   /* rmsnorm(x) -> h with attn_norm */
+    SP_FWD_GATE,      /* q_gate: the attention output times sigmoid(gate) */
     SP_FWD_QK,        /* q/k norm and RoPE, then K/V into the cache */
     SP_FWD_ATTN_OUT,  /* (post-norm) tmp, x += tmp, rmsnorm(x) -> h with ffn_norm */
     SP_FWD_GLU,       /* g = act(g) * u */
@@ -265,8 +269,22 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         else
             sp_fwd_norm(j->m, x, &L->attn_norm, &sp_fwd_none, h);
         break;
+    case SP_FWD_GATE: {
+        float *a = s->att + (size_t)t * Q;
+        const float *qg = s->qg + (size_t)t * 2 * Q;
+        for (int hh = 0; hh < H; hh++)
+            for (int d = 0; d < D; d++) /* as ggml: 1 / (1 + e^-x) */
+                a[hh * D + d] *= 1.0f / (1.0f + expf(-qg[(size_t)hh * 2 * D + D + d]));
+        if (j->qw)
+            sp_act_quantize_row(j->qw, a, s->act + (size_t)t * sp_act_row_bytes(j->qw));
+        return;
+    }
     case SP_FWD_QK: {
         float *vt = s->v + (size_t)t * KVW;
+        if (ar->q_gate) /* each head's query, out of its (query, gate) pair */
+            for (int hh = 0; hh < H; hh++)
+                memcpy(s->q + (size_t)t * Q + (size_t)hh * D, s->qg + (size_t)t * 2 * Q + (size_t)hh * 2 * D,
+                       (size_t)D * sizeof(float));
         sp_fwd_qk_row(j, t, s->q + (size_t)t * Q, H, &L->bq, &L->q_norm, true);
         sp_fwd_qk_row(j, t, s->k + (size_t)t * KVW, HKV, &L->bk, &L->k_norm, false);
         if (L->bv.data)
@@ -347,7 +365,7 @@ static void sp_fwd_stage(struct sp_fwd_job *j, struct sp_pool *pool, enum sp_fwd
         sp_pool_run(pool, sp_fwd_job_run, j);
     }
     if (qw) {
-        c->src = stage == SP_FWD_GLU ? j->s->g : j->s->h;
+        c->src = stage == SP_FWD_GLU ? j->s->g : stage == SP_FWD_GATE ? j->s->att : j->s->h;
         c->type = sp_type_get(qw->type)->vec_dot_type;
     }
 }
@@ -571,7 +589,7 @@ static void sp_cap_run(void *arg, int ith, int nth)
 static const struct sp_tensor *sp_fwd_first(const struct sp_layer *L)
 {
     return L->mixer == SP_MIXER_SSM ? &L->ssm_in : L->mixer == SP_MIXER_CONV ? &L->sc_in
-           : L->mixer == SP_MIXER_MLP ? &L->w_up : &L->wq;
+           : L->mixer == SP_MIXER_MLP ? &L->w_up : L->mixer == SP_MIXER_DELTA ? &L->dn_qkv : &L->wq;
 }
 
 /* The attention block of layer il: s->h -> s->tmp (attention output
@@ -587,8 +605,8 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
     const int T = b->n_tok, E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head;
     const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D;
     const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
-    float *o3[3] = {s->q, s->k, s->v};
-    const size_t st3[3] = {(size_t)Q, (size_t)KVW, (size_t)KVW};
+    float *o3[3] = {m->arch->q_gate ? s->qg : s->q, s->k, s->v};
+    const size_t st3[3] = {(size_t)(m->arch->q_gate ? 2 * Q : Q), (size_t)KVW, (size_t)KVW};
     sp_fwd_mm_multi(s, pool, cache, 3, w3, s->h, E, T, o3, st3);
     const int NR = (int)hp->n_rot;
     if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
@@ -606,6 +624,8 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
         .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos, .plan = s->attn_plan,
     };
     sp_attention(pool, &aa);
+    if (m->arch->q_gate)
+        sp_fwd_stage(job, pool, SP_FWD_GATE, &L->wo, cache);
     sp_fwd_mm(s, pool, cache, &L->wo, s->att, Q, T, s->tmp, E);
 }
 
@@ -686,6 +706,16 @@ sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_
             sp_fwd_mm(s, pool, &cache, &L->ssm_in, s->h, E, T, s->lin, s->lin_stride);
             sp_fwd_ssm(m, mem, s, pool, b, il);
             sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, hp->ssm_inner, T, s->tmp, E);
+        } else if (L->mixer == SP_MIXER_DELTA) {
+            /* q, k, v; z; beta; alpha: one row of s->lin each */
+            const struct sp_tensor *w3[3] = {&L->dn_qkv, &L->dn_z, &L->dn_beta};
+            const size_t CONV = (size_t)L->dn_qkv.ne1, VD = (size_t)L->dn_z.ne1, NV = (size_t)L->dn_beta.ne1;
+            float *o3[3] = {s->lin, s->lin + CONV, s->lin + CONV + VD};
+            const size_t st3[3] = {s->lin_stride, s->lin_stride, s->lin_stride};
+            sp_fwd_mm_multi(s, pool, &cache, 3, w3, s->h, E, T, o3, st3);
+            sp_fwd_mm(s, pool, &cache, &L->dn_alpha, s->h, E, T, s->lin + CONV + VD + NV, s->lin_stride);
+            sp_fwd_delta(m, mem, s, pool, b, il);
+            sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, VD, T, s->tmp, E);
         } else if (L->mixer == SP_MIXER_MLP) {
             sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
         } else if (L->mixer == SP_MIXER_CONV) {

@@ -32,6 +32,7 @@ struct sp_forward_batch {
 struct sp_forward_scratch {
     int n_batch, n_ctx;
     float *x, *h, *q, *k, *v, *att, *g, *u, *tmp; /* [n_batch][width] */
+    float *qg;                                   /* q_gate families: [n_batch][heads][query, gate] */
     void *act;                                   /* quantized activations */
     size_t act_stride;
     float *attn;                                 /* attention scratch per pool chunk */

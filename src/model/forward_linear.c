@@ -33,6 +33,8 @@
 #include "kernels/scan.h"
 
 #define C_ SP_STATE_CHUNK
+/* Widest value head of the delta rule (a stack buffer per head). */
+#define SP_DN_MAX_WIDTH 1024
 
 struct sp_fwd_run {
     const struct sp_memory_seq *seq;
@@ -58,9 +60,34 @@ static struct sp_ssm_dims sp_ssm_dims(const struct sp_hparams *hp)
     return d;
 }
 
+/* Qwen3.5's gated delta rule's sizes (forward_delta below). */
+struct sp_dn_dims {
+    int nk, nv, dk, dv, dc, kd, vd, conv, lin, in;
+};
+
+static struct sp_dn_dims sp_dn_dims(const struct sp_hparams *hp)
+{
+    struct sp_dn_dims d = {.nk = (int)hp->ssm_groups, .nv = (int)hp->ssm_heads, .dk = (int)hp->ssm_state,
+                           .dv = (int)hp->ssm_head_dim, .dc = (int)hp->ssm_conv};
+    d.kd = d.nk * d.dk;
+    d.vd = d.nv * d.dv;
+    d.conv = 2 * d.kd + d.vd;
+    d.lin = d.conv + d.vd + 2 * d.nv;     /* qkv, z, beta, alpha */
+    d.in = 2 * d.kd + 2 * d.vd + 3 * d.nv; /* q, k, v, beta, g, L, u */
+    return d;
+}
+
 void sp_forward_state_layer(const struct sp_model *m, uint32_t il, struct sp_state_layer *out)
 {
     memset(out, 0, sizeof *out);
+    if (m->layers[il].mixer == SP_MIXER_DELTA) {
+        struct sp_dn_dims d = sp_dn_dims(&m->hp);
+        out->conv_ch = (uint32_t)d.conv;
+        out->conv_hist = (uint32_t)d.dc - 1;
+        out->in_floats = (uint32_t)d.in;
+        out->grid_floats = (uint32_t)d.nv * (uint32_t)d.dk * (uint32_t)d.dv;
+        return;
+    }
     if (m->layers[il].mixer == SP_MIXER_CONV) {
         out->conv_ch = m->hp.n_embd;
         out->conv_hist = m->hp.conv_taps - 1;
@@ -80,6 +107,14 @@ void sp_fwd_linear_sizes(const struct sp_model *m, struct sp_fwd_linear_sizes *o
     memset(o, 0, sizeof *o);
     if (!m->hp.n_linear)
         return;
+    if (m->arch->linear == SP_MIXER_DELTA) {
+        struct sp_dn_dims d = sp_dn_dims(&m->hp);
+        o->lin = (size_t)d.lin;
+        o->in = (size_t)d.in;
+        o->cb = (size_t)d.nk * 2 * C_;
+        o->y = (size_t)d.vd;
+        return;
+    }
     if (m->arch->linear == SP_MIXER_CONV) { /* B, C, x; B * x; the gated output */
         o->lin = 3 * (size_t)m->hp.n_embd;
         o->in = o->y = m->hp.n_embd;
@@ -356,4 +391,197 @@ void sp_fwd_shortconv(const struct sp_model *m, const struct sp_memory *mem, str
             memcpy(r->v.conv + (size_t)((uint32_t)q % r->v.conv_ring) * j.E, sp_sc_row(&j, r, q),
                    (size_t)j.E * sizeof(float));
     }
+}
+
+/* ---- Qwen3.5's gated delta rule ----
+ * A value head's state S (key width x value width) follows, per position,
+ * S = e^(g_p) S; u_p = beta_p (v_p - S^T k_p); S += k_p u_p^T; o_p = S^T q_p
+ * / sqrt(value width), with q and k L2-normalized and value head h reading
+ * key head h % key heads (ggml's gated_delta_net).  Within the chunk of
+ * grid point g, with L_p = g_g + ... + g_p,
+ *
+ *     u_p = beta_p (v_p - e^(L_p) S_g^T k_p - sum_(r = g .. p-1) e^(L_p - L_r) (k_r . k_p) u_r)
+ *     o_p = e^(L_p) S_g^T q_p + sum_(r = g .. p) e^(L_p - L_r) (k_r . q_p) u_r
+ *     S_(g+C) = e^(L_(g+C-1)) S_g + sum_r e^(L_(g+C-1) - L_r) k_r u_r^T
+ *
+ * the selective scan's formulas with u for x and k for B (and for C in
+ * u's sum), so they run on the same kernels.  u_p, once computed, is an
+ * input of the positions after it: it is kept in the position's row.
+ * Row layout: q [key heads][key width], k (the same), v [value heads]
+ * [value width], beta, g, L [value heads], u [value heads][value width]. */
+
+struct sp_dn_job {
+    const struct sp_model *m;
+    const struct sp_layer *L;
+    struct sp_forward_scratch *s;
+    const struct sp_forward_batch *b;
+    struct sp_dn_dims d;
+    int phase; /* 0: convolution, norms, beta, g; 1: k.k and k.q; 2: the heads; 3: gated norm */
+};
+
+static float *sp_dn_row(const struct sp_dn_job *j, const struct sp_fwd_run *r, int32_t q)
+{
+    if (q >= r->p0)
+        return j->s->lin_in + (size_t)(r->t0 + (q - r->p0)) * j->s->lin_in_floats;
+    return r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * j->s->lin_in_floats;
+}
+
+static const float *sp_dn_conv_row(const struct sp_dn_job *j, const struct sp_fwd_run *r, int32_t q)
+{
+    if (q < 0)
+        return NULL;
+    if (q >= r->p0)
+        return j->s->lin + (size_t)(r->t0 + (q - r->p0)) * j->s->lin_stride;
+    return r->v.conv + (size_t)((uint32_t)q % r->v.conv_ring) * j->d.conv;
+}
+
+/* Phase 0, a token: conv + SiLU over q, k, v; q and k L2-normalized per
+ * head (as llama.cpp: an RMSNorm with eps / width, times 1 / sqrt(width));
+ * beta = sigmoid; g = softplus(alpha + dt bias) * A. */
+static void sp_dn_prep(const struct sp_dn_job *j, int t)
+{
+    const struct sp_dn_dims *d = &j->d;
+    const struct sp_fwd_run *r = &j->s->runs[j->s->tok_run[t]];
+    const int32_t p = j->b->pos[t];
+    const float *rows[SP_CONV_MAX_TAPS], *lin = j->s->lin + (size_t)t * j->s->lin_stride;
+    float *in = j->s->lin_in + (size_t)t * j->s->lin_in_floats;
+    for (int k = 0; k < d->dc; k++)
+        rows[k] = sp_dn_conv_row(j, r, p - (d->dc - 1) + k);
+    sp_conv_causal(in, rows, j->L->ssm_conv.data, NULL, d->conv, d->dc, true);
+    const float eps = j->m->hp.eps / (float)d->dk, scale = 1.0f / sqrtf((float)d->dk);
+    for (int h = 0; h < 2 * d->nk; h++) {
+        float *x = in + (size_t)h * d->dk;
+        sp_rmsnorm(x, NULL, x, d->dk, eps);
+        for (int i = 0; i < d->dk; i++)
+            x[i] *= scale;
+    }
+    const float *beta = lin + d->conv + d->vd, *alpha = beta + d->nv;
+    const float *bias = j->L->ssm_dt_b.data, *A = j->L->ssm_a.data;
+    float *ob = in + d->conv, *og = ob + d->nv;
+    for (int h = 0; h < d->nv; h++) {
+        ob[h] = 1.0f / (1.0f + expf(-beta[h]));
+        float v = alpha[h] + bias[h];
+        og[h] = (v > 20.0f ? v : logf(1.0f + expf(v))) * A[h];
+    }
+}
+
+/* Phase 1, a token: for each key head, k_r . k_p (r < p) and k_r . q_p
+ * (r <= p) over the positions r of its chunk so far. */
+static void sp_dn_dots(const struct sp_dn_job *j, int t)
+{
+    const struct sp_dn_dims *d = &j->d;
+    const struct sp_fwd_run *r = &j->s->runs[j->s->tok_run[t]];
+    const int32_t p = j->b->pos[t], g0 = (int32_t)sp_state_grid((uint32_t)p);
+    const float *in = j->s->lin_in + (size_t)t * j->s->lin_in_floats;
+    float *cb = j->s->lin_cb + (size_t)t * d->nk * 2 * C_;
+    for (int32_t q = g0; q <= p; q++) {
+        const float *kr = sp_dn_row(j, r, q) + d->kd;
+        for (int kh = 0; kh < d->nk; kh++) {
+            const float *krh = kr + (size_t)kh * d->dk;
+            cb[(2 * kh + 1) * C_ + (q - g0)] = sp_dot16(krh, in + (size_t)kh * d->dk, d->dk);
+            if (q < p)
+                cb[2 * kh * C_ + (q - g0)] = sp_dot16(krh, in + d->kd + (size_t)kh * d->dk, d->dk);
+        }
+    }
+}
+
+/* Phase 2, a (run, value head): u, the outputs and the chunk-end states,
+ * in position order. */
+static void sp_dn_head(const struct sp_dn_job *j, const struct sp_fwd_run *r, int h)
+{
+    const struct sp_dn_dims *d = &j->d;
+    const int kh = h % d->nk, i_b = d->conv + h, i_g = i_b + d->nv, i_l = i_g + d->nv;
+    const size_t u_off = (size_t)d->conv + 3 * (size_t)d->nv + (size_t)h * d->dv, head = (size_t)h * d->dk * d->dv;
+    const float scale = 1.0f / sqrtf((float)d->dv);
+    const float *xs[C_], *ks[C_];
+    float w[C_], kv[SP_DN_MAX_WIDTH];
+    for (int n = 0; n < r->n; n++) {
+        const int t = r->t0 + n;
+        const int32_t p = r->p0 + n, g0 = (int32_t)sp_state_grid((uint32_t)p);
+        float *row = sp_dn_row(j, r, p);
+        const float lam = (p == g0 ? 0.0f : sp_dn_row(j, r, p - 1)[i_l]) + row[i_g];
+        row[i_l] = lam;
+        const int k = p - g0; /* positions of the chunk before p */
+        const float *cb = j->s->lin_cb + (size_t)t * d->nk * 2 * C_ + (size_t)2 * kh * C_;
+        for (int q = 0; q <= k; q++) {
+            const float *rq = q == k ? row : sp_dn_row(j, r, g0 + q);
+            xs[q] = rq + u_off;
+            ks[q] = rq + d->kd + (size_t)kh * d->dk;
+            w[q] = q < k ? sp_exp1(lam - rq[i_l]) * cb[q] : 0.0f;
+        }
+        const float *h0 = g0 ? r->v.grid[((uint32_t)g0 / C_) & 1] + head : NULL;
+        const float decay = sp_exp1(lam);
+        /* u_p = beta (v - S^T k_p) */
+        sp_ssd_out(kv, h0, ks[k], decay, k, w, xs, d->dk, d->dv);
+        const float *v = row + 2 * (size_t)d->kd + (size_t)h * d->dv;
+        float *u = row + u_off;
+        for (int i = 0; i < d->dv; i++)
+            u[i] = (v[i] - kv[i]) * row[i_b];
+        /* o_p = S^T q_p / sqrt(width) */
+        for (int q = 0; q <= k; q++)
+            w[q] = sp_exp1(lam - (q == k ? lam : sp_dn_row(j, r, g0 + q)[i_l])) * cb[C_ + q];
+        float *y = j->s->lin_y + (size_t)t * d->vd + (size_t)h * d->dv;
+        sp_ssd_out(y, h0, row + (size_t)kh * d->dk, decay, k + 1, w, xs, d->dk, d->dv);
+        for (int i = 0; i < d->dv; i++)
+            y[i] *= scale;
+        if (k + 1 == (int)C_) { /* the chunk is complete: the state at the next grid point */
+            for (int q = 0; q <= k; q++)
+                w[q] = sp_exp1(lam - (q == k ? lam : sp_dn_row(j, r, g0 + q)[i_l]));
+            sp_ssd_state(r->v.grid[((uint32_t)(p + 1) / C_) & 1] + head, h0, decay, k + 1, w, ks, xs, d->dk, d->dv);
+        }
+    }
+}
+
+/* Phase 3, a token: each value head RMS-normed, times SiLU(z). */
+static void sp_dn_gate(const struct sp_dn_job *j, int t)
+{
+    const struct sp_dn_dims *d = &j->d;
+    float *y = j->s->lin_y + (size_t)t * d->vd;
+    const float *z = j->s->lin + (size_t)t * j->s->lin_stride + d->conv;
+    for (int h = 0; h < d->nv; h++)
+        sp_rmsnorm(y + (size_t)h * d->dv, j->L->ssm_norm.data, y + (size_t)h * d->dv, d->dv, j->m->hp.eps);
+    sp_swiglu(z, y, y, d->vd);
+}
+
+static void sp_dn_run_fn(void *arg, int ith, int nth)
+{
+    const struct sp_dn_job *j = arg;
+    long lo, hi;
+    if (j->phase == 2) {
+        sp_pool_split((long)j->s->n_runs * j->d.nv, 1, ith, nth, &lo, &hi);
+        for (long i = lo; i < hi; i++)
+            sp_dn_head(j, &j->s->runs[i / j->d.nv], (int)(i % j->d.nv));
+        return;
+    }
+    sp_pool_split(j->b->n_tok, 1, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        if (j->phase == 0)
+            sp_dn_prep(j, (int)t);
+        else if (j->phase == 1)
+            sp_dn_dots(j, (int)t);
+        else
+            sp_dn_gate(j, (int)t);
+    }
+}
+
+void sp_fwd_delta(const struct sp_model *m, const struct sp_memory *mem, struct sp_forward_scratch *s,
+                  struct sp_pool *pool, const struct sp_forward_batch *b, uint32_t il)
+{
+    struct sp_dn_job j = {.m = m, .L = &m->layers[il], .s = s, .b = b, .d = sp_dn_dims(&m->hp)};
+    for (int i = 0; i < s->n_runs; i++)
+        s->runs[i].v = sp_memory_state_view(mem, s->runs[i].seq, il);
+    for (j.phase = 0; j.phase < 3; j.phase++)
+        sp_pool_run(pool, sp_dn_run_fn, &j);
+    for (int i = 0; i < s->n_runs; i++) { /* the runs' last rows into their rings */
+        const struct sp_fwd_run *r = &s->runs[i];
+        const int32_t end = r->p0 + r->n;
+        for (int32_t q = end - (int32_t)r->v.in_ring > r->p0 ? end - (int32_t)r->v.in_ring : r->p0; q < end; q++)
+            memcpy(r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * s->lin_in_floats, sp_dn_row(&j, r, q),
+                   s->lin_in_floats * sizeof(float));
+        for (int32_t q = end - (int32_t)r->v.conv_ring > r->p0 ? end - (int32_t)r->v.conv_ring : r->p0; q < end; q++)
+            memcpy(r->v.conv + (size_t)((uint32_t)q % r->v.conv_ring) * j.d.conv, sp_dn_conv_row(&j, r, q),
+                   (size_t)j.d.conv * sizeof(float));
+    }
+    j.phase = 3;
+    sp_pool_run(pool, sp_dn_run_fn, &j);
 }

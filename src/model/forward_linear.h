@@ -34,4 +34,10 @@ void sp_fwd_ssm(const struct sp_model *m, const struct sp_memory *mem, struct sp
 void sp_fwd_shortconv(const struct sp_model *m, const struct sp_memory *mem, struct sp_forward_scratch *s,
                       struct sp_pool *pool, const struct sp_forward_batch *b, uint32_t il);
 
+/* Qwen3.5 gated delta rule of layer il: s->lin ([n_tok][q, k, v, z,
+ * beta, alpha]) -> s->lin_y (gated and normed, [n_tok][value heads x
+ * width]), reading and writing each sequence's state. */
+void sp_fwd_delta(const struct sp_model *m, const struct sp_memory *mem, struct sp_forward_scratch *s,
+                  struct sp_pool *pool, const struct sp_forward_batch *b, uint32_t il);
+
 #endif

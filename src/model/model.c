@@ -192,6 +192,40 @@ static sp_status sp_model_expert_keys(struct sp_model *m)
     return SP_OK;
 }
 
+/* M-RoPE (rope.dimension_sections, required as llama.cpp requires it):
+ * text positions are equal in its first three sections, so every rotated
+ * pair rotates by the position, as RoPE halves, as long as no pair falls
+ * in the fourth section (position 0 for text); a file where one does is
+ * refused. */
+static sp_status sp_model_mrope(struct sp_model *m)
+{
+    const struct sp_gguf_kv *kv;
+    char key[128];
+    sp_key(m, "rope.dimension_sections", key, sizeof key);
+    sp_status st = sp_gguf_get_arr(&m->gguf, key, true, SP_GGUF_INT32, &kv);
+    if (st != SP_OK)
+        return st;
+    int64_t s[4], total = 0;
+    for (int i = 0; i < 4; i++) {
+        s[i] = i < (int)kv->arr_n ? sp_gguf_arr_i32(kv, (uint64_t)i) : 0;
+        if (s[i] < 0 || s[i] > 4096)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s': section %d is %lld", key, i, (long long)s[i]);
+        total += s[i];
+    }
+    if (kv->arr_n != 4 || total == 0)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s': %llu sections summing to %lld, expected 4 with a positive sum",
+                            key, (unsigned long long)kv->arr_n, (long long)total);
+    for (uint32_t p = 0; p < m->hp.n_rot / 2; p++) { /* ggml's interleaved M-RoPE sectors */
+        int64_t sec = p % total;
+        bool text = (sec % 3 == 0 && sec < 3 * s[0]) || (sec % 3 == 1 && sec < 3 * s[1]) ||
+                    (sec % 3 == 2 && sec < 3 * s[2]);
+        if (!text)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': rotated pair %u falls in the fourth section "
+                                "(not supported)", key, p);
+    }
+    return SP_OK;
+}
+
 /* Head counts and widths, RoPE, windows and soft-caps: the attention
  * layers' keys. */
 static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern)
@@ -261,6 +295,8 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
         scale_dim = hp->n_embd / hp->n_head;
     hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
     if ((m->arch->granite || m->arch->nope) && (st = sp_hp_pos(m, "attention.scale", &hp->attn_scale)))
+        return st;
+    if (m->arch->mrope_text && (st = sp_model_mrope(m)))
         return st;
     return SP_OK;
 }
@@ -353,8 +389,18 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
         return st;
     if (ar->kinds == SP_KINDS_LINEAR)
         hp->n_head = 0;
-    if (ar->linear == SP_MIXER_SSM && (st = sp_model_ssm_hparams(m)))
+    if ((ar->linear == SP_MIXER_SSM || ar->linear == SP_MIXER_DELTA) && (st = sp_model_ssm_hparams(m)))
         return st;
+    if (ar->linear == SP_MIXER_DELTA && hp->ssm_state > 1024)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.ssm.state_size': %u, at most 1024 for the delta rule", a,
+                            hp->ssm_state);
+    if (ar->linear == SP_MIXER_DELTA && hp->ssm_state != hp->ssm_head_dim)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.ssm.state_size': %u, but the value heads are %u wide "
+                            "(inner_size / time_step_rank); the delta rule needs both equal", a, hp->ssm_state,
+                            hp->ssm_head_dim);
+    if (ar->kinds == SP_KINDS_INTERVAL && sp_key_present(m, "attention.recurrent_layers"))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.recurrent_layers': not supported (the layers' "
+                            "kinds come from full_attention_interval)", a);
     if (ar->linear == SP_MIXER_CONV) {
         if ((st = sp_hp_u32(m, "shortconv.l_cache", true, &hp->conv_taps)))
             return st;
@@ -522,7 +568,11 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     sp_status st;
     struct sp_tensor qkv, bqkv;
     SP_T(qkv, "attn_qkv.weight", E, Q + 2 * KV, false);
-    if (qkv.data) {
+    if (ar->q_gate) { /* each head's query, then its gate */
+        SP_T(L->wq, "attn_q.weight", E, 2 * Q, true);
+        SP_T(L->wk, "attn_k.weight", E, KV, true);
+        SP_T(L->wv, "attn_v.weight", E, KV, true);
+    } else if (qkv.data) {
         SP_T(bqkv, "attn_qkv.bias", Q + 2 * KV, 0, ar->qkv_bias);
         L->wq = sp_rows(&qkv, 0, Q), L->wk = sp_rows(&qkv, Q, KV), L->wv = sp_rows(&qkv, Q + KV, KV);
         L->bq = sp_elems(&bqkv, 0, Q), L->bk = sp_elems(&bqkv, Q, KV), L->bv = sp_elems(&bqkv, Q + KV, KV);
@@ -539,7 +589,8 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     bool full = ar->qk_norm == SP_QK_NORM_FULL;
     SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
     SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
-    SP_T(L->post_attn_norm, "post_attention_norm.weight", E, 0, ar->post_norms);
+    if (!ar->ffn_norm_post) /* else the feed-forward's norm (sp_model_layer) */
+        SP_T(L->post_attn_norm, "post_attention_norm.weight", E, 0, ar->post_norms);
     return SP_OK;
 }
 
@@ -628,6 +679,42 @@ static sp_status sp_model_shortconv(struct sp_loader *ld, uint32_t il)
     return SP_OK;
 }
 
+/* A Qwen3.5 gated delta rule (linear attention). */
+static sp_status sp_model_delta(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, NV = hp->ssm_heads, DV = hp->ssm_head_dim;
+    const int64_t KD = (int64_t)hp->ssm_groups * hp->ssm_state, VD = NV * DV, CONV = 2 * KD + VD;
+    const int64_t conv_ne[2] = {hp->ssm_conv, CONV};
+    char name[96];
+    sp_status st;
+    SP_T(L->dn_qkv, "attn_qkv.weight", E, CONV, true);
+    SP_T(L->dn_z, "attn_gate.weight", E, VD, true);
+    SP_T(L->dn_beta, "ssm_beta.weight", E, NV, true);
+    SP_T(L->dn_alpha, "ssm_alpha.weight", E, NV, true);
+    SP_T(L->ssm_out, "ssm_out.weight", VD, E, true);
+    const struct {
+        struct sp_tensor *t;
+        const char *suffix;
+        const int64_t *ne;
+        uint32_t rank;
+    } arrs[] = {{&L->ssm_conv, "ssm_conv1d.weight", conv_ne, 2}, {&L->ssm_dt_b, "ssm_dt.bias", &NV, 1},
+                {&L->ssm_a, "ssm_a", &NV, 1}, {&L->ssm_norm, "ssm_norm.weight", &DV, 1}};
+    for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
+        snprintf(name, sizeof name, "blk.%u.%s", il, arrs[i].suffix);
+        if ((st = sp_model_f32(ld, name, arrs[i].ne, arrs[i].rank, true, arrs[i].t)) != SP_OK)
+            return st;
+    }
+    const float *a = L->ssm_a.data;
+    for (int64_t h = 0; h < NV; h++)
+        if (!(a[h] <= 0.0f && isfinite(a[h])))
+            return sp_error_set(SP_ERR_FORMAT, "tensor 'blk.%u.ssm_a': %g in head %lld, expected a finite value <= 0 "
+                                "(A = -exp(A_log))", il, a[h], (long long)h);
+    return SP_OK;
+}
+
 /* The mixer of layer il by the family's layer kinds. */
 static sp_status sp_model_mixer(struct sp_model *m, uint32_t il, enum sp_mixer *out)
 {
@@ -635,6 +722,17 @@ static sp_status sp_model_mixer(struct sp_model *m, uint32_t il, enum sp_mixer *
     *out = SP_MIXER_ATTN;
     if (ar->kinds == SP_KINDS_LINEAR)
         *out = ar->linear;
+    if (ar->kinds == SP_KINDS_INTERVAL) {
+        uint32_t every = 4;
+        char key[128];
+        sp_key(m, "full_attention_interval", key, sizeof key);
+        sp_status st = sp_gguf_get_u32(&m->gguf, key, false, &every);
+        if (st != SP_OK)
+            return st;
+        if (every == 0)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s': 0, expected > 0", key);
+        *out = (il + 1) % every == 0 ? SP_MIXER_ATTN : ar->linear;
+    }
     if (ar->kinds == SP_KINDS_KV_ZERO || ar->kinds == SP_KINDS_KV_FF) {
         char key[128];
         uint32_t n = 0;
@@ -673,14 +771,15 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
         SP_T(L->w_up, "ffn_up.weight", E, F, true);
         SP_T(L->w_down, "ffn_down.weight", F, E, true);
     } else {
-        st = L->mixer == SP_MIXER_SSM    ? sp_model_ssm(ld, il)
-             : L->mixer == SP_MIXER_CONV ? sp_model_shortconv(ld, il)
-                                         : sp_model_attn(ld, il);
+        st = L->mixer == SP_MIXER_SSM     ? sp_model_ssm(ld, il)
+             : L->mixer == SP_MIXER_CONV  ? sp_model_shortconv(ld, il)
+             : L->mixer == SP_MIXER_DELTA ? sp_model_delta(ld, il)
+                                          : sp_model_attn(ld, il);
         if (st != SP_OK)
             return st;
     }
-    m->hp.n_linear += L->mixer == SP_MIXER_SSM || L->mixer == SP_MIXER_CONV;
-    SP_T(L->ffn_norm, "ffn_norm.weight", E, 0, pre && !ar->no_ffn);
+    m->hp.n_linear += L->mixer == SP_MIXER_SSM || L->mixer == SP_MIXER_CONV || L->mixer == SP_MIXER_DELTA;
+    SP_T(L->ffn_norm, ar->ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0, pre && !ar->no_ffn);
     SP_T(L->attn_out_norm, "attn_output_norm.weight", E, 0, !pre);
     SP_T(L->ffn_out_norm, "layer_output_norm.weight", E, 0, !pre);
     if (!pre && ln) {
@@ -711,7 +810,8 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
     L->rope_base = L->swa ? swa_base : hp->rope_base;
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
-                                      &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out};
+                                      &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
+                                      &L->dn_beta, &L->dn_alpha};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         m->weights_bytes += sp_bytes(mats[i]);
     if (hp->n_expert) /* a token reads its n_expert_used experts */
@@ -796,7 +896,7 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
  * one at a time); out[] must hold sp_model_n_matrices(). */
 static size_t sp_model_n_matrices(const struct sp_model *m)
 {
-    return 1 + (size_t)m->hp.n_layer * (12 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
+    return 1 + (size_t)m->hp.n_layer * (16 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
 }
 
 static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
@@ -806,7 +906,8 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         struct sp_layer *L = &m->layers[il];
         struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
-                                  &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out};
+                                  &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
+                                  &L->dn_beta, &L->dn_alpha};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->data)
                 out[n++] = ts[i];
@@ -1078,6 +1179,11 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("Mamba-2 on %u of %u layers (%u heads x %u, state %u, %u group%s, convolution %u)", hp->n_linear,
              hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_state, hp->ssm_groups,
              hp->ssm_groups > 1 ? "s" : "", hp->ssm_conv);
+    if (hp->n_linear && ar->linear == SP_MIXER_DELTA)
+        SP_F("gated delta rule on %u of %u layers (%u value heads x %u, %u key heads, convolution %u)", hp->n_linear,
+             hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_groups, hp->ssm_conv);
+    if (ar->q_gate)
+        SP_F("gated attention (sigmoid)");
     if (hp->n_linear && ar->linear == SP_MIXER_CONV)
         SP_F("gated short convolutions on %u of %u layers (%u taps)", hp->n_linear, hp->n_layer, hp->conv_taps);
     uint32_t n_mlp = 0;

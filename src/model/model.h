@@ -48,6 +48,7 @@ enum sp_mixer {
     SP_MIXER_SSM,     /* Mamba-2: causal convolution, selective scan (SSD), gated RMSNorm */
     SP_MIXER_CONV,    /* LFM2: in_proj to B, C, x; causal convolution of B * x; C times it; out_proj */
     SP_MIXER_MLP,     /* the layer is a feed-forward block alone (Nemotron-H's "-" layers) */
+    SP_MIXER_DELTA,   /* Qwen3.5: causal convolution over q, k, v; gated delta rule; gated RMSNorm */
 };
 /* Which layers are linear. */
 enum sp_layer_kinds {
@@ -56,6 +57,7 @@ enum sp_layer_kinds {
     SP_KINDS_KV_ZERO, /* those whose attention.head_count_kv (a per-layer array) is 0 */
     SP_KINDS_KV_FF,   /* per layer: head_count_kv > 0 attention, else feed_forward_length > 0 a
                          feed-forward alone (SP_MIXER_MLP), else linear (Nemotron-H) */
+    SP_KINDS_INTERVAL, /* every full_attention_interval-th layer attention (default 4), the others linear */
 };
 
 /* What distinguishes one family's forward pass; one entry per
@@ -99,6 +101,11 @@ struct sp_arch {
     bool granite;              /* Granite's multipliers (embedding_scale, residual_scale, attention.scale,
                                   logit_scale) and RoPE switched by rope.scaling.finetuned (default on) */
     bool nope;                 /* attention without RoPE; attention.scale (optional) scales it */
+    bool q_gate;               /* attn_q gives each head's query then its gate: the attention output
+                                  times sigmoid(gate) (Qwen3.5) */
+    bool ffn_norm_post;        /* the feed-forward's norm is stored as post_attention_norm (Qwen3.5) */
+    bool mrope_text;           /* rope.dimension_sections (M-RoPE) required; text positions are equal in
+                                  every section, so it rotates as RoPE halves */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -122,6 +129,9 @@ struct sp_hparams {
      * width), state size per head, heads (time_step_rank), groups sharing
      * B and C */
     uint32_t ssm_conv, ssm_inner, ssm_state, ssm_heads, ssm_head_dim, ssm_groups;
+    /* Qwen3.5's gated delta rule reads the same keys: state_size the key (and
+     * value) width per head, time_step_rank the value heads, group_count the
+     * key heads (value head h reads key head h % group_count) */
     uint32_t conv_taps;        /* LFM2's short convolutions (shortconv.l_cache) */
     /* Granite: embeddings x embd_scale, each block's output x resid_scale
      * before its residual add, logits / logit_scale (0: none) */
@@ -151,6 +161,10 @@ struct sp_layer {
     /* LFM2 short convolution: in_proj [n_embd -> B, C, x], the taps
      * transposed to [taps][n_embd] (copied at load), out_proj */
     struct sp_tensor sc_in, sc_conv, sc_out;
+    /* Qwen3.5 gated delta rule: attn_qkv [n_embd -> q, k, v], attn_gate (z),
+     * ssm_beta and ssm_alpha [n_embd -> value heads]; ssm_conv (transposed),
+     * ssm_dt_b, ssm_a, ssm_norm [value width] and ssm_out above */
+    struct sp_tensor dn_qkv, dn_z, dn_beta, dn_alpha;
     enum sp_mixer mixer;
     bool swa;                  /* local (sliding-window) layer */
     float rope_base;

@@ -128,6 +128,14 @@ FAMILIES = {
     # feed_forward_length per layer
     "nemotron_h": dict(arch="nemotron_h", vocab="gpt-2", n_embd=256, n_layer=5, n_head=4, n_head_kv=2, head_dim=64,
                        n_ff=768, ctx=4096, tied=False, ssm=(4, 512, 64, 2, 64), pattern="M-M*-", seed=1103),
+    # qwen35 (Qwen3.5, dense): gated DeltaNet on layers 0-2, gated attention
+    # (each head's query then its gate, per-head QK-norm, RoPE halves over 64
+    # of 128 dimensions as M-RoPE sections 11, 11, 10, 0) on layer 3 (full
+    # attention every 4th layer); delta = (conv, key heads, value heads,
+    # width): value head h reads key head h % 2
+    "qwen35": dict(arch="qwen35", vocab="gpt-2", pre="qwen35", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
+                   head_dim=128, n_rot=64, n_ff=512, ctx=4096, rope_base=10000000.0, tied=False,
+                   delta=(4, 2, 4, 64), seed=1104),
 }
 
 
@@ -402,6 +410,65 @@ class Builder:
                 self.mat(p + "ffn_up.weight", F, E)
                 self.mat(p + "ffn_down.weight", E, F)
 
+    def build_qwen35(self, vocab_kv, n_vocab):
+        """Qwen3.5 as its converter writes it: ssm.* for the delta rule
+        (inner_size = value heads x width, state_size = width, time_step_rank
+        = value heads, group_count = key heads), full_attention_interval,
+        rope.dimension_sections, the attention's query and gate in attn_q,
+        the feed-forward's norm as post_attention_norm."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        dc, nk, nv, w = s["delta"]
+        KD, VD = nk * w, nv * w
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", F, VT.UINT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", HKV, VT.UINT32)
+        self.key("attention.key_length", D, VT.UINT32)
+        self.key("attention.value_length", D, VT.UINT32)
+        self.key("rope.dimension_count", s["n_rot"], VT.UINT32)
+        self.key("rope.dimension_sections", [11, 11, 10, 0], VT.ARRAY, VT.INT32)
+        self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-6, VT.FLOAT32)
+        self.key("full_attention_interval", 4, VT.UINT32)
+        self.key("ssm.conv_kernel", dc, VT.UINT32)
+        self.key("ssm.inner_size", VD, VT.UINT32)
+        self.key("ssm.state_size", w, VT.UINT32)
+        self.key("ssm.time_step_rank", nv, VT.UINT32)
+        self.key("ssm.group_count", nk, VT.UINT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
+        self.vec("output_norm.weight", E)
+        if not s["tied"]:
+            self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if (i + 1) % 4 == 0:
+                self.mat(p + "attn_q.weight", 2 * H * D, E)
+                self.mat(p + "attn_k.weight", HKV * D, E)
+                self.mat(p + "attn_v.weight", HKV * D, E)
+                self.vec(p + "attn_q_norm.weight", D)
+                self.vec(p + "attn_k_norm.weight", D)
+                self.mat(p + "attn_output.weight", E, H * D)
+            else:
+                conv = 2 * KD + VD
+                self.mat(p + "attn_qkv.weight", conv, E)
+                self.mat(p + "attn_gate.weight", VD, E)
+                self.arr(p + "ssm_conv1d.weight", (conv, dc), lambda rng: rng.standard_normal((conv, dc)) * 0.5)
+                self.arr(p + "ssm_dt.bias", (nv,), lambda rng: rng.uniform(-1.0, 1.0, nv))
+                self.arr(p + "ssm_a", (nv,), lambda rng: -np.exp(rng.uniform(math.log(0.05), math.log(1.0), nv)))
+                self.mat(p + "ssm_beta.weight", nv, E)
+                self.mat(p + "ssm_alpha.weight", nv, E)
+                self.vec(p + "ssm_norm.weight", w)
+                self.mat(p + "ssm_out.weight", E, VD)
+            self.vec(p + "post_attention_norm.weight", E)
+            self.mat(p + "ffn_gate.weight", F, E)
+            self.mat(p + "ffn_up.weight", F, E)
+            self.mat(p + "ffn_down.weight", E, F)
+
     def build_mamba2(self, vocab_kv, n_vocab):
         s = self.s
         E, L = s["n_embd"], s["n_layer"]
@@ -438,6 +505,8 @@ class Builder:
             return self.build_granitehybrid(vocab_kv, n_vocab)
         if arch == "nemotron_h":
             return self.build_nemotron_h(vocab_kv, n_vocab)
+        if arch == "qwen35":
+            return self.build_qwen35(vocab_kv, n_vocab)
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         Q, KV = H * D, HKV * D
         self.key("context_length", s["ctx"], VT.UINT32)
@@ -549,7 +618,7 @@ class Builder:
 
 def is_linear(name):
     """Whether the family has linear (recurrent) layers."""
-    return "ssm" in FAMILIES[name] or "conv_layers" in FAMILIES[name]  # Mamba-2 or LFM2 layers
+    return any(k in FAMILIES[name] for k in ("ssm", "conv_layers", "delta"))  # Mamba-2, LFM2, DeltaNet
 
 
 def build_family(name, out_dir, types=TYPES):

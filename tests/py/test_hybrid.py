@@ -26,6 +26,19 @@ LINEAR = [f for f in sorted(families.FAMILIES) if families.is_linear(f)]
 GRID = 64
 
 
+def _linear_layer(spec, i):
+    """Whether layer i of a family's test model is linear."""
+    if "attn_layers" in spec:
+        return i not in spec["attn_layers"]
+    if "pattern" in spec:
+        return spec["pattern"][i] == "M"
+    if "conv_layers" in spec:
+        return i in spec["conv_layers"]
+    if "delta" in spec:
+        return (i + 1) % 4 != 0
+    return True
+
+
 def _prompts(fam):
     return [p["text"] for p in golden(fam)["files"]["f32"]["prompts"]]
 
@@ -118,12 +131,21 @@ def test_forked_choices_keep_their_own_state(fam, run_spindle):
 def test_info_prints_the_state_per_sequence(fam, run_spindle):
     """`spindle info` prints the state beside the KV cache: per sequence,
     every linear layer's two grid states, its input ring (2C positions of
-    x, B, C, dt and the log-decay) and its convolution ring (2C + taps - 1
+    what the chunked state reads) and its convolution ring (2C + taps - 1
     positions of the raw inputs), in f32."""
-    dc, di, ds, ng, hd = families.FAMILIES[fam]["ssm"]
-    nh, conv = di // hd, di + 2 * ng * ds
-    per_layer = 2 * nh * ds * hd + 2 * GRID * (conv + 2 * nh) + (2 * GRID + dc - 1) * conv
-    want = families.FAMILIES[fam]["n_layer"] * per_layer * 4
+    spec = families.FAMILIES[fam]
+    if "ssm" in spec:  # Mamba-2: x, B, C, dt, L per position
+        dc, di, ds, ng, hd = spec["ssm"]
+        nh, conv = di // hd, di + 2 * ng * ds
+        layer = 2 * nh * ds * hd + 2 * GRID * (conv + 2 * nh) + (2 * GRID + dc - 1) * conv
+    elif "delta" in spec:  # q, k, v, beta, g, L, u per position
+        dc, nk, nv, w = spec["delta"]
+        conv = (2 * nk + nv) * w
+        layer = 2 * nv * w * w + 2 * GRID * (conv + nv * w + 3 * nv) + (2 * GRID + dc - 1) * conv
+    else:  # LFM2: the convolution's inputs only
+        layer = (2 * GRID + spec["conv_taps"] - 1) * spec["n_embd"]
+    n_linear = sum(1 for i in range(spec["n_layer"]) if _linear_layer(spec, i))
+    want = n_linear * layer * 4
     r = run_spindle("info", "-m", model_path(fam, "q8_0"), "--parallel", 3)
     assert r.returncode == 0, r.stderr
     m = re.search(r"^  state +([0-9.]+) MiB \(linear layers' recurrent state: ([0-9.]+) MiB per sequence", r.stdout,
@@ -131,7 +153,8 @@ def test_info_prints_the_state_per_sequence(fam, run_spindle):
     assert m, r.stdout
     assert abs(float(m.group(2)) - want / 2**20) < 0.01, (m.group(2), want / 2**20)
     assert abs(float(m.group(1)) - 3 * want / 2**20) < 0.03
-    assert re.search(r"^  KV cache +0\.0 MiB", r.stdout, re.M), r.stdout  # no attention layer
+    if n_linear == spec["n_layer"]:  # no attention layer: no KV bytes
+        assert re.search(r"^  KV cache +0\.0 MiB", r.stdout, re.M), r.stdout
 
 
 @pytest.mark.parametrize("fam", LINEAR)
