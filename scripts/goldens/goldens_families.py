@@ -11,8 +11,8 @@ tests/goldens/families/<family>.json:
                         regenerates the file and checks it)
   prompts[i].tokens     llm.tokenize(text, add_bos=True, special=False); families
                         with linear (recurrent) layers (families.py
-                        --list-linear) get a fifth prompt of over 200
-                        tokens, whose state crosses three grid points
+                        --list-linear) get a fifth prompt of about 175
+                        tokens, whose state crosses two grid points
   prompts[i].top10      at every position: the 10 highest next-token
                         logits [[id, logit], ...] (descending, ties: lower id)
   prompts[i].greedy     GREEDY_TOKENS tokens of our own greedy loop (numpy
@@ -56,9 +56,10 @@ PROMPTS = [
 ]
 
 
-# The linear families' extra prompt: longer than three chunks of the state
-# grid (64 positions), so a position's output reads a grid state computed
-# from chunks before it.
+# The linear families' extra prompt: longer than two chunks of the state
+# grid (64 positions; about 175 tokens), so a position's output reads a grid
+# state computed from the chunks before it, and the prompt's end a grid
+# state computed from another.
 LONG_PROMPT = ("very_long", (
     "Before the railways, every town kept its own time, set by the sun at local noon, so that a traveller going "
     "west found his watch running fast at each stop. When trains began to run to timetables, the difference became "

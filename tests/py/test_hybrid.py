@@ -66,7 +66,7 @@ def _choice(doc):
 
 
 def test_sequences_batched_together_equal_each_alone(server):
-    """Every golden prompt (the longest past three grid points) alone, then
+    """Every golden prompt (the longest past two grid points) alone, then
     all at once in four parallel slots: the same text and the same logprobs,
     bit for bit."""
     prompts = _prompts(server.family)
@@ -79,15 +79,15 @@ def test_sequences_batched_together_equal_each_alone(server):
 
 
 def test_prefix_cache_resumes_from_a_state_snapshot(server):
-    """The longest prompt again: the prefix cache gives back its positions
+    """A long prompt twice: the second time the prefix cache gives back its positions
     up to the last grid point before its last token (a snapshot of the
     state there), and the continuation is the one computed from scratch."""
-    prompt = max(_prompts(server.family), key=len)
+    prompt = "Notes. " + max(_prompts(server.family), key=len)  # not cached by the tests before
     before = server.metrics()
     first = _complete(server, prompt)
     second = _complete(server, prompt)
     n_prompt = second["usage"]["prompt_tokens"]
-    assert n_prompt > 3 * GRID
+    assert n_prompt > 2 * GRID
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == (n_prompt - 1) // GRID * GRID
     assert _choice(second) == _choice(first)
@@ -152,7 +152,7 @@ def test_info_prints_the_state_per_sequence(fam, run_spindle):
                   re.M)
     assert m, r.stdout
     assert abs(float(m.group(2)) - want / 2**20) < 0.01, (m.group(2), want / 2**20)
-    assert abs(float(m.group(1)) - 3 * want / 2**20) < 0.03
+    assert abs(float(m.group(1)) - 3 * want / 2**20) < 0.06  # printed to 0.1 MiB
     if n_linear == spec["n_layer"]:  # no attention layer: no KV bytes
         assert re.search(r"^  KV cache +0\.0 MiB", r.stdout, re.M), r.stdout
 
