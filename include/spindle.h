@@ -425,6 +425,17 @@ typedef struct sp_engine_stats {
     uint64_t mem_resident;          /* the process's resident memory now */
     uint64_t spec_drafted, spec_accepted; /* speculative decoding: draft tokens
                                        verified, and those the model kept */
+    /* Models with linear (recurrent) layers keep each sequence's state in a
+     * slot, allocated when a sequence first needs one (all 0 otherwise): */
+    uint64_t state_bytes_per_seq;   /* one slot: every linear layer's two grid
+                                       states and its rings of recent inputs */
+    uint64_t mem_state;             /* a slot per parallel request */
+    uint32_t state_slots_used;      /* slots held by sequences now */
+    uint32_t state_snapshots;       /* prefix-cache snapshots held */
+    uint64_t state_snapshot_bytes;  /* one snapshot (a grid state and the
+                                       convolutions' history per layer) */
+    uint64_t mem_state_snapshots;   /* the snapshots' budget, allocated as
+                                       prompts fill it */
 } sp_engine_stats;
 SP_API void sp_engine_stats_get(const sp_engine *e, sp_engine_stats *out);
 

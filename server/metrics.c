@@ -221,6 +221,17 @@ char *sp_metrics_render(struct sp_metrics *m)
                      "Model weights in memory (repacked copies and file data read in place).", e->mem_weights);
     sp_render_scalar(&t, "spindle_memory_kv_bytes", "gauge", "KV cache pool and sliding-window rings.",
                      e->mem_kv);
+    sp_render_scalar(&t, "spindle_memory_state_bytes", "gauge",
+                     "Linear layers' recurrent state, a slot per parallel request (0 without linear layers).",
+                     e->mem_state);
+    sp_render_scalar(&t, "spindle_state_bytes_per_sequence", "gauge",
+                     "One sequence's recurrent state slot (0 without linear layers).", e->state_bytes_per_seq);
+    sp_render_scalar(&t, "spindle_state_slots_used", "gauge", "Recurrent state slots held by sequences.",
+                     e->state_slots_used);
+    sp_render_scalar(&t, "spindle_state_snapshots", "gauge", "Prefix-cache snapshots of recurrent state held.",
+                     e->state_snapshots);
+    sp_render_scalar(&t, "spindle_memory_state_snapshots_bytes", "gauge",
+                     "Budget of the prefix cache's recurrent-state snapshots.", e->mem_state_snapshots);
     sp_render_scalar(&t, "spindle_memory_scratch_bytes", "gauge", "Forward scratch, logits and step buffers.",
                      e->mem_scratch);
     sp_render_scalar(&t, "spindle_memory_resident_bytes", "gauge", "Resident memory of the process.",

@@ -7,8 +7,10 @@
 #include "tools.h"
 
 /* The memory table: what an engine with these settings allocates (all of it
- * resident from its creation but the sliding-window rings, allocated when a
- * request first needs one), and the rest of this process's resident memory
+ * resident from its creation but the sliding-window rings and the linear
+ * layers' state slots, allocated when a request first needs one, and the
+ * prefix cache's state snapshots, allocated as prompts fill their budget),
+ * and the rest of this process's resident memory
  * (code, libraries, tokenizer) and its peak while loading, which a run or
  * server process with the same settings also has. */
 static void sp_info_memory(const sp_engine *e, const sp_engine_params *ep)
@@ -19,7 +21,9 @@ static void sp_info_memory(const sp_engine *e, const sp_engine_params *ep)
     sp_process_memory(&rss, &peak);
     uint64_t resident = es.mem_weights + es.mem_kv - es.mem_kv_rings + es.mem_scratch;
     uint64_t runtime = rss > resident ? rss - resident : 0;
-    uint64_t total = peak > rss + es.mem_kv_rings ? peak : rss + es.mem_kv_rings; /* the rings come after loading */
+    /* the rings and the recurrent state come after loading, as requests start */
+    uint64_t later = es.mem_kv_rings + es.mem_state;
+    uint64_t total = peak > rss + later ? peak : rss + later;
     const double MiB = 1048576.0;
     printf("memory:          %d tokens of context x %d parallel, batch %d\n", sp_engine_n_ctx(e),
            ep->n_parallel > 0 ? ep->n_parallel : 1, ep->n_batch > 0 ? ep->n_batch : 512);
@@ -29,6 +33,12 @@ static void sp_info_memory(const sp_engine *e, const sp_engine_params *ep)
     if (es.mem_kv_rings)
         printf("; %.1f MiB of it sliding-window rings, allocated as requests start", es.mem_kv_rings / MiB);
     printf(")\n");
+    if (es.state_bytes_per_seq) {
+        printf("  state          %8.1f MiB (linear layers' recurrent state: %.2f MiB per sequence, allocated as "
+               "requests start)\n", es.mem_state / MiB, es.state_bytes_per_seq / MiB);
+        printf("  snapshots      %8.1f MiB at most (prefix cache: %.2f MiB each, allocated as prompts fill it)\n",
+               es.mem_state_snapshots / MiB, es.state_snapshot_bytes / MiB);
+    }
     printf("  scratch        %8.1f MiB\n", es.mem_scratch / MiB);
     printf("  runtime        %8.1f MiB (code, libraries, tokenizer)\n", runtime / MiB);
     if (peak > rss)

@@ -9,7 +9,10 @@ tests/goldens/families/<family>.json:
 
   files.<type>.sha256   of the GGUF the numbers were made from (the test
                         regenerates the file and checks it)
-  prompts[i].tokens     llm.tokenize(text, add_bos=True, special=False)
+  prompts[i].tokens     llm.tokenize(text, add_bos=True, special=False); families
+                        with linear (recurrent) layers (families.py
+                        --list-linear) get a fifth prompt of about 175
+                        tokens, whose state crosses two grid points
   prompts[i].top10      at every position: the 10 highest next-token
                         logits [[id, logit], ...] (descending, ties: lower id)
   prompts[i].greedy     GREEDY_TOKENS tokens of our own greedy loop (numpy
@@ -53,11 +56,27 @@ PROMPTS = [
 ]
 
 
+# The linear families' extra prompt: longer than two chunks of the state
+# grid (64 positions; about 175 tokens), so a position's output reads a grid
+# state computed from the chunks before it, and the prompt's end a grid
+# state computed from another.
+LONG_PROMPT = ("very_long", (
+    "Before the railways, every town kept its own time, set by the sun at local noon, so that a traveller going "
+    "west found his watch running fast at each stop. When trains began to run to timetables, the difference became "
+    "a hazard: two companies sharing a line might disagree by several minutes about when a train was due, and "
+    "stations displayed clocks with two or three faces. Britain adopted railway time, taken from Greenwich by "
+    "telegraph, in the eighteen-forties; North American railroads agreed on four zones in 1883, and an "
+    "international conference chose the prime meridian a year later. Local time lingered in some cities for "
+    "decades, and church bells sometimes rang to the old hour while the station clock showed the new one. Only "
+    "when radio time signals reached homes did most people stop setting their clocks by the nearest steeple. "
+    "Looking back, historians note that"))
+
+
 def r4(x):
     return round(float(x), 4)
 
 
-def run_file(path):
+def run_file(path, prompts_in):
     import llama_cpp
     from llama_cpp import Llama
 
@@ -65,7 +84,7 @@ def run_file(path):
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     n_vocab = llm.n_vocab()
     prompts = []
-    for name, text in PROMPTS:
+    for name, text in prompts_in:
         llm.reset()
         tokens = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
         llm.eval(tokens)
@@ -95,6 +114,7 @@ def main(argv):
 
     families = argv[1:] or subprocess.run([VENV_PY, GEN, "--list"], check=True, capture_output=True,
                                           text=True).stdout.split()
+    linear = subprocess.run([VENV_PY, GEN, "--list-linear"], check=True, capture_output=True, text=True).stdout.split()
     os.makedirs(OUT_DIR, exist_ok=True)
     for fam in families:
         subprocess.run([VENV_PY, GEN, "--out", MODELS_DIR, "--family", fam], check=True,
@@ -104,7 +124,8 @@ def main(argv):
                "greedy_tokens": GREEDY_TOKENS, "files": {}}
         for t in TYPES:
             print("%s %s" % (fam, t), file=sys.stderr)
-            doc["files"][t] = run_file(os.path.join(MODELS_DIR, "%s-%s.gguf" % (fam, t)))
+            prompts = PROMPTS + [LONG_PROMPT] if fam in linear else PROMPTS
+            doc["files"][t] = run_file(os.path.join(MODELS_DIR, "%s-%s.gguf" % (fam, t)), prompts)
         out = os.path.join(OUT_DIR, fam + ".json")
         with open(out + ".tmp", "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))

@@ -12,7 +12,7 @@
 #include "core/pool.h"
 #include "engine/stop.h"
 #include "grammar/grammar.h"
-#include "kv/kv.h"
+#include "memory/memory.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -55,6 +55,58 @@ void sp_engine_params_default(struct sp_engine_params *p)
     p->spec_k = 8;
 }
 
+/* Sequence memory by the model's layer kinds: full-attention layers in
+ * paged blocks, sliding-window layers in a ring of window + batch positions
+ * per sequence, linear layers in a state slot per sequence (as many slots
+ * as rings: every choice of every parallel request). */
+static sp_status sp_engine_memory_new(struct sp_engine *e, const struct sp_engine_params *p)
+{
+    const struct sp_hparams *hp = &e->model->hp;
+    const uint32_t n_seqs = (uint32_t)e->n_parallel * 2 * SP_MAX_CHOICES;
+    sp_status st;
+    bool *local = calloc(hp->n_layer, sizeof *local), *stateless = calloc(hp->n_layer, sizeof *stateless);
+    struct sp_state_layer *lin = calloc(hp->n_layer, sizeof *lin);
+    if (!local || !stateless || !lin) {
+        st = sp_error_set(SP_ERR_NOMEM, "engine: no memory");
+        goto done;
+    }
+    uint32_t ring_len = 0;
+    if (hp->n_swa && !p->swa_full && hp->n_swa + (uint32_t)e->n_batch < (uint32_t)e->n_ctx) {
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            local[l] = e->model->layers[l].swa;
+        ring_len = hp->n_swa + (uint32_t)e->n_batch;
+    }
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        sp_forward_state_layer(e->model, l, &lin[l]);
+        stateless[l] = e->model->layers[l].mixer != SP_MIXER_ATTN;
+    }
+    struct sp_memory_shape shape = {
+        .kv = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .local = local,
+               .stateless = stateless, .ring_len = ring_len, .n_rings = n_seqs, .type_k = p->cache_type_k,
+               .type_v = p->cache_type_v},
+        /* snapshots: a few per parallel request, within 256 MiB */
+        .state = {.n_layer = hp->n_layer, .layers = lin, .n_slots = n_seqs,
+                  .n_snapshots = 8 + 4 * (uint32_t)e->n_parallel, .snapshot_budget = (uint64_t)256 << 20},
+    };
+    uint64_t n_blocks, block_bytes = sp_kv_block_bytes(&shape.kv);
+    if (p->kv_mem_mib && block_bytes)
+        n_blocks = ((uint64_t)p->kv_mem_mib << 20) / block_bytes;
+    else
+        n_blocks = sp_kv_blocks_for((uint64_t)e->n_ctx * e->n_parallel) +
+                   (uint64_t)e->n_parallel; /* one spare per request for copy-on-write */
+    if (n_blocks < 1 || n_blocks > UINT32_MAX / 2) {
+        st = sp_error_set(SP_ERR_ARG, "KV cache of %llu blocks is out of range", (unsigned long long)n_blocks);
+        goto done;
+    }
+    shape.n_blocks = (uint32_t)n_blocks;
+    st = sp_memory_new(&e->mem, &shape);
+done:
+    free(local);
+    free(stateless);
+    free(lin);
+    return st;
+}
+
 sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const struct sp_vocab *v,
                          const struct sp_engine_params *p, const struct sp_model *draft,
                          const struct sp_vocab *draft_vocab)
@@ -89,34 +141,10 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
         e->n_out_max = e->n_batch;
     if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
         goto free_engine;
-    /* sliding-window layers keep a ring of window + batch positions per
-     * sequence; the paged blocks hold the global layers only */
-    bool local[4096] = {false};
-    uint32_t ring_len = 0;
-    if (hp->n_swa && !p->swa_full && hp->n_swa + (uint32_t)e->n_batch < (uint32_t)e->n_ctx) {
-        for (uint32_t l = 0; l < hp->n_layer; l++)
-            local[l] = e->model->layers[l].swa;
-        ring_len = hp->n_swa + (uint32_t)e->n_batch;
-    }
-    const struct sp_kv_shape shape = {
-        .n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .local = local,
-        .ring_len = ring_len, .n_rings = (uint32_t)e->n_parallel * 2 * SP_MAX_CHOICES,
-        .type_k = p->cache_type_k, .type_v = p->cache_type_v,
-    };
-    uint64_t n_blocks;
-    if (p->kv_mem_mib)
-        n_blocks = ((uint64_t)p->kv_mem_mib << 20) / sp_kv_block_bytes(&shape);
-    else
-        n_blocks = sp_kv_blocks_for((uint64_t)e->n_ctx * e->n_parallel) +
-                   (uint64_t)e->n_parallel; /* one spare per request for copy-on-write */
-    if (n_blocks < 1 || n_blocks > UINT32_MAX / 2) {
-        st = sp_error_set(SP_ERR_ARG, "KV cache of %llu blocks is out of range", (unsigned long long)n_blocks);
-        goto free_pool;
-    }
-    if ((st = sp_kv_new(&e->kv, &shape, (uint32_t)n_blocks)) != SP_OK)
+    if ((st = sp_engine_memory_new(e, p)) != SP_OK)
         goto free_pool;
     if ((st = sp_forward_scratch_init(&e->fs, e->model, e->n_batch, e->n_ctx, sp_pool_size(e->pool))) != SP_OK)
-        goto free_kv;
+        goto free_mem;
     size_t B = (size_t)e->n_batch;
     e->b_tokens = malloc(B * sizeof *e->b_tokens);
     e->b_pos = malloc(B * sizeof *e->b_pos);
@@ -137,13 +165,13 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
         return st;
     }
     /* resident from the start, as spindle info reports it */
-    sp_kv_touch(e->kv);
+    sp_memory_touch(e->mem);
     memset(e->logits, 0, (size_t)e->n_out_max * hp->n_vocab * sizeof(float));
     *out = e;
     return SP_OK;
 
-free_kv:
-    sp_kv_free(e->kv);
+free_mem:
+    sp_memory_free(e->mem);
 free_pool:
     sp_pool_free(e->pool);
 free_engine:
@@ -170,7 +198,7 @@ void sp_engine_free(struct sp_engine *e)
     free(e->logits); free(e->text); free(e->text2);
     sp_engine_spec_free(e);
     sp_forward_scratch_free(&e->fs);
-    sp_kv_free(e->kv);
+    sp_memory_free(e->mem);
     sp_pool_free(e->pool);
     free(e);
 }
@@ -182,8 +210,9 @@ int sp_engine_n_threads(const struct sp_engine *e) { return sp_pool_size(e->pool
 
 void sp_engine_stats_get(const struct sp_engine *e, struct sp_engine_stats *o)
 {
-    struct sp_kv_stats ks;
-    sp_kv_stats(e->kv, (uint32_t)e->n_parallel, &ks);
+    struct sp_memory_stats ms;
+    sp_memory_stats(e->mem, (uint32_t)e->n_parallel, &ms);
+    const struct sp_kv_stats ks = ms.kv;
     memset(o, 0, sizeof *o);
     o->kv_blocks_total = ks.blocks_total;
     o->kv_blocks_used = ks.blocks_used;
@@ -199,6 +228,12 @@ void sp_engine_stats_get(const struct sp_engine *e, struct sp_engine_stats *o)
     o->mem_kv = m.kv;
     o->mem_scratch = m.scratch;
     o->mem_kv_rings = m.kv_rings;
+    o->state_bytes_per_seq = ms.state.slot_bytes;
+    o->mem_state = m.state;
+    o->state_slots_used = ms.state.slots_used;
+    o->state_snapshots = ms.state.snapshots_used;
+    o->state_snapshot_bytes = ms.state.snapshot_bytes;
+    o->mem_state_snapshots = m.state_snapshots;
     o->mem_resident = sp_mem_rss();
     if (e->spec)
         sp_spec_totals(e->spec, &o->spec_drafted, &o->spec_accepted);
@@ -208,11 +243,13 @@ void sp_engine_memory(const struct sp_engine *e, struct sp_engine_memory *o)
 {
     const struct sp_model *m = e->model;
     o->weights = m->resident_bytes;
-    struct sp_kv_stats all, paged;
-    sp_kv_stats(e->kv, (uint32_t)e->n_parallel, &all);
-    sp_kv_stats(e->kv, 0, &paged);
-    o->kv = all.bytes;
-    o->kv_rings = all.bytes - paged.bytes;
+    struct sp_memory_stats all, paged;
+    sp_memory_stats(e->mem, (uint32_t)e->n_parallel, &all);
+    sp_memory_stats(e->mem, 0, &paged);
+    o->kv = all.kv.bytes;
+    o->kv_rings = all.kv.bytes - paged.kv.bytes;
+    o->state = all.state.slot_bytes * (uint64_t)e->n_parallel;
+    o->state_snapshots = all.state.snapshot_bytes * all.state.snapshots_max;
     size_t B = (size_t)e->n_batch;
     o->scratch = e->fs.bytes + (uint64_t)e->n_out_max * m->hp.n_vocab * sizeof(float) +
                  B * (sizeof *e->b_tokens + sizeof *e->b_pos + sizeof *e->b_out_idx + sizeof *e->b_seqs) +
@@ -233,13 +270,13 @@ static void sp_request_release(struct sp_request *r)
         return;
     for (int i = 0; i < r->n_choices; i++) {
         struct sp_choice *c = &r->choices[i];
-        sp_kv_seq_release(e->kv, &c->seq);
+        sp_memory_seq_release(e->mem, &c->seq);
         sp_sampler_free(c->sampler);
         sp_spec_seq_free(e->spec, c->spec);
         free(c->tokens);
         free(c->out);
     }
-    sp_kv_seq_release(e->kv, &r->pseq);
+    sp_memory_seq_release(e->mem, &r->pseq);
     free(r->plogits);
     e->committed_blocks -= r->budget_blocks;
     if (r->width)
@@ -317,8 +354,9 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     uint64_t total = n_prompt + (gp->max_tokens > 0 ? (uint64_t)gp->max_tokens : (uint64_t)e->n_ctx);
     if (total > (uint64_t)e->n_ctx)
         total = (uint64_t)e->n_ctx;
-    struct sp_kv_stats ks;
-    sp_kv_stats(e->kv, 0, &ks);
+    struct sp_memory_stats ms;
+    sp_memory_stats(e->mem, 0, &ms);
+    const struct sp_kv_stats ks = ms.kv;
     const uint32_t kv_blocks = ks.blocks_total;
     uint32_t per_choice = (uint32_t)sp_kv_blocks_for(total);
     uint32_t budget = per_choice * (uint32_t)n_seqs + (n_seqs > 1 || retries ? (uint32_t)n_seqs : 0);
@@ -400,7 +438,7 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     if (width && (st = sp_beam_request_init(r, prompt, (uint32_t)n_prompt)) != SP_OK)
         goto fail;
     /* reuse cached prompt blocks (never the last prompt token: its logits are needed) */
-    r->n_cached = sp_kv_prefix_attach(e->kv, &r->choices[0].seq, prompt, (uint32_t)n_prompt - 1);
+    r->n_cached = sp_memory_prefix_attach(e->mem, &r->choices[0].seq, prompt, (uint32_t)n_prompt - 1);
     r->n_prefilled = r->n_cached;
     r->budget_blocks = budget;
     e->committed_blocks += budget;
@@ -549,7 +587,7 @@ void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_finish w
     }
     c->done = true;
     r->n_open--;
-    sp_kv_seq_release(e->kv, &c->seq);
+    sp_memory_seq_release(e->mem, &c->seq);
     c->err = why == SP_FINISH_ERROR && r->why[0] ? r->why : NULL;
     sp_spec_seq_free(e->spec, c->spec);
     c->spec = NULL;
@@ -569,8 +607,8 @@ static void sp_choice_restart(struct sp_engine *e, struct sp_choice *c)
     c->retry = false;
     c->err = NULL;
     c->attempt++;
-    sp_kv_seq_release(e->kv, &c->seq);
-    if (sp_kv_seq_fork(e->kv, &c->seq, &r->pseq) != SP_OK) {
+    sp_memory_seq_release(e->mem, &c->seq);
+    if (sp_memory_seq_fork(e->mem, &c->seq, &r->pseq) != SP_OK) {
         snprintf(r->why, sizeof r->why, "no KV blocks to start attempt %d", c->attempt);
         sp_choice_finish(e, c, SP_FINISH_ERROR);
         return;
@@ -598,7 +636,7 @@ static void sp_request_end(struct sp_engine *e, struct sp_request *r, enum sp_fi
     if (r->n_open == 0)
         return;
     for (int i = 0; i < r->n_choices; i++) {
-        sp_kv_seq_release(e->kv, &r->choices[i].seq);
+        sp_memory_seq_release(e->mem, &r->choices[i].seq);
         r->choices[i].done = true;
     }
     for (int k = 0; k < r->gp.n; k++) {
@@ -677,12 +715,12 @@ static sp_status sp_request_fork(struct sp_engine *e, struct sp_request *r)
     if (r->width)
         return SP_OK; /* beams fork as they are chosen */
     if (r->retries) {
-        sp_status st = sp_kv_seq_fork(e->kv, &r->pseq, &r->choices[0].seq);
+        sp_status st = sp_memory_seq_fork(e->mem, &r->pseq, &r->choices[0].seq);
         if (st != SP_OK)
             return st;
     }
     for (int i = 1; i < r->n_choices; i++) {
-        sp_status st = sp_kv_seq_fork(e->kv, &r->choices[i].seq, &r->choices[0].seq);
+        sp_status st = sp_memory_seq_fork(e->mem, &r->choices[i].seq, &r->choices[0].seq);
         if (st != SP_OK)
             return st;
     }
@@ -691,9 +729,9 @@ static sp_status sp_request_fork(struct sp_engine *e, struct sp_request *r)
 
 /* ---- the step ---- */
 
-bool sp_engine_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_kv_seq *seq)
+bool sp_engine_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_memory_seq *seq)
 {
-    if (sp_kv_seq_reserve(e->kv, seq, (uint32_t)pos + 1) != SP_OK)
+    if (sp_memory_seq_reserve(e->mem, seq, (uint32_t)pos + 1) != SP_OK)
         return false;
     e->b_tokens[*n] = tok;
     e->b_pos[*n] = pos;
@@ -804,7 +842,7 @@ int sp_engine_step(struct sp_engine *e)
     }
     struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out, 0};
     double t0 = sp_engine_now();
-    if (sp_forward(e->model, e->kv, &e->fs, e->pool, &fb, e->logits) != SP_OK) {
+    if (sp_forward(e->model, e->mem, &e->fs, e->pool, &fb, e->logits) != SP_OK) {
         for (struct sp_request *r = e->active; r; r = r->next)
             sp_request_end(e, r, SP_FINISH_ERROR);
         sp_engine_reap(e);
@@ -815,7 +853,7 @@ int sp_engine_step(struct sp_engine *e)
     for (struct sp_request *r = e->active; r; r = r->next)
         for (int i = 0; i < r->n_choices; i++)
             if (!r->choices[i].done && !r->choices[i].n_draft)
-                sp_kv_prefix_commit(e->kv, &r->choices[i].seq, r->choices[i].tokens);
+                sp_memory_prefix_commit(e->mem, &r->choices[i].seq, r->choices[i].tokens);
     for (int o = 0; o < n_out; o++) {
         struct sp_choice *c = e->b_out_choice[o];
         if (!c)
@@ -859,7 +897,7 @@ int sp_engine_step(struct sp_engine *e)
 sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n_prompt, size_t first,
                            sp_logits_fn fn, void *user)
 {
-    struct sp_kv_seq seq = {0};
+    struct sp_memory_seq seq = {0};
     sp_status st = SP_OK;
     const uint32_t n_vocab = e->model->hp.n_vocab;
     if (e->model->arch->bidirectional)
@@ -885,14 +923,14 @@ sp_status sp_engine_logits(struct sp_engine *e, const sp_token *prompt, size_t n
                 e->b_out_idx[n_out++] = n - 1;
         }
         struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out, 0};
-        if ((st = sp_forward(e->model, e->kv, &e->fs, e->pool, &fb, e->logits)) != SP_OK)
+        if ((st = sp_forward(e->model, e->mem, &e->fs, e->pool, &fb, e->logits)) != SP_OK)
             goto release;
         for (int o = 0; o < n_out; o++)
             fn(user, done + (size_t)e->b_out_idx[o], e->logits + (size_t)o * n_vocab);
         done += take;
     }
 release:
-    sp_kv_seq_release(e->kv, &seq);
+    sp_memory_seq_release(e->mem, &seq);
     return st;
 }
 

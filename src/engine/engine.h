@@ -54,6 +54,8 @@ sp_status sp_engine_sampling_defaults(const struct sp_model *m, struct sp_sample
 struct sp_engine_memory {
     uint64_t weights, kv, scratch;
     uint64_t kv_rings; /* part of kv: the rings, allocated when a request first needs one */
+    uint64_t state;    /* linear layers' state, a slot per parallel request, allocated when one first needs it */
+    uint64_t state_snapshots; /* the prefix cache's snapshot budget, allocated as prompts fill it */
 };
 void sp_engine_memory(const struct sp_engine *e, struct sp_engine_memory *out);
 

@@ -146,7 +146,7 @@ static void sp_beam_emit(struct sp_engine *e, struct sp_request *r)
         c->err = NULL;
     }
     for (int i = 0; i < r->n_choices; i++) {
-        sp_kv_seq_release(e->kv, &r->choices[i].seq);
+        sp_memory_seq_release(e->mem, &r->choices[i].seq);
         r->choices[i].done = true;
     }
     r->n_open = 0;
@@ -156,7 +156,7 @@ static void sp_beam_emit(struct sp_engine *e, struct sp_request *r)
 static void sp_beam_fail(struct sp_engine *e, struct sp_request *r)
 {
     for (int i = 0; i < r->n_choices; i++) {
-        sp_kv_seq_release(e->kv, &r->choices[i].seq);
+        sp_memory_seq_release(e->mem, &r->choices[i].seq);
         r->choices[i].done = true;
     }
     for (int k = 0; k < r->gp.n; k++) {
@@ -197,7 +197,7 @@ void sp_beam_advance(struct sp_engine *e, struct sp_request *r)
             continue;
         }
         struct sp_choice *c = &nxt[n_new++];
-        if (sp_kv_seq_fork(e->kv, &c->seq, &par->seq) != SP_OK) {
+        if (sp_memory_seq_fork(e->mem, &c->seq, &par->seq) != SP_OK) {
             n_new--;
             continue;
         }
@@ -215,7 +215,7 @@ void sp_beam_advance(struct sp_engine *e, struct sp_request *r)
             at_limit = true;
     }
     for (int b = 0; b < r->n_live; b++) {
-        sp_kv_seq_release(e->kv, &live[b].seq);
+        sp_memory_seq_release(e->mem, &live[b].seq);
         live[b].done = true;
     }
     r->live = next;

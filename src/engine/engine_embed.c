@@ -16,12 +16,12 @@ int sp_engine_embed_max_tokens(const struct sp_engine *e) { return e->n_ctx < e-
 /* Adds input tokens [0, n) as sequence seq, marking the rows the pooling
  * reads as outputs; false (nothing added) when the KV cache cannot hold it. */
 static bool sp_embed_add(struct sp_engine *e, int *n, int *n_out, const sp_token *toks, int n_tok,
-                         sp_pooling pooling, struct sp_kv_seq *seq)
+                         sp_pooling pooling, struct sp_memory_seq *seq)
 {
     int first, count, n0 = *n;
     for (int i = 0; i < n_tok; i++)
         if (!sp_engine_batch_add(e, n, toks[i], i, seq)) {
-            sp_kv_seq_release(e->kv, seq);
+            sp_memory_seq_release(e->mem, seq);
             *n = n0;
             return false;
         }
@@ -45,7 +45,7 @@ sp_status sp_engine_embed(struct sp_engine *e, const sp_token *const *inputs, co
             return sp_error_set(SP_ERR_CONTEXT, "embed: input %zu has %zu tokens; an input takes 1 to %d", i,
                                 n_tokens[i], max_tok);
     size_t n_seq = n_inputs < (size_t)e->n_batch ? n_inputs : (size_t)e->n_batch;
-    struct sp_kv_seq *seqs = calloc(n_seq, sizeof *seqs);
+    struct sp_memory_seq *seqs = calloc(n_seq, sizeof *seqs);
     if (!seqs)
         return sp_error_set(SP_ERR_NOMEM, "embed: no memory for %zu sequences", n_seq);
     sp_status st = SP_OK;
@@ -61,7 +61,7 @@ sp_status sp_engine_embed(struct sp_engine *e, const sp_token *const *inputs, co
             break;
         }
         struct sp_forward_batch fb = {n, e->b_tokens, e->b_pos, e->b_seqs, e->b_out_idx, n_out, 0};
-        st = sp_forward(e->model, e->kv, &e->fs, e->pool, &fb, NULL);
+        st = sp_forward(e->model, e->mem, &e->fs, e->pool, &fb, NULL);
         const float *h = sp_forward_hidden(&e->fs);
         for (size_t i = 0, row = 0; i < k; i++) {
             int first, count;
@@ -70,7 +70,7 @@ sp_status sp_engine_embed(struct sp_engine *e, const sp_token *const *inputs, co
                 sp_embed_pool(pooling, h + row * E, (size_t)E, count, E, !(p && p->no_normalize),
                               out + (done + i) * E);
             row += (size_t)count;
-            sp_kv_seq_release(e->kv, &seqs[i]);
+            sp_memory_seq_release(e->mem, &seqs[i]);
         }
         done += k;
     }

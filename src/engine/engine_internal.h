@@ -5,7 +5,7 @@
 #include "core/pool.h"
 #include "engine/engine.h"
 #include "engine/stop.h"
-#include "kv/kv.h"
+#include "memory/memory.h"
 #include "model/forward.h"
 #include "sampler/sampler_beam.h"
 #include "spec/spec.h"
@@ -37,7 +37,7 @@ void sp_evq_free(struct sp_evq *q);
 struct sp_choice {
     struct sp_request *req;
     int idx;
-    struct sp_kv_seq seq;
+    struct sp_memory_seq seq;
     struct sp_sampler *sampler;
     struct sp_detok detok;
     struct sp_stop stop;
@@ -92,7 +92,7 @@ struct sp_request {
     /* checked output with retries: the prompt's own sequence and the logits
      * after it, to start a choice over without a second prefill */
     bool retries;
-    struct sp_kv_seq pseq;
+    struct sp_memory_seq pseq;
     float *plogits;
     struct sp_stop stop0;   /* the stop strings' initial state */
     char why[512];          /* the last check's failure */
@@ -102,7 +102,7 @@ struct sp_engine {
     const struct sp_model *model;   /* borrowed */
     const struct sp_vocab *vocab;   /* borrowed */
     struct sp_pool *pool;
-    struct sp_kv *kv;
+    struct sp_memory *mem;
     struct sp_forward_scratch fs;
     int n_ctx, n_batch, n_parallel, n_out_max;
     uint32_t committed_blocks;
@@ -111,7 +111,7 @@ struct sp_engine {
     /* per-step buffers, sized at init */
     sp_token *b_tokens;
     int32_t *b_pos, *b_out_idx;
-    const struct sp_kv_seq **b_seqs;
+    const struct sp_memory_seq **b_seqs;
     struct sp_choice **b_out_choice;  /* [n_out_max] whose logits each output row is */
     float *logits;                    /* [n_out_max][n_vocab] */
     char *text, *text2;               /* [SP_TEXT_CAP] event text */
@@ -135,7 +135,7 @@ void sp_choice_take(struct sp_engine *e, struct sp_choice *c, sp_token t, const 
 void sp_choice_finish(struct sp_engine *e, struct sp_choice *c, enum sp_finish why);
 /* Appends (tok, pos, seq) to the step's batch, reserving seq's KV through
  * pos; false when the cache cannot hold it. */
-bool sp_engine_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_kv_seq *seq);
+bool sp_engine_batch_add(struct sp_engine *e, int *n, sp_token tok, int32_t pos, struct sp_memory_seq *seq);
 void sp_choice_emit(struct sp_choice *c, sp_token id, const char *text, size_t len,
                     const struct sp_token_logprobs *lp, const struct sp_sampler_explain *explain,
                     enum sp_finish finish);

@@ -25,7 +25,7 @@ sp_status sp_engine_spec_init(struct sp_engine *e, const struct sp_engine_params
         .draft = draft, .draft_vocab = draft_vocab, .layers = p->spec_layers,
     };
     struct sp_spec_target t = {
-        .model = e->model, .vocab = e->vocab, .kv = e->kv, .fs = &e->fs, .pool = e->pool,
+        .model = e->model, .vocab = e->vocab, .mem = e->mem, .fs = &e->fs, .pool = e->pool,
         .n_ctx = e->n_ctx, .n_batch = e->n_batch, .n_parallel = e->n_parallel, .n_rows = e->spec_rows,
     };
     sp_status st = sp_spec_init(&e->spec, &c, &t);
@@ -97,7 +97,7 @@ void sp_engine_spec_drop(struct sp_engine *e, struct sp_choice *c, uint32_t keep
     if (!c->n_draft)
         return;
     /* in the step: positions n_tokens - 1 .. n_tokens + keep - 1 */
-    sp_kv_seq_truncate(e->kv, &c->seq, in_step ? c->n_tokens + keep : c->n_tokens - 1);
+    sp_memory_seq_truncate(e->mem, &c->seq, in_step ? c->n_tokens + keep : c->n_tokens - 1);
     c->n_draft = in_step ? keep : 0;
 }
 
@@ -126,11 +126,11 @@ void sp_engine_spec_verify(struct sp_engine *e, struct sp_choice *c, const float
     sp_spec_seq_done(e->spec, c->spec, k, m, n + m);
     /* positions n - 1 .. n + m - 1 hold the last token and the kept drafts;
      * only now are their blocks registered with the prefix cache */
-    if (sp_kv_seq_truncate(e->kv, &c->seq, n + m) != SP_OK) {
+    if (sp_memory_seq_truncate(e->mem, &c->seq, n + m) != SP_OK) {
         sp_choice_finish(e, c, SP_FINISH_ERROR);
         return;
     }
-    sp_kv_prefix_commit(e->kv, &c->seq, c->tokens);
+    sp_memory_prefix_commit(e->mem, &c->seq, c->tokens);
     for (uint32_t j = 0; j <= m && !c->done; j++)
         sp_choice_take(e, c, c->tokens[n + j], lp ? &lp[j] : NULL, NULL);
 }

@@ -507,6 +507,40 @@ static bool sp_gguf_int_value(const struct sp_gguf_kv *kv, uint64_t *mag, bool *
     }
 }
 
+/* Element i of an array of fixed-size integers, as sp_gguf_int_value. */
+static bool sp_gguf_int_elem(const struct sp_gguf_kv *kv, uint64_t i, uint64_t *mag, bool *neg)
+{
+    static const uint8_t size[SP_GGUF_VTYPE_COUNT] = {
+        [SP_GGUF_UINT8] = 1, [SP_GGUF_INT8] = 1, [SP_GGUF_UINT16] = 2, [SP_GGUF_INT16] = 2, [SP_GGUF_UINT32] = 4,
+        [SP_GGUF_INT32] = 4, [SP_GGUF_UINT64] = 8, [SP_GGUF_INT64] = 8,
+    };
+    if ((unsigned)kv->arr_type >= SP_GGUF_VTYPE_COUNT || !size[kv->arr_type])
+        return false;
+    struct sp_gguf_kv one = {.type = kv->arr_type, .value = kv->arr_data + i * size[kv->arr_type]};
+    return sp_gguf_int_value(&one, mag, neg);
+}
+
+sp_status sp_gguf_get_u32_at(const struct sp_gguf *g, const char *key, uint64_t i, uint64_t n, bool required,
+                             uint32_t *out)
+{
+    const struct sp_gguf_kv *kv = sp_gguf_find(g, key);
+    uint64_t mag;
+    bool neg;
+    if (!kv || kv->type != SP_GGUF_ARRAY)
+        return sp_gguf_get_u32(g, key, required, out);
+    if (kv->arr_n != n)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s': %llu values, expected one or %llu (one per layer)", key,
+                            (unsigned long long)kv->arr_n, (unsigned long long)n);
+    if (i >= n || !sp_gguf_int_elem(kv, i, &mag, &neg))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s': an array of %s, expected integers", key,
+                            sp_gguf_vtype_name(kv->arr_type));
+    if (neg || mag > UINT32_MAX)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s': value %llu: %s%llu out of range 0..%u", key,
+                            (unsigned long long)i, neg ? "-" : "", (unsigned long long)mag, UINT32_MAX);
+    *out = (uint32_t)mag;
+    return SP_OK;
+}
+
 sp_status sp_gguf_get_u32(const struct sp_gguf *g, const char *key, bool required, uint32_t *out)
 {
     const struct sp_gguf_kv *kv = sp_gguf_find(g, key);

@@ -94,6 +94,10 @@ bool sp_gguf_str_eq(struct sp_gguf_str a, const char *s);
  * wrong type is SP_ERR_FORMAT naming expected and found types.  Integer getters
  * accept any integer type whose value fits. */
 sp_status sp_gguf_get_u32(const struct sp_gguf *g, const char *key, bool required, uint32_t *out);
+/* A per-layer integer: a scalar key (every layer's), or an array of exactly
+ * n integers (element i). */
+sp_status sp_gguf_get_u32_at(const struct sp_gguf *g, const char *key, uint64_t i, uint64_t n, bool required,
+                             uint32_t *out);
 sp_status sp_gguf_get_f32(const struct sp_gguf *g, const char *key, bool required, float *out);
 sp_status sp_gguf_get_bool(const struct sp_gguf *g, const char *key, bool required, bool *out);
 /* *out is a view into the buffer; left untouched when absent and optional. */

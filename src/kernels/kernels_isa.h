@@ -31,6 +31,14 @@ struct sp_kernels_isa {
     /* head h of nq <= 16 queries t0.. at consecutive positions of one
      * sequence (a prompt); NULL: such tokens take attn_group one by one */
     void (*attn_block)(const struct sp_attn_args *a, int t0, int nq, int h, float *scratch);
+    /* the linear layers' kernels (scan.h's contracts); NULL: the scalar row's */
+    void (*conv_causal)(float *y, const float *const *rows, const float *w, const float *bias, int ch, int k,
+                        bool silu);
+    float (*dot16)(const float *a, const float *b, int n);
+    void (*ssd_state)(float *h, const float *h0, float decay, int n, const float *u, const float *const *B,
+                      const float *const *x, int ds, int hd);
+    void (*ssd_out)(float *y, const float *h0, const float *c, float decay, int n, const float *w,
+                    const float *const *x, int ds, int hd);
 };
 
 extern const struct sp_kernels_isa sp_kernels_scalar;
@@ -89,6 +97,15 @@ void sp_gelu_table_warm(void);
 /* The scalar row's GEGLU (the vector rows' tails; NEON's whole row). */
 void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n);
 void sp_rope_scalar(float *x, const float *cs, int n_rot, int neox);
+/* The scalar row's linear-layer kernels (scan.c): the vector rows' fallback
+ * for widths their vectors do not divide. */
+void sp_conv_causal_scalar(float *y, const float *const *rows, const float *w, const float *bias, int ch, int k,
+                           bool silu);
+float sp_dot16_scalar(const float *a, const float *b, int n);
+void sp_ssd_state_scalar(float *h, const float *h0, float decay, int n, const float *u, const float *const *B,
+                         const float *const *x, int ds, int hd);
+void sp_ssd_out_scalar(float *y, const float *h0, const float *c, float decay, int n, const float *w,
+                       const float *const *x, int ds, int hd);
 /* The scalar row's RoPE (ops.c's contract: each output one rounded product
  * and one fused multiply-add, the product of x0 fused), inline so that each
  * ISA file, whose vector row takes this form for adjacent pairs, compiles

@@ -287,4 +287,8 @@ const struct sp_kernels_isa sp_kernels_scalar = {
     .rope = sp_rope_scalar,
     .attn_group = sp_attn_group_scalar,
     .attn_block = NULL, /* prompt tokens take the group kernel one by one */
+    .conv_causal = sp_conv_causal_scalar,
+    .dot16 = sp_dot16_scalar,
+    .ssd_state = sp_ssd_state_scalar,
+    .ssd_out = sp_ssd_out_scalar,
 };

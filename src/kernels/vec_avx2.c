@@ -114,6 +114,7 @@ static inline __m256 exp8(__m256 x)
 static inline vf vf_exp(vf x) { return VF_MAP1(exp8, x); }
 
 #include "kernels/vec.inc"
+#include "kernels/scan_vec.inc"
 
 /* ops.c's contract: part[i % 8] over i ascending; lanes 0-3 and 4-7 of two
  * ymm of doubles. */
@@ -161,5 +162,9 @@ const struct sp_kernels_isa sp_kernels_avx2 = {
     .rope = vec_rope,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
+    .conv_causal = vec_conv_causal,
+    .dot16 = vec_dot16,
+    .ssd_state = vec_ssd_state,
+    .ssd_out = vec_ssd_out,
 };
 #endif

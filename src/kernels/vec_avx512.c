@@ -65,6 +65,7 @@ static inline vf vf_exp(vf x)
 }
 
 #include "kernels/vec.inc"
+#include "kernels/scan_vec.inc"
 
 /* ops.c's contract: the sum of squares in eight partial sums (element i
  * into part[i % 8], ascending), here the eight lanes of a zmm of doubles. */
@@ -107,5 +108,9 @@ const struct sp_kernels_isa sp_kernels_avx512 = {
     .rope = vec_rope,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
+    .conv_causal = vec_conv_causal,
+    .dot16 = vec_dot16,
+    .ssd_state = vec_ssd_state,
+    .ssd_out = vec_ssd_out,
 };
 #endif

@@ -58,12 +58,27 @@ struct sp_kv {
     uint64_t hits, tokens_reused;
 };
 
+static bool sp_kv_is_stateless(const struct sp_kv_shape *s, uint32_t l)
+{
+    return s->stateless && s->stateless[l];
+}
+
+static bool sp_kv_is_local(const struct sp_kv_shape *s, uint32_t l)
+{
+    return s->local && s->local[l] && s->ring_len > 0 && !sp_kv_is_stateless(s, l);
+}
+
+/* Layers in the paged blocks: neither local nor stateless.  A model of
+ * local layers only still gets one (its blocks are then unused, as
+ * before). */
 static uint32_t sp_kv_paged_layers(const struct sp_kv_shape *s)
 {
-    uint32_t n = s->n_layer;
-    for (uint32_t l = 0; s->local && s->ring_len && l < s->n_layer; l++)
-        n -= s->local[l];
-    return n ? n : 1;
+    uint32_t n = 0, n_stateless = 0;
+    for (uint32_t l = 0; l < s->n_layer; l++) {
+        n += !sp_kv_is_local(s, l) && !sp_kv_is_stateless(s, l);
+        n_stateless += sp_kv_is_stateless(s, l);
+    }
+    return n || n_stateless == s->n_layer ? n : 1;
 }
 
 uint64_t sp_kv_block_bytes(const struct sp_kv_shape *s)
@@ -80,11 +95,15 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
     uint64_t pos_heads, k_bytes, v_bytes;
     uint32_t n_layer = shape->n_layer, head_dim = shape->head_dim, ring_len = shape->ring_len;
     *out = NULL;
-    if (!n_layer || !shape->n_head_kv || !head_dim || !n_blocks || shape->n_head_kv > UINT32_MAX / head_dim)
+    const uint32_t n_paged = sp_kv_paged_layers(shape);
+    bool rows = n_paged > 0; /* else every layer is stateless: blocks without rows */
+    for (uint32_t l = 0; l < n_layer; l++)
+        rows = rows || sp_kv_is_local(shape, l);
+    if (!n_layer || !n_blocks || (rows && (!shape->n_head_kv || !head_dim || shape->n_head_kv > UINT32_MAX / head_dim)))
         return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
     if (ring_len > UINT32_MAX - SP_KV_TILE)
         return sp_error_set(SP_ERR_ARG, "kv cache: rings of %u positions", ring_len);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && rows; i++) {
         const sp_cache_type t = i ? shape->type_v : shape->type_k;
         if (!sp_cache_type_name(t))
             return sp_error_set(SP_ERR_ARG, "kv cache: unknown type %d", (int)t);
@@ -106,8 +125,9 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
         return sp_error_set(SP_ERR_NOMEM, "kv cache: no memory");
     }
     for (uint32_t l = 0; l < n_layer; l++) {
-        kv->layer_local[l] = shape->local && shape->local[l] && ring_len > 0;
-        kv->layer_index[l] = kv->layer_local[l] ? kv->n_local++ : kv->n_global++;
+        kv->layer_local[l] = sp_kv_is_local(shape, l);
+        if (!sp_kv_is_stateless(shape, l))
+            kv->layer_index[l] = kv->layer_local[l] ? kv->n_local++ : kv->n_global++;
     }
     if (kv->n_local) {
         kv->ring_len = ring_len;
@@ -123,7 +143,6 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
             kv->ring_free[i] = kv->n_rings - 1 - i;
         kv->n_ring_free = kv->n_rings;
     }
-    uint32_t n_paged = kv->n_global ? kv->n_global : 1;
     kv->kt = shape->type_k;
     kv->vt = shape->type_v;
     kv->k_row = sp_kv_row_bytes(kv->kt, head_dim);
@@ -556,7 +575,8 @@ static sp_status sp_kv_seq_grow(struct sp_kv_seq *seq, uint32_t need)
 static void sp_kv_copy_block(struct sp_kv *kv, uint32_t dst, uint32_t src)
 {
     const size_t kn = kv->k_block, vn = kv->v_block;
-    for (size_t l = 0; l < (size_t)kv->n_global * (kv->kv_dim / kv->head_dim); l++) { /* each (layer, head) */
+    const size_t n_head = kv->head_dim ? kv->kv_dim / kv->head_dim : 0;
+    for (size_t l = 0; l < (size_t)kv->n_global * n_head; l++) { /* each (layer, head) */
         memcpy(kv->k + l * kv->k_head + dst * kn, kv->k + l * kv->k_head + src * kn, kn);
         memcpy(kv->v + l * kv->v_head + dst * vn, kv->v + l * kv->v_head + src * vn, vn);
     }
@@ -682,38 +702,60 @@ static uint64_t sp_kv_chain(uint64_t prev, const sp_token *toks, uint32_t n)
     return h ? h : 1;
 }
 
-uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens, uint32_t max_tokens)
+uint32_t sp_kv_prefix_attach_if(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens,
+                                uint32_t max_tokens, bool (*ok)(void *ud, uint32_t i, uint64_t key), void *ud)
 {
-    uint32_t bt = kv->block_tokens, n = 0;
+    uint32_t bt = kv->block_tokens, n = 0, best = 0;
     if (kv->n_local)
         return 0; /* rings cannot be rebuilt from cached blocks */
-    uint64_t h = 0;
+    uint64_t h = 0, best_h = 0;
     uint32_t prev = SP_KV_NONE, prev_gen = 0;
+    /* the matching blocks go into seq's table unreferenced; the first
+     * `best` of them are kept */
     while ((n + 1) * bt <= max_tokens) {
         uint64_t nh = sp_kv_chain(h, tokens + (size_t)n * bt, bt);
         uint32_t b = sp_kv_table_find(kv, nh, tokens + (size_t)n * bt, prev, prev_gen);
         if (b == SP_KV_NONE || sp_kv_seq_grow(seq, n + 1) != SP_OK)
             break;
-        sp_kv_ref(kv, b);
         seq->blocks[n++] = b;
         h = nh;
         prev = b;
         prev_gen = kv->gen[b];
+        if (!ok || ok(ud, n - 1, ((uint64_t)prev_gen << 32) | b))
+            best = n, best_h = h;
     }
-    seq->n_blocks = n;
-    seq->n_hashed = n;
-    seq->hash = h;
-    seq->prev = prev;
-    seq->prev_gen = prev_gen;
-    seq->n_pos = n * bt;
-    if (n) {
+    for (uint32_t i = 0; i < best; i++)
+        sp_kv_ref(kv, seq->blocks[i]);
+    seq->n_blocks = best;
+    seq->n_hashed = best;
+    seq->hash = best_h;
+    seq->prev = best ? seq->blocks[best - 1] : SP_KV_NONE;
+    seq->prev_gen = best ? kv->gen[seq->prev] : 0;
+    seq->n_pos = best * bt;
+    if (best) {
         kv->hits++;
-        kv->tokens_reused += (uint64_t)n * bt;
+        kv->tokens_reused += (uint64_t)best * bt;
     }
     return seq->n_pos;
 }
 
+uint64_t sp_kv_prefix_key(const struct sp_kv_seq *seq)
+{
+    return seq->n_hashed ? ((uint64_t)seq->prev_gen << 32) | seq->prev : 0;
+}
+
+uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens, uint32_t max_tokens)
+{
+    return sp_kv_prefix_attach_if(kv, seq, tokens, max_tokens, NULL, NULL);
+}
+
 void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens)
+{
+    sp_kv_prefix_commit_each(kv, seq, tokens, NULL, NULL);
+}
+
+void sp_kv_prefix_commit_each(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens,
+                              void (*each)(void *ud, uint32_t i, uint64_t key), void *ud)
 {
     uint32_t bt = kv->block_tokens;
     if (kv->n_local)
@@ -729,6 +771,8 @@ void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token
         if (same != SP_KV_NONE) { /* already cached (shared block, or an equal block exists) */
             seq->prev = same;
             seq->prev_gen = kv->gen[same];
+            if (each)
+                each(ud, i, ((uint64_t)seq->prev_gen << 32) | same);
             continue;
         }
         kv->hash[b] = h;
@@ -743,6 +787,8 @@ void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token
         while (kv->table[s] != SP_KV_NONE)
             s = (s + 1) & kv->table_mask;
         kv->table[s] = b;
+        if (each)
+            each(ud, i, ((uint64_t)seq->prev_gen << 32) | b);
     }
 }
 

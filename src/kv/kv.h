@@ -37,6 +37,10 @@ struct sp_kv;
 struct sp_kv_shape {
     uint32_t n_layer, n_head_kv, head_dim;
     const bool *local; /* [n_layer] sliding-window layers; NULL: none */
+    const bool *stateless; /* [n_layer] layers without keys and values (linear layers, whose
+                              state the state room keeps); NULL: none.  When every layer is,
+                              blocks hold no rows (n_head_kv and head_dim may be 0) and only
+                              number positions for the block tables and the prefix cache. */
     uint32_t ring_len; /* positions a local layer keeps per sequence (window + largest batch) */
     uint32_t n_rings;  /* most sequences alive at once that need rings */
     sp_cache_type type_k, type_v; /* how keys and values are stored (0: f16); quantized
@@ -64,7 +68,7 @@ struct sp_kv_stats {
     uint64_t prefix_hits, prefix_tokens_reused;
 };
 
-/* Bytes one block takes (K and V of every paged layer). */
+/* Bytes one block takes (K and V of every paged layer; 0 when no layer is). */
 uint64_t sp_kv_block_bytes(const struct sp_kv_shape *shape);
 /* Blocks that hold n_pos positions. */
 uint64_t sp_kv_blocks_for(uint64_t n_pos);
@@ -112,6 +116,20 @@ uint32_t sp_kv_prefix_attach(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_t
 /* Registers every full block of `seq` whose tokens (tokens[0, written
  * positions)) are not yet registered. */
 void sp_kv_prefix_commit(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens);
+
+/* sp_kv_prefix_commit, calling each(ud, i, key) for every block i it
+ * registers.  A key names a registered block: which registration of which
+ * pool block holds block i's tokens (never 0; a block evicted and
+ * registered again gets a new key).  What else a prefix needs (the
+ * recurrent state's snapshots) is filed under the key of its last block. */
+void sp_kv_prefix_commit_each(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens,
+                              void (*each)(void *ud, uint32_t i, uint64_t key), void *ud);
+/* The key of seq's last registered block (0: none). */
+uint64_t sp_kv_prefix_key(const struct sp_kv_seq *seq);
+/* sp_kv_prefix_attach keeping the longest run of matching blocks whose
+ * last block i (key) ok(ud, i, key) accepts (ok NULL: any). */
+uint32_t sp_kv_prefix_attach_if(struct sp_kv *kv, struct sp_kv_seq *seq, const sp_token *tokens,
+                                uint32_t max_tokens, bool (*ok)(void *ud, uint32_t i, uint64_t key), void *ud);
 
 /* Stores the key and value of position `pos` (reserved) of seq in `layer`:
  * k and v are [n_head_kv][head_dim] f32, rounded to f16 as C's cast does,

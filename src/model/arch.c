@@ -93,6 +93,54 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "mamba2", /* Mamba-2 (state-spaces/mamba2-*, Mamba-Codestral) */
+        .linear = SP_MIXER_SSM,
+        .kinds = SP_KINDS_LINEAR,
+        .no_ffn = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "lfm2", /* LFM2 (Liquid): short gated convolutions with a few attention layers */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .linear = SP_MIXER_CONV,
+        .kinds = SP_KINDS_KV_ZERO,
+        .out_norm_embd = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "granitehybrid", /* Granite 4.0-H (dense): Mamba-2 layers and a few attention layers */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = false,
+        .linear = SP_MIXER_SSM,
+        .kinds = SP_KINDS_KV_ZERO,
+        .granite = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "nemotron_h", /* Nemotron-H (dense): Mamba-2, attention and feed-forward layers */
+        .ffn_act = SP_FFN_RELU2,
+        .ffn_plain = true,
+        .linear = SP_MIXER_SSM,
+        .kinds = SP_KINDS_KV_FF,
+        .no_ffn = true,
+        .nope = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "qwen35", /* Qwen3.5 (dense): gated DeltaNet layers and gated attention */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .linear = SP_MIXER_DELTA,
+        .kinds = SP_KINDS_INTERVAL,
+        .q_gate = true,
+        .ffn_norm_post = true,
+        .mrope_text = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "model/forward_linear.h"
 #include "quant/quant.h"
 
 /* Bytes of the widest quantized activation row of the dense matrices
@@ -16,7 +17,8 @@ static size_t sp_fwd_max_act(const struct sp_model *m, bool experts)
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
-                                        &L->gate_inp};
+                                        &L->gate_inp, &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv,
+                                        &L->dn_z, &L->dn_beta, &L->dn_alpha};
         for (size_t i = 0; !experts && i < sizeof ts / sizeof ts[0]; i++) {
             size_t b = ts[i]->data ? sp_act_row_bytes(ts[i]) : 0;
             mx = b > mx ? b : mx;
@@ -75,8 +77,24 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->attn_plan = sp_fwd_alloc(s, sp_attention_plan_ints(n_batch, (int)hp->n_head) * sizeof(int32_t));
     s->attn_pos = sp_fwd_alloc(s, B * sizeof(int32_t));
     s->attn = sp_fwd_alloc(s, (size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
+    s->kv_seqs = sp_fwd_alloc(s, B * sizeof *s->kv_seqs);
+    if (m->arch->q_gate)
+        s->qg = sp_fwd_alloc(s, B * 2 * Q * sizeof(float));
     bool ok = s->x && s->h && s->q && s->k && s->v && s->att && s->g && s->u && s->tmp && s->act && s->attn &&
-              s->rope && s->attn_plan && s->attn_pos;
+              s->rope && s->attn_plan && s->attn_pos && s->kv_seqs && (s->qg || !m->arch->q_gate);
+    struct sp_fwd_linear_sizes ls;
+    sp_fwd_linear_sizes(m, &ls);
+    if (ok && ls.lin) {
+        s->lin_stride = ls.lin;
+        s->lin_in_floats = ls.in;
+        s->lin = sp_fwd_alloc(s, B * ls.lin * sizeof(float));
+        s->lin_in = sp_fwd_alloc(s, B * ls.in * sizeof(float));
+        s->lin_cb = sp_fwd_alloc(s, B * ls.cb * sizeof(float));
+        s->lin_y = sp_fwd_alloc(s, B * ls.y * sizeof(float));
+        s->runs = sp_fwd_alloc(s, B * sp_fwd_run_bytes());
+        s->tok_run = sp_fwd_alloc(s, B * sizeof *s->tok_run);
+        ok = s->lin && s->lin_in && s->lin_cb && s->lin_y && s->runs && s->tok_run;
+    }
     if (ok && X) {
         size_t FX = hp->n_ff_exp;
         s->moe_logits = sp_fwd_alloc(s, B * X * sizeof(float));
@@ -111,6 +129,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->attn_plan); free(s->attn_pos);
     free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
+    free(s->kv_seqs); free(s->qg); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
     memset(s, 0, sizeof *s);
 }
 
@@ -168,6 +187,7 @@ static void sp_fwd_mm_multi(struct sp_forward_scratch *s, struct sp_pool *pool, 
 
 enum sp_fwd_stage {
     SP_FWD_ATTN_IN,   /* rmsnorm(x) -> h with attn_norm */
+    SP_FWD_GATE,      /* q_gate: the attention output times sigmoid(gate) */
     SP_FWD_QK,        /* q/k norm and RoPE, then K/V into the cache */
     SP_FWD_ATTN_OUT,  /* (post-norm) tmp, x += tmp, rmsnorm(x) -> h with ffn_norm */
     SP_FWD_GLU,       /* g = act(g) * u */
@@ -249,14 +269,28 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         else
             sp_fwd_norm(j->m, x, &L->attn_norm, &sp_fwd_none, h);
         break;
+    case SP_FWD_GATE: {
+        float *a = s->att + (size_t)t * Q;
+        const float *qg = s->qg + (size_t)t * 2 * Q;
+        for (int hh = 0; hh < H; hh++)
+            for (int d = 0; d < D; d++) /* as ggml: 1 / (1 + e^-x) */
+                a[hh * D + d] *= 1.0f / (1.0f + expf(-qg[(size_t)hh * 2 * D + D + d]));
+        if (j->qw)
+            sp_act_quantize_row(j->qw, a, s->act + (size_t)t * sp_act_row_bytes(j->qw));
+        return;
+    }
     case SP_FWD_QK: {
         float *vt = s->v + (size_t)t * KVW;
+        if (ar->q_gate) /* each head's query, out of its (query, gate) pair */
+            for (int hh = 0; hh < H; hh++)
+                memcpy(s->q + (size_t)t * Q + (size_t)hh * D, s->qg + (size_t)t * 2 * Q + (size_t)hh * 2 * D,
+                       (size_t)D * sizeof(float));
         sp_fwd_qk_row(j, t, s->q + (size_t)t * Q, H, &L->bq, &L->q_norm, true);
         sp_fwd_qk_row(j, t, s->k + (size_t)t * KVW, HKV, &L->bk, &L->k_norm, false);
         if (L->bv.data)
             for (int i = 0; i < KVW; i++)
                 vt[i] += ((const float *)L->bv.data)[i];
-        sp_kv_store(j->kv, j->b->seqs[t], j->il, (uint32_t)j->b->pos[t], s->k + (size_t)t * KVW, vt);
+        sp_kv_store(j->kv, s->kv_seqs[t], j->il, (uint32_t)j->b->pos[t], s->k + (size_t)t * KVW, vt);
         break;
     }
     case SP_FWD_ATTN_OUT:
@@ -266,6 +300,9 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         sp_fwd_add(o, attn ? &L->bo : &L->b_down, E);
         if (ar->post_norms)
             sp_rmsnorm(o, (attn ? &L->post_attn_norm : &L->post_ffn_norm)->data, o, E, hp->eps);
+        if (hp->resid_scale) /* Granite: the block's output scaled before its residual add */
+            for (int i = 0; i < E; i++)
+                o[i] *= hp->resid_scale;
         for (int i = 0; i < E; i++)
             x[i] += o[i];
         if (ar->post_ln) { /* the norm is on the residual stream itself */
@@ -281,7 +318,12 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
     }
     case SP_FWD_GLU: {
         float *g = s->g + (size_t)t * F, *u = s->u + (size_t)t * F;
-        if (ar->ffn_plain) { /* g holds ffn_up's output; GELU is the one plain activation */
+        if (ar->ffn_plain && ar->ffn_act == SP_FFN_RELU2) { /* g holds ffn_up's output */
+            for (int i = 0; i < F; i++) { /* as ggml: relu, then the square */
+                float r = g[i] > 0.0f ? g[i] : 0.0f;
+                g[i] = r * r;
+            }
+        } else if (ar->ffn_plain) { /* g holds ffn_up's output */
             sp_fwd_add(g, &L->b_up, F);
             sp_gelu(g, g, F);
         } else if (ar->ffn_act == SP_FFN_GELU) {
@@ -323,7 +365,7 @@ static void sp_fwd_stage(struct sp_fwd_job *j, struct sp_pool *pool, enum sp_fwd
         sp_pool_run(pool, sp_fwd_job_run, j);
     }
     if (qw) {
-        c->src = stage == SP_FWD_GLU ? j->s->g : j->s->h;
+        c->src = stage == SP_FWD_GLU ? j->s->g : stage == SP_FWD_GATE ? j->s->att : j->s->h;
         c->type = sp_type_get(qw->type)->vec_dot_type;
     }
 }
@@ -523,11 +565,12 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
         sp_pool_run(pool, sp_moe_sum_run, &sum);
 }
 
-/* Final-logit soft-capping over [n][n_vocab], elements split across the pool. */
+/* Final-logit soft-capping (cap > 0) or scaling (scale != 0: Granite's
+ * 1 / logit_scale) over [n][n_vocab], elements split across the pool. */
 struct sp_cap_job {
     float *x;
     long n;
-    float cap;
+    float cap, scale;
 };
 
 static void sp_cap_run(void *arg, int ith, int nth)
@@ -535,17 +578,63 @@ static void sp_cap_run(void *arg, int ith, int nth)
     const struct sp_cap_job *j = arg;
     long lo, hi;
     sp_pool_split(j->n, 64, ith, nth, &lo, &hi);
-    if (hi > lo)
+    if (hi > lo && j->cap > 0.0f)
         sp_softcap(j->x + lo, hi - lo, j->cap);
+    for (long i = lo; j->scale != 0.0f && i < hi; i++)
+        j->x[i] *= j->scale;
 }
 
-sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forward_scratch *s,
+/* The first matrix that reads a layer's normed input (its stage quantizes
+ * for it). */
+static const struct sp_tensor *sp_fwd_first(const struct sp_layer *L)
+{
+    return L->mixer == SP_MIXER_SSM ? &L->ssm_in : L->mixer == SP_MIXER_CONV ? &L->sc_in
+           : L->mixer == SP_MIXER_MLP ? &L->w_up : L->mixer == SP_MIXER_DELTA ? &L->dn_qkv : &L->wq;
+}
+
+/* The attention block of layer il: s->h -> s->tmp (attention output
+ * projected). */
+static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *cache,
+                             const float *rope_factors, const int32_t *attn_pos, int max_pos)
+{
+    const struct sp_model *m = job->m;
+    const struct sp_hparams *hp = &m->hp;
+    const struct sp_layer *L = job->L;
+    const struct sp_forward_batch *b = job->b;
+    struct sp_forward_scratch *s = job->s;
+    const int T = b->n_tok, E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head;
+    const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D;
+    const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
+    float *o3[3] = {m->arch->q_gate ? s->qg : s->q, s->k, s->v};
+    const size_t st3[3] = {(size_t)(m->arch->q_gate ? 2 * Q : Q), (size_t)KVW, (size_t)KVW};
+    sp_fwd_mm_multi(s, pool, cache, 3, w3, s->h, E, T, o3, st3);
+    const int NR = (int)hp->n_rot;
+    if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
+        for (int t = 0; t < T; t++)
+            sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale, rope_factors,
+                          hp->rope_mscale);
+        s->rope_base = L->rope_base;
+    }
+    sp_fwd_stage(job, pool, SP_FWD_QK, NULL, cache);
+    struct sp_attn_args aa = {
+        .kv = job->kv, .layer = job->il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = s->kv_seqs,
+        .pos = attn_pos, .n_head = H, .n_head_kv = HKV, .head_dim = D,
+        .scale = m->arch->q_prescale ? 1.0f : hp->attn_scale, .softcap = hp->attn_softcap,
+        .window = L->swa ? (int)hp->n_swa : 0, .out = s->att, .out_stride = (size_t)Q, .scratch = s->attn,
+        .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos, .plan = s->attn_plan,
+    };
+    sp_attention(pool, &aa);
+    if (m->arch->q_gate)
+        sp_fwd_stage(job, pool, SP_FWD_GATE, &L->wo, cache);
+    sp_fwd_mm(s, pool, cache, &L->wo, s->att, Q, T, s->tmp, E);
+}
+
+sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_forward_scratch *s,
                      struct sp_pool *pool, const struct sp_forward_batch *b, float *logits)
 {
     const struct sp_hparams *hp = &m->hp;
     const struct sp_arch *ar = m->arch;
-    const int T = b->n_tok, E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head;
-    const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D;
+    const int T = b->n_tok, E = (int)hp->n_embd;
     const float *rope_factors = sp_model_rope_factors(m, s->n_ctx);
     struct sp_act_cache cache = {0};
     int max_pos = 0;
@@ -560,14 +649,23 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
         if (b->pos[t] < 0 || b->pos[t] >= s->n_ctx)
             return sp_error_set(SP_ERR_CONTEXT, "forward: position %d outside the context of %d", b->pos[t], s->n_ctx);
         max_pos = b->pos[t] + 1 > max_pos ? b->pos[t] + 1 : max_pos;
+        s->kv_seqs[t] = sp_memory_seq_kv(b->seqs[t]);
+    }
+    if (hp->n_linear) {
+        sp_status st = sp_fwd_runs(s, b);
+        if (st != SP_OK)
+            return st;
+        if (b->n_layer && b->n_layer < hp->n_layer)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "forward: an early exit would leave the linear layers' state "
+                                "behind the tokens");
     }
 
     /* x [T][E]: embeddings */
-    float escale = ar->embed_scale ? sqrtf((float)E) : 1.0f;
+    float escale = ar->embed_scale ? sqrtf((float)E) : hp->embd_scale;
     for (int t = 0; t < T; t++) {
         float *x = s->x + (size_t)t * E;
         sp_tensor_row(&m->tok_embd, b->tokens[t], x);
-        if (ar->embed_scale)
+        if (ar->embed_scale || hp->embd_scale)
             for (int i = 0; i < E; i++)
                 x[i] *= escale;
         if (ar->abs_pos) { /* + position row + token type 0 row, then the embeddings' norm */
@@ -596,39 +694,41 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
     }
 
     const uint32_t n_layer = b->n_layer && b->n_layer < hp->n_layer ? b->n_layer : hp->n_layer;
-    struct sp_fwd_job job = {.m = m, .s = s, .kv = kv, .b = b};
+    struct sp_fwd_job job = {.m = m, .s = s, .kv = sp_memory_kv(mem), .b = b};
     for (uint32_t il = 0; il < n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         job.L = L;
         job.il = il;
-        /* attention block */
+        /* the mixer: attention, or a linear layer */
         if (il == 0) /* later layers: part of the previous one's SP_FWD_FFN_OUT */
-            sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN, &L->wq, &cache);
-        {
-            const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
-            float *o3[3] = {s->q, s->k, s->v};
-            const size_t st3[3] = {(size_t)Q, (size_t)KVW, (size_t)KVW};
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN, sp_fwd_first(L), &cache);
+        if (L->mixer == SP_MIXER_SSM) {
+            sp_fwd_mm(s, pool, &cache, &L->ssm_in, s->h, E, T, s->lin, s->lin_stride);
+            sp_fwd_ssm(m, mem, s, pool, b, il);
+            sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, hp->ssm_inner, T, s->tmp, E);
+        } else if (L->mixer == SP_MIXER_DELTA) {
+            /* q, k, v; z; beta; alpha: one row of s->lin each */
+            const struct sp_tensor *w3[3] = {&L->dn_qkv, &L->dn_z, &L->dn_beta};
+            const size_t CONV = (size_t)L->dn_qkv.ne1, VD = (size_t)L->dn_z.ne1, NV = (size_t)L->dn_beta.ne1;
+            float *o3[3] = {s->lin, s->lin + CONV, s->lin + CONV + VD};
+            const size_t st3[3] = {s->lin_stride, s->lin_stride, s->lin_stride};
             sp_fwd_mm_multi(s, pool, &cache, 3, w3, s->h, E, T, o3, st3);
+            sp_fwd_mm(s, pool, &cache, &L->dn_alpha, s->h, E, T, s->lin + CONV + VD + NV, s->lin_stride);
+            sp_fwd_delta(m, mem, s, pool, b, il);
+            sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, VD, T, s->tmp, E);
+        } else if (L->mixer == SP_MIXER_MLP) {
+            sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
+        } else if (L->mixer == SP_MIXER_CONV) {
+            sp_fwd_mm(s, pool, &cache, &L->sc_in, s->h, E, T, s->lin, s->lin_stride);
+            sp_fwd_shortconv(m, mem, s, pool, b, il);
+            sp_fwd_mm(s, pool, &cache, &L->sc_out, s->lin_y, E, T, s->tmp, E);
+        } else {
+            sp_fwd_attention(&job, pool, &cache, rope_factors, attn_pos, max_pos);
         }
-        const int NR = (int)hp->n_rot;
-        if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
-            for (int t = 0; t < T; t++)
-                sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale,
-                              rope_factors, hp->rope_mscale);
-            s->rope_base = L->rope_base;
-        }
-        sp_fwd_stage(&job, pool, SP_FWD_QK, NULL, &cache);
-        struct sp_attn_args aa = {
-            .kv = kv, .layer = il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = b->seqs, .pos = attn_pos,
-            .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = ar->q_prescale ? 1.0f : hp->attn_scale,
-            .softcap = hp->attn_softcap, .window = L->swa ? (int)hp->n_swa : 0, .out = s->att,
-            .out_stride = (size_t)Q, .scratch = s->attn, .scratch_per_thread = s->attn_per_thread,
-            .max_pos = max_pos, .plan = s->attn_plan,
-        };
-        sp_attention(pool, &aa);
-        sp_fwd_mm(s, pool, &cache, &L->wo, s->att, Q, T, s->tmp, E);
         /* feed-forward block */
-        if (hp->n_expert) {
+        if (ar->no_ffn) {
+            /* the mixer's residual add is the SP_FWD_FFN_OUT stage below */
+        } else if (hp->n_expert) {
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, NULL, &cache);
             sp_fwd_moe(&job, pool, &cache, L);
         } else {
@@ -637,7 +737,7 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
             sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
         }
         job.next = il + 1 < n_layer ? &m->layers[il + 1] : NULL;
-        sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? &job.next->wq : NULL, &cache);
+        sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? sp_fwd_first(job.next) : NULL, &cache);
     }
 
     /* output head over the tokens that want logits */
@@ -651,8 +751,9 @@ sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forwa
     cache.src = NULL;
     if (b->n_out > 0 && logits) {
         sp_fwd_mm(s, pool, &cache, &m->output, s->h, E, b->n_out, logits, hp->n_vocab);
-        if (hp->final_softcap > 0.0f) {
-            struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap};
+        if (hp->final_softcap > 0.0f || hp->logit_scale) {
+            struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap,
+                                    hp->logit_scale ? 1.0f / hp->logit_scale : 0.0f};
             sp_pool_run(pool, sp_cap_run, &cj);
         }
     }

@@ -9,14 +9,18 @@
 #define SP_MODEL_FORWARD_H
 
 #include "core/pool.h"
-#include "kv/kv.h"
+#include "memory/memory.h"
 #include "model/model.h"
 
 struct sp_forward_batch {
     int n_tok;
     const sp_token *tokens;              /* [n_tok] */
     const int32_t *pos;                  /* [n_tok] */
-    const struct sp_kv_seq *const *seqs; /* [n_tok]; blocks reserved through pos */
+    /* [n_tok]; memory reserved through pos.  A sequence's tokens in a
+     * batch are one run of consecutive positions (the linear layers take
+     * them in order); with linear layers, the positions after the ones it
+     * holds. */
+    const struct sp_memory_seq *const *seqs;
     const int32_t *out_idx;              /* [n_out] tokens whose logits are wanted */
     int n_out;
     /* Exit after this many layers (0: all): the output norm and head then
@@ -28,6 +32,7 @@ struct sp_forward_batch {
 struct sp_forward_scratch {
     int n_batch, n_ctx;
     float *x, *h, *q, *k, *v, *att, *g, *u, *tmp; /* [n_batch][width] */
+    float *qg;                                   /* q_gate families: [n_batch][heads][query, gate] */
     void *act;                                   /* quantized activations */
     size_t act_stride;
     float *attn;                                 /* attention scratch per pool chunk */
@@ -51,17 +56,35 @@ struct sp_forward_scratch {
     void *moe_act;
     float *moe_g, *moe_u, *moe_d;
     struct sp_mm_group *moe_groups;
+    /* the batch's sequences as the KV cache sees them [n_batch] */
+    const struct sp_kv_seq **kv_seqs;
+    /* linear layers (NULL without; forward_linear.c): a layer's input
+     * projection [n_batch][its width], each position's inputs to the state
+     * (the rows the state's ring keeps) [n_batch][lin_in_floats], the
+     * chunk's B.C products [n_batch][groups][SP_STATE_CHUNK], the mixer's
+     * output [n_batch][inner]; the batch's runs (one per sequence) and each
+     * token's run */
+    float *lin, *lin_in, *lin_cb, *lin_y;
+    size_t lin_stride, lin_in_floats;
+    struct sp_fwd_run *runs;
+    int32_t *tok_run;
+    int n_runs;
 };
 
 sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,
                                   int n_ctx, int n_threads);
 void sp_forward_scratch_free(struct sp_forward_scratch *s);
 
+/* What layer il keeps per sequence in the state pool (all zero: not a
+ * linear layer), for the engine's memory. */
+void sp_forward_state_layer(const struct sp_model *m, uint32_t il, struct sp_state_layer *out);
+
 /* Runs the batch; writes logits [n_out][n_vocab].  Writes each token's K/V
- * into its sequence's blocks at its position.  logits NULL: no output head;
+ * into its sequence's blocks at its position, and the linear layers'
+ * state into its sequence's slot.  logits NULL: no output head;
  * the out tokens' final-normed hidden states (what the head would read) are
  * left in sp_forward_hidden(s) until the next call (embeddings). */
-sp_status sp_forward(const struct sp_model *m, struct sp_kv *kv, struct sp_forward_scratch *s,
+sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_forward_scratch *s,
                      struct sp_pool *pool, const struct sp_forward_batch *b, float *logits);
 
 /* [n_out][n_embd]: the hidden states of the last sp_forward without logits. */

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "core/error.h"
+#include "kernels/scan.h"
 #include "quant/quant.h"
 
 sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const char *path, unsigned map_flags)
@@ -191,32 +192,69 @@ static sp_status sp_model_expert_keys(struct sp_model *m)
     return SP_OK;
 }
 
-static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
+/* M-RoPE (rope.dimension_sections, required as llama.cpp requires it):
+ * text positions are equal in its first three sections, so every rotated
+ * pair rotates by the position, as RoPE halves, as long as no pair falls
+ * in the fourth section (position 0 for text); a file where one does is
+ * refused. */
+static sp_status sp_model_mrope(struct sp_model *m)
+{
+    const struct sp_gguf_kv *kv;
+    char key[128];
+    sp_key(m, "rope.dimension_sections", key, sizeof key);
+    sp_status st = sp_gguf_get_arr(&m->gguf, key, true, SP_GGUF_INT32, &kv);
+    if (st != SP_OK)
+        return st;
+    int64_t s[4], total = 0;
+    for (int i = 0; i < 4; i++) {
+        s[i] = i < (int)kv->arr_n ? sp_gguf_arr_i32(kv, (uint64_t)i) : 0;
+        if (s[i] < 0 || s[i] > 4096)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s': section %d is %lld", key, i, (long long)s[i]);
+        total += s[i];
+    }
+    if (kv->arr_n != 4 || total == 0)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s': %llu sections summing to %lld, expected 4 with a positive sum",
+                            key, (unsigned long long)kv->arr_n, (long long)total);
+    for (uint32_t p = 0; p < m->hp.n_rot / 2; p++) { /* ggml's interleaved M-RoPE sectors */
+        int64_t sec = p % total;
+        bool text = (sec % 3 == 0 && sec < 3 * s[0]) || (sec % 3 == 1 && sec < 3 * s[1]) ||
+                    (sec % 3 == 2 && sec < 3 * s[2]);
+        if (!text)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': rotated pair %u falls in the fourth section "
+                                "(not supported)", key, p);
+    }
+    return SP_OK;
+}
+
+/* Head counts and widths, RoPE, windows and soft-caps: the attention
+ * layers' keys. */
+static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern)
 {
     struct sp_hparams *hp = &m->hp;
     const char *a = m->arch->name;
-    const struct sp_gguf_kv *toks;
     sp_status st;
-    hp->rope_base = 10000.0f;
-    if ((st = sp_hp_u32(m, "context_length", true, &hp->n_ctx_train)) ||
-        (st = sp_hp_u32(m, "embedding_length", true, &hp->n_embd)) ||
-        (st = sp_hp_u32(m, "block_count", true, &hp->n_layer)) ||
-        (st = sp_hp_u32(m, "feed_forward_length", true, &hp->n_ff)) ||
-        (st = sp_hp_u32(m, "attention.head_count", true, &hp->n_head)) ||
-        (st = sp_hp_f32(m, m->arch->norm == SP_NORM_LAYER ? "attention.layer_norm_epsilon"
-                                                            : "attention.layer_norm_rms_epsilon", true, &hp->eps)) ||
-        (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)) ||
-        (st = sp_hp_u32(m, "pooling_type", false, &hp->pooling)))
-        return st;
-    if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_ff == 0 || hp->n_head == 0 || hp->n_ctx_train == 0)
-        return sp_error_set(SP_ERR_FORMAT, "key '%s.*': embedding_length, block_count, feed_forward_length, "
-                            "head_count and context_length must be > 0", a);
-    if (hp->n_layer > 4096 || hp->n_head > 4096)
-        return sp_error_set(SP_ERR_FORMAT, "key '%s.block_count'/'head_count': %u layers, %u heads is implausible",
-                            a, hp->n_layer, hp->n_head);
+    if (hp->n_head == 0)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.head_count': 0, expected > 0", a);
+    if (hp->n_head > 4096)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.head_count': %u heads is implausible", a, hp->n_head);
     hp->n_head_kv = hp->n_head;
-    if ((st = sp_hp_u32(m, "attention.head_count_kv", false, &hp->n_head_kv)))
+    if (m->arch->kinds == SP_KINDS_KV_ZERO || m->arch->kinds == SP_KINDS_KV_FF) { /* per layer; 0: not attention */
+        char key[128];
+        uint32_t most = 0;
+        sp_key(m, "attention.head_count_kv", key, sizeof key);
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            uint32_t n = 0;
+            if ((st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer, true, &n)))
+                return st;
+            if (n && most && n != most)
+                return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': %u and %u KV heads in different layers", key,
+                                    most, n);
+            most = n ? n : most;
+        }
+        hp->n_head_kv = most ? most : hp->n_head;
+    } else if ((st = sp_hp_u32(m, "attention.head_count_kv", false, &hp->n_head_kv))) {
         return st;
+    }
     if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.head_count_kv': %u does not divide head_count %u", a,
                             hp->n_head_kv, hp->n_head);
@@ -235,19 +273,146 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     if (v_len != hp->head_dim)
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length': %u differs from key_length %u", a,
                             v_len, hp->head_dim);
-    hp->n_rot = m->arch->abs_pos ? 0 : hp->head_dim; /* absolute positions: no RoPE */
-    if (!m->arch->abs_pos && (st = sp_hp_u32(m, "rope.dimension_count", false, &hp->n_rot)))
+    bool rope = !m->arch->abs_pos && !m->arch->nope; /* absolute positions: no RoPE */
+    if (m->arch->granite) { /* Granite 4.0-H's attention has none (NoPE) unless the file says */
+        char key[128];
+        sp_key(m, "rope.scaling.finetuned", key, sizeof key);
+        if ((st = sp_gguf_get_bool(&m->gguf, key, false, &rope)))
+            return st;
+    }
+    hp->n_rot = rope ? hp->head_dim : 0;
+    if (rope && (st = sp_hp_u32(m, "rope.dimension_count", false, &hp->n_rot)))
         return st;
-    if ((hp->n_rot == 0 && !m->arch->abs_pos) || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_rot > SP_ROPE_MAX)
+    if ((hp->n_rot == 0 && rope) || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_rot > SP_ROPE_MAX)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.dimension_count': %u, expected an even number <= %u", a,
                             hp->n_rot, hp->head_dim < SP_ROPE_MAX ? hp->head_dim : SP_ROPE_MAX);
-    if (!(hp->eps > 0.0f && hp->eps < 1.0f))
-        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.layer_norm_%sepsilon': %g out of (0, 1)", a,
-                            m->arch->norm == SP_NORM_LAYER ? "" : "rms_", hp->eps);
     if (!(hp->rope_base > 0.0f) || isinf(hp->rope_base))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.freq_base': %g, expected > 0", a, hp->rope_base);
-    if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)) ||
-        (st = sp_model_expert_keys(m)))
+    if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)))
+        return st;
+    uint32_t scale_dim = hp->head_dim;
+    if (m->arch->wide_scale_layers && hp->n_layer == m->arch->wide_scale_layers)
+        scale_dim = hp->n_embd / hp->n_head;
+    hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
+    if ((m->arch->granite || m->arch->nope) && (st = sp_hp_pos(m, "attention.scale", &hp->attn_scale)))
+        return st;
+    if (m->arch->mrope_text && (st = sp_model_mrope(m)))
+        return st;
+    return SP_OK;
+}
+
+/* Mamba-2 layers' sizes (ssm.*), each checked against the others. */
+static sp_status sp_model_ssm_hparams(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    const char *a = m->arch->name;
+    sp_status st;
+    if ((st = sp_hp_u32(m, "ssm.conv_kernel", true, &hp->ssm_conv)) ||
+        (st = sp_hp_u32(m, "ssm.inner_size", true, &hp->ssm_inner)) ||
+        (st = sp_hp_u32(m, "ssm.state_size", true, &hp->ssm_state)) ||
+        (st = sp_hp_u32(m, "ssm.time_step_rank", true, &hp->ssm_heads)) ||
+        (st = sp_hp_u32(m, "ssm.group_count", true, &hp->ssm_groups)))
+        return st;
+    if (hp->ssm_conv < 1 || hp->ssm_conv > SP_CONV_MAX_TAPS)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.ssm.conv_kernel': %u, expected 1..%d", a, hp->ssm_conv,
+                            SP_CONV_MAX_TAPS);
+    if (hp->ssm_state == 0 || hp->ssm_state > 4096 || hp->ssm_inner == 0 || hp->ssm_inner > (1u << 20))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.ssm.state_size'/'inner_size': %u, %u out of range", a,
+                            hp->ssm_state, hp->ssm_inner);
+    if (hp->ssm_heads == 0 || hp->ssm_inner % hp->ssm_heads)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.ssm.time_step_rank': %u heads do not divide inner_size %u", a,
+                            hp->ssm_heads, hp->ssm_inner);
+    if (hp->ssm_groups == 0 || hp->ssm_heads % hp->ssm_groups)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.ssm.group_count': %u groups do not divide %u heads", a,
+                            hp->ssm_groups, hp->ssm_heads);
+    hp->ssm_head_dim = hp->ssm_inner / hp->ssm_heads;
+    return SP_OK;
+}
+
+/* Nemotron-H: feed_forward_length per layer (0: not a feed-forward
+ * layer); every feed-forward layer as wide. */
+static sp_status sp_model_ff_layers(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    char key[128];
+    sp_key(m, "block_count", key, sizeof key);
+    sp_status st = sp_gguf_get_u32(&m->gguf, key, true, &hp->n_layer);
+    if (st != SP_OK || hp->n_layer == 0 || hp->n_layer > 4096)
+        return st;
+    sp_key(m, "feed_forward_length", key, sizeof key);
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        uint32_t n = 0;
+        if ((st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer, true, &n)))
+            return st;
+        if (n && hp->n_ff && n != hp->n_ff)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': %u and %u wide feed-forward layers", key, hp->n_ff,
+                                n);
+        hp->n_ff = n ? n : hp->n_ff;
+    }
+    return SP_OK;
+}
+
+static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
+{
+    struct sp_hparams *hp = &m->hp;
+    const struct sp_arch *ar = m->arch;
+    const char *a = ar->name;
+    const struct sp_gguf_kv *toks;
+    sp_status st;
+    hp->rope_base = 10000.0f;
+    hp->rope_freq_scale = hp->rope_mscale = 1.0f;
+    *swa_pattern = 1;
+    if ((st = sp_hp_u32(m, "context_length", true, &hp->n_ctx_train)) ||
+        (st = sp_hp_u32(m, "embedding_length", true, &hp->n_embd)) ||
+        (st = sp_hp_u32(m, "block_count", true, &hp->n_layer)) ||
+        (ar->kinds != SP_KINDS_KV_FF && (st = sp_hp_u32(m, "feed_forward_length", !ar->no_ffn, &hp->n_ff))) ||
+        (ar->kinds == SP_KINDS_KV_FF && (st = sp_model_ff_layers(m))) ||
+        (ar->nope && (st = sp_hp_f32(m, "attention.layer_norm_epsilon", true, &hp->eps))) ||
+        (st = sp_hp_u32(m, "attention.head_count", ar->kinds != SP_KINDS_LINEAR, &hp->n_head)) ||
+        (st = sp_hp_f32(m, ar->norm == SP_NORM_LAYER ? "attention.layer_norm_epsilon"
+                                                     : "attention.layer_norm_rms_epsilon", !ar->nope, &hp->eps)) ||
+        (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)) ||
+        (st = sp_hp_u32(m, "pooling_type", false, &hp->pooling)))
+        return st;
+    if (hp->n_embd == 0 || hp->n_layer == 0 || (hp->n_ff == 0 && !ar->no_ffn) || hp->n_ctx_train == 0 ||
+        hp->n_layer > 4096)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.*': embedding_length, block_count, feed_forward_length "
+                            "and context_length must be > 0", a);
+    if (hp->n_layer > 4096)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.block_count': %u layers is implausible", a, hp->n_layer);
+    if (ar->no_ffn && ar->kinds != SP_KINDS_KV_FF)
+        hp->n_ff = 0; /* no feed-forward: the key is a placeholder */
+    if (!(hp->eps > 0.0f && hp->eps < 1.0f))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.layer_norm_%sepsilon': %g out of (0, 1)", a,
+                            ar->norm == SP_NORM_LAYER ? "" : "rms_", hp->eps);
+    if (ar->kinds != SP_KINDS_LINEAR && (st = sp_model_attn_hparams(m, swa_pattern)))
+        return st;
+    if (ar->kinds == SP_KINDS_LINEAR)
+        hp->n_head = 0;
+    if ((ar->linear == SP_MIXER_SSM || ar->linear == SP_MIXER_DELTA) && (st = sp_model_ssm_hparams(m)))
+        return st;
+    if (ar->linear == SP_MIXER_DELTA && hp->ssm_state > 1024)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.ssm.state_size': %u, at most 1024 for the delta rule", a,
+                            hp->ssm_state);
+    if (ar->linear == SP_MIXER_DELTA && hp->ssm_state != hp->ssm_head_dim)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.ssm.state_size': %u, but the value heads are %u wide "
+                            "(inner_size / time_step_rank); the delta rule needs both equal", a, hp->ssm_state,
+                            hp->ssm_head_dim);
+    if (ar->kinds == SP_KINDS_INTERVAL && sp_key_present(m, "attention.recurrent_layers"))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.recurrent_layers': not supported (the layers' "
+                            "kinds come from full_attention_interval)", a);
+    if (ar->linear == SP_MIXER_CONV) {
+        if ((st = sp_hp_u32(m, "shortconv.l_cache", true, &hp->conv_taps)))
+            return st;
+        if (hp->conv_taps < 1 || hp->conv_taps > SP_CONV_MAX_TAPS)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.shortconv.l_cache': %u, expected 1..%d", a,
+                                hp->conv_taps, SP_CONV_MAX_TAPS);
+    }
+    if ((st = sp_model_expert_keys(m)))
+        return st;
+    if (ar->granite && ((st = sp_hp_pos(m, "embedding_scale", &hp->embd_scale)) ||
+                        (st = sp_hp_pos(m, "residual_scale", &hp->resid_scale)) ||
+                        (st = sp_hp_pos(m, "logit_scale", &hp->logit_scale))))
         return st;
     if ((st = sp_gguf_get_arr(&m->gguf, "tokenizer.ggml.tokens", true, SP_GGUF_STRING, &toks)))
         return st;
@@ -255,10 +420,6 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
         return sp_error_set(SP_ERR_FORMAT, "key 'tokenizer.ggml.tokens': %llu tokens, expected 1..2^24",
                             (unsigned long long)toks->arr_n);
     hp->n_vocab = (uint32_t)toks->arr_n;
-    uint32_t scale_dim = hp->head_dim;
-    if (m->arch->wide_scale_layers && hp->n_layer == m->arch->wide_scale_layers)
-        scale_dim = hp->n_embd / hp->n_head;
-    hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
     return SP_OK;
 }
 
@@ -317,6 +478,51 @@ static sp_status sp_model_tensor(struct sp_loader *ld, const char *name, int64_t
     return SP_OK;
 }
 
+/* An F32 array of the given dimensions (ne[0] first), stored with or
+ * without dimensions of 1 anywhere (llama.cpp's converter writes Mamba-2's
+ * A and D as [1, heads]): a vector view of all its values. */
+static sp_status sp_model_f32(struct sp_loader *ld, const char *name, const int64_t *ne, uint32_t rank, bool required,
+                              struct sp_tensor *out)
+{
+    const struct sp_gguf *g = &ld->m->gguf;
+    const struct sp_gguf_tensor *t = sp_gguf_tensor_find(g, name);
+    memset(out, 0, sizeof *out);
+    if (!t)
+        return required ? sp_error_set(SP_ERR_FORMAT, "tensor '%s': missing", name) : SP_OK;
+    int64_t want[SP_GGUF_MAX_DIMS], got[SP_GGUF_MAX_DIMS], n = 1;
+    uint32_t nw = 0, ng = 0;
+    for (uint32_t i = 0; i < rank; i++) {
+        n *= ne[i];
+        if (ne[i] != 1)
+            want[nw++] = ne[i];
+    }
+    for (uint32_t i = 0; i < t->n_dims && i < SP_GGUF_MAX_DIMS; i++)
+        if (t->ne[i] != 1)
+            got[ng++] = t->ne[i];
+    bool ok = nw == ng;
+    for (uint32_t i = 0; ok && i < nw; i++)
+        ok = want[i] == got[i];
+    if (!ok) {
+        char w[96] = "", h[96] = "";
+        for (uint32_t i = 0, n1 = 0, n2 = 0; i < SP_GGUF_MAX_DIMS; i++) {
+            if (i < rank)
+                n1 += (uint32_t)snprintf(w + n1, sizeof w - n1, "%s%lld", i ? ", " : "", (long long)ne[i]);
+            if (i < t->n_dims)
+                n2 += (uint32_t)snprintf(h + n2, sizeof h - n2, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
+        }
+        return sp_error_set(SP_ERR_FORMAT, "tensor '%s': shape [%s], expected [%s]", name, h, w);
+    }
+    if (t->type != SP_TYPE_F32)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%s': type %s, expected F32", name, sp_type_get(t->type)->name);
+    ld->used[t - g->tensors] = 1;
+    out->type = SP_TYPE_F32;
+    out->ne0 = n;
+    out->ne1 = 1;
+    out->data = t->data;
+    out->row_bytes = (size_t)n * sizeof(float);
+    return SP_OK;
+}
+
 /* Rows [r0, r0 + n) of a matrix as a matrix of its own (the parts of a
  * fused tensor). */
 static struct sp_tensor sp_rows(const struct sp_tensor *t, int64_t r0, int64_t n)
@@ -364,7 +570,11 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     sp_status st;
     struct sp_tensor qkv, bqkv;
     SP_T(qkv, "attn_qkv.weight", E, Q + 2 * KV, false);
-    if (qkv.data) {
+    if (ar->q_gate) { /* each head's query, then its gate */
+        SP_T(L->wq, "attn_q.weight", E, 2 * Q, true);
+        SP_T(L->wk, "attn_k.weight", E, KV, true);
+        SP_T(L->wv, "attn_v.weight", E, KV, true);
+    } else if (qkv.data) {
         SP_T(bqkv, "attn_qkv.bias", Q + 2 * KV, 0, ar->qkv_bias);
         L->wq = sp_rows(&qkv, 0, Q), L->wk = sp_rows(&qkv, Q, KV), L->wv = sp_rows(&qkv, Q + KV, KV);
         L->bq = sp_elems(&bqkv, 0, Q), L->bk = sp_elems(&bqkv, Q, KV), L->bv = sp_elems(&bqkv, Q + KV, KV);
@@ -381,7 +591,8 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     bool full = ar->qk_norm == SP_QK_NORM_FULL;
     SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
     SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
-    SP_T(L->post_attn_norm, "post_attention_norm.weight", E, 0, ar->post_norms);
+    if (!ar->ffn_norm_post) /* else the feed-forward's norm (sp_model_layer) */
+        SP_T(L->post_attn_norm, "post_attention_norm.weight", E, 0, ar->post_norms);
     return SP_OK;
 }
 
@@ -420,6 +631,131 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
     return SP_OK;
 }
 
+/* A Mamba-2 mixer, as llama.cpp's converter writes it. */
+static sp_status sp_model_ssm(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, DI = hp->ssm_inner, NH = hp->ssm_heads, NG = hp->ssm_groups;
+    const int64_t CONV = DI + 2 * NG * hp->ssm_state, IN = DI + CONV + NH;
+    char name[96];
+    sp_status st;
+    const int64_t conv_ne[2] = {hp->ssm_conv, CONV}, heads[2] = {1, NH}, norm[2] = {DI / NG, NG};
+#define SP_A(field, suffix, ne, rank, req)                                                           \
+    do {                                                                                            \
+        snprintf(name, sizeof name, "blk.%u.%s", il, suffix);                                       \
+        if ((st = sp_model_f32(ld, name, ne, rank, req, &(field))) != SP_OK)                        \
+            return st;                                                                              \
+    } while (0)
+    SP_T(L->ssm_in, "ssm_in.weight", E, IN, true);
+    SP_A(L->ssm_conv, "ssm_conv1d.weight", conv_ne, 2, true);
+    SP_A(L->ssm_conv_b, "ssm_conv1d.bias", &CONV, 1, !m->arch->granite); /* optional in Granite's */
+    SP_A(L->ssm_dt_b, "ssm_dt.bias", &NH, 1, true);
+    SP_A(L->ssm_a, "ssm_a", heads, 2, true);
+    SP_A(L->ssm_d, "ssm_d", heads, 2, true);
+    SP_A(L->ssm_norm, "ssm_norm.weight", norm, 2, true);
+#undef SP_A
+    SP_T(L->ssm_out, "ssm_out.weight", DI, E, true);
+    const float *a = L->ssm_a.data;
+    for (int64_t h = 0; h < NH; h++)
+        if (!(a[h] <= 0.0f && isfinite(a[h])))
+            return sp_error_set(SP_ERR_FORMAT, "tensor 'blk.%u.ssm_a': %g in head %lld, expected a finite value <= 0 "
+                                "(A = -exp(A_log))", il, a[h], (long long)h);
+    return SP_OK;
+}
+
+/* An LFM2 short convolution. */
+static sp_status sp_model_shortconv(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t E = m->hp.n_embd, ne[2] = {m->hp.conv_taps, E};
+    char name[96];
+    sp_status st;
+    SP_T(L->sc_in, "shortconv.in_proj.weight", E, 3 * E, true);
+    snprintf(name, sizeof name, "blk.%u.shortconv.conv.weight", il);
+    if ((st = sp_model_f32(ld, name, ne, 2, true, &L->sc_conv)) != SP_OK)
+        return st;
+    SP_T(L->sc_out, "shortconv.out_proj.weight", E, E, true);
+    return SP_OK;
+}
+
+/* A Qwen3.5 gated delta rule (linear attention). */
+static sp_status sp_model_delta(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, NV = hp->ssm_heads, DV = hp->ssm_head_dim;
+    const int64_t KD = (int64_t)hp->ssm_groups * hp->ssm_state, VD = NV * DV, CONV = 2 * KD + VD;
+    const int64_t conv_ne[2] = {hp->ssm_conv, CONV};
+    char name[96];
+    sp_status st;
+    SP_T(L->dn_qkv, "attn_qkv.weight", E, CONV, true);
+    SP_T(L->dn_z, "attn_gate.weight", E, VD, true);
+    SP_T(L->dn_beta, "ssm_beta.weight", E, NV, true);
+    SP_T(L->dn_alpha, "ssm_alpha.weight", E, NV, true);
+    SP_T(L->ssm_out, "ssm_out.weight", VD, E, true);
+    const struct {
+        struct sp_tensor *t;
+        const char *suffix;
+        const int64_t *ne;
+        uint32_t rank;
+    } arrs[] = {{&L->ssm_conv, "ssm_conv1d.weight", conv_ne, 2}, {&L->ssm_dt_b, "ssm_dt.bias", &NV, 1},
+                {&L->ssm_a, "ssm_a", &NV, 1}, {&L->ssm_norm, "ssm_norm.weight", &DV, 1}};
+    for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
+        snprintf(name, sizeof name, "blk.%u.%s", il, arrs[i].suffix);
+        if ((st = sp_model_f32(ld, name, arrs[i].ne, arrs[i].rank, true, arrs[i].t)) != SP_OK)
+            return st;
+    }
+    const float *a = L->ssm_a.data;
+    for (int64_t h = 0; h < NV; h++)
+        if (!(a[h] <= 0.0f && isfinite(a[h])))
+            return sp_error_set(SP_ERR_FORMAT, "tensor 'blk.%u.ssm_a': %g in head %lld, expected a finite value <= 0 "
+                                "(A = -exp(A_log))", il, a[h], (long long)h);
+    return SP_OK;
+}
+
+/* The mixer of layer il by the family's layer kinds. */
+static sp_status sp_model_mixer(struct sp_model *m, uint32_t il, enum sp_mixer *out)
+{
+    const struct sp_arch *ar = m->arch;
+    *out = SP_MIXER_ATTN;
+    if (ar->kinds == SP_KINDS_LINEAR)
+        *out = ar->linear;
+    if (ar->kinds == SP_KINDS_INTERVAL) {
+        uint32_t every = 4;
+        char key[128];
+        sp_key(m, "full_attention_interval", key, sizeof key);
+        sp_status st = sp_gguf_get_u32(&m->gguf, key, false, &every);
+        if (st != SP_OK)
+            return st;
+        if (every == 0)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s': 0, expected > 0", key);
+        *out = (il + 1) % every == 0 ? SP_MIXER_ATTN : ar->linear;
+    }
+    if (ar->kinds == SP_KINDS_KV_ZERO || ar->kinds == SP_KINDS_KV_FF) {
+        char key[128];
+        uint32_t n = 0;
+        sp_key(m, "attention.head_count_kv", key, sizeof key);
+        sp_status st = sp_gguf_get_u32_at(&m->gguf, key, il, m->hp.n_layer, true, &n);
+        if (st != SP_OK)
+            return st;
+        *out = n ? SP_MIXER_ATTN : ar->linear;
+    }
+    if (ar->kinds == SP_KINDS_KV_FF && *out != SP_MIXER_ATTN) {
+        char key[128];
+        uint32_t n = 0;
+        sp_key(m, "feed_forward_length", key, sizeof key);
+        sp_status st = sp_gguf_get_u32_at(&m->gguf, key, il, m->hp.n_layer, true, &n);
+        if (st != SP_OK)
+            return st;
+        *out = n ? SP_MIXER_MLP : ar->linear;
+    }
+    return SP_OK;
+}
+
 static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_pattern, float swa_base)
 {
     struct sp_model *m = ld->m;
@@ -430,10 +766,22 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     char name[96];
     sp_status st;
     bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
-    SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre);
-    if ((st = sp_model_attn(ld, il)) != SP_OK)
+    if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK)
         return st;
-    SP_T(L->ffn_norm, "ffn_norm.weight", E, 0, pre);
+    SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre);
+    if (L->mixer == SP_MIXER_MLP) {
+        SP_T(L->w_up, "ffn_up.weight", E, F, true);
+        SP_T(L->w_down, "ffn_down.weight", F, E, true);
+    } else {
+        st = L->mixer == SP_MIXER_SSM     ? sp_model_ssm(ld, il)
+             : L->mixer == SP_MIXER_CONV  ? sp_model_shortconv(ld, il)
+             : L->mixer == SP_MIXER_DELTA ? sp_model_delta(ld, il)
+                                          : sp_model_attn(ld, il);
+        if (st != SP_OK)
+            return st;
+    }
+    m->hp.n_linear += L->mixer == SP_MIXER_SSM || L->mixer == SP_MIXER_CONV || L->mixer == SP_MIXER_DELTA;
+    SP_T(L->ffn_norm, ar->ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0, pre && !ar->no_ffn);
     SP_T(L->attn_out_norm, "attn_output_norm.weight", E, 0, !pre);
     SP_T(L->ffn_out_norm, "layer_output_norm.weight", E, 0, !pre);
     if (!pre && ln) {
@@ -445,7 +793,9 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
         SP_T(L->b_up, "ffn_up.bias", F, 0, true);
         SP_T(L->b_down, "ffn_down.bias", E, 0, true);
     }
-    if (hp->n_expert) {
+    if (ar->no_ffn) {
+        /* the mixer and its residual only */
+    } else if (hp->n_expert) {
         if ((st = sp_model_experts(ld, il)) != SP_OK)
             return st;
     } else if (ar->ffn_fused) {
@@ -459,9 +809,11 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
         SP_T(L->w_down, "ffn_down.weight", F, E, true);
     }
     SP_T(L->post_ffn_norm, "post_ffw_norm.weight", E, 0, ar->post_norms);
-    L->swa = hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
+    L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
     L->rope_base = L->swa ? swa_base : hp->rope_base;
-    const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp};
+    const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
+                                      &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
+                                      &L->dn_beta, &L->dn_alpha};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         m->weights_bytes += sp_bytes(mats[i]);
     if (hp->n_expert) /* a token reads its n_expert_used experts */
@@ -546,7 +898,7 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
  * one at a time); out[] must hold sp_model_n_matrices(). */
 static size_t sp_model_n_matrices(const struct sp_model *m)
 {
-    return 1 + (size_t)m->hp.n_layer * (8 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
+    return 1 + (size_t)m->hp.n_layer * (16 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
 }
 
 static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
@@ -555,7 +907,9 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
     out[n++] = &m->output;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         struct sp_layer *L = &m->layers[il];
-        struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp};
+        struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
+                                  &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
+                                  &L->dn_beta, &L->dn_alpha};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->data)
                 out[n++] = ts[i];
@@ -631,7 +985,10 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->bo : &m->embd_norm, L ? &L->b_up : &m->embd_norm_b,
                                       L ? &L->b_down : NULL, L ? &L->attn_out_norm : NULL,
                                       L ? &L->attn_out_norm_b : NULL, L ? &L->ffn_out_norm : NULL,
-                                      L ? &L->ffn_out_norm_b : NULL, L ? &L->shexp_gate : NULL};
+                                      L ? &L->ffn_out_norm_b : NULL, L ? &L->shexp_gate : NULL,
+                                      L ? &L->ssm_conv : NULL, L ? &L->ssm_conv_b : NULL, L ? &L->ssm_dt_b : NULL,
+                                      L ? &L->ssm_a : NULL, L ? &L->ssm_d : NULL, L ? &L->ssm_norm : NULL,
+                                      L ? &L->sc_conv : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -640,7 +997,16 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                     total += (bytes + 63) / 64 * 64;
                     continue;
                 }
-                memcpy(dst, lv[i]->data, bytes);
+                if (L && (lv[i] == &L->ssm_conv || lv[i] == &L->sc_conv)) { /* [channels][taps] -> [taps][channels] */
+                    const size_t k = lv[i] == &L->ssm_conv ? m->hp.ssm_conv : m->hp.conv_taps;
+                    const size_t ch = (size_t)lv[i]->ne0 / k;
+                    const float *src = lv[i]->data;
+                    for (size_t c = 0; c < ch; c++)
+                        for (size_t j = 0; j < k; j++)
+                            ((float *)(void *)dst)[j * ch + c] = src[c * k + j];
+                } else {
+                    memcpy(dst, lv[i]->data, bytes);
+                }
                 lv[i]->data = dst;
                 dst += (bytes + 63) / 64 * 64;
             }
@@ -691,7 +1057,8 @@ static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *p
     if ((st = sp_hp_pos(m, "rope.freq_base_swa", &swa_base)) != SP_OK)
         return st;
     if ((st = sp_model_tensor(ld, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd)) != SP_OK ||
-        (st = sp_model_tensor(ld, "output_norm.weight", hp->n_embd, 0, !m->arch->post_ln, &m->out_norm)) != SP_OK ||
+        (st = sp_model_tensor(ld, m->arch->out_norm_embd ? "token_embd_norm.weight" : "output_norm.weight",
+                              hp->n_embd, 0, !m->arch->post_ln, &m->out_norm)) != SP_OK ||
         (st = sp_model_embd_extras(ld)) != SP_OK ||
         (st = sp_model_tensor(ld, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output)) != SP_OK ||
         (st = sp_model_rope_factors_load(ld)) != SP_OK)
@@ -810,14 +1177,36 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
             n += (size_t)snprintf(buf + n, size - n, __VA_ARGS__);                                  \
     } while (0)
     buf[0] = 0;
-    if (ar->ffn_plain)
+    if (hp->n_linear && ar->linear == SP_MIXER_SSM)
+        SP_F("Mamba-2 on %u of %u layers (%u heads x %u, state %u, %u group%s, convolution %u)", hp->n_linear,
+             hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_state, hp->ssm_groups,
+             hp->ssm_groups > 1 ? "s" : "", hp->ssm_conv);
+    if (hp->n_linear && ar->linear == SP_MIXER_DELTA)
+        SP_F("gated delta rule on %u of %u layers (%u value heads x %u, %u key heads, convolution %u)", hp->n_linear,
+             hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_groups, hp->ssm_conv);
+    if (ar->q_gate)
+        SP_F("gated attention (sigmoid)");
+    if (hp->n_linear && ar->linear == SP_MIXER_CONV)
+        SP_F("gated short convolutions on %u of %u layers (%u taps)", hp->n_linear, hp->n_layer, hp->conv_taps);
+    uint32_t n_mlp = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        n_mlp += m->layers[l].mixer == SP_MIXER_MLP;
+    if (n_mlp)
+        SP_F("feed-forward alone on %u layers (%s, no gate)", n_mlp, ar->ffn_act == SP_FFN_RELU2 ? "ReLU^2" : "GELU");
+    else if (ar->no_ffn)
+        SP_F("no feed-forward");
+    else if (ar->ffn_plain)
         SP_F("%s feed-forward (no gate)", ar->ffn_act == SP_FFN_GELU ? "GELU" : "SiLU");
     else
         SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : "SwiGLU");
     if (ar->abs_pos)
         SP_F("absolute position embeddings, token types");
-    else
+    else if (hp->n_head && hp->n_rot)
         SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
+    else if (hp->n_head)
+        SP_F("no position encoding in attention (NoPE)");
+    if (hp->embd_scale || hp->resid_scale || hp->logit_scale)
+        SP_F("scales: embeddings %g, residuals %g, logits 1/%g", hp->embd_scale, hp->resid_scale, hp->logit_scale);
     if (ar->bidirectional)
         SP_F("bidirectional attention (embeddings only)");
     if (ar->norm == SP_NORM_LAYER)

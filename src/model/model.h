@@ -18,7 +18,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 
-enum sp_ffn_act { SP_FFN_SILU, SP_FFN_GELU };
+enum sp_ffn_act { SP_FFN_SILU, SP_FFN_GELU, SP_FFN_RELU2 /* relu(x)^2, plain feed-forwards only */ };
 enum sp_qk_norm {
     SP_QK_NORM_NONE,
     SP_QK_NORM_HEAD,  /* RMSNorm on each q/k head ([head_dim] weights) */
@@ -38,6 +38,26 @@ enum sp_moe { SP_MOE_NONE, SP_MOE_OPTIONAL, SP_MOE_REQUIRED };
 enum sp_norm {
     SP_NORM_RMS,      /* RMSNorm, weight only (attention.layer_norm_rms_epsilon) */
     SP_NORM_LAYER,    /* LayerNorm with weight and bias (attention.layer_norm_epsilon) */
+};
+
+/* What a layer mixes its positions with: attention (full or local, by the
+ * layer's swa flag), or a linear layer with a fixed-size recurrent state
+ * (src/model/forward_linear.c). */
+enum sp_mixer {
+    SP_MIXER_ATTN,
+    SP_MIXER_SSM,     /* Mamba-2: causal convolution, selective scan (SSD), gated RMSNorm */
+    SP_MIXER_CONV,    /* LFM2: in_proj to B, C, x; causal convolution of B * x; C times it; out_proj */
+    SP_MIXER_MLP,     /* the layer is a feed-forward block alone (Nemotron-H's "-" layers) */
+    SP_MIXER_DELTA,   /* Qwen3.5: causal convolution over q, k, v; gated delta rule; gated RMSNorm */
+};
+/* Which layers are linear. */
+enum sp_layer_kinds {
+    SP_KINDS_ATTN,    /* none */
+    SP_KINDS_LINEAR,  /* all */
+    SP_KINDS_KV_ZERO, /* those whose attention.head_count_kv (a per-layer array) is 0 */
+    SP_KINDS_KV_FF,   /* per layer: head_count_kv > 0 attention, else feed_forward_length > 0 a
+                         feed-forward alone (SP_MIXER_MLP), else linear (Nemotron-H) */
+    SP_KINDS_INTERVAL, /* every full_attention_interval-th layer attention (default 4), the others linear */
 };
 
 /* What distinguishes one family's forward pass; one entry per
@@ -74,6 +94,18 @@ struct sp_arch {
                                   whole in the batch): an encoder, for embeddings only */
     bool ffn_plain;            /* act(ffn_up x) into ffn_down, no gate */
     bool layer_bias;           /* biases on attn_output, ffn_up and ffn_down (required) */
+    enum sp_mixer linear;      /* the mixer of the family's linear layers */
+    enum sp_layer_kinds kinds; /* which layers are linear */
+    bool no_ffn;               /* layers are a mixer and its residual only (no feed-forward block) */
+    bool out_norm_embd;        /* the output norm is stored as token_embd_norm (LFM2's converter) */
+    bool granite;              /* Granite's multipliers (embedding_scale, residual_scale, attention.scale,
+                                  logit_scale) and RoPE switched by rope.scaling.finetuned (default on) */
+    bool nope;                 /* attention without RoPE; attention.scale (optional) scales it */
+    bool q_gate;               /* attn_q gives each head's query then its gate: the attention output
+                                  times sigmoid(gate) (Qwen3.5) */
+    bool ffn_norm_post;        /* the feed-forward's norm is stored as post_attention_norm (Qwen3.5) */
+    bool mrope_text;           /* rope.dimension_sections (M-RoPE) required; text positions are equal in
+                                  every section, so it rotates as RoPE halves */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -93,6 +125,18 @@ struct sp_hparams {
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense */
     uint32_t pooling;          /* pooling_type as stored (llama.cpp's values: 0 none, 1 mean, 2 cls,
                                   3 last; absent: 0); the embed room interprets it */
+    /* Mamba-2 layers (ssm.*): convolution taps, inner width (heads x head
+     * width), state size per head, heads (time_step_rank), groups sharing
+     * B and C */
+    uint32_t ssm_conv, ssm_inner, ssm_state, ssm_heads, ssm_head_dim, ssm_groups;
+    /* Qwen3.5's gated delta rule reads the same keys: state_size the key (and
+     * value) width per head, time_step_rank the value heads, group_count the
+     * key heads (value head h reads key head h % group_count) */
+    uint32_t conv_taps;        /* LFM2's short convolutions (shortconv.l_cache) */
+    /* Granite: embeddings x embd_scale, each block's output x resid_scale
+     * before its residual add, logits / logit_scale (0: none) */
+    float embd_scale, resid_scale, logit_scale;
+    uint32_t n_linear;         /* linear layers */
 };
 
 /* The expert stacks of one layer: views of each expert's matrix. */
@@ -110,6 +154,18 @@ struct sp_layer {
      * w_down above) scaled by sigmoid(x · shexp_gate) */
     struct sp_tensor gate_inp, shexp_gate;
     struct sp_tensor *exps;
+    /* Mamba-2 mixer: ssm_in [n_embd -> z, x, B, C, dt], the convolution's
+     * taps transposed to [taps][channels] (copied at load), its bias, dt's
+     * bias, A and D per head, the gated norm's weight [inner], ssm_out */
+    struct sp_tensor ssm_in, ssm_conv, ssm_conv_b, ssm_dt_b, ssm_a, ssm_d, ssm_norm, ssm_out;
+    /* LFM2 short convolution: in_proj [n_embd -> B, C, x], the taps
+     * transposed to [taps][n_embd] (copied at load), out_proj */
+    struct sp_tensor sc_in, sc_conv, sc_out;
+    /* Qwen3.5 gated delta rule: attn_qkv [n_embd -> q, k, v], attn_gate (z),
+     * ssm_beta and ssm_alpha [n_embd -> value heads]; ssm_conv (transposed),
+     * ssm_dt_b, ssm_a, ssm_norm [value width] and ssm_out above */
+    struct sp_tensor dn_qkv, dn_z, dn_beta, dn_alpha;
+    enum sp_mixer mixer;
     bool swa;                  /* local (sliding-window) layer */
     float rope_base;
 };

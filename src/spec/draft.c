@@ -64,25 +64,25 @@ static bool sp_spec_pick(struct sp_spec *sp, struct sp_spec_job *jb, uint32_t j,
 
 void sp_spec_model_draft(struct sp_spec *sp, struct sp_spec_job *jobs, int n_jobs)
 {
-    const bool self = sp->dkv == sp->t.kv;
+    const bool self = sp->dmem == sp->t.mem;
     for (int i = 0; i < n_jobs; i++) {
-        struct sp_kv_seq *seq = self ? jobs[i].seq : &jobs[i].ss->dseq;
+        struct sp_memory_seq *seq = self ? jobs[i].seq : &jobs[i].ss->dseq;
         jobs[i].n_draft = 0;
         if (!self)
-            sp_kv_seq_truncate(sp->dkv, seq, jobs[i].n_tokens - 1);
-        sp->next[i] = self ? jobs[i].n_tokens - 1 : sp_kv_seq_len(seq);
+            sp_memory_seq_truncate(sp->dmem, seq, jobs[i].n_tokens - 1);
+        sp->next[i] = self ? jobs[i].n_tokens - 1 : sp_memory_seq_len(seq);
     }
     for (;;) {
         int n = 0, n_out = 0;
         for (int i = 0; i < n_jobs && n < sp->t.n_batch; i++) {
             struct sp_spec_job *jb = &jobs[i];
-            struct sp_kv_seq *seq = self ? jb->seq : &jb->ss->dseq;
+            struct sp_memory_seq *seq = self ? jb->seq : &jb->ss->dseq;
             const uint32_t last = jb->n_tokens - 1 + jb->n_draft; /* the last position with a token */
             if (jb->n_draft >= sp->k[i])
                 continue;
             for (; sp->next[i] <= last && n < sp->t.n_batch; sp->next[i]++, n++) {
                 const uint32_t p = sp->next[i];
-                if (sp_kv_seq_reserve(sp->dkv, seq, p + 1) != SP_OK) {
+                if (sp_memory_seq_reserve(sp->dmem, seq, p + 1) != SP_OK) {
                     sp->k[i] = jb->n_draft; /* no room: the drafts so far */
                     break;
                 }
@@ -99,7 +99,7 @@ void sp_spec_model_draft(struct sp_spec *sp, struct sp_spec_job *jobs, int n_job
             break;
         struct sp_forward_batch fb = {n, sp->b_tokens, sp->b_pos, sp->b_seqs, sp->b_out, n_out, sp->layers};
         double t0 = sp_spec_now();
-        if (sp_forward(sp->dm, sp->dkv, sp->dfs, sp->t.pool, &fb, sp->logits) != SP_OK) {
+        if (sp_forward(sp->dm, sp->dmem, sp->dfs, sp->t.pool, &fb, sp->logits) != SP_OK) {
             for (int i = 0; i < n_jobs; i++)
                 sp->k[i] = jobs[i].n_draft;
             break;

@@ -128,24 +128,35 @@ sp_status sp_spec_init(struct sp_spec **out, const struct sp_spec_config *c, con
             goto fail;
         }
     }
+    if ((c->kind == SP_SPEC_SELF && t->model->hp.n_linear) || (c->kind == SP_SPEC_DRAFT && c->draft->hp.n_linear)) {
+        /* a linear layer's state cannot run ahead of the target's tokens
+         * (self) and is not sized for drafting (a draft model) */
+        st = sp_error_set(SP_ERR_UNSUPPORTED, "--spec %s: a %s model has linear (recurrent) layers; draft with "
+                          "--spec ngram%s", c->kind == SP_SPEC_SELF ? "self" : "draft",
+                          (c->kind == SP_SPEC_SELF ? t->model : c->draft)->arch->name,
+                          c->kind == SP_SPEC_SELF ? " or a draft model" : "");
+        goto fail;
+    }
     if (c->kind == SP_SPEC_SELF) {
         sp->dm = t->model;
-        sp->dkv = t->kv;
+        sp->dmem = t->mem;
         sp->dfs = t->fs;
         sp->layers = c->layers ? (uint32_t)c->layers : t->model->hp.n_layer / 2;
     } else if (c->kind == SP_SPEC_DRAFT) {
         const struct sp_hparams *hp = &c->draft->hp;
         /* every layer paged (no sliding-window rings): the draft's memory
          * is small, and rings would need the engine's ring sizing */
-        const struct sp_kv_shape shape = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim};
+        struct sp_memory_shape shape = {
+            .kv = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim}};
         uint64_t n_blocks = sp_kv_blocks_for((uint64_t)t->n_ctx * t->n_parallel) + (uint64_t)t->n_rows;
         if (n_blocks > UINT32_MAX / 2) {
             st = sp_error_set(SP_ERR_ARG, "draft KV cache of %llu blocks is out of range", (unsigned long long)n_blocks);
             goto fail;
         }
-        if ((st = sp_kv_new(&sp->own_kv, &shape, (uint32_t)n_blocks)) != SP_OK)
+        shape.n_blocks = (uint32_t)n_blocks;
+        if ((st = sp_memory_new(&sp->own_mem, &shape)) != SP_OK)
             goto fail;
-        sp->dkv = sp->own_kv;
+        sp->dmem = sp->own_mem;
         if ((st = sp_forward_scratch_init(&sp->own_fs, c->draft, t->n_batch, t->n_ctx, sp_pool_size(t->pool))) != SP_OK)
             goto fail;
         sp->dfs = &sp->own_fs;
@@ -162,7 +173,7 @@ void sp_spec_free(struct sp_spec *sp)
 {
     if (!sp)
         return;
-    sp_kv_free(sp->own_kv);
+    sp_memory_free(sp->own_mem);
     if (sp->dfs == &sp->own_fs)
         sp_forward_scratch_free(&sp->own_fs);
     free(sp->b_tokens); free(sp->b_pos); free(sp->b_seqs); free(sp->b_out); free(sp->b_job);
@@ -205,8 +216,8 @@ void sp_spec_seq_free(struct sp_spec *sp, struct sp_spec_seq *ss)
 {
     if (!ss)
         return;
-    if (sp->own_kv)
-        sp_kv_seq_release(sp->own_kv, &ss->dseq);
+    if (sp->own_mem)
+        sp_memory_seq_release(sp->own_mem, &ss->dseq);
     sp_sampler_free(ss->sampler);
     free(ss->q_id);
     free(ss->q_p);
@@ -497,8 +508,8 @@ void sp_spec_seq_done(struct sp_spec *sp, struct sp_spec_seq *ss, uint32_t n_dra
         ss->probe = SP_SPEC_PROBE_MIN;
     else if (ss->probe < SP_SPEC_PROBE_MAX)
         ss->probe *= 2;
-    if (sp->own_kv)
-        sp_kv_seq_truncate(sp->own_kv, &ss->dseq, n_valid);
+    if (sp->own_mem)
+        sp_memory_seq_truncate(sp->own_mem, &ss->dseq, n_valid);
 }
 
 void sp_spec_totals(const struct sp_spec *sp, uint64_t *drafted, uint64_t *accepted)

@@ -12,7 +12,7 @@
  *      sequence's step, and the row after the last accepted draft always
  *      gives one token of the target's own;
  *   4. the engine rolls its KV sequence back to what was kept
- *      (sp_kv_seq_truncate) and tells sp_spec_seq_done().
+ *      (sp_memory_seq_truncate) and tells sp_spec_seq_done().
  *
  * Exactness: a draft that is a point guess (n-gram drafts; model drafts of
  * a greedy request) is checked by drawing the target's token with the
@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "core/pool.h"
-#include "kv/kv.h"
+#include "memory/memory.h"
 #include "model/forward.h"
 #include "sampler/sampler.h"
 #include "spindle.h"
@@ -54,13 +54,13 @@ struct sp_spec_config {
     int layers;                     /* SP_SPEC_SELF: draft layers (0: half) */
 };
 
-/* What the engine lends: its model and vocabulary, KV cache, forward
- * scratch and pool (self-speculation drafts in them; a draft model gets its
- * own KV cache and scratch of the same geometry). */
+/* What the engine lends: its model and vocabulary, sequence memory,
+ * forward scratch and pool (self-speculation drafts in them; a draft model
+ * gets its own memory and scratch of the same geometry). */
 struct sp_spec_target {
     const struct sp_model *model;
     const struct sp_vocab *vocab;
-    struct sp_kv *kv;
+    struct sp_memory *mem;
     struct sp_forward_scratch *fs;
     struct sp_pool *pool;
     int n_ctx, n_batch;
@@ -84,7 +84,7 @@ struct sp_spec_job {
     struct sp_spec_seq *ss;
     sp_token *tokens;               /* the sequence; drafts go to tokens[n_tokens, ...) */
     uint32_t n_tokens;
-    struct sp_kv_seq *seq;          /* the target's: holds n_tokens - 1 positions */
+    struct sp_memory_seq *seq;      /* the target's: holds n_tokens - 1 positions */
     uint32_t cap;                   /* most drafts the engine has room for */
     uint32_t n_draft;               /* out */
 };

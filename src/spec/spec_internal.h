@@ -16,12 +16,12 @@ struct sp_spec {
     /* model drafts: the draft model with its own KV cache and scratch, or
      * the target's first `layers` layers in the target's */
     const struct sp_model *dm;
-    struct sp_kv *dkv, *own_kv;     /* own_kv: the draft model's (NULL otherwise) */
+    struct sp_memory *dmem, *own_mem; /* own_mem: the draft model's (NULL otherwise) */
     struct sp_forward_scratch *dfs, own_fs;
     uint32_t layers;                /* 0: all of dm's */
     sp_token *b_tokens;             /* [n_batch] the draft forward's batch */
     int32_t *b_pos, *b_out;
-    const struct sp_kv_seq **b_seqs;
+    const struct sp_memory_seq **b_seqs;
     int *b_job;                     /* [n_rows] job of each output row */
     float *logits;                  /* [n_rows][n_vocab] */
     float *scratch;                 /* [n_vocab], zero between uses */
@@ -43,7 +43,7 @@ struct sp_spec_seq {
     struct sp_rng rng;              /* draws of the acceptance rule and of drafts */
     double acc_hit, acc_try;        /* decayed accepted drafts and verified draft positions */
     uint32_t idle, probe;           /* steps without drafts; steps until a probing draft */
-    struct sp_kv_seq dseq;          /* the draft model's sequence */
+    struct sp_memory_seq dseq;      /* the draft model's sequence */
     uint32_t q_n[SP_SPEC_K_MAX];    /* support of draft j's q (0: a point guess) */
     sp_token *q_id;                 /* [SP_SPEC_K_MAX][SP_SPEC_Q_MAX] */
     float *q_p;

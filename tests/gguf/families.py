@@ -17,7 +17,7 @@ exactly), q8_0 and q4_k (every matrix whose rows allow it; Q8_0 otherwise;
 router weights, norms, biases and rope factors stay F32, as llama.cpp's
 quantizer leaves them).
 
-usage: families.py [--out DIR] [--family NAME ...] [--list]
+usage: families.py [--out DIR] [--family NAME ...] [--list] [--list-linear]
        families.py --bench NAME --out DIR   (one F16 copy of a benchmark shape)
 Run with build/venv/bin/python (numpy, gguf).
 """
@@ -102,6 +102,40 @@ FAMILIES = {
                   experts=(8, 2, None)),
     "mixtral": dict(arch="llama", vocab="llama-spm", n_embd=256, n_layer=2, n_head=2, n_head_kv=1, head_dim=128,
                     n_ff=256, ctx=4096, rope_base=1000000.0, tied=False, experts=(8, 2, None)),
+    # Families with linear (recurrent) layers carry their own seed, so that
+    # adding one leaves the seeds, and so the files, of the others alone.
+    # mamba2: every layer a Mamba-2 mixer (no attention, no feed-forward):
+    # ssm = (d_conv, d_inner, d_state, n_group, head_dim); two groups of
+    # four heads, so the group of a head matters.
+    "mamba2": dict(arch="mamba2", vocab="gpt-2", n_embd=256, n_layer=2, ctx=4096, tied=False,
+                   ssm=(4, 512, 64, 2, 64), seed=1100),
+    # lfm2: gated short convolutions (3 taps) on layers 0, 1 and 3, attention
+    # (per-head QK-norm, RoPE halves) on layer 2; a SwiGLU feed-forward on
+    # every layer; the layer kinds come from attention.head_count_kv per
+    # layer (0: a convolution), as LFM2's converter writes them.
+    "lfm2": dict(arch="lfm2", vocab="gpt-2", n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64,
+                 n_ff=512, ctx=4096, rope_base=1000000.0, tied=True, conv_layers=(0, 1, 3), conv_taps=3,
+                 seed=1101),
+    # granitehybrid (Granite 4.0-H, dense): Mamba-2 layers with a SwiGLU
+    # feed-forward, attention without RoPE (rope.scaling.finetuned false)
+    # on layer 1, Granite's embedding, residual, attention and logit scales
+    "granitehybrid": dict(arch="granitehybrid", vocab="gpt-2", n_embd=256, n_layer=3, n_head=4, n_head_kv=2,
+                          head_dim=64, n_ff=512, ctx=4096, tied=False, ssm=(4, 512, 64, 2, 64), attn_layers=(1,),
+                          scales=(0.5, 0.75, 0.125, 4.0), seed=1102),
+    # nemotron_h (Nemotron-H, dense): layers "M-M*-": Mamba-2 (M), a
+    # ReLU^2 feed-forward alone (-), attention without RoPE (*), each one
+    # block with its norm and residual; kinds from head_count_kv and
+    # feed_forward_length per layer
+    "nemotron_h": dict(arch="nemotron_h", vocab="gpt-2", n_embd=256, n_layer=5, n_head=4, n_head_kv=2, head_dim=64,
+                       n_ff=768, ctx=4096, tied=False, ssm=(4, 512, 64, 2, 64), pattern="M-M*-", seed=1103),
+    # qwen35 (Qwen3.5, dense): gated DeltaNet on layers 0-2, gated attention
+    # (each head's query then its gate, per-head QK-norm, RoPE halves over 64
+    # of 128 dimensions as M-RoPE sections 11, 11, 10, 0) on layer 3 (full
+    # attention every 4th layer); delta = (conv, key heads, value heads,
+    # width): value head h reads key head h % 2
+    "qwen35": dict(arch="qwen35", vocab="gpt-2", pre="qwen35", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
+                   head_dim=128, n_rot=64, n_ff=512, ctx=4096, rope_base=10000000.0, tied=False,
+                   delta=(4, 2, 4, 64), seed=1104),
 }
 
 
@@ -227,11 +261,254 @@ class Builder:
     def const(self, name, values):
         self.tensors.append((name, values.shape, "f32", lambda rng: values))
 
+    def arr(self, name, shape, make):
+        """An F32 array of any rank (numpy shape), never quantized: make(rng) -> values."""
+        self.tensors.append((name, shape, "f32", lambda rng: make(rng).astype(np.float32).reshape(shape)))
+
+    def mamba2_layer(self, p):
+        """A Mamba-2 mixer as llama.cpp's converter writes it: ssm_in rows
+        z, x, B, C, dt; a depth-wise causal convolution over x, B and C
+        [channels][d_conv]; dt's bias; A = -exp(A_log) and D per head as
+        [n_head][1]; the gated RMSNorm's weight per group [n_group][d_inner /
+        n_group]; ssm_out."""
+        E = self.s["n_embd"]
+        dc, di, ds, ng, hd = self.s["ssm"]
+        nh, conv = di // hd, di + 2 * ng * ds
+        self.mat(p + "ssm_in.weight", 2 * di + 2 * ng * ds + nh, E)
+        self.arr(p + "ssm_conv1d.weight", (conv, dc), lambda rng: rng.standard_normal((conv, dc)) * 0.5)
+        self.arr(p + "ssm_conv1d.bias", (conv,), lambda rng: rng.standard_normal(conv) * 0.1)
+        # dt = softplus(x + bias) around 0.1, A in [-4, -0.25]: decays from
+        # a few positions to a few hundred, so the state carries across chunks
+        self.arr(p + "ssm_dt.bias", (nh,), lambda rng: rng.uniform(-3.0, -1.5, nh))
+        self.arr(p + "ssm_a", (nh, 1), lambda rng: -np.exp(rng.uniform(math.log(0.25), math.log(4.0), nh)))
+        self.arr(p + "ssm_d", (nh, 1), lambda rng: 1.0 + 0.1 * rng.standard_normal(nh))
+        self.arr(p + "ssm_norm.weight", (ng, di // ng), lambda rng: 1.0 + 0.1 * rng.standard_normal(di))
+        self.mat(p + "ssm_out.weight", E, di)
+
+    def build_lfm2(self, vocab_kv, n_vocab):
+        """LFM2 as its converter writes it: head_count_kv per layer (0: a
+        short convolution), shortconv.l_cache, the output norm stored as
+        token_embd_norm, the convolution's taps [n_embd][taps]."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        conv, taps = s["conv_layers"], s["conv_taps"]
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", F, VT.UINT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", [0 if i in conv else HKV for i in range(L)], VT.ARRAY, VT.INT32)
+        self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32)
+        self.key("shortconv.l_cache", taps, VT.UINT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0)
+        self.vec("token_embd_norm.weight", E)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if i in conv:
+                self.mat(p + "shortconv.in_proj.weight", 3 * E, E)
+                self.arr(p + "shortconv.conv.weight", (E, taps), lambda rng: rng.standard_normal((E, taps)) * 0.6)
+                self.mat(p + "shortconv.out_proj.weight", E, E)
+            else:
+                self.mat(p + "attn_q.weight", H * D, E)
+                self.mat(p + "attn_k.weight", HKV * D, E)
+                self.mat(p + "attn_v.weight", HKV * D, E)
+                self.vec(p + "attn_q_norm.weight", D)
+                self.vec(p + "attn_k_norm.weight", D)
+                self.mat(p + "attn_output.weight", E, H * D)
+            self.vec(p + "ffn_norm.weight", E)
+            self.mat(p + "ffn_gate.weight", F, E)
+            self.mat(p + "ffn_up.weight", F, E)
+            self.mat(p + "ffn_down.weight", E, F)
+
+    def build_granitehybrid(self, vocab_kv, n_vocab):
+        """Granite 4.0-H as its converter writes it: head_count_kv per layer
+        (0: a Mamba-2 layer), the ssm.* keys, Granite's scales, RoPE off."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        dc, di, ds, ng, hd = s["ssm"]
+        embd, resid, attn, logit = s["scales"]
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", F, VT.UINT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", [HKV if i in s["attn_layers"] else 0 for i in range(L)], VT.ARRAY,
+                 VT.INT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32)
+        self.key("attention.scale", attn, VT.FLOAT32)
+        self.key("embedding_scale", embd, VT.FLOAT32)
+        self.key("residual_scale", resid, VT.FLOAT32)
+        self.key("logit_scale", logit, VT.FLOAT32)
+        self.key("rope.scaling.finetuned", False, VT.BOOL)
+        self.key("ssm.conv_kernel", dc, VT.UINT32)
+        self.key("ssm.inner_size", di, VT.UINT32)
+        self.key("ssm.state_size", ds, VT.UINT32)
+        self.key("ssm.time_step_rank", di // hd, VT.UINT32)
+        self.key("ssm.group_count", ng, VT.UINT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
+        self.vec("output_norm.weight", E)
+        if not s["tied"]:
+            self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if i in s["attn_layers"]:
+                self.mat(p + "attn_q.weight", H * D, E)
+                self.mat(p + "attn_k.weight", HKV * D, E)
+                self.mat(p + "attn_v.weight", HKV * D, E)
+                self.mat(p + "attn_output.weight", E, H * D)
+            else:
+                self.mamba2_layer(p)
+            self.vec(p + "ffn_norm.weight", E)
+            self.mat(p + "ffn_gate.weight", F, E)
+            self.mat(p + "ffn_up.weight", F, E)
+            self.mat(p + "ffn_down.weight", E, F)
+
+    def build_nemotron_h(self, vocab_kv, n_vocab):
+        """Nemotron-H as its converter writes it: feed_forward_length and
+        head_count_kv per layer (both 0: Mamba-2), layer_norm_epsilon beside
+        the RMS one, key and value lengths."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        dc, di, ds, ng, hd = s["ssm"]
+        pat = s["pattern"]
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", [F if c == "-" else 0 for c in pat], VT.ARRAY, VT.INT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", [HKV if c == "*" else 0 for c in pat], VT.ARRAY, VT.INT32)
+        self.key("attention.key_length", D, VT.UINT32)
+        self.key("attention.value_length", D, VT.UINT32)
+        self.key("attention.layer_norm_epsilon", 1e-5, VT.FLOAT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32)
+        self.key("ssm.conv_kernel", dc, VT.UINT32)
+        self.key("ssm.inner_size", di, VT.UINT32)
+        self.key("ssm.state_size", ds, VT.UINT32)
+        self.key("ssm.time_step_rank", di // hd, VT.UINT32)
+        self.key("ssm.group_count", ng, VT.UINT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
+        self.vec("output_norm.weight", E)
+        if not s["tied"]:
+            self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i, c in enumerate(pat):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if c == "M":
+                self.mamba2_layer(p)
+            elif c == "*":
+                self.mat(p + "attn_q.weight", H * D, E)
+                self.mat(p + "attn_k.weight", HKV * D, E)
+                self.mat(p + "attn_v.weight", HKV * D, E)
+                self.mat(p + "attn_output.weight", E, H * D)
+            else:
+                self.mat(p + "ffn_up.weight", F, E)
+                self.mat(p + "ffn_down.weight", E, F)
+
+    def build_qwen35(self, vocab_kv, n_vocab):
+        """Qwen3.5 as its converter writes it: ssm.* for the delta rule
+        (inner_size = value heads x width, state_size = width, time_step_rank
+        = value heads, group_count = key heads), full_attention_interval,
+        rope.dimension_sections, the attention's query and gate in attn_q,
+        the feed-forward's norm as post_attention_norm."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        dc, nk, nv, w = s["delta"]
+        KD, VD = nk * w, nv * w
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", F, VT.UINT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", HKV, VT.UINT32)
+        self.key("attention.key_length", D, VT.UINT32)
+        self.key("attention.value_length", D, VT.UINT32)
+        self.key("rope.dimension_count", s["n_rot"], VT.UINT32)
+        self.key("rope.dimension_sections", [11, 11, 10, 0], VT.ARRAY, VT.INT32)
+        self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-6, VT.FLOAT32)
+        self.key("full_attention_interval", 4, VT.UINT32)
+        self.key("ssm.conv_kernel", dc, VT.UINT32)
+        self.key("ssm.inner_size", VD, VT.UINT32)
+        self.key("ssm.state_size", w, VT.UINT32)
+        self.key("ssm.time_step_rank", nv, VT.UINT32)
+        self.key("ssm.group_count", nk, VT.UINT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
+        self.vec("output_norm.weight", E)
+        if not s["tied"]:
+            self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if (i + 1) % 4 == 0:
+                self.mat(p + "attn_q.weight", 2 * H * D, E)
+                self.mat(p + "attn_k.weight", HKV * D, E)
+                self.mat(p + "attn_v.weight", HKV * D, E)
+                self.vec(p + "attn_q_norm.weight", D)
+                self.vec(p + "attn_k_norm.weight", D)
+                self.mat(p + "attn_output.weight", E, H * D)
+            else:
+                conv = 2 * KD + VD
+                self.mat(p + "attn_qkv.weight", conv, E)
+                self.mat(p + "attn_gate.weight", VD, E)
+                self.arr(p + "ssm_conv1d.weight", (conv, dc), lambda rng: rng.standard_normal((conv, dc)) * 0.5)
+                self.arr(p + "ssm_dt.bias", (nv,), lambda rng: rng.uniform(-1.0, 1.0, nv))
+                self.arr(p + "ssm_a", (nv,), lambda rng: -np.exp(rng.uniform(math.log(0.05), math.log(1.0), nv)))
+                self.mat(p + "ssm_beta.weight", nv, E)
+                self.mat(p + "ssm_alpha.weight", nv, E)
+                self.vec(p + "ssm_norm.weight", w)
+                self.mat(p + "ssm_out.weight", E, VD)
+            self.vec(p + "post_attention_norm.weight", E)
+            self.mat(p + "ffn_gate.weight", F, E)
+            self.mat(p + "ffn_up.weight", F, E)
+            self.mat(p + "ffn_down.weight", E, F)
+
+    def build_mamba2(self, vocab_kv, n_vocab):
+        s = self.s
+        E, L = s["n_embd"], s["n_layer"]
+        dc, di, ds, ng, hd = s["ssm"]
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("feed_forward_length", 0, VT.UINT32)
+        self.key("attention.head_count", 0, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("ssm.conv_kernel", dc, VT.UINT32)
+        self.key("ssm.inner_size", di, VT.UINT32)
+        self.key("ssm.state_size", ds, VT.UINT32)
+        self.key("ssm.time_step_rank", di // hd, VT.UINT32)
+        self.key("ssm.group_count", ng, VT.UINT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
+        self.vec("output_norm.weight", E)
+        if not s["tied"]:
+            self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            self.mamba2_layer(p)
+
     def build(self):
         s, arch = self.s, self.s["arch"]
+        vocab_kv, n_vocab = read_vocab(s["vocab"], s.get("pre"), s.get("pad_vocab"))
+        if arch == "mamba2":
+            return self.build_mamba2(vocab_kv, n_vocab)
+        if arch == "lfm2":
+            return self.build_lfm2(vocab_kv, n_vocab)
+        if arch == "granitehybrid":
+            return self.build_granitehybrid(vocab_kv, n_vocab)
+        if arch == "nemotron_h":
+            return self.build_nemotron_h(vocab_kv, n_vocab)
+        if arch == "qwen35":
+            return self.build_qwen35(vocab_kv, n_vocab)
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         Q, KV = H * D, HKV * D
-        vocab_kv, n_vocab = read_vocab(s["vocab"], s.get("pre"), s.get("pad_vocab"))
         self.key("context_length", s["ctx"], VT.UINT32)
         self.key("embedding_length", E, VT.UINT32)
         self.key("block_count", L, VT.UINT32)
@@ -324,7 +601,7 @@ class Builder:
 
     def write(self, path, qtype, trailing_ones=False):
         """trailing_ones: every tensor's shape gets one more dimension of 1
-        (vectors [n, 1], matrices [k, n, 1]), as llama.cpp's converter writes
+        (vectors [n, 1], matrices [k, n, 1]; up to GGUF's 4), as llama.cpp's converter writes
         some tensors: the same model, other recorded ranks."""
         w = gguf.GGUFWriter(path, self.s["arch"])
         w.add_name("spindle-test-%s-%s" % (self.name, qtype))
@@ -332,7 +609,7 @@ class Builder:
             w.add_key_value(key, value, vtype, sub_type=sub)
         for name, shape, kind, _ in self.tensors:
             dtype, qt, nbytes = storage(shape, kind, qtype)
-            w.add_tensor_info(name, (1,) + tuple(shape) if trailing_ones else shape, np.dtype(dtype), nbytes,
+            w.add_tensor_info(name, (1,) + tuple(shape) if trailing_ones and len(shape) < 4 else shape, np.dtype(dtype), nbytes,
                               raw_dtype=qt)
         w.write_header_to_file()
         w.write_kv_data_to_file()
@@ -343,13 +620,20 @@ class Builder:
         w.close()
 
 
+def is_linear(name):
+    """Whether the family has linear (recurrent) layers."""
+    return any(k in FAMILIES[name] for k in ("ssm", "conv_layers", "delta"))  # Mamba-2, LFM2, DeltaNet
+
+
 def build_family(name, out_dir, types=TYPES, trailing_ones=False):
     """Writes the family's copies NAME-TYPE.gguf (NAME-TYPE-ones.gguf with
     trailing_ones: see Builder.write)."""
     if name in BENCH:
         b = Builder(name, BENCH[name], seed=2000 + sorted(BENCH).index(name))
     else:
-        b = Builder(name, FAMILIES[name], seed=1000 + sorted(FAMILIES).index(name))
+        spec = FAMILIES[name]
+        seed = spec.get("seed") or 1000 + sorted(n for n in FAMILIES if "seed" not in FAMILIES[n]).index(name)
+        b = Builder(name, spec, seed=seed)
     b.build()
     paths = {}
     for t in types:
@@ -374,10 +658,14 @@ def main(argv):
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--list-linear", action="store_true", help="the families with linear (recurrent) layers")
     ap.add_argument("--bench", choices=sorted(BENCH))
     args = ap.parse_args(argv[1:])
     if args.list:
         print("\n".join(sorted(FAMILIES)))
+        return 0
+    if args.list_linear:
+        print("\n".join(n for n in sorted(FAMILIES) if is_linear(n)))
         return 0
     os.makedirs(args.out, exist_ok=True)
     if args.bench:

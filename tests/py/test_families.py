@@ -187,6 +187,14 @@ FEATURES = {
     "qwen3moe": ["QK-norm (per head)", "8 experts (2 used, softmax router, weights renormalized, width 256)"],
     "olmoe": ["QK-norm (whole rows)", "8 experts (2 used, softmax router, width 256)"],
     "mixtral": ["8 experts (2 used, softmax router, weights renormalized, width 256)"],
+    "mamba2": ["Mamba-2 on 2 of 2 layers (8 heads x 64, state 64, 2 groups, convolution 4)", "no feed-forward"],
+    "lfm2": ["gated short convolutions on 3 of 4 layers (3 taps)", "QK-norm (per head)", "RoPE halves (NEOX)"],
+    "granitehybrid": ["Mamba-2 on 2 of 3 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
+                      "no position encoding in attention (NoPE)", "scales: embeddings 0.5, residuals 0.75, logits 1/4"],
+    "qwen35": ["gated delta rule on 3 of 4 layers (4 value heads x 64, 2 key heads, convolution 4)",
+               "gated attention (sigmoid)", "QK-norm (per head)", "RoPE halves (NEOX)"],
+    "nemotron_h": ["Mamba-2 on 2 of 5 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
+                   "feed-forward alone on 2 layers (ReLU^2, no gate)", "no position encoding in attention (NoPE)"],
 }
 
 

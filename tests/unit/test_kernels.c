@@ -1,6 +1,7 @@
 /* Kernels of the forward pass against plain double-precision references:
  * RMSNorm, RoPE, gated activations, quantized matmul (and its batch and
- * thread invariance), and attention over the paged KV cache; then every
+ * thread invariance), attention over the paged KV cache, the linear
+ * layers' convolution and chunked scan; then every
  * row of the kernel table this CPU runs (kernels/kernels_isa.h) against the scalar
  * row, bit for bit. */
 #include <math.h>
@@ -13,6 +14,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernels_isa.h"
 #include "kernels/kernels.h"
+#include "kernels/scan.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
 
@@ -511,6 +513,115 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
     sp_kv_free(kv);
 }
 
+/* The chunked scan (scan.h) against the recurrence it stands for, in
+ * double: h_p = a_p h_(p-1) + dt_p x_p B_p^T, y_p = h_p C_p, over three
+ * chunks (a grid state after each, as the forward pass does) for a head
+ * of 64 x 32 state and one of 40 x 16 (the scalar tails). */
+static void test_ssd(void)
+{
+    enum { CH = 64, NP = 3 * CH };
+    static const int shapes[][2] = {{64, 32}, {40, 16}};
+    for (size_t sh = 0; sh < 2; sh++) {
+        const int hd = shapes[sh][0], ds = shapes[sh][1];
+        unsigned s = 5;
+        static float X[NP][64], B[NP][32], C[NP][32], dt[NP], lam[NP], grid[2][32 * 64], y[64];
+        static double H[32][64];
+        memset(H, 0, sizeof H);
+        for (int p = 0; p < NP; p++) {
+            for (int i = 0; i < hd; i++)
+                X[p][i] = frand(&s);
+            for (int d = 0; d < ds; d++)
+                B[p][d] = frand(&s), C[p][d] = frand(&s);
+            dt[p] = 0.05f + 0.1f * (frand(&s) + 1.0f);
+        }
+        const float A = -0.7f;
+        double err = 0, mag = 0;
+        for (int p = 0; p < NP; p++) {
+            const int g0 = p / CH * CH, n = p - g0 + 1;
+            const double a = exp((double)dt[p] * A);
+            for (int d = 0; d < ds; d++)
+                for (int i = 0; i < hd; i++)
+                    H[d][i] = a * H[d][i] + (double)dt[p] * X[p][i] * B[p][d];
+            lam[p] = (p == g0 ? 0.0f : lam[p - 1]) + dt[p] * A;
+            const float *xs[CH], *Bs[CH];
+            float w[CH], u[CH];
+            for (int q = 0; q < n; q++) {
+                xs[q] = X[g0 + q], Bs[q] = B[g0 + q];
+                w[q] = expf(lam[p] - lam[g0 + q]) * dt[g0 + q] * sp_dot16(B[g0 + q], C[p], ds);
+                u[q] = expf(lam[p] - lam[g0 + q]) * dt[g0 + q];
+            }
+            const float *h0 = g0 ? grid[(g0 / CH) & 1] : NULL;
+            sp_ssd_out(y, h0, C[p], expf(lam[p]), n, w, xs, ds, hd);
+            for (int i = 0; i < hd; i++) {
+                double want = 0;
+                for (int d = 0; d < ds; d++)
+                    want += H[d][i] * C[p][d];
+                err = maxd(err, fabs(y[i] - want));
+                mag = maxd(mag, fabs(want));
+            }
+            if (n == CH)
+                sp_ssd_state(grid[((p + 1) / CH) & 1], h0, expf(lam[p]), n, u, Bs, xs, ds, hd);
+        }
+        CHECK(err < 2e-5 * mag, "ssd %dx%d: chunked output off the recurrence by %g (largest %g)", hd, ds, err, mag);
+        printf("  ssd %dx%d: chunked scan within %.2e of the recurrence (largest value %.2f)\n", hd, ds, err, mag);
+    }
+    /* a convolution: taps before the sequence (NULL) count as zeros */
+    float r0[3] = {1, 2, 3}, r1[3] = {4, 5, 6}, w[3 * 3] = {1, 1, 1, 2, 2, 2, 3, 3, 3}, bias[3] = {0.5f, 0, 0}, out[3];
+    const float *rows[3] = {NULL, r0, r1};
+    sp_conv_causal(out, rows, w, bias, 3, 3, false);
+    CHECK(out[0] == 2 * 1 + 3 * 4 + 0.5f && out[1] == 2 * 2 + 3 * 5 && out[2] == 2 * 3 + 3 * 6,
+          "conv: %g %g %g", out[0], out[1], out[2]);
+}
+
+/* The linear layers' kernels' outputs for comparing rows: convolutions
+ * with and without bias and SiLU, channel counts with vector tails, taps
+ * before the sequence; dot products of several lengths; the scan's state
+ * update and output from a grid state and from none, for head widths the
+ * vectors divide and one they do not. */
+static size_t scan_outputs(float *rec)
+{
+    unsigned s = 23;
+    size_t n = 0;
+    static float a[8 * 700], wt[8 * 700], bias[700], st[64 * 80], x[64][80], b[64][64], c[64];
+    for (int i = 0; i < 8 * 700; i++)
+        a[i] = 3 * frand(&s), wt[i] = frand(&s);
+    for (int i = 0; i < 700; i++)
+        bias[i] = frand(&s);
+    for (int i = 0; i < 64 * 80; i++)
+        st[i] = frand(&s);
+    for (int q = 0; q < 64; q++) {
+        for (int i = 0; i < 80; i++)
+            x[q][i] = frand(&s);
+        for (int d = 0; d < 64; d++)
+            b[q][d] = frand(&s);
+        c[q] = frand(&s);
+    }
+    static const int chs[] = {640, 647, 5};
+    for (size_t k = 0; k < 3; k++)
+        for (int v = 0; v < 2; v++) {
+            const float *rows[4] = {v ? NULL : a, a + 700, a + 1400, a + 2100};
+            sp_conv_causal(rec + n, rows, wt, v ? NULL : bias, chs[k], 4, v == 0);
+            n += (size_t)chs[k];
+        }
+    static const int lens[] = {64, 128, 37, 5};
+    for (size_t k = 0; k < 4; k++)
+        rec[n++] = sp_dot16(a, wt, lens[k]);
+    const float *xs[64], *bs[64];
+    float w[64];
+    for (int q = 0; q < 64; q++)
+        xs[q] = x[q], bs[q] = b[q], w[q] = 0.5f * (frand(&s) + 1.0f);
+    static const int hds[][3] = {{64, 64, 64}, {80, 16, 7}, {16, 32, 1}, {72, 64, 30}};
+    for (size_t k = 0; k < 4; k++)
+        for (int h0 = 0; h0 < 2; h0++) {
+            const int hd = hds[k][0], ds = hds[k][1], np = hds[k][2];
+            sp_ssd_state(rec + n, h0 ? st : NULL, 0.75f, np, w, bs, xs, ds, hd);
+            n += (size_t)hd * ds;
+            sp_ssd_out(rec + n, h0 ? st : NULL, c, 0.625f, np, w, xs, ds, hd);
+            n += (size_t)hd;
+        }
+    return n;
+}
+
 /* The element-wise kernels' outputs for comparing rows: RMSNorm of rows
  * of several lengths (tails of every size), RoPE of both pair layouts,
  * SwiGLU across the clamp, GEGLU over every f16 input and the +-10
@@ -573,6 +684,7 @@ static void test_rows(struct sp_pool *pool)
             size_t n = 0;
             sp_kernels_use(row);
             n = ops_outputs(rec);
+            n += scan_outputs(rec + n);
             static const int dims[][2] = {{2, 64}, {1, 64}, {1, 256}, {2, 72}};
             for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
                 test_attention(pool, dims[k][0], dims[k][1], SP_CACHE_F16, SP_CACHE_F16, rec, &n);
@@ -619,6 +731,7 @@ int main(void)
     test_softcap();
     test_moe_route();
     test_glu();
+    test_ssd();
     test_matmul(p1, p2);
     test_matmul_grouped(p1, p2);
     test_rows(p2);

@@ -2,7 +2,8 @@
  * distribution (chi-square against p); on the real models (fetched with
  * scripts/fetch-model), the KV state after rejected drafts are rolled back
  * (the next step's logits bit-identical to decoding without drafts, also
- * through Gemma 3's sliding-window rings), the verification batch's rows
+ * through Gemma 3's sliding-window rings and Mamba-2's recurrent state,
+ * across a grid point of its chunks), the verification batch's rows
  * bit-identical to one-token decode steps, no rejected token in the prefix
  * cache, the next-token distribution of sampled self-speculation equal to
  * the model's, a draft model of another vocabulary refused, and the cost
@@ -20,7 +21,7 @@
 #include "api/api_internal.h"
 #include "check.h"
 #include "core/pool.h"
-#include "kv/kv.h"
+#include "memory/memory.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "sampler/rng.h"
@@ -129,6 +130,24 @@ static char *fetch(const char *name)
     return strdup(path);
 }
 
+/* A family's random-weight test model (tests/gguf/families.py, q8_0
+ * copy), written when missing. */
+static char *family(const char *name)
+{
+    char path[256], cmd[512];
+    snprintf(path, sizeof path, "build/families/%s-q8_0.gguf", name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(cmd, sizeof cmd, "build/venv/bin/python tests/gguf/families.py --family %s --out build/families "
+                 ">/dev/null", name);
+        CHECK(system(cmd) == 0, "%s: could not be written", path);
+        f = fopen(path, "rb");
+    }
+    if (f)
+        fclose(f);
+    return f ? strdup(path) : NULL;
+}
+
 static sp_model *load(const char *path)
 {
     sp_model_params mp;
@@ -142,23 +161,23 @@ static sp_model *load(const char *path)
 
 struct fwd {
     const struct sp_model *m;
-    struct sp_kv *kv;
+    struct sp_memory *mem;
     struct sp_forward_scratch fs;
     struct sp_pool *pool;
     int n_batch;
     sp_token tok[64];
     int32_t pos[64], out[64];
-    const struct sp_kv_seq *seqs[64];
+    const struct sp_memory_seq *seqs[64];
 };
 
 /* n tokens of seq at positions pos0.., logits of the last (or of all). */
-static void run(struct fwd *f, struct sp_kv_seq *seq, const sp_token *toks, int n, int pos0, bool all, float *logits)
+static void run(struct fwd *f, struct sp_memory_seq *seq, const sp_token *toks, int n, int pos0, bool all, float *logits)
 {
     for (int done = 0; done < n;) {
         int k = n - done < f->n_batch ? n - done : f->n_batch, n_out = 0;
         for (int i = 0; i < k; i++) {
             int p = pos0 + done + i;
-            CHECK(sp_kv_seq_reserve(f->kv, seq, (uint32_t)p + 1) == SP_OK, "reserve %d", p);
+            CHECK(sp_memory_seq_reserve(f->mem, seq, (uint32_t)p + 1) == SP_OK, "reserve %d: %s", p, sp_error_message());
             f->tok[i] = toks[done + i];
             f->pos[i] = p;
             f->seqs[i] = seq;
@@ -166,7 +185,7 @@ static void run(struct fwd *f, struct sp_kv_seq *seq, const sp_token *toks, int 
                 f->out[n_out++] = i;
         }
         struct sp_forward_batch b = {k, f->tok, f->pos, f->seqs, f->out, n_out, 0};
-        CHECK(sp_forward(f->m, f->kv, &f->fs, f->pool, &b, logits) == SP_OK, "forward: %s", sp_error_message());
+        CHECK(sp_forward(f->m, f->mem, &f->fs, f->pool, &b, logits) == SP_OK, "forward: %s", sp_error_message());
         done += k;
     }
 }
@@ -174,7 +193,10 @@ static void run(struct fwd *f, struct sp_kv_seq *seq, const sp_token *toks, int 
 /* Sequence a: the prompt, then a verification batch (the next token and
  * five drafts that are all wrong), rolled back to the next token, then
  * two more tokens.  Sequence b decodes the same tokens one step at a
- * time.  P > the ring of a sliding-window model, so its rings wrap. */
+ * time.  P > the ring of a sliding-window model, so its rings wrap; for a
+ * model with linear layers the drafts cross a grid point (the state there
+ * is computed, then rolled back to the one before), and the prefix cache
+ * resumes from its snapshot at the grid point. */
 static void test_rollback(const char *path, int P)
 {
     sp_model *pm = load(path);
@@ -186,17 +208,27 @@ static void test_rollback(const char *path, int P)
     const int n_ctx = 1024, V = (int)hp->n_vocab;
     f->m = m;
     f->n_batch = 64;
-    bool local[256] = {false};
+    bool local[256] = {false}, stateless[256] = {false};
+    struct sp_state_layer lin[256];
     uint32_t ring = 0;
     if (hp->n_swa && hp->n_swa + (uint32_t)f->n_batch < (uint32_t)n_ctx) {
         for (uint32_t l = 0; l < hp->n_layer; l++)
             local[l] = m->layers[l].swa;
         ring = hp->n_swa + (uint32_t)f->n_batch;
     }
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        sp_forward_state_layer(m, l, &lin[l]);
+        stateless[l] = m->layers[l].mixer != SP_MIXER_ATTN;
+    }
     CHECK(sp_pool_init(&f->pool, 2) == SP_OK, "pool");
-    const struct sp_kv_shape shape = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                                      .local = local, .ring_len = ring, .n_rings = 4};
-    CHECK(sp_kv_new(&f->kv, &shape, 200) == SP_OK, "kv");
+    const struct sp_memory_shape shape = {
+        .kv = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .local = local,
+               .stateless = stateless, .ring_len = ring, .n_rings = 4},
+        .n_blocks = 200,
+        .state = {.n_layer = hp->n_layer, .layers = lin, .n_slots = 4, .n_snapshots = 4,
+                  .snapshot_budget = (uint64_t)1 << 30},
+    };
+    CHECK(sp_memory_new(&f->mem, &shape) == SP_OK, "memory: %s", sp_error_message());
     CHECK(sp_forward_scratch_init(&f->fs, m, f->n_batch, n_ctx, 2) == SP_OK, "scratch");
     sp_token *toks = malloc((size_t)(P + 16) * sizeof *toks);
     float *la = malloc((size_t)8 * V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
@@ -206,11 +238,11 @@ static void test_rollback(const char *path, int P)
         toks[i] = (sp_token)(300 + (x >> 33) % 5000);
     }
     const sp_token next[3] = {500, 700, 800}, drafts[5] = {600, 601, 602, 603, 604};
-    struct sp_kv_seq a = {0}, b = {0};
+    struct sp_memory_seq a = {0}, b = {0};
     run(f, &a, toks, P, 0, false, la);
     sp_token verify[6] = {next[0], drafts[0], drafts[1], drafts[2], drafts[3], drafts[4]};
     run(f, &a, verify, 6, P, true, la); /* rows: after next[0], then after each draft */
-    CHECK(sp_kv_seq_truncate(f->kv, &a, (uint32_t)P + 1) == SP_OK, "roll a back");
+    CHECK(sp_memory_seq_truncate(f->mem, &a, (uint32_t)P + 1) == SP_OK, "roll a back: %s", sp_error_message());
     run(f, &b, toks, P, 0, false, lb);
     run(f, &b, next, 1, P, false, lb);
     CHECK(!memcmp(la, lb, (size_t)V * sizeof *lb), "%s: the verification row equals a one-token step", path);
@@ -221,26 +253,37 @@ static void test_rollback(const char *path, int P)
     }
     if (!ring) { /* the prefix cache: only what was kept is registered */
         memcpy(toks + P, next, sizeof next);
-        sp_kv_prefix_commit(f->kv, &a, toks);
-        sp_token with_drafts[64];
+        sp_memory_prefix_commit(f->mem, &a, toks);
+        sp_token with_drafts[256];
         memcpy(with_drafts, toks, (size_t)P * sizeof *toks);
         with_drafts[P] = next[0];
         memcpy(with_drafts + P + 1, drafts, sizeof drafts);
-        struct sp_kv_seq c = {0}, d = {0};
-        uint32_t kept = sp_kv_prefix_attach(f->kv, &c, toks, (uint32_t)P + 3);
-        uint32_t rejected = sp_kv_prefix_attach(f->kv, &d, with_drafts, (uint32_t)P + 6);
-        CHECK(kept == (uint32_t)(P + 3) / 16 * 16 && rejected < kept,
-              "%s: the kept tokens' blocks are cached (%u), the drafts' never (%u)", path, kept, rejected);
-        sp_kv_seq_release(f->kv, &c);
-        sp_kv_seq_release(f->kv, &d);
+        struct sp_memory_seq c = {0}, d = {0};
+        uint32_t kept = sp_memory_prefix_attach(f->mem, &c, toks, (uint32_t)P + 3);
+        uint32_t rejected = sp_memory_prefix_attach(f->mem, &d, with_drafts, (uint32_t)P + 6);
+        /* with state: up to the grid point, where the snapshot is */
+        uint32_t want = hp->n_linear ? (uint32_t)(P + 3) / SP_STATE_CHUNK * SP_STATE_CHUNK : (uint32_t)(P + 3) / 16 * 16;
+        CHECK(kept == want && kept > 0 && (hp->n_linear ? rejected <= kept : rejected < kept),
+              "%s: the kept tokens' blocks are cached (%u of %u), the drafts' never (%u)", path, kept, want, rejected);
+        if (hp->n_linear && kept > 0 && kept <= (uint32_t)P + 2) {
+            /* resumed from the snapshot: position P + 2's logits equal b's (its last step) */
+            run(f, &c, toks + kept, P + 3 - (int)kept, (int)kept, false, la);
+            CHECK(!memcmp(la, lb, (size_t)V * sizeof *lb), "%s: resumed from the prefix snapshot at %u, the logits "
+                  "are bit-identical", path, kept);
+            printf("  %s: drafts across grid point %u rolled back, prefix resumed from the snapshot at %u: %s\n", path,
+                   (uint32_t)(P + 6) / SP_STATE_CHUNK * SP_STATE_CHUNK, kept,
+                   memcmp(la, lb, (size_t)V * sizeof *lb) ? "DIFFERENT" : "bit-identical");
+        }
+        sp_memory_seq_release(f->mem, &c);
+        sp_memory_seq_release(f->mem, &d);
     }
-    sp_kv_seq_release(f->kv, &a);
-    sp_kv_seq_release(f->kv, &b);
+    sp_memory_seq_release(f->mem, &a);
+    sp_memory_seq_release(f->mem, &b);
     free(toks);
     free(la);
     free(lb);
     sp_forward_scratch_free(&f->fs);
-    sp_kv_free(f->kv);
+    sp_memory_free(f->mem);
     sp_pool_free(f->pool);
     free(f);
     sp_model_free(pm);
@@ -530,6 +573,13 @@ int main(void)
         return sp_check_report("test_spec");
     test_rollback(smol_path, 29);
     test_rollback(gemma_path, 600);
+    static const char *const linear[] = {"mamba2", "lfm2", "granitehybrid", "nemotron_h", "qwen35"};
+    for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
+        char *fam = family(linear[i]);
+        if (fam)
+            test_rollback(fam, 126);
+        free(fam);
+    }
     sp_model *smol = load(smol_path), *gemma = load(gemma_path);
     if (smol && gemma) {
         /* ~2,400 sampled continuations: minutes of CPU under qemu-user

@@ -84,7 +84,10 @@ class EngineStats(Structure):
                 ("kv_block_tokens", c_uint32), ("kv_bytes", c_uint64), ("prefix_hits", c_uint64),
                 ("prefix_tokens_reused", c_uint64), ("n_running", c_uint32), ("mem_weights", c_uint64),
                 ("mem_kv", c_uint64), ("mem_kv_rings", c_uint64), ("mem_scratch", c_uint64),
-                ("mem_resident", c_uint64), ("spec_drafted", c_uint64), ("spec_accepted", c_uint64)]
+                ("mem_resident", c_uint64), ("spec_drafted", c_uint64), ("spec_accepted", c_uint64),
+                ("state_bytes_per_seq", c_uint64), ("mem_state", c_uint64), ("state_slots_used", c_uint32),
+                ("state_snapshots", c_uint32), ("state_snapshot_bytes", c_uint64),
+                ("mem_state_snapshots", c_uint64)]
 
 
 class TensorInfo(Structure):

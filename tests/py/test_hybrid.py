@@ -1,0 +1,203 @@
+"""Models with linear (recurrent) layers, on the random-weight files of
+tests/gguf/families.py (their numbers against llama.cpp are
+test_families.py's), through the engine: the state of every sequence in a
+batch with others, chunked prefill, forks for n > 1, the prefix cache
+resuming a prompt from a state snapshot, speculative decoding's roll back,
+what `spindle info` and /metrics report, and the refusals.
+
+A linear layer's state advances on a grid of 64-position chunks aligned to
+absolute positions (docs/design.md, "Sequence memory"), so every position's
+output is one fixed function of the tokens before it: each comparison
+below is exact."""
+import concurrent.futures
+import os
+import re
+import sys
+
+import pytest
+
+from server_util import Server
+from test_families import golden, model_path
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gguf"))
+import families  # noqa: E402
+
+LINEAR = [f for f in sorted(families.FAMILIES) if families.is_linear(f)]
+GRID = 64
+
+
+def _linear_layer(spec, i):
+    """Whether layer i of a family's test model is linear."""
+    if "attn_layers" in spec:
+        return i not in spec["attn_layers"]
+    if "pattern" in spec:
+        return spec["pattern"][i] == "M"
+    if "conv_layers" in spec:
+        return i in spec["conv_layers"]
+    if "delta" in spec:
+        return (i + 1) % 4 != 0
+    return True
+
+
+def _prompts(fam):
+    return [p["text"] for p in golden(fam)["files"]["f32"]["prompts"]]
+
+
+@pytest.fixture(scope="module", params=LINEAR)
+def server(request, spindle_bin):
+    s = Server(spindle_bin, model_path(request.param, "f32"), "--parallel", "4", "--ctx", "1024")
+    s.family = request.param
+    yield s
+    rc = s.stop()
+    assert rc == 0, s.log_text()[-2000:]
+
+
+def _complete(server, prompt, n=24, **extra):
+    body = {"model": server.model_id, "prompt": prompt, "max_tokens": n, "temperature": 0, "logprobs": 2}
+    body.update(extra)
+    r = server.post("/v1/completions", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _choice(doc):
+    c = doc["choices"][0]
+    return c["text"], c["logprobs"]["token_logprobs"]
+
+
+def test_sequences_batched_together_equal_each_alone(server):
+    """Every golden prompt (the longest past two grid points) alone, then
+    all at once in four parallel slots: the same text and the same logprobs,
+    bit for bit."""
+    prompts = _prompts(server.family)
+    alone = [_choice(_complete(server, p)) for p in prompts]
+    assert len({a[0] for a in alone}) == len(prompts)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(prompts)) as ex:
+        together = list(ex.map(lambda p: _choice(_complete(server, p)), prompts))
+    for p, a, b in zip(prompts, alone, together):
+        assert a == b, p[:40]
+
+
+def test_prefix_cache_resumes_from_a_state_snapshot(server):
+    """A long prompt twice: the second time the prefix cache gives back its positions
+    up to the last grid point before its last token (a snapshot of the
+    state there), and the continuation is the one computed from scratch."""
+    prompt = "Notes. " + max(_prompts(server.family), key=len)  # not cached by the tests before
+    before = server.metrics()
+    first = _complete(server, prompt)
+    second = _complete(server, prompt)
+    n_prompt = second["usage"]["prompt_tokens"]
+    assert n_prompt > 2 * GRID
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == (n_prompt - 1) // GRID * GRID
+    assert _choice(second) == _choice(first)
+    after = server.metrics()
+    assert after["spindle_prefix_cache_hits_total"] > before["spindle_prefix_cache_hits_total"]
+    assert after["spindle_state_snapshots"] >= 1
+    assert after["spindle_state_bytes_per_sequence"] > 0
+
+
+@pytest.mark.parametrize("fam", LINEAR)
+def test_chunked_prefill_is_bit_identical(fam, run_spindle, tmp_path):
+    """Perplexity over two 256-token windows, prefilled in batches of 512,
+    37 and 1 token: the same numbers to the last printed digit."""
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(p for p in _prompts(fam)) * 3)
+    out = []
+    for b in (512, 37, 1):
+        r = run_spindle("perplexity", "-m", model_path(fam, "q8_0"), "-f", text, "--ctx", 256, "--chunks", 2,
+                        "--batch", b)
+        assert r.returncode == 0, r.stderr
+        out.append(re.findall(r"PPL = \S+", r.stdout + r.stderr))
+    assert out[0] and out[0] == out[1] == out[2], out
+
+
+@pytest.mark.parametrize("fam", LINEAR)
+def test_forked_choices_keep_their_own_state(fam, run_spindle):
+    """n = 3 samples fork the prompt's state three ways: choice i is the
+    single run with seed + i (each copy then diverges on its own)."""
+    path, prompt = model_path(fam, "q8_0"), _prompts(fam)[0]
+    three = run_spindle("run", "-m", path, "-p", prompt, "-n", 40, "--temp", 0.9, "--seed", 11, "--n", 3, "--json")
+    assert three.returncode == 0, three.stderr
+    texts = [c["text"] for c in three.json()["choices"]]
+    assert len(set(texts)) == 3
+    for i in range(3):
+        one = run_spindle("run", "-m", path, "-p", prompt, "-n", 40, "--temp", 0.9, "--seed", 11 + i, "--json")
+        assert one.returncode == 0, one.stderr
+        assert one.json()["text"] == texts[i], i
+
+
+@pytest.mark.parametrize("fam", LINEAR)
+def test_info_prints_the_state_per_sequence(fam, run_spindle):
+    """`spindle info` prints the state beside the KV cache: per sequence,
+    every linear layer's two grid states, its input ring (2C positions of
+    what the chunked state reads) and its convolution ring (2C + taps - 1
+    positions of the raw inputs), in f32."""
+    spec = families.FAMILIES[fam]
+    if "ssm" in spec:  # Mamba-2: x, B, C, dt, L per position
+        dc, di, ds, ng, hd = spec["ssm"]
+        nh, conv = di // hd, di + 2 * ng * ds
+        layer = 2 * nh * ds * hd + 2 * GRID * (conv + 2 * nh) + (2 * GRID + dc - 1) * conv
+    elif "delta" in spec:  # q, k, v, beta, g, L, u per position
+        dc, nk, nv, w = spec["delta"]
+        conv = (2 * nk + nv) * w
+        layer = 2 * nv * w * w + 2 * GRID * (conv + nv * w + 3 * nv) + (2 * GRID + dc - 1) * conv
+    else:  # LFM2: the convolution's inputs only
+        layer = (2 * GRID + spec["conv_taps"] - 1) * spec["n_embd"]
+    n_linear = sum(1 for i in range(spec["n_layer"]) if _linear_layer(spec, i))
+    want = n_linear * layer * 4
+    r = run_spindle("info", "-m", model_path(fam, "q8_0"), "--parallel", 3)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"^  state +([0-9.]+) MiB \(linear layers' recurrent state: ([0-9.]+) MiB per sequence", r.stdout,
+                  re.M)
+    assert m, r.stdout
+    assert abs(float(m.group(2)) - want / 2**20) < 0.01, (m.group(2), want / 2**20)
+    assert abs(float(m.group(1)) - 3 * want / 2**20) < 0.06  # printed to 0.1 MiB
+    if n_linear == spec["n_layer"]:  # no attention layer: no KV bytes
+        assert re.search(r"^  KV cache +0\.0 MiB", r.stdout, re.M), r.stdout
+
+
+@pytest.mark.parametrize("fam", LINEAR)
+def test_self_speculation_is_refused(fam, run_spindle):
+    """The first layers cannot draft ahead of a linear layer's state: one
+    line naming the model and what works instead, exit 2."""
+    r = run_spindle("run", "-m", model_path(fam, "q8_0"), "-p", "hello", "-n", 4, "--spec", "self")
+    assert r.returncode == 2
+    assert "linear (recurrent) layers" in r.stderr and "ngram" in r.stderr, r.stderr
+
+
+def _variant(tmp_path, fam, edit):
+    """The family's q8_0 file with one thing changed by edit(builder)."""
+    b = families.Builder(fam, dict(families.FAMILIES[fam]), seed=7)
+    b.build()
+    edit(b)
+    path = tmp_path / ("%s-variant.gguf" % fam)
+    b.write(str(path), "q8_0")
+    return path
+
+
+def _set_key(b, suffix, value):
+    b.kv = [(k, value if k.endswith("." + suffix) else v, t, s) for k, v, t, s in b.kv]
+
+
+def _set_tensor(b, name, make):
+    b.tensors = [(n, shape, kind, make if n == name else mk) for n, shape, kind, mk in b.tensors]
+
+
+REFUSALS = [
+    ("mamba2", lambda b: _set_key(b, "ssm.conv_kernel", 9), "ssm.conv_kernel': 9, expected 1..8"),
+    ("mamba2", lambda b: _set_key(b, "ssm.group_count", 3), "ssm.group_count': 3 groups do not divide 8 heads"),
+    ("mamba2", lambda b: _set_tensor(b, "blk.1.ssm_a", lambda rng: families.np.full((8, 1), 0.5, families.np.float32)),
+     "blk.1.ssm_a': 0.5 in head 0, expected a finite value <= 0"),
+    ("lfm2", lambda b: _set_key(b, "attention.head_count_kv", [0, 2, 0]),
+     "3 values, expected one or 4 (one per layer)"),
+    ("granitehybrid", lambda b: (b.key("expert_count", 4, families.VT.UINT32),
+                                 b.key("expert_used_count", 2, families.VT.UINT32)),
+     "has no mixture-of-experts layers"),
+]
+
+
+@pytest.mark.parametrize("fam,edit,expect", REFUSALS, ids=[r[2][:30] for r in REFUSALS])
+def test_malformed_files_are_refused(fam, edit, expect, run_spindle, tmp_path):
+    r = run_spindle("info", "-m", _variant(tmp_path, fam, edit))
+    assert r.returncode == 2 and expect in r.stderr, r.stderr

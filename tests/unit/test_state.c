@@ -1,0 +1,167 @@
+/* The state room and the memory room over it: slots taken on first use and
+ * refused (SP_ERR_FULL) when all are held, positions written once, roll
+ * backs allowed down to the older grid state and refused below it, forks
+ * copying a slot, snapshots filed under a block's key, found, loaded and
+ * evicted least-recently-used, and the memory room composing KV blocks and
+ * slots: a model of linear layers only has blocks without rows, and the
+ * prefix cache attaches only up to a grid point with a snapshot. */
+#include <string.h>
+
+#include "check.h"
+#include "memory/memory.h"
+#include "state/state.h"
+
+#define C SP_STATE_CHUNK
+
+/* Two linear layers around an attention-like one (all zero). */
+static const struct sp_state_layer LAYERS[3] = {
+    {.conv_ch = 8, .conv_hist = 3, .in_floats = 5, .grid_floats = 12},
+    {0},
+    {.conv_ch = 4, .conv_hist = 2},
+};
+
+/* Fills a slot's layer 0 grid state at g with a pattern of v. */
+static void fill_grid(struct sp_state *st, const struct sp_state_seq *seq, uint32_t g, float v)
+{
+    struct sp_state_view w = sp_state_view(st, seq, 0);
+    for (int i = 0; i < 12; i++)
+        w.grid[(g / C) & 1][i] = v + (float)i;
+}
+
+static float grid_at(struct sp_state *st, const struct sp_state_seq *seq, uint32_t g, int i)
+{
+    return sp_state_view(st, seq, 0).grid[(g / C) & 1][i];
+}
+
+static void test_slots_and_rollback(void)
+{
+    const struct sp_state_shape shape = {.n_layer = 3, .layers = LAYERS, .n_slots = 2, .n_snapshots = 2,
+                                         .snapshot_budget = 1 << 20};
+    struct sp_state *st;
+    CHECK(sp_state_new(&st, &shape) == SP_OK && st, "new");
+    struct sp_state_stats ss;
+    sp_state_stats(st, &ss);
+    const uint64_t want = 4 * ((uint64_t)2 * 12 + (2 * C + 3) * 8 + 2 * C * 5 + (2 * C + 2) * 4);
+    CHECK(ss.slot_bytes == want, "slot bytes %llu, want %llu", (unsigned long long)ss.slot_bytes,
+          (unsigned long long)want);
+    CHECK(ss.snapshot_bytes == 4 * (12 + 3 * 8 + 2 * 4), "snapshot bytes %llu", (unsigned long long)ss.snapshot_bytes);
+    struct sp_state_view v0 = {0};
+    struct sp_state_seq a = {0}, b = {0}, c = {0};
+    CHECK(sp_state_seq_reserve(st, &a, 10) == SP_OK, "reserve a");
+    CHECK(sp_state_seq_reserve(st, &a, 10) == SP_ERR_INTERNAL, "a position is written once");
+    CHECK(sp_state_seq_reserve(st, &b, 1) == SP_OK, "reserve b");
+    CHECK(sp_state_seq_reserve(st, &c, 1) == SP_ERR_FULL, "two slots: the third sequence waits");
+    v0 = sp_state_view(st, &a, 0);
+    CHECK(v0.conv_ring == 2 * C + 3 && v0.in_ring == 2 * C, "rings %u %u", v0.conv_ring, v0.in_ring);
+    /* a reaches 2C + 10: the grid states at C and 2C are held */
+    CHECK(sp_state_seq_reserve(st, &a, 2 * C + 10) == SP_OK, "grow a");
+    fill_grid(st, &a, C, 100.0f);
+    fill_grid(st, &a, 2 * C, 200.0f);
+    CHECK(sp_state_seq_truncate(st, &a, C - 1) == SP_ERR_INTERNAL, "below the older grid state: refused");
+    CHECK(sp_state_seq_truncate(st, &a, C + 5) == SP_OK, "back past the newer grid point");
+    CHECK(grid_at(st, &a, C, 3) == 103.0f, "the grid state at C is intact");
+    /* what was rolled back past is written again; the floor stays at C */
+    CHECK(sp_state_seq_reserve(st, &a, 2 * C + 1) == SP_OK, "grow a again");
+    CHECK(sp_state_seq_truncate(st, &a, C) == SP_OK, "to C exactly");
+    CHECK(sp_state_seq_truncate(st, &a, C - 1) == SP_ERR_INTERNAL, "still not below C");
+    /* fork: a copy of the slot, independent */
+    sp_state_seq_release(st, &b);
+    CHECK(sp_state_seq_fork(st, &c, &a) == SP_OK && c.n_pos == a.n_pos, "fork");
+    fill_grid(st, &c, C, 7.0f);
+    CHECK(grid_at(st, &a, C, 0) == 100.0f && grid_at(st, &c, C, 0) == 7.0f, "a fork's state is its own");
+    CHECK(sp_state_seq_fork(st, &b, &a) == SP_ERR_FULL, "no slot for a third copy");
+    sp_state_seq_release(st, &a);
+    sp_state_seq_release(st, &c);
+    sp_state_stats(st, &ss);
+    CHECK(ss.slots_used == 0, "every slot back (%u used)", ss.slots_used);
+    sp_state_free(st);
+}
+
+static void test_snapshots(void)
+{
+    const struct sp_state_shape shape = {.n_layer = 3, .layers = LAYERS, .n_slots = 4, .n_snapshots = 2,
+                                         .snapshot_budget = 1 << 20};
+    struct sp_state *st;
+    CHECK(sp_state_new(&st, &shape) == SP_OK, "new");
+    struct sp_state_seq a = {0}, b = {0};
+    CHECK(sp_state_seq_reserve(st, &a, 2 * C + 3) == SP_OK, "reserve");
+    fill_grid(st, &a, 2 * C, 50.0f);
+    struct sp_state_view w = sp_state_view(st, &a, 2);
+    for (uint32_t q = 2 * C - 2; q < 2 * C; q++) /* layer 2's convolution history before the grid point */
+        for (int i = 0; i < 4; i++)
+            w.conv[(q % w.conv_ring) * 4 + i] = (float)(q * 10 + (uint32_t)i);
+    sp_state_snapshot_save(st, &a, 111);
+    CHECK(sp_state_snapshot_find(st, 111) == 2 * C && sp_state_snapshot_find(st, 222) == 0, "found under its key");
+    CHECK(sp_state_snapshot_load(st, &b, 111) == SP_OK && b.n_pos == 2 * C, "loaded: %u positions", b.n_pos);
+    CHECK(grid_at(st, &b, 2 * C, 5) == 55.0f, "the grid state came back");
+    struct sp_state_view wb = sp_state_view(st, &b, 2);
+    CHECK(wb.conv[((2 * C - 1) % wb.conv_ring) * 4 + 3] == (float)((2 * C - 1) * 10 + 3), "the history came back");
+    CHECK(sp_state_seq_truncate(st, &b, 2 * C - 1) == SP_ERR_INTERNAL, "nothing before the snapshot's grid point");
+    /* two fit: a third evicts the least recently used */
+    sp_state_snapshot_save(st, &a, 333);
+    CHECK(sp_state_snapshot_find(st, 111) && sp_state_snapshot_find(st, 333), "two held");
+    sp_state_snapshot_find(st, 111);
+    CHECK(sp_state_snapshot_load(st, &(struct sp_state_seq){0}, 999) == SP_ERR_INTERNAL, "no such snapshot");
+    struct sp_state_seq d = {0};
+    CHECK(sp_state_snapshot_load(st, &d, 111) == SP_OK, "use 111 again");
+    sp_state_seq_release(st, &d);
+    sp_state_snapshot_save(st, &a, 444);
+    CHECK(sp_state_snapshot_find(st, 444) && sp_state_snapshot_find(st, 111) && !sp_state_snapshot_find(st, 333),
+          "the least recently used (333) went");
+    sp_state_seq_release(st, &a);
+    sp_state_seq_release(st, &b);
+    sp_state_free(st);
+}
+
+static void test_memory(void)
+{
+    /* linear layers only: blocks without rows */
+    const bool stateless[3] = {true, true, true};
+    const struct sp_state_layer only[3] = {LAYERS[0], LAYERS[0], LAYERS[2]};
+    struct sp_memory_shape shape = {
+        .kv = {.n_layer = 3, .stateless = stateless}, .n_blocks = 32,
+        .state = {.n_layer = 3, .layers = only, .n_slots = 2, .n_snapshots = 4, .snapshot_budget = 1 << 20},
+    };
+    struct sp_memory *mem;
+    CHECK(sp_memory_new(&mem, &shape) == SP_OK, "memory: %s", sp_error_message());
+    CHECK(sp_memory_has_state(mem), "has state");
+    struct sp_memory_stats ms;
+    sp_memory_stats(mem, 1, &ms);
+    CHECK(ms.kv.bytes == 0 && ms.kv.blocks_total == 32 && ms.state.slot_bytes > 0, "no KV bytes, %u blocks",
+          ms.kv.blocks_total);
+    sp_token toks[4 * C];
+    for (uint32_t i = 0; i < 4 * C; i++)
+        toks[i] = 1000 + (sp_token)i;
+    struct sp_memory_seq a = {0}, b = {0}, c = {0};
+    for (uint32_t p = 1; p <= 2 * C + 20; p++)
+        CHECK(sp_memory_seq_reserve(mem, &a, p) == SP_OK, "reserve %u", p);
+    CHECK(sp_memory_seq_reserve(mem, &a, 5) == SP_ERR_INTERNAL, "written once");
+    CHECK(sp_memory_seq_len(&a) == 2 * C + 20, "len %u", sp_memory_seq_len(&a));
+    sp_memory_prefix_commit(mem, &a, toks);
+    sp_memory_stats(mem, 1, &ms);
+    CHECK(ms.state.snapshots_used == 1, "one snapshot (at %u)", 2 * C);
+    /* a prompt sharing 2C + 20 tokens resumes at 2C; one sharing less than
+     * 2C resumes at nothing (no snapshot at C) */
+    CHECK(sp_memory_prefix_attach(mem, &b, toks, 2 * C + 20) == 2 * C, "resumed at 2C");
+    CHECK(sp_memory_seq_len(&b) == 2 * C, "b holds 2C");
+    CHECK(sp_memory_prefix_attach(mem, &c, toks, 2 * C - 1) == 0, "no snapshot below 2C");
+    sp_memory_seq_release(mem, &c);
+    CHECK(sp_memory_seq_reserve(mem, &c, 1) == SP_ERR_FULL, "two slots held: the third waits");
+    CHECK(sp_memory_seq_len(&c) == 0, "nothing changed");
+    sp_memory_seq_release(mem, &a);
+    sp_memory_seq_release(mem, &b);
+    sp_memory_seq_release(mem, &c);
+    sp_memory_free(mem);
+    /* no linear layer: no state pool */
+    const struct sp_memory_shape plain = {.kv = {.n_layer = 2, .n_head_kv = 1, .head_dim = 64}, .n_blocks = 8};
+    CHECK(sp_memory_new(&mem, &plain) == SP_OK && !sp_memory_has_state(mem), "attention only: no state");
+    sp_memory_free(mem);
+}
+
+int main(void)
+{
+    test_slots_and_rollback();
+    test_snapshots();
+    test_memory();
+    return sp_check_report("state");
+}
