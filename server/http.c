@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -83,10 +82,12 @@ struct sp_conn {
     int status;          /* the HTTP status answered, for the metrics */
     bool hung_up;        /* sp_conn_wait saw the client hang up before a response */
     bool active;         /* counted in h->n_active */
-    struct sp_job *job;
+    struct sp_job *job;  /* jobs[0] */
+    struct sp_job **jobs; /* one per prompt of a completions batch (job_batch.c) */
+    size_t n_jobs;
     struct sp_resp resp;
     bool resp_init;
-    struct sp_job_buf buf;
+    struct sp_job_buf buf, scratch;
     char *out;           /* stream bytes not yet handed to MHD */
     size_t out_len, out_cap, out_pos;
     bool stream_done;
@@ -277,15 +278,16 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         }
         if (c->stream_done)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        bool timed_out = false;
-        enum sp_job_state st = sp_job_take(c->job, &c->buf, &timed_out);
+        bool timed_out = false, lost = false;
+        enum sp_job_state st = sp_jobs_take(c->jobs, c->n_jobs, c->resp.n_choices / (int)c->n_jobs, &c->buf,
+                                            &c->scratch, &timed_out, &lost);
         c->resp.timed_out = timed_out;
         if (sp_resp_stream_events(&c->resp, &c->buf, &c->out, &c->out_len, &c->out_cap) != SP_OK)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (st == SP_JOB_DONE || st == SP_JOB_FAILED) {
             struct sp_api_error err;
             sp_status ss;
-            if (sp_job_shut_down(c->job)) {
+            if (sp_jobs_shut_down(c->jobs, c->n_jobs)) {
                 sp_shutdown_error(&err);
                 ss = sp_resp_stream_error(&err, &c->out, &c->out_len, &c->out_cap);
             } else {
@@ -299,7 +301,7 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (c->out_len)
             continue;
         if (!sp_conn_wait(c)) {
-            sp_sched_cancel(c->h->sched, c->job);
+            sp_jobs_cancel(c->h->sched, c->jobs, c->n_jobs);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -307,14 +309,14 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 /* ---- generation ---- */
 
-static enum MHD_Result sp_fail_admission(struct sp_conn *c)
+static enum MHD_Result sp_fail_admission(struct sp_conn *c, struct sp_job *j)
 {
     struct sp_api_error err;
-    pthread_mutex_lock(&c->job->mu);
-    sp_status st = c->job->fail_status;
+    pthread_mutex_lock(&j->mu);
+    sp_status st = j->fail_status;
     char msg[256];
-    snprintf(msg, sizeof msg, "%s", c->job->fail_msg);
-    pthread_mutex_unlock(&c->job->mu);
+    snprintf(msg, sizeof msg, "%s", j->fail_msg);
+    pthread_mutex_unlock(&j->mu);
     if (st == SP_ERR_CONTEXT)
         sp_api_fail(&err, 400, "invalid_request_error", "context_length_exceeded",
                     c->route == SP_ROUTE_CHAT ? "messages" : "prompt", "%s", msg);
@@ -332,7 +334,6 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
 {
     struct sp_http *h = c->h;
     struct sp_api_limits lim;
-    struct sp_api_request api;
     struct sp_api_error err;
     sp_api_limits_default(&lim);
     lim.model_id = h->model_id;
@@ -343,19 +344,10 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     lim.gcache = sp_sched_grammar_cache(h->sched);
     lim.max_retries = h->cfg.max_retries;
     enum sp_api_kind kind = c->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETIONS;
-    if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_model(h->sched), &lim,
-                             &err) != SP_OK)
+    if (sp_jobs_make(sp_api_request_parse_item, kind, c->body, c->n_body, sp_sched_model(h->sched), &lim,
+                     h->cfg.timeout_s, &c->jobs, &c->n_jobs, &err) != SP_OK)
         return sp_respond_error(c, &err);
-    if (!api.seed_set && getrandom(&api.gp.sampling.seed, sizeof api.gp.sampling.seed,
-                                   GRND_NONBLOCK) < 0)
-        api.gp.sampling.seed = (uint64_t)sp_now();
-    double timeout = api.timeout_s > 0 ? api.timeout_s : h->cfg.timeout_s;
-    struct sp_job *j = sp_job_new(&api, timeout);
-    if (!j) {
-        sp_api_request_free(&api);
-        return sp_fail(c, 500, "server_error", NULL, "out of memory");
-    }
-    c->job = j;
+    struct sp_job *j = c->job = c->jobs[0];
     if (sp_resp_init(&c->resp, &j->api, sp_sched_model(h->sched), h->model_id) != SP_OK)
         return sp_fail(c, 500, "server_error", NULL, "out of memory");
     c->resp_init = true;
@@ -369,22 +361,25 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     pthread_mutex_unlock(&h->mu);
     if (draining)
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
-    if (sp_sched_submit(h->sched, j) != SP_OK)
+    if (sp_jobs_submit(h->sched, c->jobs, c->n_jobs) != SP_OK)
         return sp_fail(c, 429, "requests", "rate_limit_exceeded",
                        "Too many requests are waiting; retry later.");
 
     /* Wait for admission, so that a refusal is still a plain 4xx. */
     enum sp_job_state st;
-    while ((st = sp_job_state_of(j)) == SP_JOB_QUEUED) {
+    size_t failed = 0;
+    while ((st = sp_jobs_state(c->jobs, c->n_jobs, &failed)) == SP_JOB_QUEUED) {
         if (!sp_conn_wait(c)) {
-            sp_sched_cancel(h->sched, j);
+            sp_jobs_cancel(h->sched, c->jobs, c->n_jobs);
             c->hung_up = true;
             return MHD_NO;
         }
     }
-    if (st == SP_JOB_FAILED)
-        return sp_fail_admission(c);
-    if (sp_job_shut_down(j)) {
+    if (st == SP_JOB_FAILED) {
+        sp_jobs_cancel(h->sched, c->jobs, c->n_jobs);
+        return sp_fail_admission(c, c->jobs[failed]);
+    }
+    if (sp_jobs_shut_down(c->jobs, c->n_jobs)) {
         sp_shutdown_error(&err);
         return sp_respond_error(c, &err);
     }
@@ -404,21 +399,22 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
         return ret;
     }
     for (;;) {
-        bool timed_out = false;
-        st = sp_job_take(j, &c->buf, &timed_out);
+        bool timed_out = false, lost = false;
+        st = sp_jobs_take(c->jobs, c->n_jobs, c->resp.n_choices / (int)c->n_jobs, &c->buf, &c->scratch,
+                          &timed_out, &lost);
         c->resp.timed_out = timed_out;
-        if (sp_resp_collect(&c->resp, &c->buf) != SP_OK)
+        if (lost || sp_resp_collect(&c->resp, &c->buf) != SP_OK)
             return sp_fail(c, 500, "server_error", NULL, "out of memory");
         if (st == SP_JOB_DONE || st == SP_JOB_FAILED)
             break;
         if (!sp_conn_wait(c)) {
-            sp_sched_cancel(h->sched, j);
+            sp_jobs_cancel(h->sched, c->jobs, c->n_jobs);
             c->hung_up = true;
             return MHD_NO;
         }
     }
     MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S);
-    if (sp_job_shut_down(j)) {
+    if (sp_jobs_shut_down(c->jobs, c->n_jobs)) {
         sp_shutdown_error(&err);
         return sp_respond_error(c, &err);
     }
@@ -810,10 +806,10 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
     if (!c)
         return;
     *con_cls = NULL;
-    if (c->job) {
-        enum sp_job_state st = sp_job_state_of(c->job);
+    for (size_t i = 0; i < c->n_jobs; i++) {
+        enum sp_job_state st = sp_job_state_of(c->jobs[i]);
         if (st != SP_JOB_DONE && st != SP_JOB_FAILED)
-            sp_sched_cancel(h->sched, c->job);
+            sp_sched_cancel(h->sched, c->jobs[i]);
     }
     if (c->status) {
         int status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->status != 200
@@ -829,8 +825,9 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
     }
     if (c->resp_init)
         sp_resp_free(&c->resp);
-    sp_job_unref(c->job);
+    sp_jobs_unref(c->jobs, c->n_jobs);
     sp_job_buf_free(&c->buf);
+    sp_job_buf_free(&c->scratch);
     free(c->out);
     free(c->body);
     if (c->active) {

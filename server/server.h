@@ -203,6 +203,34 @@ sp_status sp_sched_embed(struct sp_sched *s, struct sp_embed_work *w);
 /* The most tokens one embedding input may have (sp_engine_embed_max_tokens). */
 int sp_sched_embed_max_tokens(const struct sp_sched *s);
 
+/* job_batch.c: the jobs of one HTTP request, one per prompt of a
+ * completions batch (jobs[0] the first prompt's). */
+/* Parses the body (parse) once per prompt into one job each (*jobs: n of
+ * them, malloc'd; jobs[0] holds the first prompt's request), each with its
+ * own random seed unless the request sets one and its time limit (the
+ * request's `timeout`, else default_timeout), all waking jobs[0]'s
+ * eventfd.  On failure *err says what to answer and nothing is left. */
+sp_status sp_jobs_make(sp_api_parse_fn parse, enum sp_api_kind kind, const char *body, size_t len,
+                       const sp_model *model, const struct sp_api_limits *lim, double default_timeout,
+                       struct sp_job ***jobs, size_t *n, struct sp_api_error *err);
+void sp_jobs_unref(struct sp_job **jobs, size_t n);
+/* Makes j wake whoever waits on with's eventfd (instead of its own). */
+sp_status sp_job_share_wakeup(struct sp_job *j, const struct sp_job *with);
+/* Submits every job; on failure (sp_sched_submit's status) the ones
+ * already submitted are cancelled. */
+sp_status sp_jobs_submit(struct sp_sched *s, struct sp_job *const *jobs, size_t n);
+/* SP_JOB_FAILED (with *failed its index) if any job failed admission,
+ * else QUEUED while any is queued, else RUNNING while any runs, else DONE. */
+enum sp_job_state sp_jobs_state(struct sp_job *const *jobs, size_t n, size_t *failed);
+/* sp_job_take over every job: their events in *mine, job i's choices
+ * moved up by i * n_choices (scratch: a buffer of the caller's).  DONE (or
+ * FAILED) once every job has ended.  *lost: events were dropped for want
+ * of memory. */
+enum sp_job_state sp_jobs_take(struct sp_job *const *jobs, size_t n, int n_choices, struct sp_job_buf *mine,
+                               struct sp_job_buf *scratch, bool *timed_out, bool *lost);
+void sp_jobs_cancel(struct sp_sched *s, struct sp_job *const *jobs, size_t n);
+bool sp_jobs_shut_down(struct sp_job *const *jobs, size_t n);
+
 /* Asks the scheduler to end j (client gone); safe in any state. */
 void sp_sched_cancel(struct sp_sched *s, struct sp_job *j);
 /* Ends every queued and running job now, marked shut down (the drain ran

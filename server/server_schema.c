@@ -21,6 +21,7 @@ void sp_api_limits_default(struct sp_api_limits *lim)
     lim->max_stop_len = 1024;
     lim->max_logit_bias = 1024;
     lim->max_retries = 4;
+    lim->max_prompts = 16;
 }
 
 sp_status sp_api_fail(struct sp_api_error *err, int http_status, const char *type,
@@ -293,7 +294,76 @@ static sp_status sp_tokenize_prompt(struct sp_api_request *r, const sp_model *mo
     return SP_OK;
 }
 
-static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
+/* One prompt (a string or a list of token ids) into r->prompt. */
+static sp_status sp_parse_one_prompt(struct sp_api_request *r, const json_t *p, const sp_model *model,
+                                     const struct sp_api_limits *lim, struct sp_api_error *err)
+{
+    if (json_is_string(p)) {
+        if (!(r->prompt_text = sp_strndup_json(p)))
+            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (strlen(r->prompt_text) != json_string_length(p))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                               "Invalid value for 'prompt': it contains a NUL character.");
+        return model ? sp_tokenize_prompt(r, model, lim, err) : SP_OK;
+    }
+    size_t n = json_array_size(p);
+    if (n + 1 > (size_t)lim->n_ctx)
+        return sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded", "prompt",
+                           "This model's maximum context length is %d tokens. However, your "
+                           "prompt has %zu tokens.", lim->n_ctx, n);
+    r->prompt = malloc((n ? n : 1) * sizeof *r->prompt);
+    if (!r->prompt)
+        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    uint32_t n_vocab = model ? sp_model_n_vocab(model) : (uint32_t)INT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        json_int_t t = json_integer_value(json_array_get(p, i));
+        if (t < 0 || t >= (json_int_t)n_vocab)
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                               "Invalid token id in 'prompt': %lld.", (long long)t);
+        r->prompt[i] = (sp_token)t;
+    }
+    r->n_prompt = n;
+    return SP_OK;
+}
+
+/* Whether p is one prompt: a string or a list of token ids. */
+static bool sp_is_one_prompt(const json_t *p)
+{
+    if (json_is_string(p))
+        return true;
+    if (!json_is_array(p))
+        return false;
+    for (size_t i = 0; i < json_array_size(p); i++)
+        if (!json_is_integer(json_array_get(p, i)))
+            return false;
+    return true;
+}
+
+/* The text `echo` puts before a prompt's choices: the string as sent, or
+ * the token ids detokenized (model NULL: none). */
+static char *sp_echo_text(const json_t *p, const sp_model *model)
+{
+    if (json_is_string(p))
+        return sp_strndup_json(p);
+    size_t n = json_array_size(p), need = 0;
+    sp_token *t = malloc((n ? n : 1) * sizeof *t);
+    char *text = NULL;
+    for (size_t i = 0; t && i < n; i++)
+        t[i] = (sp_token)json_integer_value(json_array_get(p, i));
+    if (t && model)
+        sp_model_detokenize(model, t, n, false, NULL, 0, &need);
+    if (t && (text = malloc(need + 1)) != NULL) {
+        if (!model || sp_model_detokenize(model, t, n, false, text, need + 1, &need) != SP_OK)
+            need = 0;
+        text[need] = '\0';
+    }
+    free(t);
+    return text;
+}
+
+/* `prompt`: a string, a list of token ids, or a batch (a list of those),
+ * of which r takes prompt `item`; with echo, every prompt's text. */
+static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root, size_t item, bool echo,
                                  const sp_model *model, const struct sp_api_limits *lim,
                                  struct sp_api_error *err)
 {
@@ -301,51 +371,29 @@ static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
     if (!p)
         return sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "prompt",
                            "Missing required parameter: 'prompt'.");
-    /* A one-element batch is the same as its element. */
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);
-    if (json_is_string(p)) {
-        if (!(r->prompt_text = sp_strndup_json(p)))
+    bool batch = json_is_array(p) && json_array_size(p) > 0 && !sp_is_one_prompt(p);
+    size_t n = batch ? json_array_size(p) : 1;
+    for (size_t i = 0; i < n; i++)
+        if (!sp_is_one_prompt(batch ? json_array_get(p, i) : p))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "prompt",
+                               "Invalid type for 'prompt': expected a string, an array of token ids, "
+                               "or an array of those (a batch).");
+    if (n > (size_t)lim->max_prompts)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                           "Too many prompts in the batch: %zu (at most %d).", n, lim->max_prompts);
+    if (item >= n)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                           "The batch has no prompt %zu.", item);
+    r->n_batch = n;
+    r->batch_item = item;
+    if (echo && item == 0) {
+        if (!(r->echo = calloc(n, sizeof *r->echo)))
             return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        if (strlen(r->prompt_text) != json_string_length(p))
-            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
-                               "Invalid value for 'prompt': it contains a NUL character.");
-        if (model) {
-            sp_status st = sp_tokenize_prompt(r, model, lim, err);
-            if (st != SP_OK)
-                return st;
-        }
-    } else if (json_is_array(p)) {
-        size_t n = json_array_size(p);
         for (size_t i = 0; i < n; i++)
-            if (!json_is_integer(json_array_get(p, i)))
-                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "prompt",
-                                   "Invalid type for 'prompt': expected a string, an array of "
-                                   "token ids, or a one-element array of those (batches of "
-                                   "several prompts are not supported).");
-        if (n + 1 > (size_t)lim->n_ctx)
-            return sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded", "prompt",
-                               "This model's maximum context length is %d tokens. However, your "
-                               "prompt has %zu tokens.", lim->n_ctx, n);
-        r->prompt = malloc((n ? n : 1) * sizeof *r->prompt);
-        if (!r->prompt)
-            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        uint32_t n_vocab = model ? sp_model_n_vocab(model) : (uint32_t)INT32_MAX;
-        for (size_t i = 0; i < n; i++) {
-            json_int_t t = json_integer_value(json_array_get(p, i));
-            if (t < 0 || t >= (json_int_t)n_vocab)
-                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
-                                   "Invalid token id in 'prompt': %lld.", (long long)t);
-            r->prompt[i] = (sp_token)t;
-        }
-        r->n_prompt = n;
-    } else {
-        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "prompt",
-                           "Invalid type for 'prompt': expected a string or an array of token "
-                           "ids.");
+            if (!(r->echo[i] = sp_echo_text(batch ? json_array_get(p, i) : p, model)))
+                return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     }
-    return SP_OK;
+    return sp_parse_one_prompt(r, batch ? json_array_get(p, item) : p, model, lim, err);
 }
 
 /* A message's fields: role, content, name, tool_calls and tool_call_id are
@@ -543,6 +591,30 @@ static sp_status sp_parse_sampling(struct sp_api_request *r, const json_t *root,
         return SP_ERR_ARG;
     if (got)
         sp->repeat_penalty = (float)d; /* llama-server's extension */
+    if ((got = sp_read_int(root, "repeat_last_n", -1, INT32_MAX, &i, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->repeat_last_n = (int32_t)i; /* llama-server's: the penalties' window (-1: all) */
+    if ((got = sp_read_number(root, "typical_p", 0.0, 1.0, &d, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->typical_p = (float)d;
+    /* mirostat: the sampler has none; 0 (llama-server's "off") is accepted,
+     * and then its tau and eta change nothing */
+    if ((got = sp_read_int(root, "mirostat", 0, 2, &i, err)) < 0)
+        return SP_ERR_ARG;
+    if (got && i != 0)
+        return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "mirostat",
+                           "'mirostat' %lld is not supported: spindle's sampler has no mirostat "
+                           "(0, off, is accepted).", (long long)i);
+    if (sp_read_number(root, "mirostat_tau", 0.0, 1e6, &d, err) < 0 ||
+        sp_read_number(root, "mirostat_eta", 0.0, 1e6, &d, err) < 0)
+        return SP_ERR_ARG;
+    if (sp_read_int(root, "n_keep", -1, INT32_MAX, &i, err) < 0)
+        return SP_ERR_ARG;
+    bool b;
+    if (sp_read_bool(root, "cache_prompt", &b, err) < 0)
+        return SP_ERR_ARG;
     if ((got = sp_read_int(root, "seed", INT64_MIN, INT64_MAX, &i, err)) < 0)
         return SP_ERR_ARG;
     if (got) {
@@ -557,21 +629,42 @@ static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
 {
     json_int_t i;
     int got;
+    json_int_t probs = 0;
     r->logprobs = -1;
+    /* llama-server's n_probs: the top K of each token, OpenAI's logprobs
+     * (completions) or logprobs with top_logprobs (chat); 0: none */
+    if (sp_read_int(root, "n_probs", 0, SP_MAX_LOGPROBS, &probs, err) < 0)
+        return SP_ERR_ARG;
     if (r->kind == SP_API_COMPLETIONS) {
         if ((got = sp_read_int(root, "logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
             return SP_ERR_ARG;
+        if (got && probs && i != probs)
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "n_probs",
+                               "'n_probs' %lld and 'logprobs' %lld disagree (give one).", (long long)probs,
+                               (long long)i);
         if (got)
             r->logprobs = (int)i;
+        else if (probs)
+            r->logprobs = (int)probs;
     } else {
         bool on = false;
-        if (sp_read_bool(root, "logprobs", &on, err) < 0)
+        int set_on = sp_read_bool(root, "logprobs", &on, err);
+        if (set_on < 0)
             return SP_ERR_ARG;
         if ((got = sp_read_int(root, "top_logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
             return SP_ERR_ARG;
         if (got && !on)
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "top_logprobs",
                                "'top_logprobs' requires 'logprobs' to be true.");
+        if (probs && ((set_on && !on) || (got && i != probs)))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "n_probs",
+                               "'n_probs' %lld disagrees with 'logprobs'/'top_logprobs' (give one).",
+                               (long long)probs);
+        if (probs) {
+            on = true;
+            got = 1;
+            i = probs;
+        }
         r->chat_logprobs = on;
         if (on)
             r->logprobs = got ? (int)i : 0;
@@ -585,29 +678,33 @@ static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
 
 /* Fields read by this parser (both endpoints unless marked).  Anything
  * else gets a 400: OpenAI's fields we do not implement name themselves,
- * unknown ones are "unrecognized", as OpenAI answers. */
+ * unknown ones are "unrecognized", as OpenAI answers.  docs/server-api.md
+ * ("Field policy") lists them. */
 static const struct {
     const char *name;
     uint8_t kinds; /* 1: completions, 2: chat */
 } sp_fields[] = {
     {"model", 3}, {"stream", 3}, {"stream_options", 3}, {"max_tokens", 3},
     {"max_completion_tokens", 2}, {"n", 3}, {"temperature", 3}, {"top_p", 3}, {"top_k", 3},
-    {"min_p", 3}, {"repeat_penalty", 3}, {"presence_penalty", 3}, {"frequency_penalty", 3}, {"seed", 3},
-    {"logprobs", 3}, {"explain", 3},
+    {"min_p", 3}, {"typical_p", 3}, {"repeat_penalty", 3}, {"repeat_last_n", 3}, {"presence_penalty", 3},
+    {"frequency_penalty", 3}, {"seed", 3}, {"logprobs", 3}, {"n_probs", 3}, {"explain", 3},
     {"top_logprobs", 2}, {"stop", 3}, {"logit_bias", 3}, {"timeout", 3}, {"ignore_eos", 3},
     {"prompt", 1}, {"echo", 1}, {"best_of", 1}, {"suffix", 1}, {"messages", 2},
     {"response_format", 3}, {"grammar", 3}, {"json_schema", 3}, {"max_retries", 3},
     {"tools", 2}, {"tool_choice", 2}, {"parallel_tool_calls", 2},
-    /* labels: they change nothing in the answer */
-    {"user", 3}, {"metadata", 3}, {"store", 3},
+    {"mirostat", 3}, {"mirostat_tau", 3}, {"mirostat_eta", 3},
+    /* labels: they change nothing in the answer (cache_prompt: the prefix
+     * cache is always used and changes no token; n_keep: the context is
+     * never shifted, an answer that fills it ends with "length") */
+    {"user", 3}, {"metadata", 3}, {"store", 3}, {"service_tier", 3}, {"prompt_cache_key", 3},
+    {"safety_identifier", 3}, {"cache_prompt", 3}, {"n_keep", 3},
 };
 
 /* tools and its companions are chat-only: on /v1/completions they name
  * themselves as unsupported too. */
 static const char *const sp_unimplemented[] = {
     "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "audio",
-    "modalities", "prediction", "reasoning_effort", "service_tier", "web_search_options",
-    "verbosity", "prompt_cache_key", "safety_identifier",
+    "modalities", "prediction", "reasoning_effort", "web_search_options", "verbosity",
 };
 
 static sp_status sp_check_fields(const json_t *root, enum sp_api_kind kind, struct sp_api_error *err)
@@ -733,6 +830,13 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
                                const char *body, size_t len, const sp_model *model,
                                const struct sp_api_limits *lim, struct sp_api_error *err)
 {
+    return sp_api_request_parse_item(out, kind, body, len, 0, model, lim, err);
+}
+
+sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind kind, const char *body,
+                                    size_t len, size_t item, const sp_model *model,
+                                    const struct sp_api_limits *lim, struct sp_api_error *err)
+{
     struct sp_api_request *r = out;
     json_error_t jerr;
     sp_status st = SP_ERR_ARG;
@@ -776,11 +880,14 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
         st = sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         goto free_root;
     }
-    json_t *user = sp_field(root, "user");
-    if (user && !json_is_string(user)) {
-        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "user",
-                    "Invalid type for 'user': expected a string.");
-        goto free_root;
+    static const char *const labels[] = {"user", "service_tier", "prompt_cache_key", "safety_identifier"};
+    for (size_t k = 0; k < sizeof labels / sizeof labels[0]; k++) {
+        json_t *v = sp_field(root, labels[k]);
+        if (v && !json_is_string(v)) {
+            sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", labels[k],
+                        "Invalid type for '%s': expected a string.", labels[k]);
+            goto free_root;
+        }
     }
 
     if (sp_read_bool(root, "stream", &r->stream, err) < 0)
@@ -828,14 +935,9 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
         r->timeout_s = (lim->max_timeout_s > 0 && d > lim->max_timeout_s) ? lim->max_timeout_s : d;
 
     /* Options we do not implement are refused rather than silently ignored. */
-    b = false;
-    if (sp_read_bool(root, "echo", &b, err) < 0)
+    bool echo = false;
+    if (sp_read_bool(root, "echo", &echo, err) < 0)
         goto free_root;
-    if (b) {
-        sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "echo",
-                    "'echo' is not supported by this server.");
-        goto free_root;
-    }
     if ((got = sp_read_int(root, "best_of", 1, 1, &i, err)) < 0) {
         snprintf(err->message, sizeof err->message, "'best_of' other than 1 is not supported.");
         goto free_root;
@@ -853,6 +955,14 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
         goto free_root;
     if ((st = sp_parse_logprobs(r, root, err)) != SP_OK)
         goto free_root;
+    st = SP_ERR_ARG;
+    /* the prompt's tokens carry no logprobs here */
+    if (echo && r->logprobs >= 0) {
+        sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "echo",
+                    "'echo' together with 'logprobs' is not supported (the prompt's tokens have no "
+                    "logprobs here).");
+        goto free_root;
+    }
     if ((st = sp_parse_stop(r, root, lim, err)) != SP_OK)
         goto free_root;
     if ((st = sp_parse_logit_bias(r, root, model, lim, err)) != SP_OK)
@@ -862,7 +972,7 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
     if (kind == SP_API_CHAT && (st = sp_api_parse_tools(r, root, model, lim, err)) != SP_OK)
         goto free_root;
     if (kind == SP_API_COMPLETIONS)
-        st = sp_parse_prompt(r, root, model, lim, err);
+        st = sp_parse_prompt(r, root, item, echo, model, lim, err);
     else
         st = sp_parse_messages(r, root, model, lim, err);
     if (st != SP_OK)
@@ -901,6 +1011,9 @@ void sp_api_request_free(struct sp_api_request *r)
     free(r->bias);
     free(r->prompt_text);
     free(r->prompt);
+    for (size_t i = 0; r->echo && i < r->n_batch; i++)
+        free(r->echo[i]);
+    free(r->echo);
     free(r->model);
     sp_grammar_free(r->grammar);
     sp_toolcall_free(r->tools);

@@ -44,6 +44,7 @@ struct sp_api_limits {
      * with one, and the cap on a request's max_retries */
     sp_grammar_cache *gcache;
     int max_retries;
+    int max_prompts;      /* most prompts in one completions batch (a list of prompts) */
 };
 void sp_api_limits_default(struct sp_api_limits *lim);
 
@@ -85,6 +86,15 @@ struct sp_api_request {
      * or the calls of `tools`: the compiled grammar (gp.grammar points at it) */
     sp_grammar *grammar;
     sp_toolcall *tools; /* `tools` with tool_choice and parallel_tool_calls, or NULL */
+    /* completions: a list of prompts is a batch of n_batch prompts, each
+     * with n choices (OpenAI's indexing: prompt i's choices are i*n ..
+     * i*n+n-1).  One request holds one prompt, batch_item; the server
+     * parses the body once per prompt (sp_api_request_parse_item). */
+    size_t n_batch;           /* 1 for a single prompt */
+    size_t batch_item;
+    /* `echo`: each prompt's text, put before its choices' text (item 0's
+     * request holds all n_batch of them; NULL without echo) */
+    char **echo;
 };
 
 /* Parses a /v1/completions or /v1/chat/completions body.  On SP_OK *out
@@ -95,7 +105,17 @@ struct sp_api_request {
 sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind,
                                const char *body, size_t len, const sp_model *model,
                                const struct sp_api_limits *lim, struct sp_api_error *err);
+/* The same for prompt `item` of a completions batch (item < the n_batch
+ * that parsing item 0 gave). */
+sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind kind, const char *body,
+                                    size_t len, size_t item, const sp_model *model,
+                                    const struct sp_api_limits *lim, struct sp_api_error *err);
 void sp_api_request_free(struct sp_api_request *r);
+/* What parses a generation request of one API (sp_api_request_parse_item
+ * for OpenAI's; a dialect's translation for the others, server/dialect.h). */
+typedef sp_status (*sp_api_parse_fn)(struct sp_api_request *out, enum sp_api_kind kind, const char *body,
+                                     size_t len, size_t item, const sp_model *model,
+                                     const struct sp_api_limits *lim, struct sp_api_error *err);
 
 /* server_tools.c: a chat request's `tools`, `tool_choice` and `parallel_tool_calls`
  * into r->tools, and unless tool_choice is none, the grammar of the calls

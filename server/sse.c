@@ -27,6 +27,8 @@ struct sp_choice_acc {
     enum sp_finish finish;
     bool finished;
     bool role_sent;
+    bool echo_sent;         /* streaming with echo: the prompt's text went out */
+    uint32_t n_prompt, n_cached; /* of this choice's prompt */
     uint32_t n_generated;
     int attempts;           /* constrained output: attempts used */
     bool valid;
@@ -52,7 +54,7 @@ sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
     r->served = served;
     r->model = model;
     r->created = (long long)time(NULL);
-    r->n_choices = api->gp.n > 0 ? api->gp.n : 1;
+    r->n_choices = (api->gp.n > 0 ? api->gp.n : 1) * (int)(api->n_batch > 0 ? api->n_batch : 1);
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
         rnd = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)r << 16);
@@ -283,6 +285,7 @@ static bool sp_track_attempt(struct sp_resp *r, const struct sp_job_buf *b, cons
         a->len = 0;
         a->n_held = 0;
         a->role_sent = false;
+        a->echo_sent = false;
         json_decref(a->lp);
         a->lp = NULL;
         json_decref(a->xp);
@@ -301,11 +304,20 @@ static bool sp_track_attempt(struct sp_resp *r, const struct sp_job_buf *b, cons
     return false;
 }
 
+/* The usage over every prompt of a batch (each counted once: its choices
+ * share it). */
 static void sp_track_usage(struct sp_resp *r, const struct sp_job_event *e)
 {
     struct sp_choice_acc *a = &r->acc[e->choice];
-    r->usage.prompt_tokens = e->n_prompt;
-    r->usage.cached_tokens = e->n_cached;
+    int n = r->api->gp.n > 0 ? r->api->gp.n : 1;
+    struct sp_choice_acc *first = &r->acc[e->choice - e->choice % n];
+    first->n_prompt = e->n_prompt;
+    first->n_cached = e->n_cached;
+    r->usage.prompt_tokens = r->usage.cached_tokens = 0;
+    for (int c = 0; c < r->n_choices; c += n) {
+        r->usage.prompt_tokens += r->acc[c].n_prompt;
+        r->usage.cached_tokens += r->acc[c].n_cached;
+    }
     r->usage.completion_tokens -= a->n_generated;
     a->n_generated = e->n_generated;
     r->usage.completion_tokens += a->n_generated;
@@ -358,6 +370,21 @@ static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *tex
             json_object_set_new(delta, "content", sp_json_text(text, n));
         }
         json_object_set_new(c, "delta", delta);
+    } else if (r->api->echo && !a->echo_sent) { /* the prompt's text before the choice's own */
+        const char *echo = r->api->echo[choice / (r->api->gp.n > 0 ? r->api->gp.n : 1)];
+        size_t ne = strlen(echo);
+        char *both = malloc(ne + n + 1);
+        if (!both) {
+            json_decref(c);
+            json_decref(lp);
+            json_decref(xp);
+            return SP_ERR_NOMEM;
+        }
+        memcpy(both, echo, ne);
+        memcpy(both + ne, text, n);
+        json_object_set_new(c, "text", sp_json_text(both, ne + n));
+        free(both);
+        a->echo_sent = true;
     } else {
         json_object_set_new(c, "text", sp_json_text(text, n));
     }
@@ -615,6 +642,20 @@ char *sp_resp_body(struct sp_resp *r)
             }
             json_object_set_new(ch, "logprobs", lp);
         } else {
+            if (r->api->echo) { /* the prompt's text before the choice's own */
+                const char *echo = r->api->echo[c / (r->api->gp.n > 0 ? r->api->gp.n : 1)];
+                size_t ne = strlen(echo);
+                char *both = malloc(ne + a->len + 1);
+                json_decref(text);
+                text = NULL;
+                if (both) {
+                    memcpy(both, echo, ne);
+                    if (a->len)
+                        memcpy(both + ne, a->text, a->len);
+                    text = sp_json_text(both, ne + a->len);
+                    free(both);
+                }
+            }
             json_object_set_new(ch, "text", text);
             json_object_set(ch, "logprobs", a->lp ? a->lp : json_null());
         }

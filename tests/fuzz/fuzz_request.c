@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* Invariants the server relies on. */
             if (r.gp.n < 1 || r.gp.n > lim.max_n || r.n_stop > (size_t)lim.max_stop ||
                 r.gp.max_tokens > lim.n_ctx || (r.timeout_s < 0) ||
-                (r.timeout_s > lim.max_timeout_s) || r.logprobs > 20)
+                (r.timeout_s > lim.max_timeout_s) || r.logprobs > 20 ||
+                (kind == SP_API_COMPLETIONS && (r.n_batch < 1 || r.n_batch > (size_t)lim.max_prompts)))
                 abort();
             sp_api_request_free(&r);
         } else {
