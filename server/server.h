@@ -264,9 +264,13 @@ void sp_http_stop(struct sp_http *h);
 /* ---- sse.c: response bodies and stream chunks ---- */
 
 struct sp_choice_acc;
+struct sp_resp_ops;
 /* Per-response state: ids, model name, per-choice accumulators. */
 struct sp_resp {
     const struct sp_api_request *api;
+    const struct sp_resp_ops *ops; /* the dialect's shapes (dialect.h); NULL: OpenAI's */
+    void *state;                   /* the dialect's own */
+    bool started;                  /* streaming: ops->start ran */
     const sp_model *served;  /* token texts for logprobs; NULL: none */
     char id[48];
     const char *model;
@@ -277,8 +281,10 @@ struct sp_resp {
     bool timed_out;
     bool hold;      /* streaming a checked output that may be retried: chunks wait for the verdict */
 };
+/* model: the name answers give when the request names none (a request
+ * that names the model, or an alias of it, gets that name back). */
 sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
-                       const sp_model *served, const char *model);
+                       const sp_model *served, const char *model, const struct sp_resp_ops *ops);
 void sp_resp_free(struct sp_resp *r);
 /* Streaming: appends "data: {...}\n\n" lines for the events in b to *out. */
 sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, char **out,

@@ -24,6 +24,16 @@ void sp_api_limits_default(struct sp_api_limits *lim)
     lim->max_prompts = 16;
 }
 
+bool sp_api_model_known(const char *model_id, const char *const *aliases, size_t n_aliases, const char *name)
+{
+    if (!model_id || !strcmp(name, model_id))
+        return true;
+    for (size_t i = 0; i < n_aliases; i++)
+        if (!strcmp(name, aliases[i]))
+            return true;
+    return false;
+}
+
 sp_status sp_api_fail(struct sp_api_error *err, int http_status, const char *type,
                       const char *code, const char *param, const char *fmt, ...)
 {
@@ -870,7 +880,7 @@ sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind
                     "Invalid type for 'model': expected a string.");
         goto free_root;
     }
-    if (mname && lim->model_id && strcmp(json_string_value(mname), lim->model_id)) {
+    if (mname && !sp_api_model_known(lim->model_id, lim->aliases, lim->n_aliases, json_string_value(mname))) {
         sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
                     "The model '%.100s' does not exist (this server serves '%.100s').",
                     json_string_value(mname), lim->model_id);
@@ -1268,7 +1278,7 @@ sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body,
             goto done;
         }
     json_t *name = sp_field(root, "model"), *fmt = sp_field(root, "encoding_format");
-    if (name && lim->model_id && strcmp(json_string_value(name), lim->model_id)) {
+    if (name && !sp_api_model_known(lim->model_id, lim->aliases, lim->n_aliases, json_string_value(name))) {
         sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
                     "The model '%.100s' does not exist (this server serves '%.100s').", json_string_value(name),
                     lim->model_id);

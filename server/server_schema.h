@@ -30,6 +30,8 @@ enum sp_api_kind {
 /* Server caps applied while parsing. */
 struct sp_api_limits {
     const char *model_id; /* the model served; requests naming another get 404 */
+    const char *const *aliases; /* other names it answers to (--alias) */
+    size_t n_aliases;
     int n_ctx;            /* prompt + 1 must fit; max_tokens <= n_ctx */
     int max_n;            /* largest `n` */
     int max_stop;         /* most stop strings */
@@ -47,6 +49,9 @@ struct sp_api_limits {
     int max_prompts;      /* most prompts in one completions batch (a list of prompts) */
 };
 void sp_api_limits_default(struct sp_api_limits *lim);
+/* Whether `name` names the model served: model_id or one of the aliases
+ * (no model_id: any name). */
+bool sp_api_model_known(const char *model_id, const char *const *aliases, size_t n_aliases, const char *name);
 
 /* An error to send: the HTTP status and the four fields of OpenAI's body. */
 struct sp_api_error {
@@ -146,6 +151,8 @@ struct sp_api_embed_limits {
     int n_embd;           /* the vector width (the only `dimensions` allowed) */
     int max_tokens;       /* most tokens of one input */
     int max_inputs;       /* most inputs of one request */
+    const char *const *aliases; /* other names of the model (--alias) */
+    size_t n_aliases;
 };
 struct sp_api_embed_request {
     sp_token **inputs;    /* [n_inputs] owned token arrays */

@@ -17,7 +17,7 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "server/server.h"
+#include "server/dialect.h"
 
 struct sp_choice_acc {
     char *text;
@@ -47,12 +47,13 @@ static const char *sp_finish_reason(const struct sp_choice_acc *a, enum sp_finis
 }
 
 sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
-                       const sp_model *served, const char *model)
+                       const sp_model *served, const char *model, const struct sp_resp_ops *ops)
 {
     memset(r, 0, sizeof *r);
     r->api = api;
+    r->ops = ops;
     r->served = served;
-    r->model = model;
+    r->model = api->model ? api->model : model;
     r->created = (long long)time(NULL);
     r->n_choices = (api->gp.n > 0 ? api->gp.n : 1) * (int)(api->n_batch > 0 ? api->n_batch : 1);
     uint64_t rnd = 0;

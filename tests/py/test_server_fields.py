@@ -4,7 +4,9 @@ llama-server's extensions that map onto what spindle does are honoured
 n_keep, mirostat 0), OpenAI's labels are accepted (service_tier,
 prompt_cache_key, safety_identifier), completions' `echo` and batches of
 prompts work as OpenAI's do, and a field that would change the answer and
-is not implemented is refused with a 400 naming it."""
+is not implemented is refused with a 400 naming it.  The model answers to
+its file name and each --alias (GET /v1/models/{name})."""
+import openai
 import pytest
 
 from server_util import Server, assert_openai_error, sse_events
@@ -12,7 +14,8 @@ from server_util import Server, assert_openai_error, sse_events
 
 @pytest.fixture(scope="module")
 def server(spindle_bin, smollm2_path):
-    s = Server(spindle_bin, smollm2_path, "--parallel", "4", "--ctx", "512")
+    s = Server(spindle_bin, smollm2_path, "--parallel", "4", "--ctx", "512", "--alias", "smol",
+               "--alias", "gpt-4o-mini")
     yield s
     assert s.stop() == 0, s.log_text()[-2000:]
 
@@ -156,3 +159,39 @@ def test_batch_raw_stream_indexes(server):
     assert events[-1] == "[DONE]"
     finished = sorted(e["choices"][0]["index"] for e in events[:-1] if e["choices"][0]["finish_reason"])
     assert finished == [0, 1]
+
+
+# ---- the model's names: its file name and --alias ---------------------------
+
+def test_aliases_and_model_route(server):
+    client = server.openai()
+    names = [m.id for m in client.models.list().data]
+    assert names == [server.model_id, "smol", "gpt-4o-mini"]
+    for name in names:
+        m = client.models.retrieve(name)
+        assert m.id == name and m.object == "model"
+        assert m.model_extra["context_length"] == 512
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-17")
+    err = assert_openai_error(server.get("/v1/models/gpt-17"), 404, "model")
+    assert err["code"] == "model_not_found" and "gpt-17" in err["message"]
+    # a request naming an alias is answered under that name; the answer is the model's
+    ref = client.completions.create(model=server.model_id, prompt="Hi", max_tokens=4, temperature=0)
+    c = client.completions.create(model="smol", prompt="Hi", max_tokens=4, temperature=0)
+    assert c.model == "smol" and c.choices[0].text == ref.choices[0].text
+    assert ref.model == server.model_id
+    c = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}],
+                                       max_tokens=2, temperature=0)
+    assert c.model == "gpt-4o-mini"
+    e = client.embeddings.create(model="smol", input="hello")
+    assert e.model == server.model_id and len(e.data[0].embedding) > 0
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="smol2", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="smol2", input="hello")
+
+
+@pytest.mark.parametrize("alias", ["", "a b", "x" * 129])
+def test_bad_alias_exits_2(run_spindle, smollm2_path, alias):
+    r = run_spindle("serve", "-m", smollm2_path, "--port", "0", "--alias", alias)
+    assert r.returncode == 2 and "--alias" in r.stderr, r.stderr
