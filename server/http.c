@@ -260,7 +260,7 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             sp_status ss;
             if (sp_jobs_shut_down(c->jobs, c->n_jobs)) {
                 sp_shutdown_error(&err);
-                ss = sp_resp_stream_error(&err, &c->out, &c->out_len, &c->out_cap);
+                ss = sp_resp_stream_error(&c->resp, &err, &c->out, &c->out_len, &c->out_cap);
             } else {
                 ss = sp_resp_stream_end(&c->resp, &c->out, &c->out_len, &c->out_cap);
             }

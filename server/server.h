@@ -261,6 +261,27 @@ int sp_http_active(struct sp_http *h);
 double sp_http_quiet_s(struct sp_http *h);
 void sp_http_stop(struct sp_http *h);
 
+/* ---- reasoning.c: thinking between <think> and </think> ---- */
+
+enum sp_think_mode {
+    SP_THINK_OFF = 0, /* no separation: everything is the answer */
+    SP_THINK_START,   /* the output may open a block at its start */
+    SP_THINK_INSIDE,  /* the prompt opened the block: the output starts in it */
+    SP_THINK_AFTER,   /* the block is over (or never opened) */
+};
+struct sp_think {
+    enum sp_think_mode mode;
+    unsigned matched;  /* bytes of a tag matched so far (held) */
+    char space[16];    /* SP_THINK_START: whitespace before a possible tag (held) */
+    unsigned n_space;
+    bool trim;         /* drop whitespace before the next text */
+};
+void sp_think_init(struct sp_think *t, enum sp_think_mode mode);
+typedef sp_status (*sp_think_fn)(void *user, bool reasoning, const char *text, size_t len);
+/* Splits the next piece of output into reasoning and answer, in order, for
+ * fn; `last`: the output ends here (held bytes are released). */
+sp_status sp_think_feed(struct sp_think *t, const char *text, size_t len, bool last, sp_think_fn fn, void *user);
+
 /* ---- sse.c: response bodies and stream chunks ---- */
 
 struct sp_choice_acc;
@@ -271,6 +292,7 @@ struct sp_resp {
     const struct sp_resp_ops *ops; /* the dialect's shapes (dialect.h); NULL: OpenAI's */
     void *state;                   /* the dialect's own */
     bool started;                  /* streaming: ops->start ran */
+    bool errored;                  /* streaming: an error event went out (no end follows) */
     const sp_model *served;  /* token texts for logprobs; NULL: none */
     char id[48];
     const char *model;
@@ -292,9 +314,10 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
 /* Streaming: the end of the stream (final chunks for choices the engine never
  * finished, the usage chunk when asked, "data: [DONE]"). */
 sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t *cap);
-/* Streaming: an error event (`data: {"error": {...}}`) that ends a stream
- * the server could not finish; OpenAI's clients raise it.  No [DONE] follows. */
-sp_status sp_resp_stream_error(const struct sp_api_error *err, char **out, size_t *len,
+/* Streaming: an error event (`data: {"error": {...}}`, or the dialect's)
+ * that ends a stream the server could not finish; clients raise it.  No
+ * [DONE] follows. */
+sp_status sp_resp_stream_error(struct sp_resp *r, const struct sp_api_error *err, char **out, size_t *len,
                                size_t *cap);
 /* Non-streaming: accumulate, then build the whole body (malloc'd). */
 sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b);

@@ -552,6 +552,21 @@ free_msgs:
     return st;
 }
 
+/* llama-server's reasoning_format: "none" leaves thinking in the answer;
+ * "auto" (the default) and "deepseek" separate it when the template thinks. */
+static sp_status sp_parse_reasoning_format(struct sp_api_request *r, const json_t *root, const sp_model *model,
+                                           struct sp_api_error *err)
+{
+    json_t *f = sp_field(root, "reasoning_format");
+    const char *v = json_string_value(f);
+    if (f && (!v || (strcmp(v, "none") && strcmp(v, "auto") && strcmp(v, "deepseek"))))
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "reasoning_format",
+                           "Invalid value for 'reasoning_format': expected none, auto or deepseek.");
+    if (model && r->prompt && !(v && !strcmp(v, "none")))
+        r->think = sp_think_mode_for(model, r->prompt, r->n_prompt);
+    return SP_OK;
+}
+
 static sp_status sp_parse_sampling(struct sp_api_request *r, const json_t *root,
                                    const struct sp_api_limits *lim, struct sp_api_error *err)
 {
@@ -701,7 +716,7 @@ static const struct {
     {"top_logprobs", 2}, {"stop", 3}, {"logit_bias", 3}, {"timeout", 3}, {"ignore_eos", 3},
     {"prompt", 1}, {"echo", 1}, {"best_of", 1}, {"suffix", 1}, {"messages", 2},
     {"response_format", 3}, {"grammar", 3}, {"json_schema", 3}, {"max_retries", 3},
-    {"tools", 2}, {"tool_choice", 2}, {"parallel_tool_calls", 2},
+    {"tools", 2}, {"tool_choice", 2}, {"parallel_tool_calls", 2}, {"reasoning_format", 2},
     {"mirostat", 3}, {"mirostat_tau", 3}, {"mirostat_eta", 3},
     /* labels: they change nothing in the answer (cache_prompt: the prefix
      * cache is always used and changes no token; n_keep: the context is
@@ -987,6 +1002,9 @@ sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind
         st = sp_parse_messages(r, root, model, lim, err);
     if (st != SP_OK)
         goto free_root;
+    if (kind == SP_API_CHAT && (st = sp_parse_reasoning_format(r, root, model, err)) != SP_OK)
+        goto free_root;
+    st = SP_ERR_ARG;
     if (r->prompt && r->n_prompt == 0) {
         st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value",
                          kind == SP_API_CHAT ? "messages" : "prompt",
@@ -1027,6 +1045,7 @@ void sp_api_request_free(struct sp_api_request *r)
     free(r->model);
     sp_grammar_free(r->grammar);
     sp_toolcall_free(r->tools);
+    json_decref(r->echo_fields);
     memset(r, 0, sizeof *r);
 }
 

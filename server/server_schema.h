@@ -100,7 +100,17 @@ struct sp_api_request {
     /* `echo`: each prompt's text, put before its choices' text (item 0's
      * request holds all n_batch of them; NULL without echo) */
     char **echo;
+    /* chat: where the output starts for reasoning (enum sp_think_mode:
+     * 0 off, the template has no <think>, or reasoning_format "none") */
+    int think;
+    /* what a dialect repeats in its answers (its own fields), or NULL */
+    json_t *echo_fields;
 };
+
+/* reasoning.c: the mode (enum sp_think_mode in server.h) a chat request's
+ * output starts in: OFF unless the model's chat template has <think>;
+ * INSIDE when the prompt's end opened the block; START otherwise. */
+int sp_think_mode_for(const sp_model *m, const sp_token *prompt, size_t n_prompt);
 
 /* Parses a /v1/completions or /v1/chat/completions body.  On SP_OK *out
  * holds the request (free with sp_api_request_free); otherwise *out is
