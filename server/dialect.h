@@ -139,6 +139,54 @@ const struct sp_route_def *sp_route_find(const char *url, const char *method, bo
 /* The dialect of a path no route matched (its 404 speaks that API). */
 const struct sp_dialect *sp_route_dialect_of(const char *url);
 
+/* ---- dialect_common.c: what the translations share ---- */
+
+/* What a dialect does with a field of its request: reads it, accepts it as
+ * a label (it changes nothing), or refuses it as not implemented. */
+enum sp_field_use { SP_FIELD_READ, SP_FIELD_LABEL, SP_FIELD_UNSUPPORTED };
+struct sp_field_rule {
+    const char *name;
+    enum sp_field_use use;
+};
+/* Every key of obj must be in rules or be one of spindle's extensions
+ * (sp_dialect_extension): an unknown key is a 400 unknown_parameter, an
+ * unsupported one a 400 unsupported_parameter, both naming prefix+key. */
+sp_status sp_dialect_check_fields(const json_t *obj, const struct sp_field_rule *rules, size_t n,
+                                  const char *prefix, struct sp_api_error *err);
+/* spindle's own request fields, accepted under their names on every
+ * dialect's generation routes (min_p, typical_p, repeat_penalty,
+ * repeat_last_n, seed, grammar, json_schema, max_retries, timeout,
+ * ignore_eos, cache_prompt, n_keep, chat_template_kwargs, reasoning_format),
+ * and their copy into the internal (OpenAI-shaped) request. */
+bool sp_dialect_extension(const char *key);
+void sp_dialect_copy_extensions(json_t *dst, const json_t *src);
+/* The body as a JSON object, or NULL with a 400 in *err. */
+json_t *sp_dialect_load(const char *body, size_t len, struct sp_api_error *err);
+/* The translated request `oai` (OpenAI's chat or completions shape) through
+ * the one parser; an error naming one of map's OpenAI fields (map[i][0])
+ * names the dialect's (map[i][1]) instead. */
+sp_status sp_dialect_parse(struct sp_api_request *out, enum sp_api_kind kind, const json_t *oai,
+                           const sp_model *model, const struct sp_api_limits *lim, struct sp_api_error *err,
+                           const char *const (*map)[2], size_t n_map);
+/* A field's value that must be a string, or a 400 naming it (NULL: absent,
+ * or *bad set). */
+const char *sp_dialect_string(const json_t *obj, const char *key, const char *param, bool *bad,
+                              struct sp_api_error *err);
+/* The time now as RFC 3339 UTC with nanoseconds (Ollama's created_at). */
+void sp_dialect_time(char *buf, size_t cap);
+/* A tool call's arguments (JSON text) as an object (NULL: out of memory);
+ * text that is not an object gives {}. */
+json_t *sp_dialect_args(const char *text);
+
+/* dialect_anthropic.c: POST /v1/messages/count_tokens. */
+char *sp_anthropic_count_tokens(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err);
+
+/* dialect_ollama.c: GET /api/tags, GET /api/ps, GET /api/version, POST /api/show. */
+char *sp_ollama_tags(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err);
+char *sp_ollama_ps(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err);
+char *sp_ollama_version(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err);
+char *sp_ollama_show(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err);
+
 /* model_list.c: GET /v1/models and /v1/models/{name} (OpenAI's shapes). */
 char *sp_info_models(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err);
 char *sp_info_model(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err);

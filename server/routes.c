@@ -27,6 +27,19 @@ static const struct sp_route_def sp_routes[] = {
     {"/v1/embeddings", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_openai, NULL},
     {"/tokenize", "POST", SP_ROUTE_TOKENIZE, false, 0, &sp_dialect_openai, NULL},
     {"/detokenize", "POST", SP_ROUTE_DETOKENIZE, false, 0, &sp_dialect_openai, NULL},
+    /* Anthropic's Messages (dialect_anthropic.c) */
+    {"/v1/messages", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_anthropic, NULL},
+    {"/v1/messages/count_tokens", "POST", SP_ROUTE_INFO, false, 0, &sp_dialect_anthropic, sp_anthropic_count_tokens},
+    /* OpenAI's Responses (dialect_responses.c) */
+    {"/v1/responses", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_responses, NULL},
+    /* Ollama's (dialect_ollama.c); the route's kind tells chat from generate */
+    {"/api/chat", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_ollama, NULL},
+    {"/api/generate", "POST", SP_ROUTE_GENERATE, false, SP_API_COMPLETIONS, &sp_dialect_ollama, NULL},
+    {"/api/embed", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_ollama, NULL},
+    {"/api/tags", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_tags},
+    {"/api/ps", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_ps},
+    {"/api/version", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_version},
+    {"/api/show", "POST", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_show},
 };
 
 const struct sp_route_def *sp_route_find(const char *url, const char *method, bool *known_path)
@@ -49,6 +62,9 @@ static const struct {
     const char *prefix;
     const struct sp_dialect *dialect;
 } sp_route_prefixes[] = {
+    {"/v1/messages", &sp_dialect_anthropic},
+    {"/api/", &sp_dialect_ollama},
+    {"/v1/responses", &sp_dialect_responses},
     {"/v1/", &sp_dialect_openai},
 };
 

@@ -440,6 +440,38 @@ static sp_status sp_check_message_fields(const json_t *msg, size_t i, struct sp_
     return SP_OK;
 }
 
+/* The template's variables (sp_toolcall_chat_tokenize_vars): llama-server's
+ * chat_template_kwargs (an object) and OpenAI's reasoning_effort (which
+ * templates read as `reasoning_effort`), as JSON text in *out (NULL: none). */
+static sp_status sp_template_vars(const json_t *root, char **out, struct sp_api_error *err)
+{
+    static const char *const efforts[] = {"none", "minimal", "low", "medium", "high"};
+    json_t *kw = sp_field(root, "chat_template_kwargs"), *effort = sp_field(root, "reasoning_effort");
+    *out = NULL;
+    if (kw && !json_is_object(kw))
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "chat_template_kwargs",
+                           "Invalid type for 'chat_template_kwargs': expected an object.");
+    bool known = false;
+    for (size_t i = 0; effort && i < sizeof efforts / sizeof efforts[0]; i++)
+        known = known || (json_is_string(effort) && !strcmp(json_string_value(effort), efforts[i]));
+    if (effort && !known)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "reasoning_effort",
+                           "Invalid value for 'reasoning_effort': expected none, minimal, low, medium or high.");
+    json_t *old = kw ? json_object_get(kw, "reasoning_effort") : NULL;
+    if (effort && old && !json_equal(old, effort))
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "reasoning_effort",
+                           "'reasoning_effort' and 'chat_template_kwargs.reasoning_effort' disagree.");
+    if (!kw && !effort)
+        return SP_OK;
+    json_t *vars = kw ? json_deep_copy(kw) : json_object();
+    if (vars && effort)
+        json_object_set(vars, "reasoning_effort", effort);
+    if (!vars || !(*out = json_dumps(vars, JSON_COMPACT)))
+        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    json_decref(vars);
+    return *out ? SP_OK : SP_ERR_NOMEM;
+}
+
 /* Checks the messages array and renders it with the model's template into
  * prompt tokens (sp_chat_prompt: the same path as `spindle run --chat`).
  * This runs on the HTTP thread, as the completions prompt's tokenization
@@ -457,6 +489,7 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "messages",
                            "Invalid value for 'messages': expected a non-empty array.");
     size_t n = json_array_size(m);
+    char *vars = NULL;
     sp_chat_msg *msgs = calloc(n, sizeof *msgs);
     char **joined = calloc(n, sizeof *joined); /* contents this function built from text parts */
     sp_status st = SP_OK;
@@ -532,17 +565,21 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         joined[i][o] = '\0';
         msgs[i].content = joined[i];
     }
+    if ((st = sp_template_vars(root, &vars, err)) != SP_OK)
+        goto free_msgs;
     if (model) {
         /* tool calls, results and the request's tools in the form the
          * template's tool-call format wants */
-        st = sp_toolcall_chat_tokenize(model, r->tools, msgs, n, &r->prompt, &r->n_prompt);
+        st = sp_toolcall_chat_tokenize_vars(model, r->tools, msgs, n, vars, &r->prompt, &r->n_prompt);
+        bool in_vars = st == SP_ERR_ARG && strstr(sp_error_message(), "template variable");
         if (st == SP_ERR_NOMEM)
             sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         else if (st != SP_OK)
-            st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "messages",
+            st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", in_vars ? "chat_template_kwargs" : "messages",
                              "The chat template failed on these messages: %s", sp_error_message());
     }
 free_msgs:
+    free(vars);
     for (size_t i = 0; joined && i < n; i++)
         free(joined[i]);
     for (size_t i = 0; msgs && i < n; i++)
@@ -717,6 +754,7 @@ static const struct {
     {"prompt", 1}, {"echo", 1}, {"best_of", 1}, {"suffix", 1}, {"messages", 2},
     {"response_format", 3}, {"grammar", 3}, {"json_schema", 3}, {"max_retries", 3},
     {"tools", 2}, {"tool_choice", 2}, {"parallel_tool_calls", 2}, {"reasoning_format", 2},
+    {"chat_template_kwargs", 2}, {"reasoning_effort", 2},
     {"mirostat", 3}, {"mirostat_tau", 3}, {"mirostat_eta", 3},
     /* labels: they change nothing in the answer (cache_prompt: the prefix
      * cache is always used and changes no token; n_keep: the context is
@@ -729,7 +767,7 @@ static const struct {
  * themselves as unsupported too. */
 static const char *const sp_unimplemented[] = {
     "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "audio",
-    "modalities", "prediction", "reasoning_effort", "web_search_options", "verbosity",
+    "modalities", "prediction", "web_search_options", "verbosity",
 };
 
 static sp_status sp_check_fields(const json_t *root, enum sp_api_kind kind, struct sp_api_error *err)
@@ -862,8 +900,23 @@ sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind
                                     size_t len, size_t item, const sp_model *model,
                                     const struct sp_api_limits *lim, struct sp_api_error *err)
 {
-    struct sp_api_request *r = out;
     json_error_t jerr;
+    memset(out, 0, sizeof *out);
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
+                           "We could not parse the JSON body of your request: %s (line %d, column %d).",
+                           jerr.text, jerr.line, jerr.column);
+    sp_status st = sp_api_request_from_json(out, kind, root, item, model, lim, err);
+    json_decref(root);
+    return st;
+}
+
+sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind kind, const json_t *root,
+                                   size_t item, const sp_model *model, const struct sp_api_limits *lim,
+                                   struct sp_api_error *err)
+{
+    struct sp_api_request *r = out;
     sp_status st = SP_ERR_ARG;
     json_int_t i;
     double d;
@@ -873,37 +926,30 @@ sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind
     memset(r, 0, sizeof *r);
     r->kind = kind;
     sp_gen_params_default(&r->gp);
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
-                    "We could not parse the JSON body of your request: %s (line %d, column %d).",
-                    jerr.text, jerr.line, jerr.column);
-        goto fail;
-    }
     if (!json_is_object(root)) {
         sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
                     "The request body must be a JSON object.");
-        goto free_root;
+        goto fail;
     }
     if ((st = sp_check_fields(root, kind, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     st = SP_ERR_ARG;
 
     json_t *mname = sp_field(root, "model");
     if (mname && !json_is_string(mname)) {
         sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "model",
                     "Invalid type for 'model': expected a string.");
-        goto free_root;
+        goto fail;
     }
     if (mname && !sp_api_model_known(lim->model_id, lim->aliases, lim->n_aliases, json_string_value(mname))) {
         sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
                     "The model '%.100s' does not exist (this server serves '%.100s').",
                     json_string_value(mname), lim->model_id);
-        goto free_root;
+        goto fail;
     }
     if (mname && !(r->model = sp_strndup_json(mname))) {
         st = sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        goto free_root;
+        goto fail;
     }
     static const char *const labels[] = {"user", "service_tier", "prompt_cache_key", "safety_identifier"};
     for (size_t k = 0; k < sizeof labels / sizeof labels[0]; k++) {
@@ -911,28 +957,28 @@ sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind
         if (v && !json_is_string(v)) {
             sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", labels[k],
                         "Invalid type for '%s': expected a string.", labels[k]);
-            goto free_root;
+            goto fail;
         }
     }
 
     if (sp_read_bool(root, "stream", &r->stream, err) < 0)
-        goto free_root;
+        goto fail;
     json_t *so = sp_field(root, "stream_options");
     if (so) {
         if (!json_is_object(so)) {
             sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "stream_options",
                         "Invalid type for 'stream_options': expected an object.");
-            goto free_root;
+            goto fail;
         }
         if (!r->stream) {
             sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "stream_options",
                         "The 'stream_options' parameter is only allowed when 'stream' is "
                         "enabled.");
-            goto free_root;
+            goto fail;
         }
         if (sp_read_bool(so, "include_usage", &r->include_usage, err) < 0) {
             snprintf(err->param, sizeof err->param, "stream_options.include_usage");
-            goto free_root;
+            goto fail;
         }
     }
 
@@ -940,76 +986,76 @@ sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind
      * the end of the context. */
     r->gp.max_tokens = kind == SP_API_COMPLETIONS ? 16 : -1;
     if ((got = sp_read_int(root, "max_tokens", 1, lim->n_ctx, &i, err)) < 0)
-        goto free_root;
+        goto fail;
     if (got)
         r->gp.max_tokens = (int32_t)i;
     if ((got = sp_read_int(root, "max_completion_tokens", 1, lim->n_ctx, &i, err)) < 0)
-        goto free_root;
+        goto fail;
     if (got)
         r->gp.max_tokens = (int32_t)i;
     if ((got = sp_read_int(root, "n", 1, lim->max_n, &i, err)) < 0)
-        goto free_root;
+        goto fail;
     r->gp.n = got ? (int)i : 1;
     b = false;
     if (sp_read_bool(root, "ignore_eos", &b, err) < 0)
-        goto free_root;
+        goto fail;
     r->gp.ignore_eos = b;
     if ((got = sp_read_number(root, "timeout", 1e-3, 1e9, &d, err)) < 0)
-        goto free_root;
+        goto fail;
     if (got)
         r->timeout_s = (lim->max_timeout_s > 0 && d > lim->max_timeout_s) ? lim->max_timeout_s : d;
 
     /* Options we do not implement are refused rather than silently ignored. */
     bool echo = false;
     if (sp_read_bool(root, "echo", &echo, err) < 0)
-        goto free_root;
+        goto fail;
     if ((got = sp_read_int(root, "best_of", 1, 1, &i, err)) < 0) {
         snprintf(err->message, sizeof err->message, "'best_of' other than 1 is not supported.");
-        goto free_root;
+        goto fail;
     }
     if (sp_field(root, "suffix")) {
         sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "suffix",
                     "'suffix' is not supported by this server.");
-        goto free_root;
+        goto fail;
     }
 
     if ((st = sp_parse_sampling(r, root, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     /* spindle's extension (docs/server-api.md): each token's decoding stages */
     if (sp_read_bool(root, "explain", &r->gp.explain, err) < 0)
-        goto free_root;
+        goto fail;
     if ((st = sp_parse_logprobs(r, root, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     st = SP_ERR_ARG;
     /* the prompt's tokens carry no logprobs here */
     if (echo && r->logprobs >= 0) {
         sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "echo",
                     "'echo' together with 'logprobs' is not supported (the prompt's tokens have no "
                     "logprobs here).");
-        goto free_root;
+        goto fail;
     }
     if ((st = sp_parse_stop(r, root, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     if ((st = sp_parse_logit_bias(r, root, model, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     if ((st = sp_parse_constraint(r, root, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     if (kind == SP_API_CHAT && (st = sp_api_parse_tools(r, root, model, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     if (kind == SP_API_COMPLETIONS)
         st = sp_parse_prompt(r, root, item, echo, model, lim, err);
     else
         st = sp_parse_messages(r, root, model, lim, err);
     if (st != SP_OK)
-        goto free_root;
+        goto fail;
     if (kind == SP_API_CHAT && (st = sp_parse_reasoning_format(r, root, model, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     st = SP_ERR_ARG;
     if (r->prompt && r->n_prompt == 0) {
         st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value",
                          kind == SP_API_CHAT ? "messages" : "prompt",
                          "The prompt is empty (it has no tokens).");
-        goto free_root;
+        goto fail;
     }
     if (r->prompt && r->n_prompt + 1 > (size_t)lim->n_ctx) {
         st = sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded",
@@ -1017,13 +1063,10 @@ sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind
                          "This model's maximum context length is %d tokens. However, your "
                          "prompt has %zu tokens (one more is needed to generate).",
                          lim->n_ctx, r->n_prompt);
-        goto free_root;
+        goto fail;
     }
-    json_decref(root);
     return SP_OK;
 
-free_root:
-    json_decref(root);
 fail:
     sp_api_request_free(r);
     return st == SP_OK ? SP_ERR_ARG : st;

@@ -120,6 +120,11 @@ int sp_think_mode_for(const sp_model *m, const sp_token *prompt, size_t n_prompt
 sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind,
                                const char *body, size_t len, const sp_model *model,
                                const struct sp_api_limits *lim, struct sp_api_error *err);
+/* The same from the body's JSON (an object, or a 400), which a dialect
+ * built (server/dialect.h); root stays the caller's. */
+sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind kind, const json_t *root,
+                                   size_t item, const sp_model *model, const struct sp_api_limits *lim,
+                                   struct sp_api_error *err);
 /* The same for prompt `item` of a completions batch (item < the n_batch
  * that parsing item 0 gave). */
 sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind kind, const char *body,
