@@ -77,59 +77,88 @@ static sp_status sp_blocks_text(const json_t *content, const char *param, char *
     return SP_OK;
 }
 
-/* One block of message i into the parts, calls or tool results. */
-static sp_status sp_anthropic_block(const json_t *b, size_t i, size_t k, bool assistant, json_t *parts, json_t *calls,
-                                    json_t *results, struct sp_api_error *err)
+/* What a message's blocks become: content parts, tool calls (assistant),
+ * tool messages (user). */
+struct sp_blocks {
+    json_t *parts, *calls, *results;
+    bool assistant;
+};
+
+static sp_status sp_block_text(const json_t *b, const char *param, struct sp_blocks *o, struct sp_api_error *err)
+{
+    json_t *t = json_object_get(b, "text");
+    if (!json_is_string(t))
+        return sp_bad(err, param, "Invalid '%s': a text block needs 'text'%s.", "");
+    json_t *part = json_object();
+    json_object_set_new(part, "type", json_string("text"));
+    json_object_set(part, "text", t);
+    return json_array_append_new(o->parts, part) ? SP_ERR_NOMEM : SP_OK;
+}
+
+/* Past thinking: templates drop it. */
+static sp_status sp_block_thinking(const json_t *b, const char *param, struct sp_blocks *o, struct sp_api_error *err)
+{
+    (void)b;
+    return o->assistant ? SP_OK : sp_bad(err, param, "Invalid '%s': thinking blocks belong to assistant turns%s.", "");
+}
+
+static sp_status sp_block_tool_use(const json_t *b, const char *param, struct sp_blocks *o, struct sp_api_error *err)
+{
+    json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name"), *in = json_object_get(b, "input");
+    if (!o->assistant || !json_is_string(id) || !json_is_string(name) || !json_is_object(in))
+        return sp_bad(err, param, "Invalid '%s': a tool_use block (in an assistant turn) needs 'id', 'name' "
+                                  "and an object 'input'%s.", "");
+    char *args = json_dumps(in, JSON_COMPACT);
+    json_t *c = json_object(), *fn = json_object();
+    json_object_set(c, "id", id);
+    json_object_set_new(c, "type", json_string("function"));
+    json_object_set(fn, "name", name);
+    json_object_set_new(fn, "arguments", json_string(args ? args : "{}"));
+    free(args);
+    json_object_set_new(c, "function", fn);
+    return json_array_append_new(o->calls, c) ? SP_ERR_NOMEM : SP_OK;
+}
+
+static sp_status sp_block_tool_result(const json_t *b, const char *param, struct sp_blocks *o,
+                                      struct sp_api_error *err)
+{
+    json_t *id = json_object_get(b, "tool_use_id"), *content = json_object_get(b, "content");
+    if (o->assistant || !json_is_string(id))
+        return sp_bad(err, param, "Invalid '%s': a tool_result block (in a user turn) needs 'tool_use_id'%s.", "");
+    char *text = NULL;
+    char cparam[80];
+    snprintf(cparam, sizeof cparam, "%s.content", param);
+    sp_status st = content ? sp_blocks_text(content, cparam, &text, err) : SP_OK;
+    if (st != SP_OK)
+        return st;
+    json_t *m = json_object();
+    json_object_set_new(m, "role", json_string("tool"));
+    json_object_set(m, "tool_call_id", id);
+    json_object_set_new(m, "content", json_string(text ? text : ""));
+    free(text);
+    return json_array_append_new(o->results, m) ? SP_ERR_NOMEM : SP_OK;
+}
+
+static const struct {
+    const char *type;
+    sp_status (*read)(const json_t *b, const char *param, struct sp_blocks *o, struct sp_api_error *err);
+} sp_anthropic_blocks[] = {
+    {"text", sp_block_text}, {"thinking", sp_block_thinking}, {"redacted_thinking", sp_block_thinking},
+    {"tool_use", sp_block_tool_use}, {"tool_result", sp_block_tool_result},
+};
+
+/* Block k of message i, by its type (images, documents and the rest: 400). */
+static sp_status sp_anthropic_block(const json_t *b, size_t i, size_t k, struct sp_blocks *o,
+                                    struct sp_api_error *err)
 {
     char param[64];
     snprintf(param, sizeof param, "messages.%zu.content.%zu", i, k);
     const char *type = json_string_value(json_object_get(b, "type"));
     if (!json_is_object(b) || !type)
         return sp_bad(err, param, "Invalid '%s': expected a content block with a 'type'%s.", "");
-    if (!strcmp(type, "text")) {
-        json_t *t = json_object_get(b, "text");
-        if (!json_is_string(t))
-            return sp_bad(err, param, "Invalid '%s': a text block needs 'text'%s.", "");
-        json_t *part = json_object();
-        json_object_set_new(part, "type", json_string("text"));
-        json_object_set(part, "text", t);
-        return json_array_append_new(parts, part) ? SP_ERR_NOMEM : SP_OK;
-    }
-    if (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking"))
-        return assistant ? SP_OK : sp_bad(err, param, "Invalid '%s': %s blocks belong to assistant turns.", type);
-    if (!strcmp(type, "tool_use")) {
-        json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name"), *in = json_object_get(b, "input");
-        if (!assistant || !json_is_string(id) || !json_is_string(name) || !json_is_object(in))
-            return sp_bad(err, param, "Invalid '%s': a tool_use block (in an assistant turn) needs 'id', 'name' "
-                                      "and an object 'input'%s.", "");
-        char *args = json_dumps(in, JSON_COMPACT);
-        json_t *c = json_object(), *fn = json_object();
-        json_object_set(c, "id", id);
-        json_object_set_new(c, "type", json_string("function"));
-        json_object_set(fn, "name", name);
-        json_object_set_new(fn, "arguments", json_string(args ? args : "{}"));
-        free(args);
-        json_object_set_new(c, "function", fn);
-        return json_array_append_new(calls, c) ? SP_ERR_NOMEM : SP_OK;
-    }
-    if (!strcmp(type, "tool_result")) {
-        json_t *id = json_object_get(b, "tool_use_id"), *content = json_object_get(b, "content");
-        if (assistant || !json_is_string(id))
-            return sp_bad(err, param, "Invalid '%s': a tool_result block (in a user turn) needs 'tool_use_id'%s.",
-                          "");
-        char *text = NULL;
-        char cparam[80];
-        snprintf(cparam, sizeof cparam, "%s.content", param);
-        sp_status st = content ? sp_blocks_text(content, cparam, &text, err) : SP_OK;
-        if (st != SP_OK)
-            return st;
-        json_t *m = json_object();
-        json_object_set_new(m, "role", json_string("tool"));
-        json_object_set(m, "tool_call_id", id);
-        json_object_set_new(m, "content", json_string(text ? text : ""));
-        free(text);
-        return json_array_append_new(results, m) ? SP_ERR_NOMEM : SP_OK;
-    }
+    for (size_t t = 0; t < sizeof sp_anthropic_blocks / sizeof sp_anthropic_blocks[0]; t++)
+        if (!strcmp(type, sp_anthropic_blocks[t].type))
+            return sp_anthropic_blocks[t].read(b, param, o, err);
     return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", param,
                        "Invalid '%s': '%.40s' blocks are not supported by this server.", param, type);
 }
@@ -164,6 +193,7 @@ static sp_status sp_anthropic_messages(const json_t *root, json_t *msgs, struct 
             return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "messages",
                                "A final assistant message (a prefill to continue) is not supported by this server.");
         json_t *parts = json_array(), *calls = json_array(), *results = json_array();
+        struct sp_blocks blocks = {parts, calls, results, assistant};
         sp_status st = SP_OK;
         if (json_is_string(content)) {
             json_t *part = json_object();
@@ -172,7 +202,7 @@ static sp_status sp_anthropic_messages(const json_t *root, json_t *msgs, struct 
             json_array_append_new(parts, part);
         } else if (json_is_array(content)) {
             for (size_t k = 0; k < json_array_size(content) && st == SP_OK; k++)
-                st = sp_anthropic_block(json_array_get(content, k), i, k, assistant, parts, calls, results, err);
+                st = sp_anthropic_block(json_array_get(content, k), i, k, &blocks, err);
         } else {
             snprintf(param, sizeof param, "messages.%zu.content", i);
             st = sp_bad(err, param, "Invalid '%s': expected a string or a list of content blocks%s.", "");
@@ -231,20 +261,21 @@ static sp_status sp_anthropic_tools(const json_t *root, json_t *oai, struct sp_a
         return SP_OK;
     const char *type = json_string_value(json_object_get(choice, "type"));
     json_t *name = json_object_get(choice, "name"), *dis = json_object_get(choice, "disable_parallel_tool_use");
-    if (!type)
-        return sp_bad(err, "tool_choice", "Invalid '%s': expected an object with a 'type'%s.", "");
-    if (!strcmp(type, "auto") || !strcmp(type, "none"))
-        json_object_set_new(oai, "tool_choice", json_string(type));
-    else if (!strcmp(type, "any"))
-        json_object_set_new(oai, "tool_choice", json_string("required"));
-    else if (!strcmp(type, "tool") && json_is_string(name)) {
+    /* Anthropic's choice -> OpenAI's; "tool" names the function */
+    static const char *const choices[][2] = {{"auto", "auto"}, {"none", "none"}, {"any", "required"}, {"tool", NULL}};
+    size_t k = 0;
+    while (type && k < sizeof choices / sizeof choices[0] && strcmp(type, choices[k][0]))
+        k++;
+    if (!type || k == sizeof choices / sizeof choices[0] || (!choices[k][1] && !json_is_string(name)))
+        return sp_bad(err, "tool_choice", "Invalid '%s': expected type auto, any, none, or tool with a name%s.", "");
+    if (choices[k][1]) {
+        json_object_set_new(oai, "tool_choice", json_string(choices[k][1]));
+    } else {
         json_t *c = json_object(), *fn = json_object();
         json_object_set(fn, "name", name);
         json_object_set_new(c, "type", json_string("function"));
         json_object_set_new(c, "function", fn);
         json_object_set_new(oai, "tool_choice", c);
-    } else {
-        return sp_bad(err, "tool_choice", "Invalid '%s': expected type auto, any, none, or tool with a name%s.", "");
     }
     if (json_is_true(dis))
         json_object_set_new(oai, "parallel_tool_calls", json_false());
@@ -257,14 +288,22 @@ static sp_status sp_anthropic_config(const json_t *root, json_t *oai, struct sp_
     json_t *thinking = json_object_get(root, "thinking"), *oc = json_object_get(root, "output_config");
     json_t *kw = json_object_get(oai, "chat_template_kwargs");
     if (thinking && !json_is_null(thinking)) {
+        /* thinking's type -> the template's enable_thinking */
+        static const struct {
+            const char *type;
+            bool on;
+        } modes[] = {{"enabled", true}, {"adaptive", true}, {"disabled", false}};
         const char *type = json_string_value(json_object_get(thinking, "type"));
-        if (!type || (strcmp(type, "enabled") && strcmp(type, "adaptive") && strcmp(type, "disabled")))
+        size_t k = 0;
+        while (type && k < sizeof modes / sizeof modes[0] && strcmp(type, modes[k].type))
+            k++;
+        if (!type || k == sizeof modes / sizeof modes[0])
             return sp_bad(err, "thinking.type", "Invalid '%s': expected enabled, adaptive or disabled%s.", "");
         if (!json_is_object(kw)) {
             kw = json_object();
             json_object_set_new(oai, "chat_template_kwargs", kw);
         }
-        json_object_set_new(kw, "enable_thinking", json_boolean(strcmp(type, "disabled")));
+        json_object_set_new(kw, "enable_thinking", json_boolean(modes[k].on));
     }
     if (!oc || json_is_null(oc))
         return SP_OK;

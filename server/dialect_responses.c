@@ -75,66 +75,95 @@ static sp_status sp_responses_content(const json_t *content, const char *param, 
     return SP_OK;
 }
 
-/* One input item into the messages. */
+static sp_status sp_item_message(const json_t *it, const char *param, json_t *msgs, struct sp_api_error *err)
+{
+    const char *role = json_string_value(json_object_get(it, "role"));
+    json_t *content = NULL;
+    if (!role)
+        return sp_bad(err, param, "a message item needs a 'role'.");
+    sp_status st = sp_responses_content(json_object_get(it, "content"), param, &content, err);
+    if (st != SP_OK)
+        return st;
+    json_t *m = json_object();
+    json_object_set_new(m, "role", json_string(role));
+    json_object_set_new(m, "content", content);
+    return json_array_append_new(msgs, m) ? SP_ERR_NOMEM : SP_OK;
+}
+
+/* A call joins the assistant turn before it (or makes one without text). */
+static sp_status sp_item_call(const json_t *it, const char *param, json_t *msgs, struct sp_api_error *err)
+{
+    json_t *id = json_object_get(it, "call_id"), *name = json_object_get(it, "name");
+    json_t *args = json_object_get(it, "arguments");
+    if (!json_is_string(id) || !json_is_string(name) || !json_is_string(args))
+        return sp_bad(err, param, "a function_call item needs call_id, name and arguments (strings).");
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1), *calls;
+    const char *role = json_string_value(json_object_get(last, "role"));
+    if (!role || strcmp(role, "assistant")) {
+        last = json_object();
+        json_object_set_new(last, "role", json_string("assistant"));
+        json_object_set_new(last, "content", json_null());
+        json_array_append_new(msgs, last);
+    }
+    if (!(calls = json_object_get(last, "tool_calls"))) {
+        calls = json_array();
+        json_object_set_new(last, "tool_calls", calls);
+    }
+    json_t *c = json_object(), *fn = json_object();
+    json_object_set(fn, "name", name);
+    json_object_set(fn, "arguments", args);
+    json_object_set(c, "id", id);
+    json_object_set_new(c, "type", json_string("function"));
+    json_object_set_new(c, "function", fn);
+    return json_array_append_new(calls, c) ? SP_ERR_NOMEM : SP_OK;
+}
+
+static sp_status sp_item_output(const json_t *it, const char *param, json_t *msgs, struct sp_api_error *err)
+{
+    json_t *id = json_object_get(it, "call_id"), *content = NULL;
+    if (!json_is_string(id))
+        return sp_bad(err, param, "a function_call_output item needs call_id.");
+    sp_status st = sp_responses_content(json_object_get(it, "output"), param, &content, err);
+    if (st != SP_OK)
+        return st;
+    json_t *m = json_object();
+    json_object_set_new(m, "role", json_string("tool"));
+    json_object_set(m, "tool_call_id", id);
+    json_object_set_new(m, "content", content);
+    return json_array_append_new(msgs, m) ? SP_ERR_NOMEM : SP_OK;
+}
+
+/* Past reasoning: templates drop it. */
+static sp_status sp_item_reasoning(const json_t *it, const char *param, json_t *msgs, struct sp_api_error *err)
+{
+    (void)it;
+    (void)param;
+    (void)msgs;
+    (void)err;
+    return SP_OK;
+}
+
+static const struct {
+    const char *type;
+    sp_status (*read)(const json_t *it, const char *param, json_t *msgs, struct sp_api_error *err);
+} sp_responses_items[] = {
+    {"message", sp_item_message}, {"function_call", sp_item_call}, {"function_call_output", sp_item_output},
+    {"reasoning", sp_item_reasoning},
+};
+
+/* One input item into the messages, by its type (a role without a type is a message). */
 static sp_status sp_responses_item(const json_t *it, size_t i, json_t *msgs, struct sp_api_error *err)
 {
     char param[48];
     snprintf(param, sizeof param, "input[%zu]", i);
-    const char *type = json_string_value(json_object_get(it, "type"));
-    const char *role = json_string_value(json_object_get(it, "role"));
     if (!json_is_object(it))
         return sp_bad(err, param, "expected an item (an object).");
-    if ((!type || !strcmp(type, "message")) && role) {
-        json_t *content = NULL, *m = json_object();
-        sp_status st = sp_responses_content(json_object_get(it, "content"), param, &content, err);
-        if (st != SP_OK) {
-            json_decref(m);
-            return st;
-        }
-        json_object_set_new(m, "role", json_string(role));
-        json_object_set_new(m, "content", content);
-        return json_array_append_new(msgs, m) ? SP_ERR_NOMEM : SP_OK;
-    }
-    if (type && !strcmp(type, "function_call")) {
-        json_t *id = json_object_get(it, "call_id"), *name = json_object_get(it, "name");
-        json_t *args = json_object_get(it, "arguments");
-        if (!json_is_string(id) || !json_is_string(name) || !json_is_string(args))
-            return sp_bad(err, param, "a function_call item needs call_id, name and arguments (strings).");
-        json_t *last = json_array_get(msgs, json_array_size(msgs) - 1), *calls;
-        bool joins = json_array_size(msgs) && !strcmp(json_string_value(json_object_get(last, "role")), "assistant");
-        if (!joins) { /* the calls of a turn without text */
-            last = json_object();
-            json_object_set_new(last, "role", json_string("assistant"));
-            json_object_set_new(last, "content", json_null());
-            json_array_append_new(msgs, last);
-        }
-        if (!(calls = json_object_get(last, "tool_calls"))) {
-            calls = json_array();
-            json_object_set_new(last, "tool_calls", calls);
-        }
-        json_t *c = json_object(), *fn = json_object();
-        json_object_set(fn, "name", name);
-        json_object_set(fn, "arguments", args);
-        json_object_set(c, "id", id);
-        json_object_set_new(c, "type", json_string("function"));
-        json_object_set_new(c, "function", fn);
-        return json_array_append_new(calls, c) ? SP_ERR_NOMEM : SP_OK;
-    }
-    if (type && !strcmp(type, "function_call_output")) {
-        json_t *id = json_object_get(it, "call_id"), *output = json_object_get(it, "output"), *content = NULL;
-        if (!json_is_string(id))
-            return sp_bad(err, param, "a function_call_output item needs call_id.");
-        sp_status st = sp_responses_content(output, param, &content, err);
-        if (st != SP_OK)
-            return st;
-        json_t *m = json_object();
-        json_object_set_new(m, "role", json_string("tool"));
-        json_object_set(m, "tool_call_id", id);
-        json_object_set_new(m, "content", content);
-        return json_array_append_new(msgs, m) ? SP_ERR_NOMEM : SP_OK;
-    }
-    if (type && !strcmp(type, "reasoning"))
-        return SP_OK; /* templates drop past thinking */
+    const char *type = json_string_value(json_object_get(it, "type"));
+    if (!type && json_object_get(it, "role"))
+        type = "message";
+    for (size_t k = 0; type && k < sizeof sp_responses_items / sizeof sp_responses_items[0]; k++)
+        if (!strcmp(type, sp_responses_items[k].type))
+            return sp_responses_items[k].read(it, param, msgs, err);
     return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", param,
                        "Invalid '%s': '%.40s' items are not supported by this server.", param, type ? type : "?");
 }
@@ -416,11 +445,14 @@ static json_t *sp_responses_object(const struct sp_resp *r, const char *status, 
     static const char *const keys[] = {"instructions", "max_output_tokens", "temperature", "top_p", "user"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         json_object_set(o, keys[i], (v = json_object_get(e, keys[i])) ? v : json_null());
-    json_object_set(o, "tools", (v = json_object_get(e, "tools")) ? v : json_array());
-    json_object_set(o, "tool_choice", (v = json_object_get(e, "tool_choice")) ? v : json_string("auto"));
+    v = json_object_get(e, "tools");
+    json_object_set_new(o, "tools", v ? json_incref(v) : json_array());
+    v = json_object_get(e, "tool_choice");
+    json_object_set_new(o, "tool_choice", v ? json_incref(v) : json_string("auto"));
     v = json_object_get(e, "parallel_tool_calls");
     json_object_set_new(o, "parallel_tool_calls", json_boolean(!json_is_false(v)));
-    json_object_set(o, "metadata", (v = json_object_get(e, "metadata")) ? v : json_object());
+    v = json_object_get(e, "metadata");
+    json_object_set_new(o, "metadata", v ? json_incref(v) : json_object());
     json_t *text = json_object_get(e, "text");
     json_object_set_new(o, "text", text ? json_incref(text) : json_pack("{s:{s:s}}", "format", "type", "text"));
     v = json_object_get(e, "reasoning");
