@@ -638,6 +638,15 @@ SP_API sp_status sp_toolcall_check(void *tc, const char *text, size_t len, char 
  * Thread-safe. */
 SP_API sp_status sp_toolcall_chat_tokenize(const sp_model *m, const sp_toolcall *tc, const sp_chat_msg *msgs,
                                            size_t n, sp_token **out, size_t *n_out);
+/* The same with variables for the template: vars is JSON text of an object
+ * (NULL: none) whose keys become globals of the template, as HF's
+ * apply_chat_template takes keyword arguments (enable_thinking,
+ * reasoning_effort, ...).  The names the renderer defines (messages,
+ * tools, add_generation_prompt, bos_token, eos_token and its functions)
+ * are reserved: SP_ERR_ARG naming the key, as for vars that are not an
+ * object. */
+SP_API sp_status sp_toolcall_chat_tokenize_vars(const sp_model *m, const sp_toolcall *tc, const sp_chat_msg *msgs,
+                                                size_t n, const char *vars, sp_token **out, size_t *n_out);
 
 /* Reading calls out of one choice's output, also incrementally for a
  * stream: text that may still turn into a call is held back until it is

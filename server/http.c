@@ -30,30 +30,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server/server.h"
+#include "server/dialect.h"
 #include "server/webui.h"
 
 #define SP_HTTP_IDLE_TIMEOUT_S 60u
 #define SP_HTTP_MEMORY_LIMIT (256u * 1024u)
 #define SP_HTTP_MAX_CONNECTIONS 512u
-
-enum sp_route {
-    SP_ROUTE_NOT_FOUND = 0,
-    SP_ROUTE_BAD_METHOD,
-    SP_ROUTE_HEALTH,
-    SP_ROUTE_MODELS,
-    SP_ROUTE_METRICS,
-    SP_ROUTE_COMPLETIONS,
-    SP_ROUTE_CHAT,
-    SP_ROUTE_TOKENIZE,
-    SP_ROUTE_DETOKENIZE,
-    SP_ROUTE_EMBEDDINGS,
-    SP_ROUTE_PAGE,       /* the chat page's files (webui.h): served without the API key */
-};
 
 struct sp_http {
     struct MHD_Daemon *daemon;
@@ -76,6 +61,8 @@ struct sp_conn {
     struct sp_http *h;
     struct MHD_Connection *con;
     enum sp_route route;
+    const struct sp_route_def *def;   /* the route's row (routes.c); NULL for an unknown route */
+    const struct sp_dialect *dialect; /* the API whose shapes answer (never NULL) */
     char *body;
     size_t n_body, cap_body;
     bool too_big;
@@ -83,10 +70,12 @@ struct sp_conn {
     int status;          /* the HTTP status answered, for the metrics */
     bool hung_up;        /* sp_conn_wait saw the client hang up before a response */
     bool active;         /* counted in h->n_active */
-    struct sp_job *job;
+    struct sp_job *job;  /* jobs[0] */
+    struct sp_job **jobs; /* one per prompt of a completions batch (job_batch.c) */
+    size_t n_jobs;
     struct sp_resp resp;
     bool resp_init;
-    struct sp_job_buf buf;
+    struct sp_job_buf buf, scratch;
     char *out;           /* stream bytes not yet handed to MHD */
     size_t out_len, out_cap, out_pos;
     bool stream_done;
@@ -96,32 +85,15 @@ struct sp_conn {
     char xrid[65];       /* the X-Request-Id header (a balancer's trace id), same rules */
 };
 
-static enum sp_route sp_route_of(const char *url, const char *method)
+/* The route of (url, method) from the route table, and the dialect that
+ * answers it. */
+static enum sp_route sp_route_of(struct sp_conn *c, const char *url, const char *method)
 {
-    static const struct {
-        const char *path, *method;
-        enum sp_route route;
-    } routes[] = {
-        {"/health", "GET", SP_ROUTE_HEALTH},
-        {"/health", "HEAD", SP_ROUTE_HEALTH}, /* MHD sends HEAD's headers without the body */
-        {"/v1/health", "GET", SP_ROUTE_HEALTH},
-        {"/v1/health", "HEAD", SP_ROUTE_HEALTH},
-        {"/v1/models", "GET", SP_ROUTE_MODELS},
-        {"/metrics", "GET", SP_ROUTE_METRICS},
-        {"/v1/completions", "POST", SP_ROUTE_COMPLETIONS},
-        {"/v1/chat/completions", "POST", SP_ROUTE_CHAT},
-        {"/v1/embeddings", "POST", SP_ROUTE_EMBEDDINGS},
-        {"/tokenize", "POST", SP_ROUTE_TOKENIZE},
-        {"/detokenize", "POST", SP_ROUTE_DETOKENIZE},
-    };
     bool known = false;
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        if (strcmp(url, routes[i].path))
-            continue;
-        if (!strcmp(method, routes[i].method))
-            return routes[i].route;
-        known = true;
-    }
+    c->def = sp_route_find(url, method, &known);
+    c->dialect = c->def ? c->def->dialect : sp_route_dialect_of(url);
+    if (c->def)
+        return c->def->route;
     if (known)
         return SP_ROUTE_BAD_METHOD;
     struct sp_webui_asset a;
@@ -189,7 +161,7 @@ static enum MHD_Result sp_respond_error(struct sp_conn *c, const struct sp_api_e
         hdr = "WWW-Authenticate";
         val = "Bearer";
     }
-    return sp_respond(c, err->http_status, "application/json", sp_api_error_body(err), hdr, val);
+    return sp_respond(c, err->http_status, "application/json", c->dialect->error_body(err), hdr, val);
 }
 
 static enum MHD_Result sp_fail(struct sp_conn *c, int status, const char *type, const char *code,
@@ -277,17 +249,18 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         }
         if (c->stream_done)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        bool timed_out = false;
-        enum sp_job_state st = sp_job_take(c->job, &c->buf, &timed_out);
+        bool timed_out = false, lost = false;
+        enum sp_job_state st = sp_jobs_take(c->jobs, c->n_jobs, c->resp.n_choices / (int)c->n_jobs, &c->buf,
+                                            &c->scratch, &timed_out, &lost);
         c->resp.timed_out = timed_out;
         if (sp_resp_stream_events(&c->resp, &c->buf, &c->out, &c->out_len, &c->out_cap) != SP_OK)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (st == SP_JOB_DONE || st == SP_JOB_FAILED) {
             struct sp_api_error err;
             sp_status ss;
-            if (sp_job_shut_down(c->job)) {
+            if (sp_jobs_shut_down(c->jobs, c->n_jobs)) {
                 sp_shutdown_error(&err);
-                ss = sp_resp_stream_error(&err, &c->out, &c->out_len, &c->out_cap);
+                ss = sp_resp_stream_error(&c->resp, &err, &c->out, &c->out_len, &c->out_cap);
             } else {
                 ss = sp_resp_stream_end(&c->resp, &c->out, &c->out_len, &c->out_cap);
             }
@@ -299,7 +272,7 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (c->out_len)
             continue;
         if (!sp_conn_wait(c)) {
-            sp_sched_cancel(c->h->sched, c->job);
+            sp_jobs_cancel(c->h->sched, c->jobs, c->n_jobs);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -307,17 +280,17 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 /* ---- generation ---- */
 
-static enum MHD_Result sp_fail_admission(struct sp_conn *c)
+static enum MHD_Result sp_fail_admission(struct sp_conn *c, struct sp_job *j)
 {
     struct sp_api_error err;
-    pthread_mutex_lock(&c->job->mu);
-    sp_status st = c->job->fail_status;
+    pthread_mutex_lock(&j->mu);
+    sp_status st = j->fail_status;
     char msg[256];
-    snprintf(msg, sizeof msg, "%s", c->job->fail_msg);
-    pthread_mutex_unlock(&c->job->mu);
+    snprintf(msg, sizeof msg, "%s", j->fail_msg);
+    pthread_mutex_unlock(&j->mu);
     if (st == SP_ERR_CONTEXT)
         sp_api_fail(&err, 400, "invalid_request_error", "context_length_exceeded",
-                    c->route == SP_ROUTE_CHAT ? "messages" : "prompt", "%s", msg);
+                    c->def->kind == SP_API_CHAT ? "messages" : "prompt", "%s", msg);
     else if (st == SP_ERR_ARG || st == SP_ERR_UNSUPPORTED)
         sp_api_fail(&err, 400, "invalid_request_error", "invalid_value", NULL, "%s", msg);
     else if (st == SP_ERR_FULL)
@@ -328,35 +301,32 @@ static enum MHD_Result sp_fail_admission(struct sp_conn *c)
     return sp_respond_error(c, &err);
 }
 
+/* What a generation request of this server may ask for. */
+static void sp_http_limits(struct sp_http *h, struct sp_api_limits *lim)
+{
+    sp_api_limits_default(lim);
+    lim->model_id = h->model_id;
+    lim->aliases = h->cfg.aliases;
+    lim->n_aliases = h->cfg.n_aliases;
+    lim->n_ctx = sp_sched_n_ctx(h->sched);
+    lim->max_n = h->cfg.max_n;
+    lim->max_timeout_s = h->cfg.timeout_s;
+    lim->defaults = sp_sched_sampling(h->sched);
+    lim->gcache = sp_sched_grammar_cache(h->sched);
+    lim->max_retries = h->cfg.max_retries;
+}
+
 static enum MHD_Result sp_handle_generate(struct sp_conn *c)
 {
     struct sp_http *h = c->h;
     struct sp_api_limits lim;
-    struct sp_api_request api;
     struct sp_api_error err;
-    sp_api_limits_default(&lim);
-    lim.model_id = h->model_id;
-    lim.n_ctx = sp_sched_n_ctx(h->sched);
-    lim.max_n = h->cfg.max_n;
-    lim.max_timeout_s = h->cfg.timeout_s;
-    lim.defaults = sp_sched_sampling(h->sched);
-    lim.gcache = sp_sched_grammar_cache(h->sched);
-    lim.max_retries = h->cfg.max_retries;
-    enum sp_api_kind kind = c->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETIONS;
-    if (sp_api_request_parse(&api, kind, c->body, c->n_body, sp_sched_model(h->sched), &lim,
-                             &err) != SP_OK)
+    sp_http_limits(h, &lim);
+    if (sp_jobs_make(c->dialect->parse, c->def->kind, c->body, c->n_body, sp_sched_model(h->sched), &lim,
+                     h->cfg.timeout_s, &c->jobs, &c->n_jobs, &err) != SP_OK)
         return sp_respond_error(c, &err);
-    if (!api.seed_set && getrandom(&api.gp.sampling.seed, sizeof api.gp.sampling.seed,
-                                   GRND_NONBLOCK) < 0)
-        api.gp.sampling.seed = (uint64_t)sp_now();
-    double timeout = api.timeout_s > 0 ? api.timeout_s : h->cfg.timeout_s;
-    struct sp_job *j = sp_job_new(&api, timeout);
-    if (!j) {
-        sp_api_request_free(&api);
-        return sp_fail(c, 500, "server_error", NULL, "out of memory");
-    }
-    c->job = j;
-    if (sp_resp_init(&c->resp, &j->api, sp_sched_model(h->sched), h->model_id) != SP_OK)
+    struct sp_job *j = c->job = c->jobs[0];
+    if (sp_resp_init(&c->resp, &j->api, sp_sched_model(h->sched), h->model_id, c->dialect->resp) != SP_OK)
         return sp_fail(c, 500, "server_error", NULL, "out of memory");
     c->resp_init = true;
 
@@ -369,22 +339,25 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     pthread_mutex_unlock(&h->mu);
     if (draining)
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
-    if (sp_sched_submit(h->sched, j) != SP_OK)
+    if (sp_jobs_submit(h->sched, c->jobs, c->n_jobs) != SP_OK)
         return sp_fail(c, 429, "requests", "rate_limit_exceeded",
                        "Too many requests are waiting; retry later.");
 
     /* Wait for admission, so that a refusal is still a plain 4xx. */
     enum sp_job_state st;
-    while ((st = sp_job_state_of(j)) == SP_JOB_QUEUED) {
+    size_t failed = 0;
+    while ((st = sp_jobs_state(c->jobs, c->n_jobs, &failed)) == SP_JOB_QUEUED) {
         if (!sp_conn_wait(c)) {
-            sp_sched_cancel(h->sched, j);
+            sp_jobs_cancel(h->sched, c->jobs, c->n_jobs);
             c->hung_up = true;
             return MHD_NO;
         }
     }
-    if (st == SP_JOB_FAILED)
-        return sp_fail_admission(c);
-    if (sp_job_shut_down(j)) {
+    if (st == SP_JOB_FAILED) {
+        sp_jobs_cancel(h->sched, c->jobs, c->n_jobs);
+        return sp_fail_admission(c, c->jobs[failed]);
+    }
+    if (sp_jobs_shut_down(c->jobs, c->n_jobs)) {
         sp_shutdown_error(&err);
         return sp_respond_error(c, &err);
     }
@@ -395,7 +368,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
                                               NULL);
         if (!r)
             return MHD_NO;
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, c->dialect->stream_type);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         sp_add_replica_header(c, r);
         c->status = 200;
@@ -404,21 +377,22 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
         return ret;
     }
     for (;;) {
-        bool timed_out = false;
-        st = sp_job_take(j, &c->buf, &timed_out);
+        bool timed_out = false, lost = false;
+        st = sp_jobs_take(c->jobs, c->n_jobs, c->resp.n_choices / (int)c->n_jobs, &c->buf, &c->scratch,
+                          &timed_out, &lost);
         c->resp.timed_out = timed_out;
-        if (sp_resp_collect(&c->resp, &c->buf) != SP_OK)
+        if (lost || sp_resp_collect(&c->resp, &c->buf) != SP_OK)
             return sp_fail(c, 500, "server_error", NULL, "out of memory");
         if (st == SP_JOB_DONE || st == SP_JOB_FAILED)
             break;
         if (!sp_conn_wait(c)) {
-            sp_sched_cancel(h->sched, j);
+            sp_jobs_cancel(h->sched, c->jobs, c->n_jobs);
             c->hung_up = true;
             return MHD_NO;
         }
     }
     MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S);
-    if (sp_job_shut_down(j)) {
+    if (sp_jobs_shut_down(c->jobs, c->n_jobs)) {
         sp_shutdown_error(&err);
         return sp_respond_error(c, &err);
     }
@@ -441,17 +415,19 @@ static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
     sp_model_info mi;
     sp_model_info_get(m, &mi);
     struct sp_api_embed_limits lim = {h->model_id, (int)mi.n_embd, sp_sched_embed_max_tokens(h->sched),
-                                      SP_HTTP_EMBED_MAX_INPUTS};
+                                      SP_HTTP_EMBED_MAX_INPUTS, h->cfg.aliases, h->cfg.n_aliases};
     struct sp_api_embed_request r;
     struct sp_api_error err;
-    if (sp_api_embed_parse(&r, c->body, c->n_body, m, &lim, &err) != SP_OK)
+    if ((c->dialect->embed_parse ? c->dialect->embed_parse : sp_api_embed_parse)(&r, c->body, c->n_body, m, &lim,
+                                                                                &err) != SP_OK)
         return sp_respond_error(c, &err);
     enum MHD_Result ret;
     float *out = malloc(r.n_inputs * (size_t)lim.n_embd * sizeof *out);
     struct sp_embed_work w = {(const sp_token *const *)r.inputs, r.n_tokens, r.n_inputs, out, SP_OK, "", false,
                               NULL};
     sp_status st = out ? sp_sched_embed(h->sched, &w) : SP_ERR_NOMEM;
-    char *body = st == SP_OK ? sp_api_embed_body(&r, h->model_id, out, lim.n_embd) : NULL;
+    char *body = st == SP_OK ? (c->dialect->embed_body ? c->dialect->embed_body : sp_api_embed_body)(
+                                   &r, h->model_id, out, lim.n_embd) : NULL;
     if (body) {
         sp_metrics_count_tokens(h->metrics, r.n_total, 0, 0);
         ret = sp_respond(c, 200, "application/json", body, NULL, NULL);
@@ -472,31 +448,17 @@ static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
 
 /* ---- other routes ---- */
 
-static enum MHD_Result sp_handle_models(struct sp_conn *c)
+/* A route answered without the engine (routes.c names its handler). */
+static enum MHD_Result sp_handle_info(struct sp_conn *c, const char *url)
 {
-    json_t *m = json_object();
-    json_object_set_new(m, "id", json_string(c->h->model_id));
-    json_object_set_new(m, "object", json_string("model"));
-    json_object_set_new(m, "created", json_integer(0));
-    json_object_set_new(m, "owned_by", json_string("spindle"));
-    json_object_set_new(m, "context_length", json_integer(sp_sched_n_ctx(c->h->sched)));
-    const struct sp_sampler_params *d = sp_sched_sampling(c->h->sched);
-    json_t *def = json_object();
-    json_object_set_new(def, "temperature", json_real(d->temperature));
-    json_object_set_new(def, "top_k", json_integer(d->top_k));
-    json_object_set_new(def, "top_p", json_real(d->top_p));
-    json_object_set_new(def, "min_p", json_real(d->min_p));
-    json_object_set_new(def, "repeat_penalty", json_real(d->repeat_penalty));
-    json_object_set_new(m, "sampling_defaults", def);
-    json_t *data = json_array();
-    json_array_append_new(data, m);
-    json_t *o = json_object();
-    json_object_set_new(o, "object", json_string("list"));
-    json_object_set_new(o, "data", data);
-    /* 7 digits: the float settings print as given (0.8, not 0.800000011920929) */
-    char *body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(7));
-    json_decref(o);
-    return sp_respond(c, 200, "application/json", body, NULL, NULL);
+    struct sp_api_limits lim;
+    struct sp_api_error err;
+    sp_http_limits(c->h, &lim);
+    struct sp_info_ctx ctx = {sp_sched_model(c->h->sched), c->h->model_id, c->h->cfg.aliases, c->h->cfg.n_aliases,
+                              &lim, url, c->body, c->n_body};
+    int status = 200;
+    char *body = c->def->info(&ctx, &status, &err);
+    return body ? sp_respond(c, status, "application/json", body, NULL, NULL) : sp_respond_error(c, &err);
 }
 
 /* The page and its scripts, from the binary.  The policy keeps anything the
@@ -526,11 +488,13 @@ static bool sp_auth_ok(struct sp_conn *c)
     const char *key = c->h->cfg.api_key;
     if (!key || !key[0])
         return true;
+    /* Authorization: Bearer KEY, or Anthropic's x-api-key: KEY */
     const char *v = MHD_lookup_connection_value(c->con, MHD_HEADER_KIND,
                                                 MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!v || strncmp(v, "Bearer ", 7))
+    if (v && !strncmp(v, "Bearer ", 7))
+        v += 7;
+    else if (!(v = MHD_lookup_connection_value(c->con, MHD_HEADER_KIND, "x-api-key")))
         return false;
-    v += 7;
     size_t n = strlen(key), m = strlen(v);
     /* Compare every byte so the time does not depend on where they differ. */
     unsigned char diff = (unsigned char)(n != m);
@@ -585,8 +549,8 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
     if (draining)
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
     switch (c->route) {
-    case SP_ROUTE_MODELS:
-        return sp_handle_models(c);
+    case SP_ROUTE_INFO:
+        return sp_handle_info(c, url);
     case SP_ROUTE_TOKENIZE: {
         char *body = sp_api_tokenize(c->body, c->n_body, sp_sched_model(h->sched), &err);
         return body ? sp_respond(c, 200, "application/json", body, NULL, NULL)
@@ -738,7 +702,7 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
             return MHD_NO;
         c->h = h;
         c->con = con;
-        c->route = sp_route_of(url, method);
+        c->route = sp_route_of(c, url, method);
         c->t_start = sp_now();
         sp_arrived(h);
         sp_log_copy(c->method, sizeof c->method, method);
@@ -810,10 +774,10 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
     if (!c)
         return;
     *con_cls = NULL;
-    if (c->job) {
-        enum sp_job_state st = sp_job_state_of(c->job);
+    for (size_t i = 0; i < c->n_jobs; i++) {
+        enum sp_job_state st = sp_job_state_of(c->jobs[i]);
         if (st != SP_JOB_DONE && st != SP_JOB_FAILED)
-            sp_sched_cancel(h->sched, c->job);
+            sp_sched_cancel(h->sched, c->jobs[i]);
     }
     if (c->status) {
         int status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->status != 200
@@ -829,8 +793,9 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
     }
     if (c->resp_init)
         sp_resp_free(&c->resp);
-    sp_job_unref(c->job);
+    sp_jobs_unref(c->jobs, c->n_jobs);
     sp_job_buf_free(&c->buf);
+    sp_job_buf_free(&c->scratch);
     free(c->out);
     free(c->body);
     if (c->active) {

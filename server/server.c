@@ -26,6 +26,15 @@ void sp_server_config_default(struct sp_server_config *c)
     c->max_retries = 4;
 }
 
+bool sp_server_alias_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] <= 0x20 || (unsigned char)name[i] >= 0x7f)
+            return false;
+    return n >= 1 && n <= 128;
+}
+
 static const char sp_replica_chars[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
 

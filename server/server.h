@@ -203,6 +203,34 @@ sp_status sp_sched_embed(struct sp_sched *s, struct sp_embed_work *w);
 /* The most tokens one embedding input may have (sp_engine_embed_max_tokens). */
 int sp_sched_embed_max_tokens(const struct sp_sched *s);
 
+/* job_batch.c: the jobs of one HTTP request, one per prompt of a
+ * completions batch (jobs[0] the first prompt's). */
+/* Parses the body (parse) once per prompt into one job each (*jobs: n of
+ * them, malloc'd; jobs[0] holds the first prompt's request), each with its
+ * own random seed unless the request sets one and its time limit (the
+ * request's `timeout`, else default_timeout), all waking jobs[0]'s
+ * eventfd.  On failure *err says what to answer and nothing is left. */
+sp_status sp_jobs_make(sp_api_parse_fn parse, enum sp_api_kind kind, const char *body, size_t len,
+                       const sp_model *model, const struct sp_api_limits *lim, double default_timeout,
+                       struct sp_job ***jobs, size_t *n, struct sp_api_error *err);
+void sp_jobs_unref(struct sp_job **jobs, size_t n);
+/* Makes j wake whoever waits on with's eventfd (instead of its own). */
+sp_status sp_job_share_wakeup(struct sp_job *j, const struct sp_job *with);
+/* Submits every job; on failure (sp_sched_submit's status) the ones
+ * already submitted are cancelled. */
+sp_status sp_jobs_submit(struct sp_sched *s, struct sp_job *const *jobs, size_t n);
+/* SP_JOB_FAILED (with *failed its index) if any job failed admission,
+ * else QUEUED while any is queued, else RUNNING while any runs, else DONE. */
+enum sp_job_state sp_jobs_state(struct sp_job *const *jobs, size_t n, size_t *failed);
+/* sp_job_take over every job: their events in *mine, job i's choices
+ * moved up by i * n_choices (scratch: a buffer of the caller's).  DONE (or
+ * FAILED) once every job has ended.  *lost: events were dropped for want
+ * of memory. */
+enum sp_job_state sp_jobs_take(struct sp_job *const *jobs, size_t n, int n_choices, struct sp_job_buf *mine,
+                               struct sp_job_buf *scratch, bool *timed_out, bool *lost);
+void sp_jobs_cancel(struct sp_sched *s, struct sp_job *const *jobs, size_t n);
+bool sp_jobs_shut_down(struct sp_job *const *jobs, size_t n);
+
 /* Asks the scheduler to end j (client gone); safe in any state. */
 void sp_sched_cancel(struct sp_sched *s, struct sp_job *j);
 /* Ends every queued and running job now, marked shut down (the drain ran
@@ -233,12 +261,38 @@ int sp_http_active(struct sp_http *h);
 double sp_http_quiet_s(struct sp_http *h);
 void sp_http_stop(struct sp_http *h);
 
+/* ---- reasoning.c: thinking between <think> and </think> ---- */
+
+enum sp_think_mode {
+    SP_THINK_OFF = 0, /* no separation: everything is the answer */
+    SP_THINK_START,   /* the output may open a block at its start */
+    SP_THINK_INSIDE,  /* the prompt opened the block: the output starts in it */
+    SP_THINK_AFTER,   /* the block is over (or never opened) */
+};
+struct sp_think {
+    enum sp_think_mode mode;
+    unsigned matched;  /* bytes of a tag matched so far (held) */
+    char space[16];    /* SP_THINK_START: whitespace before a possible tag (held) */
+    unsigned n_space;
+    bool trim;         /* drop whitespace before the next text */
+};
+void sp_think_init(struct sp_think *t, enum sp_think_mode mode);
+typedef sp_status (*sp_think_fn)(void *user, bool reasoning, const char *text, size_t len);
+/* Splits the next piece of output into reasoning and answer, in order, for
+ * fn; `last`: the output ends here (held bytes are released). */
+sp_status sp_think_feed(struct sp_think *t, const char *text, size_t len, bool last, sp_think_fn fn, void *user);
+
 /* ---- sse.c: response bodies and stream chunks ---- */
 
 struct sp_choice_acc;
+struct sp_resp_ops;
 /* Per-response state: ids, model name, per-choice accumulators. */
 struct sp_resp {
     const struct sp_api_request *api;
+    const struct sp_resp_ops *ops; /* the dialect's shapes (dialect.h); NULL: OpenAI's */
+    void *state;                   /* the dialect's own */
+    bool started;                  /* streaming: ops->start ran */
+    bool errored;                  /* streaming: an error event went out (no end follows) */
     const sp_model *served;  /* token texts for logprobs; NULL: none */
     char id[48];
     const char *model;
@@ -249,8 +303,10 @@ struct sp_resp {
     bool timed_out;
     bool hold;      /* streaming a checked output that may be retried: chunks wait for the verdict */
 };
+/* model: the name answers give when the request names none (a request
+ * that names the model, or an alias of it, gets that name back). */
 sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
-                       const sp_model *served, const char *model);
+                       const sp_model *served, const char *model, const struct sp_resp_ops *ops);
 void sp_resp_free(struct sp_resp *r);
 /* Streaming: appends "data: {...}\n\n" lines for the events in b to *out. */
 sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, char **out,
@@ -258,9 +314,10 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
 /* Streaming: the end of the stream (final chunks for choices the engine never
  * finished, the usage chunk when asked, "data: [DONE]"). */
 sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t *cap);
-/* Streaming: an error event (`data: {"error": {...}}`) that ends a stream
- * the server could not finish; OpenAI's clients raise it.  No [DONE] follows. */
-sp_status sp_resp_stream_error(const struct sp_api_error *err, char **out, size_t *len,
+/* Streaming: an error event (`data: {"error": {...}}`, or the dialect's)
+ * that ends a stream the server could not finish; clients raise it.  No
+ * [DONE] follows. */
+sp_status sp_resp_stream_error(struct sp_resp *r, const struct sp_api_error *err, char **out, size_t *len,
                                size_t *cap);
 /* Non-streaming: accumulate, then build the whole body (malloc'd). */
 sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b);

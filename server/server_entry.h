@@ -56,7 +56,16 @@ typedef struct sp_server_config {
     bool spec_fixed;
     const sp_model *draft_model;
     int spec_layers;
+    /* other names the model answers to besides its file name (--alias),
+     * each 1 to 128 printable ASCII characters; they must outlive the server */
+    const char *const *aliases;
+    size_t n_aliases;
 } sp_server_config;
+/* The most --alias names. */
+#define SP_SERVER_MAX_ALIASES 16
+/* Whether name can be an alias: 1 to 128 printable ASCII characters
+ * (no spaces). */
+bool sp_server_alias_valid(const char *name);
 /* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8, sampling
  * defaults not set, text log lines, replica id from the host name, drain
  * timeout 60 s, max_retries capped at 4. */

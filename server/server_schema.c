@@ -21,6 +21,17 @@ void sp_api_limits_default(struct sp_api_limits *lim)
     lim->max_stop_len = 1024;
     lim->max_logit_bias = 1024;
     lim->max_retries = 4;
+    lim->max_prompts = 16;
+}
+
+bool sp_api_model_known(const char *model_id, const char *const *aliases, size_t n_aliases, const char *name)
+{
+    if (!model_id || !strcmp(name, model_id))
+        return true;
+    for (size_t i = 0; i < n_aliases; i++)
+        if (!strcmp(name, aliases[i]))
+            return true;
+    return false;
 }
 
 sp_status sp_api_fail(struct sp_api_error *err, int http_status, const char *type,
@@ -293,7 +304,76 @@ static sp_status sp_tokenize_prompt(struct sp_api_request *r, const sp_model *mo
     return SP_OK;
 }
 
-static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
+/* One prompt (a string or a list of token ids) into r->prompt. */
+static sp_status sp_parse_one_prompt(struct sp_api_request *r, const json_t *p, const sp_model *model,
+                                     const struct sp_api_limits *lim, struct sp_api_error *err)
+{
+    if (json_is_string(p)) {
+        if (!(r->prompt_text = sp_strndup_json(p)))
+            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (strlen(r->prompt_text) != json_string_length(p))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                               "Invalid value for 'prompt': it contains a NUL character.");
+        return model ? sp_tokenize_prompt(r, model, lim, err) : SP_OK;
+    }
+    size_t n = json_array_size(p);
+    if (n + 1 > (size_t)lim->n_ctx)
+        return sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded", "prompt",
+                           "This model's maximum context length is %d tokens. However, your "
+                           "prompt has %zu tokens.", lim->n_ctx, n);
+    r->prompt = malloc((n ? n : 1) * sizeof *r->prompt);
+    if (!r->prompt)
+        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    uint32_t n_vocab = model ? sp_model_n_vocab(model) : (uint32_t)INT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        json_int_t t = json_integer_value(json_array_get(p, i));
+        if (t < 0 || t >= (json_int_t)n_vocab)
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                               "Invalid token id in 'prompt': %lld.", (long long)t);
+        r->prompt[i] = (sp_token)t;
+    }
+    r->n_prompt = n;
+    return SP_OK;
+}
+
+/* Whether p is one prompt: a string or a list of token ids. */
+static bool sp_is_one_prompt(const json_t *p)
+{
+    if (json_is_string(p))
+        return true;
+    if (!json_is_array(p))
+        return false;
+    for (size_t i = 0; i < json_array_size(p); i++)
+        if (!json_is_integer(json_array_get(p, i)))
+            return false;
+    return true;
+}
+
+/* The text `echo` puts before a prompt's choices: the string as sent, or
+ * the token ids detokenized (model NULL: none). */
+static char *sp_echo_text(const json_t *p, const sp_model *model)
+{
+    if (json_is_string(p))
+        return sp_strndup_json(p);
+    size_t n = json_array_size(p), need = 0;
+    sp_token *t = malloc((n ? n : 1) * sizeof *t);
+    char *text = NULL;
+    for (size_t i = 0; t && i < n; i++)
+        t[i] = (sp_token)json_integer_value(json_array_get(p, i));
+    if (t && model)
+        sp_model_detokenize(model, t, n, false, NULL, 0, &need);
+    if (t && (text = malloc(need + 1)) != NULL) {
+        if (!model || sp_model_detokenize(model, t, n, false, text, need + 1, &need) != SP_OK)
+            need = 0;
+        text[need] = '\0';
+    }
+    free(t);
+    return text;
+}
+
+/* `prompt`: a string, a list of token ids, or a batch (a list of those),
+ * of which r takes prompt `item`; with echo, every prompt's text. */
+static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root, size_t item, bool echo,
                                  const sp_model *model, const struct sp_api_limits *lim,
                                  struct sp_api_error *err)
 {
@@ -301,51 +381,29 @@ static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root,
     if (!p)
         return sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "prompt",
                            "Missing required parameter: 'prompt'.");
-    /* A one-element batch is the same as its element. */
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);
-    if (json_is_string(p)) {
-        if (!(r->prompt_text = sp_strndup_json(p)))
+    bool batch = json_is_array(p) && json_array_size(p) > 0 && !sp_is_one_prompt(p);
+    size_t n = batch ? json_array_size(p) : 1;
+    for (size_t i = 0; i < n; i++)
+        if (!sp_is_one_prompt(batch ? json_array_get(p, i) : p))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "prompt",
+                               "Invalid type for 'prompt': expected a string, an array of token ids, "
+                               "or an array of those (a batch).");
+    if (n > (size_t)lim->max_prompts)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                           "Too many prompts in the batch: %zu (at most %d).", n, lim->max_prompts);
+    if (item >= n)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
+                           "The batch has no prompt %zu.", item);
+    r->n_batch = n;
+    r->batch_item = item;
+    if (echo && item == 0) {
+        if (!(r->echo = calloc(n, sizeof *r->echo)))
             return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        if (strlen(r->prompt_text) != json_string_length(p))
-            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
-                               "Invalid value for 'prompt': it contains a NUL character.");
-        if (model) {
-            sp_status st = sp_tokenize_prompt(r, model, lim, err);
-            if (st != SP_OK)
-                return st;
-        }
-    } else if (json_is_array(p)) {
-        size_t n = json_array_size(p);
         for (size_t i = 0; i < n; i++)
-            if (!json_is_integer(json_array_get(p, i)))
-                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "prompt",
-                                   "Invalid type for 'prompt': expected a string, an array of "
-                                   "token ids, or a one-element array of those (batches of "
-                                   "several prompts are not supported).");
-        if (n + 1 > (size_t)lim->n_ctx)
-            return sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded", "prompt",
-                               "This model's maximum context length is %d tokens. However, your "
-                               "prompt has %zu tokens.", lim->n_ctx, n);
-        r->prompt = malloc((n ? n : 1) * sizeof *r->prompt);
-        if (!r->prompt)
-            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        uint32_t n_vocab = model ? sp_model_n_vocab(model) : (uint32_t)INT32_MAX;
-        for (size_t i = 0; i < n; i++) {
-            json_int_t t = json_integer_value(json_array_get(p, i));
-            if (t < 0 || t >= (json_int_t)n_vocab)
-                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "prompt",
-                                   "Invalid token id in 'prompt': %lld.", (long long)t);
-            r->prompt[i] = (sp_token)t;
-        }
-        r->n_prompt = n;
-    } else {
-        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "prompt",
-                           "Invalid type for 'prompt': expected a string or an array of token "
-                           "ids.");
+            if (!(r->echo[i] = sp_echo_text(batch ? json_array_get(p, i) : p, model)))
+                return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     }
-    return SP_OK;
+    return sp_parse_one_prompt(r, batch ? json_array_get(p, item) : p, model, lim, err);
 }
 
 /* A message's fields: role, content, name, tool_calls and tool_call_id are
@@ -382,6 +440,38 @@ static sp_status sp_check_message_fields(const json_t *msg, size_t i, struct sp_
     return SP_OK;
 }
 
+/* The template's variables (sp_toolcall_chat_tokenize_vars): llama-server's
+ * chat_template_kwargs (an object) and OpenAI's reasoning_effort (which
+ * templates read as `reasoning_effort`), as JSON text in *out (NULL: none). */
+static sp_status sp_template_vars(const json_t *root, char **out, struct sp_api_error *err)
+{
+    static const char *const efforts[] = {"none", "minimal", "low", "medium", "high"};
+    json_t *kw = sp_field(root, "chat_template_kwargs"), *effort = sp_field(root, "reasoning_effort");
+    *out = NULL;
+    if (kw && !json_is_object(kw))
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "chat_template_kwargs",
+                           "Invalid type for 'chat_template_kwargs': expected an object.");
+    bool known = false;
+    for (size_t i = 0; effort && i < sizeof efforts / sizeof efforts[0]; i++)
+        known = known || (json_is_string(effort) && !strcmp(json_string_value(effort), efforts[i]));
+    if (effort && !known)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "reasoning_effort",
+                           "Invalid value for 'reasoning_effort': expected none, minimal, low, medium or high.");
+    json_t *old = kw ? json_object_get(kw, "reasoning_effort") : NULL;
+    if (effort && old && !json_equal(old, effort))
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "reasoning_effort",
+                           "'reasoning_effort' and 'chat_template_kwargs.reasoning_effort' disagree.");
+    if (!kw && !effort)
+        return SP_OK;
+    json_t *vars = kw ? json_deep_copy(kw) : json_object();
+    if (vars && effort)
+        json_object_set(vars, "reasoning_effort", effort);
+    if (!vars || !(*out = json_dumps(vars, JSON_COMPACT)))
+        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    json_decref(vars);
+    return *out ? SP_OK : SP_ERR_NOMEM;
+}
+
 /* Checks the messages array and renders it with the model's template into
  * prompt tokens (sp_chat_prompt: the same path as `spindle run --chat`).
  * This runs on the HTTP thread, as the completions prompt's tokenization
@@ -399,6 +489,7 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "messages",
                            "Invalid value for 'messages': expected a non-empty array.");
     size_t n = json_array_size(m);
+    char *vars = NULL;
     sp_chat_msg *msgs = calloc(n, sizeof *msgs);
     char **joined = calloc(n, sizeof *joined); /* contents this function built from text parts */
     sp_status st = SP_OK;
@@ -474,17 +565,21 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
         joined[i][o] = '\0';
         msgs[i].content = joined[i];
     }
+    if ((st = sp_template_vars(root, &vars, err)) != SP_OK)
+        goto free_msgs;
     if (model) {
         /* tool calls, results and the request's tools in the form the
          * template's tool-call format wants */
-        st = sp_toolcall_chat_tokenize(model, r->tools, msgs, n, &r->prompt, &r->n_prompt);
+        st = sp_toolcall_chat_tokenize_vars(model, r->tools, msgs, n, vars, &r->prompt, &r->n_prompt);
+        bool in_vars = st == SP_ERR_ARG && strstr(sp_error_message(), "template variable");
         if (st == SP_ERR_NOMEM)
             sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         else if (st != SP_OK)
-            st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "messages",
+            st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", in_vars ? "chat_template_kwargs" : "messages",
                              "The chat template failed on these messages: %s", sp_error_message());
     }
 free_msgs:
+    free(vars);
     for (size_t i = 0; joined && i < n; i++)
         free(joined[i]);
     for (size_t i = 0; msgs && i < n; i++)
@@ -492,6 +587,21 @@ free_msgs:
     free(joined);
     free(msgs);
     return st;
+}
+
+/* llama-server's reasoning_format: "none" leaves thinking in the answer;
+ * "auto" (the default) and "deepseek" separate it when the template thinks. */
+static sp_status sp_parse_reasoning_format(struct sp_api_request *r, const json_t *root, const sp_model *model,
+                                           struct sp_api_error *err)
+{
+    json_t *f = sp_field(root, "reasoning_format");
+    const char *v = json_string_value(f);
+    if (f && (!v || (strcmp(v, "none") && strcmp(v, "auto") && strcmp(v, "deepseek"))))
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "reasoning_format",
+                           "Invalid value for 'reasoning_format': expected none, auto or deepseek.");
+    if (model && r->prompt && !(v && !strcmp(v, "none")))
+        r->think = sp_think_mode_for(model, r->prompt, r->n_prompt);
+    return SP_OK;
 }
 
 static sp_status sp_parse_sampling(struct sp_api_request *r, const json_t *root,
@@ -543,6 +653,30 @@ static sp_status sp_parse_sampling(struct sp_api_request *r, const json_t *root,
         return SP_ERR_ARG;
     if (got)
         sp->repeat_penalty = (float)d; /* llama-server's extension */
+    if ((got = sp_read_int(root, "repeat_last_n", -1, INT32_MAX, &i, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->repeat_last_n = (int32_t)i; /* llama-server's: the penalties' window (-1: all) */
+    if ((got = sp_read_number(root, "typical_p", 0.0, 1.0, &d, err)) < 0)
+        return SP_ERR_ARG;
+    if (got)
+        sp->typical_p = (float)d;
+    /* mirostat: the sampler has none; 0 (llama-server's "off") is accepted,
+     * and then its tau and eta change nothing */
+    if ((got = sp_read_int(root, "mirostat", 0, 2, &i, err)) < 0)
+        return SP_ERR_ARG;
+    if (got && i != 0)
+        return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "mirostat",
+                           "'mirostat' %lld is not supported: spindle's sampler has no mirostat "
+                           "(0, off, is accepted).", (long long)i);
+    if (sp_read_number(root, "mirostat_tau", 0.0, 1e6, &d, err) < 0 ||
+        sp_read_number(root, "mirostat_eta", 0.0, 1e6, &d, err) < 0)
+        return SP_ERR_ARG;
+    if (sp_read_int(root, "n_keep", -1, INT32_MAX, &i, err) < 0)
+        return SP_ERR_ARG;
+    bool b;
+    if (sp_read_bool(root, "cache_prompt", &b, err) < 0)
+        return SP_ERR_ARG;
     if ((got = sp_read_int(root, "seed", INT64_MIN, INT64_MAX, &i, err)) < 0)
         return SP_ERR_ARG;
     if (got) {
@@ -557,21 +691,42 @@ static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
 {
     json_int_t i;
     int got;
+    json_int_t probs = 0;
     r->logprobs = -1;
+    /* llama-server's n_probs: the top K of each token, OpenAI's logprobs
+     * (completions) or logprobs with top_logprobs (chat); 0: none */
+    if (sp_read_int(root, "n_probs", 0, SP_MAX_LOGPROBS, &probs, err) < 0)
+        return SP_ERR_ARG;
     if (r->kind == SP_API_COMPLETIONS) {
         if ((got = sp_read_int(root, "logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
             return SP_ERR_ARG;
+        if (got && probs && i != probs)
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "n_probs",
+                               "'n_probs' %lld and 'logprobs' %lld disagree (give one).", (long long)probs,
+                               (long long)i);
         if (got)
             r->logprobs = (int)i;
+        else if (probs)
+            r->logprobs = (int)probs;
     } else {
         bool on = false;
-        if (sp_read_bool(root, "logprobs", &on, err) < 0)
+        int set_on = sp_read_bool(root, "logprobs", &on, err);
+        if (set_on < 0)
             return SP_ERR_ARG;
         if ((got = sp_read_int(root, "top_logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
             return SP_ERR_ARG;
         if (got && !on)
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "top_logprobs",
                                "'top_logprobs' requires 'logprobs' to be true.");
+        if (probs && ((set_on && !on) || (got && i != probs)))
+            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "n_probs",
+                               "'n_probs' %lld disagrees with 'logprobs'/'top_logprobs' (give one).",
+                               (long long)probs);
+        if (probs) {
+            on = true;
+            got = 1;
+            i = probs;
+        }
         r->chat_logprobs = on;
         if (on)
             r->logprobs = got ? (int)i : 0;
@@ -585,29 +740,34 @@ static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
 
 /* Fields read by this parser (both endpoints unless marked).  Anything
  * else gets a 400: OpenAI's fields we do not implement name themselves,
- * unknown ones are "unrecognized", as OpenAI answers. */
+ * unknown ones are "unrecognized", as OpenAI answers.  docs/server-api.md
+ * ("Field policy") lists them. */
 static const struct {
     const char *name;
     uint8_t kinds; /* 1: completions, 2: chat */
 } sp_fields[] = {
     {"model", 3}, {"stream", 3}, {"stream_options", 3}, {"max_tokens", 3},
     {"max_completion_tokens", 2}, {"n", 3}, {"temperature", 3}, {"top_p", 3}, {"top_k", 3},
-    {"min_p", 3}, {"repeat_penalty", 3}, {"presence_penalty", 3}, {"frequency_penalty", 3}, {"seed", 3},
-    {"logprobs", 3}, {"explain", 3},
+    {"min_p", 3}, {"typical_p", 3}, {"repeat_penalty", 3}, {"repeat_last_n", 3}, {"presence_penalty", 3},
+    {"frequency_penalty", 3}, {"seed", 3}, {"logprobs", 3}, {"n_probs", 3}, {"explain", 3},
     {"top_logprobs", 2}, {"stop", 3}, {"logit_bias", 3}, {"timeout", 3}, {"ignore_eos", 3},
     {"prompt", 1}, {"echo", 1}, {"best_of", 1}, {"suffix", 1}, {"messages", 2},
     {"response_format", 3}, {"grammar", 3}, {"json_schema", 3}, {"max_retries", 3},
-    {"tools", 2}, {"tool_choice", 2}, {"parallel_tool_calls", 2},
-    /* labels: they change nothing in the answer */
-    {"user", 3}, {"metadata", 3}, {"store", 3},
+    {"tools", 2}, {"tool_choice", 2}, {"parallel_tool_calls", 2}, {"reasoning_format", 2},
+    {"chat_template_kwargs", 2}, {"reasoning_effort", 2},
+    {"mirostat", 3}, {"mirostat_tau", 3}, {"mirostat_eta", 3},
+    /* labels: they change nothing in the answer (cache_prompt: the prefix
+     * cache is always used and changes no token; n_keep: the context is
+     * never shifted, an answer that fills it ends with "length") */
+    {"user", 3}, {"metadata", 3}, {"store", 3}, {"service_tier", 3}, {"prompt_cache_key", 3},
+    {"safety_identifier", 3}, {"cache_prompt", 3}, {"n_keep", 3},
 };
 
 /* tools and its companions are chat-only: on /v1/completions they name
  * themselves as unsupported too. */
 static const char *const sp_unimplemented[] = {
     "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "audio",
-    "modalities", "prediction", "reasoning_effort", "service_tier", "web_search_options",
-    "verbosity", "prompt_cache_key", "safety_identifier",
+    "modalities", "prediction", "web_search_options", "verbosity",
 };
 
 static sp_status sp_check_fields(const json_t *root, enum sp_api_kind kind, struct sp_api_error *err)
@@ -752,8 +912,30 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
                                const char *body, size_t len, const sp_model *model,
                                const struct sp_api_limits *lim, struct sp_api_error *err)
 {
-    struct sp_api_request *r = out;
+    return sp_api_request_parse_item(out, kind, body, len, 0, model, lim, err);
+}
+
+sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind kind, const char *body,
+                                    size_t len, size_t item, const sp_model *model,
+                                    const struct sp_api_limits *lim, struct sp_api_error *err)
+{
     json_error_t jerr;
+    memset(out, 0, sizeof *out);
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
+                           "We could not parse the JSON body of your request: %s (line %d, column %d).",
+                           jerr.text, jerr.line, jerr.column);
+    sp_status st = sp_api_request_from_json(out, kind, root, item, model, lim, err);
+    json_decref(root);
+    return st;
+}
+
+sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind kind, const json_t *root,
+                                   size_t item, const sp_model *model, const struct sp_api_limits *lim,
+                                   struct sp_api_error *err)
+{
+    struct sp_api_request *r = out;
     sp_status st = SP_ERR_ARG;
     json_int_t i;
     double d;
@@ -763,63 +945,59 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
     memset(r, 0, sizeof *r);
     r->kind = kind;
     sp_gen_params_default(&r->gp);
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
-                    "We could not parse the JSON body of your request: %s (line %d, column %d).",
-                    jerr.text, jerr.line, jerr.column);
-        goto fail;
-    }
     if (!json_is_object(root)) {
         sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
                     "The request body must be a JSON object.");
-        goto free_root;
+        goto fail;
     }
     if ((st = sp_check_fields(root, kind, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     st = SP_ERR_ARG;
 
     json_t *mname = sp_field(root, "model");
     if (mname && !json_is_string(mname)) {
         sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "model",
                     "Invalid type for 'model': expected a string.");
-        goto free_root;
+        goto fail;
     }
-    if (mname && lim->model_id && strcmp(json_string_value(mname), lim->model_id)) {
+    if (mname && !sp_api_model_known(lim->model_id, lim->aliases, lim->n_aliases, json_string_value(mname))) {
         sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
                     "The model '%.100s' does not exist (this server serves '%.100s').",
                     json_string_value(mname), lim->model_id);
-        goto free_root;
+        goto fail;
     }
     if (mname && !(r->model = sp_strndup_json(mname))) {
         st = sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        goto free_root;
+        goto fail;
     }
-    json_t *user = sp_field(root, "user");
-    if (user && !json_is_string(user)) {
-        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "user",
-                    "Invalid type for 'user': expected a string.");
-        goto free_root;
+    static const char *const labels[] = {"user", "service_tier", "prompt_cache_key", "safety_identifier"};
+    for (size_t k = 0; k < sizeof labels / sizeof labels[0]; k++) {
+        json_t *v = sp_field(root, labels[k]);
+        if (v && !json_is_string(v)) {
+            sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", labels[k],
+                        "Invalid type for '%s': expected a string.", labels[k]);
+            goto fail;
+        }
     }
 
     if (sp_read_bool(root, "stream", &r->stream, err) < 0)
-        goto free_root;
+        goto fail;
     json_t *so = sp_field(root, "stream_options");
     if (so) {
         if (!json_is_object(so)) {
             sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "stream_options",
                         "Invalid type for 'stream_options': expected an object.");
-            goto free_root;
+            goto fail;
         }
         if (!r->stream) {
             sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "stream_options",
                         "The 'stream_options' parameter is only allowed when 'stream' is "
                         "enabled.");
-            goto free_root;
+            goto fail;
         }
         if (sp_read_bool(so, "include_usage", &r->include_usage, err) < 0) {
             snprintf(err->param, sizeof err->param, "stream_options.include_usage");
-            goto free_root;
+            goto fail;
         }
     }
 
@@ -827,70 +1005,76 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
      * the end of the context. */
     r->gp.max_tokens = kind == SP_API_COMPLETIONS ? 16 : -1;
     if ((got = sp_read_int(root, "max_tokens", 1, lim->n_ctx, &i, err)) < 0)
-        goto free_root;
+        goto fail;
     if (got)
         r->gp.max_tokens = (int32_t)i;
     if ((got = sp_read_int(root, "max_completion_tokens", 1, lim->n_ctx, &i, err)) < 0)
-        goto free_root;
+        goto fail;
     if (got)
         r->gp.max_tokens = (int32_t)i;
     if ((got = sp_read_int(root, "n", 1, lim->max_n, &i, err)) < 0)
-        goto free_root;
+        goto fail;
     r->gp.n = got ? (int)i : 1;
     b = false;
     if (sp_read_bool(root, "ignore_eos", &b, err) < 0)
-        goto free_root;
+        goto fail;
     r->gp.ignore_eos = b;
     if ((got = sp_read_number(root, "timeout", 1e-3, 1e9, &d, err)) < 0)
-        goto free_root;
+        goto fail;
     if (got)
         r->timeout_s = (lim->max_timeout_s > 0 && d > lim->max_timeout_s) ? lim->max_timeout_s : d;
 
     /* Options we do not implement are refused rather than silently ignored. */
-    b = false;
-    if (sp_read_bool(root, "echo", &b, err) < 0)
-        goto free_root;
-    if (b) {
-        sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "echo",
-                    "'echo' is not supported by this server.");
-        goto free_root;
-    }
+    bool echo = false;
+    if (sp_read_bool(root, "echo", &echo, err) < 0)
+        goto fail;
     if ((got = sp_read_int(root, "best_of", 1, 1, &i, err)) < 0) {
         snprintf(err->message, sizeof err->message, "'best_of' other than 1 is not supported.");
-        goto free_root;
+        goto fail;
     }
     if (sp_field(root, "suffix")) {
         sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "suffix",
                     "'suffix' is not supported by this server.");
-        goto free_root;
+        goto fail;
     }
 
     if ((st = sp_parse_sampling(r, root, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     /* spindle's extension (docs/server-api.md): each token's decoding stages */
     if (sp_read_bool(root, "explain", &r->gp.explain, err) < 0)
-        goto free_root;
+        goto fail;
     if ((st = sp_parse_logprobs(r, root, err)) != SP_OK)
-        goto free_root;
+        goto fail;
+    st = SP_ERR_ARG;
+    /* the prompt's tokens carry no logprobs here */
+    if (echo && r->logprobs >= 0) {
+        sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "echo",
+                    "'echo' together with 'logprobs' is not supported (the prompt's tokens have no "
+                    "logprobs here).");
+        goto fail;
+    }
     if ((st = sp_parse_stop(r, root, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     if ((st = sp_parse_logit_bias(r, root, model, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     if ((st = sp_parse_constraint(r, root, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     if (kind == SP_API_CHAT && (st = sp_api_parse_tools(r, root, model, lim, err)) != SP_OK)
-        goto free_root;
+        goto fail;
     if (kind == SP_API_COMPLETIONS)
-        st = sp_parse_prompt(r, root, model, lim, err);
+        st = sp_parse_prompt(r, root, item, echo, model, lim, err);
     else
         st = sp_parse_messages(r, root, model, lim, err);
     if (st != SP_OK)
-        goto free_root;
+        goto fail;
+    if (kind == SP_API_CHAT && (st = sp_parse_reasoning_format(r, root, model, err)) != SP_OK)
+        goto fail;
+    st = SP_ERR_ARG;
     if (r->prompt && r->n_prompt == 0) {
         st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_value",
                          kind == SP_API_CHAT ? "messages" : "prompt",
                          "The prompt is empty (it has no tokens).");
-        goto free_root;
+        goto fail;
     }
     if (r->prompt && r->n_prompt + 1 > (size_t)lim->n_ctx) {
         st = sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded",
@@ -898,13 +1082,10 @@ sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind
                          "This model's maximum context length is %d tokens. However, your "
                          "prompt has %zu tokens (one more is needed to generate).",
                          lim->n_ctx, r->n_prompt);
-        goto free_root;
+        goto fail;
     }
-    json_decref(root);
     return SP_OK;
 
-free_root:
-    json_decref(root);
 fail:
     sp_api_request_free(r);
     return st == SP_OK ? SP_ERR_ARG : st;
@@ -920,9 +1101,13 @@ void sp_api_request_free(struct sp_api_request *r)
     free(r->bias);
     free(r->prompt_text);
     free(r->prompt);
+    for (size_t i = 0; r->echo && i < r->n_batch; i++)
+        free(r->echo[i]);
+    free(r->echo);
     free(r->model);
     sp_grammar_free(r->grammar);
     sp_toolcall_free(r->tools);
+    json_decref(r->echo_fields);
     memset(r, 0, sizeof *r);
 }
 
@@ -1174,7 +1359,7 @@ sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body,
             goto done;
         }
     json_t *name = sp_field(root, "model"), *fmt = sp_field(root, "encoding_format");
-    if (name && lim->model_id && strcmp(json_string_value(name), lim->model_id)) {
+    if (name && !sp_api_model_known(lim->model_id, lim->aliases, lim->n_aliases, json_string_value(name))) {
         sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
                     "The model '%.100s' does not exist (this server serves '%.100s').", json_string_value(name),
                     lim->model_id);

@@ -30,6 +30,8 @@ enum sp_api_kind {
 /* Server caps applied while parsing. */
 struct sp_api_limits {
     const char *model_id; /* the model served; requests naming another get 404 */
+    const char *const *aliases; /* other names it answers to (--alias) */
+    size_t n_aliases;
     int n_ctx;            /* prompt + 1 must fit; max_tokens <= n_ctx */
     int max_n;            /* largest `n` */
     int max_stop;         /* most stop strings */
@@ -44,8 +46,12 @@ struct sp_api_limits {
      * with one, and the cap on a request's max_retries */
     sp_grammar_cache *gcache;
     int max_retries;
+    int max_prompts;      /* most prompts in one completions batch (a list of prompts) */
 };
 void sp_api_limits_default(struct sp_api_limits *lim);
+/* Whether `name` names the model served: model_id or one of the aliases
+ * (no model_id: any name). */
+bool sp_api_model_known(const char *model_id, const char *const *aliases, size_t n_aliases, const char *name);
 
 /* An error to send: the HTTP status and the four fields of OpenAI's body. */
 struct sp_api_error {
@@ -85,7 +91,26 @@ struct sp_api_request {
      * or the calls of `tools`: the compiled grammar (gp.grammar points at it) */
     sp_grammar *grammar;
     sp_toolcall *tools; /* `tools` with tool_choice and parallel_tool_calls, or NULL */
+    /* completions: a list of prompts is a batch of n_batch prompts, each
+     * with n choices (OpenAI's indexing: prompt i's choices are i*n ..
+     * i*n+n-1).  One request holds one prompt, batch_item; the server
+     * parses the body once per prompt (sp_api_request_parse_item). */
+    size_t n_batch;           /* 1 for a single prompt */
+    size_t batch_item;
+    /* `echo`: each prompt's text, put before its choices' text (item 0's
+     * request holds all n_batch of them; NULL without echo) */
+    char **echo;
+    /* chat: where the output starts for reasoning (enum sp_think_mode:
+     * 0 off, the template has no <think>, or reasoning_format "none") */
+    int think;
+    /* what a dialect repeats in its answers (its own fields), or NULL */
+    json_t *echo_fields;
 };
+
+/* reasoning.c: the mode (enum sp_think_mode in server.h) a chat request's
+ * output starts in: OFF unless the model's chat template has <think>;
+ * INSIDE when the prompt's end opened the block; START otherwise. */
+int sp_think_mode_for(const sp_model *m, const sp_token *prompt, size_t n_prompt);
 
 /* Parses a /v1/completions or /v1/chat/completions body.  On SP_OK *out
  * holds the request (free with sp_api_request_free); otherwise *out is
@@ -95,7 +120,22 @@ struct sp_api_request {
 sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind,
                                const char *body, size_t len, const sp_model *model,
                                const struct sp_api_limits *lim, struct sp_api_error *err);
+/* The same from the body's JSON (an object, or a 400), which a dialect
+ * built (server/dialect.h); root stays the caller's. */
+sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind kind, const json_t *root,
+                                   size_t item, const sp_model *model, const struct sp_api_limits *lim,
+                                   struct sp_api_error *err);
+/* The same for prompt `item` of a completions batch (item < the n_batch
+ * that parsing item 0 gave). */
+sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind kind, const char *body,
+                                    size_t len, size_t item, const sp_model *model,
+                                    const struct sp_api_limits *lim, struct sp_api_error *err);
 void sp_api_request_free(struct sp_api_request *r);
+/* What parses a generation request of one API (sp_api_request_parse_item
+ * for OpenAI's; a dialect's translation for the others, server/dialect.h). */
+typedef sp_status (*sp_api_parse_fn)(struct sp_api_request *out, enum sp_api_kind kind, const char *body,
+                                     size_t len, size_t item, const sp_model *model,
+                                     const struct sp_api_limits *lim, struct sp_api_error *err);
 
 /* server_tools.c: a chat request's `tools`, `tool_choice` and `parallel_tool_calls`
  * into r->tools, and unless tool_choice is none, the grammar of the calls
@@ -126,6 +166,8 @@ struct sp_api_embed_limits {
     int n_embd;           /* the vector width (the only `dimensions` allowed) */
     int max_tokens;       /* most tokens of one input */
     int max_inputs;       /* most inputs of one request */
+    const char *const *aliases; /* other names of the model (--alias) */
+    size_t n_aliases;
 };
 struct sp_api_embed_request {
     sp_token **inputs;    /* [n_inputs] owned token arrays */

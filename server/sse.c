@@ -10,6 +10,7 @@
  * on, discarding the text they already have).  A stream the server itself
  * cannot finish (shut down mid-stream) does end in an "error" event and no
  * [DONE]: the answer is incomplete and the client must know. */
+#define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "server/server.h"
+#include "server/dialect.h"
 
 struct sp_choice_acc {
     char *text;
@@ -27,6 +28,8 @@ struct sp_choice_acc {
     enum sp_finish finish;
     bool finished;
     bool role_sent;
+    bool echo_sent;         /* streaming with echo: the prompt's text went out */
+    uint32_t n_prompt, n_cached; /* of this choice's prompt */
     uint32_t n_generated;
     int attempts;           /* constrained output: attempts used */
     bool valid;
@@ -35,6 +38,14 @@ struct sp_choice_acc {
     size_t n_held, cap_held;
     struct sp_toolcall_parser *tp; /* tools: the text read into content and calls */
     json_t *calls;          /* non-streaming: the tool_calls being built */
+    struct sp_think think;  /* reasoning between <think> tags (reasoning.c) */
+    char *reasoning;        /* non-streaming: the reasoning text */
+    size_t n_reasoning, cap_reasoning;
+    /* with stop strings: the generated tokens' text and how much of it was
+     * released, to tell which stop string ended the choice */
+    char *raw;
+    size_t n_raw, cap_raw, n_released;
+    const char *stop_seq;   /* the stop string that ended it (into api->stop), or NULL */
 };
 
 static const char *sp_finish_reason(const struct sp_choice_acc *a, enum sp_finish f)
@@ -45,14 +56,15 @@ static const char *sp_finish_reason(const struct sp_choice_acc *a, enum sp_finis
 }
 
 sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
-                       const sp_model *served, const char *model)
+                       const sp_model *served, const char *model, const struct sp_resp_ops *ops)
 {
     memset(r, 0, sizeof *r);
     r->api = api;
+    r->ops = ops;
     r->served = served;
-    r->model = model;
+    r->model = api->model ? api->model : model;
     r->created = (long long)time(NULL);
-    r->n_choices = api->gp.n > 0 ? api->gp.n : 1;
+    r->n_choices = (api->gp.n > 0 ? api->gp.n : 1) * (int)(api->n_batch > 0 ? api->n_batch : 1);
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
         rnd = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)r << 16);
@@ -67,7 +79,9 @@ sp_status sp_resp_init(struct sp_resp *r, const struct sp_api_request *api,
         if (sp_toolcall_parser_new(&r->acc[i].tp, api->tools) != SP_OK ||
             (!api->stream && !(r->acc[i].calls = json_array())))
             return SP_ERR_NOMEM;
-    return SP_OK;
+    for (int i = 0; i < r->n_choices; i++)
+        sp_think_init(&r->acc[i].think, (enum sp_think_mode)api->think);
+    return ops && ops->init ? ops->init(r) : SP_OK;
 }
 
 void sp_resp_free(struct sp_resp *r)
@@ -80,7 +94,11 @@ void sp_resp_free(struct sp_resp *r)
         json_decref(r->acc[i].xp);
         sp_toolcall_parser_free(r->acc[i].tp);
         json_decref(r->acc[i].calls);
+        free(r->acc[i].reasoning);
+        free(r->acc[i].raw);
     }
+    if (r->ops && r->ops->free)
+        r->ops->free(r);
     free(r->acc);
     memset(r, 0, sizeof *r);
 }
@@ -235,7 +253,7 @@ static json_t *sp_chunk_base(struct sp_resp *r)
     return o;
 }
 
-static sp_status sp_append(char **out, size_t *len, size_t *cap, const char *s, size_t n)
+sp_status sp_out_append(char **out, size_t *len, size_t *cap, const char *s, size_t n)
 {
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap : 1024;
@@ -259,11 +277,11 @@ static sp_status sp_append_event(char *s, char **out, size_t *len, size_t *cap)
 {
     if (!s)
         return SP_ERR_NOMEM;
-    sp_status st = sp_append(out, len, cap, "data: ", 6);
+    sp_status st = sp_out_append(out, len, cap, "data: ", 6);
     if (st == SP_OK)
-        st = sp_append(out, len, cap, s, strlen(s));
+        st = sp_out_append(out, len, cap, s, strlen(s));
     if (st == SP_OK)
-        st = sp_append(out, len, cap, "\n\n", 2);
+        st = sp_out_append(out, len, cap, "\n\n", 2);
     free(s);
     return st;
 }
@@ -271,6 +289,31 @@ static sp_status sp_append_event(char *s, char **out, size_t *len, size_t *cap)
 static sp_status sp_append_chunk(json_t *chunk, char **out, size_t *len, size_t *cap)
 {
     return sp_append_event(sp_json_dump_free(chunk), out, len, cap);
+}
+
+sp_status sp_out_sse(const char *event, json_t *data, char **out, size_t *len, size_t *cap)
+{
+    char *s = sp_json_dump_free(data);
+    if (!s)
+        return SP_ERR_NOMEM;
+    sp_status st = sp_out_append(out, len, cap, "event: ", 7);
+    if (st == SP_OK)
+        st = sp_out_append(out, len, cap, event, strlen(event));
+    if (st == SP_OK)
+        st = sp_out_append(out, len, cap, "\n", 1);
+    return st == SP_OK ? sp_append_event(s, out, len, cap) : (free(s), st);
+}
+
+sp_status sp_out_ndjson(json_t *data, char **out, size_t *len, size_t *cap)
+{
+    char *s = sp_json_dump_free(data);
+    if (!s)
+        return SP_ERR_NOMEM;
+    sp_status st = sp_out_append(out, len, cap, s, strlen(s));
+    if (st == SP_OK)
+        st = sp_out_append(out, len, cap, "\n", 1);
+    free(s);
+    return st;
 }
 
 /* Constrained output: a retry voids the attempt's text; a final event
@@ -283,6 +326,7 @@ static bool sp_track_attempt(struct sp_resp *r, const struct sp_job_buf *b, cons
         a->len = 0;
         a->n_held = 0;
         a->role_sent = false;
+        a->echo_sent = false;
         json_decref(a->lp);
         a->lp = NULL;
         json_decref(a->xp);
@@ -291,6 +335,11 @@ static bool sp_track_attempt(struct sp_resp *r, const struct sp_job_buf *b, cons
             sp_toolcall_parser_reset(a->tp);
         if (a->calls)
             json_array_clear(a->calls);
+        sp_think_init(&a->think, (enum sp_think_mode)r->api->think);
+        a->n_reasoning = a->n_raw = a->n_released = 0;
+        a->stop_seq = NULL;
+        if (r->ops && r->ops->retry)
+            r->ops->retry(r, e->choice);
         return true;
     }
     if (e->finish != SP_FINISH_NONE) {
@@ -301,17 +350,53 @@ static bool sp_track_attempt(struct sp_resp *r, const struct sp_job_buf *b, cons
     return false;
 }
 
+/* The usage over every prompt of a batch (each counted once: its choices
+ * share it). */
 static void sp_track_usage(struct sp_resp *r, const struct sp_job_event *e)
 {
     struct sp_choice_acc *a = &r->acc[e->choice];
-    r->usage.prompt_tokens = e->n_prompt;
-    r->usage.cached_tokens = e->n_cached;
+    int n = r->api->gp.n > 0 ? r->api->gp.n : 1;
+    struct sp_choice_acc *first = &r->acc[e->choice - e->choice % n];
+    first->n_prompt = e->n_prompt;
+    first->n_cached = e->n_cached;
+    r->usage.prompt_tokens = r->usage.cached_tokens = 0;
+    for (int c = 0; c < r->n_choices; c += n) {
+        r->usage.prompt_tokens += r->acc[c].n_prompt;
+        r->usage.cached_tokens += r->acc[c].n_cached;
+    }
     r->usage.completion_tokens -= a->n_generated;
     a->n_generated = e->n_generated;
     r->usage.completion_tokens += a->n_generated;
     if (e->finish != SP_FINISH_NONE) {
         a->finished = true;
         a->finish = e->finish;
+    }
+}
+
+/* With stop strings: which one ended the choice (the generated text not
+ * released at a STOP finish holds it; an end-of-generation token leaves
+ * none). */
+static void sp_track_stop(struct sp_resp *r, const struct sp_job_event *e)
+{
+    struct sp_choice_acc *a = &r->acc[e->choice];
+    if (!r->api->n_stop || !r->served)
+        return;
+    a->n_released += e->text_len;
+    char piece[256];
+    size_t n = 0;
+    if (e->id >= 0 && sp_model_token_to_piece(r->served, e->id, false, piece, sizeof piece, &n) == SP_OK &&
+        sp_out_append(&a->raw, &a->n_raw, &a->cap_raw, piece, n) != SP_OK)
+        a->n_raw = a->n_released = 0; /* out of memory: no stop_sequence */
+    if (e->finish != SP_FINISH_STOP || a->n_raw <= a->n_released)
+        return;
+    const char *tail = a->raw + a->n_released, *best = NULL;
+    size_t n_tail = a->n_raw - a->n_released;
+    for (size_t i = 0; i < r->api->n_stop; i++) {
+        const char *p = memmem(tail, n_tail, r->api->stop[i], strlen(r->api->stop[i]));
+        if (p && (!best || p < best)) {
+            best = p;
+            a->stop_seq = r->api->stop[i];
+        }
     }
 }
 
@@ -327,9 +412,9 @@ static sp_status sp_stream_error(struct sp_resp *r, char **out, size_t *len, siz
  * (chat, `call`), optional logprobs entry, optional explain record,
  * optional finish reason.  While the choice's attempt may still be voided
  * (r->hold), chunks wait in its held buffer; the final one releases them. */
-static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *text, size_t n, json_t *call,
-                                  json_t *lp, json_t *xp, const char *finish, char **out, size_t *len,
-                                  size_t *cap)
+static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *text, size_t n, bool reasoning,
+                                  json_t *call, json_t *lp, json_t *xp, const char *finish, char **out,
+                                  size_t *len, size_t *cap)
 {
     struct sp_choice_acc *a = &r->acc[choice];
     if (r->hold && !finish) {
@@ -337,7 +422,7 @@ static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *tex
         len = &a->n_held;
         cap = &a->cap_held;
     } else if (r->hold && a->n_held) {
-        sp_status st = sp_append(out, len, cap, a->held, a->n_held);
+        sp_status st = sp_out_append(out, len, cap, a->held, a->n_held);
         a->n_held = 0;
         if (st != SP_OK)
             return st;
@@ -354,10 +439,25 @@ static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *tex
             json_t *calls = json_array();
             json_array_append_new(calls, call);
             json_object_set_new(delta, "tool_calls", calls);
-        } else if (n || !finish) {
-            json_object_set_new(delta, "content", sp_json_text(text, n));
+        } else if (n || !finish) { /* reasoning: llama-server's reasoning_content */
+            json_object_set_new(delta, reasoning ? "reasoning_content" : "content", sp_json_text(text, n));
         }
         json_object_set_new(c, "delta", delta);
+    } else if (r->api->echo && !a->echo_sent) { /* the prompt's text before the choice's own */
+        const char *echo = r->api->echo[choice / (r->api->gp.n > 0 ? r->api->gp.n : 1)];
+        size_t ne = strlen(echo);
+        char *both = malloc(ne + n + 1);
+        if (!both) {
+            json_decref(c);
+            json_decref(lp);
+            json_decref(xp);
+            return SP_ERR_NOMEM;
+        }
+        memcpy(both, echo, ne);
+        memcpy(both + ne, text, n);
+        json_object_set_new(c, "text", sp_json_text(both, ne + n));
+        free(both);
+        a->echo_sent = true;
     } else {
         json_object_set_new(c, "text", sp_json_text(text, n));
     }
@@ -376,43 +476,173 @@ static sp_status sp_stream_choice(struct sp_resp *r, int choice, const char *tex
 
 /* A tool call's piece as OpenAI streams it: the first names the call, the
  * others carry argument text. */
-static json_t *sp_call_delta(const struct sp_toolcall_event *ev)
+static json_t *sp_call_delta(const struct sp_delta *d)
 {
     json_t *c = json_object(), *fn = json_object();
-    json_object_set_new(c, "index", json_integer(ev->index));
-    if (ev->kind == SP_TOOLCALL_CALL) {
-        json_object_set_new(c, "id", json_string(ev->id));
+    json_object_set_new(c, "index", json_integer(d->index));
+    if (d->kind == SP_DELTA_CALL) {
+        json_object_set_new(c, "id", json_string(d->id));
         json_object_set_new(c, "type", json_string("function"));
-        json_object_set_new(fn, "name", sp_json_text(ev->text, ev->len));
+        json_object_set_new(fn, "name", sp_json_text(d->text, d->len));
         json_object_set_new(fn, "arguments", json_string(""));
     } else {
-        json_object_set_new(fn, "arguments", sp_json_text(ev->text, ev->len));
+        json_object_set_new(fn, "arguments", sp_json_text(d->text, d->len));
     }
     json_object_set_new(c, "function", fn);
     return c;
 }
 
-struct sp_stream_tools {
+/* ---- one choice's output: reasoning, then content and tool calls ---- */
+
+typedef sp_status (*sp_delta_sink)(void *user, const struct sp_delta *d);
+
+struct sp_feed {
     struct sp_resp *r;
     int choice;
-    json_t *lp, *xp;    /* the token's logprobs and explain record, for the first chunk it makes */
+    sp_delta_sink sink;
+    void *user;
+};
+
+static sp_status sp_feed_tool(void *user, const struct sp_toolcall_event *ev)
+{
+    struct sp_feed *f = user;
+    struct sp_delta d = {.choice = f->choice, .text = ev->text, .len = ev->len, .index = ev->index, .id = ev->id};
+    d.kind = ev->kind == SP_TOOLCALL_TEXT ? SP_DELTA_TEXT : ev->kind == SP_TOOLCALL_CALL ? SP_DELTA_CALL
+                                                                                         : SP_DELTA_ARGS;
+    return d.kind == SP_DELTA_TEXT && !d.len ? SP_OK : f->sink(f->user, &d);
+}
+
+/* The answer's text: through the tool-call parser when the request has tools. */
+static sp_status sp_feed_content(struct sp_feed *f, const char *text, size_t n, bool last)
+{
+    struct sp_choice_acc *a = &f->r->acc[f->choice];
+    if (a->tp)
+        return sp_toolcall_parser_feed(a->tp, text, n, last, sp_feed_tool, f);
+    struct sp_delta d = {.kind = SP_DELTA_TEXT, .choice = f->choice, .text = text, .len = n};
+    return n ? f->sink(f->user, &d) : SP_OK;
+}
+
+static sp_status sp_feed_think(void *user, bool reasoning, const char *text, size_t n)
+{
+    struct sp_feed *f = user;
+    if (!reasoning)
+        return sp_feed_content(f, text, n, false);
+    struct sp_delta d = {.kind = SP_DELTA_REASONING, .choice = f->choice, .text = text, .len = n};
+    return f->sink(f->user, &d);
+}
+
+/* The next piece of a choice's output as deltas for sink, in order:
+ * reasoning (the template's <think> block), answer text and tool calls.
+ * `last`: the output ends here. */
+static sp_status sp_choice_feed(struct sp_resp *r, int choice, const char *text, size_t n, bool last,
+                                sp_delta_sink sink, void *user)
+{
+    struct sp_feed f = {r, choice, sink, user};
+    struct sp_choice_acc *a = &r->acc[choice];
+    if (a->think.mode == SP_THINK_OFF)
+        return sp_feed_content(&f, text, n, last);
+    sp_status st = sp_think_feed(&a->think, text, n, last, sp_feed_think, &f);
+    return st == SP_OK && last ? sp_feed_content(&f, "", 0, true) : st;
+}
+
+/* OpenAI's chunks: the token's logprobs and explain record go with the
+ * first chunk it makes. */
+struct sp_openai_sink {
+    struct sp_resp *r;
+    json_t *lp, *xp;
     char **out;
     size_t *len, *cap;
 };
 
-static sp_status sp_stream_tool_event(void *user, const struct sp_toolcall_event *ev)
+static sp_status sp_openai_delta(void *user, const struct sp_delta *d)
 {
-    struct sp_stream_tools *t = user;
+    struct sp_openai_sink *t = user;
     json_t *lp = t->lp, *xp = t->xp;
     t->lp = t->xp = NULL;
-    if (ev->kind == SP_TOOLCALL_TEXT)
-        return sp_stream_choice(t->r, t->choice, ev->text, ev->len, NULL, lp, xp, NULL, t->out, t->len, t->cap);
-    return sp_stream_choice(t->r, t->choice, "", 0, sp_call_delta(ev), lp, xp, NULL, t->out, t->len, t->cap);
+    if (d->kind == SP_DELTA_TEXT || d->kind == SP_DELTA_REASONING)
+        return sp_stream_choice(t->r, d->choice, d->text, d->len, d->kind == SP_DELTA_REASONING, NULL, lp, xp,
+                                NULL, t->out, t->len, t->cap);
+    return sp_stream_choice(t->r, d->choice, "", 0, false, sp_call_delta(d), lp, xp, NULL, t->out, t->len,
+                            t->cap);
+}
+
+/* A dialect's deltas: held while the choice's attempt may be voided. */
+static sp_status sp_dialect_emit(struct sp_resp *r, const struct sp_delta *d, char **out, size_t *len, size_t *cap)
+{
+    struct sp_choice_acc *a = &r->acc[d->choice];
+    if (r->hold && d->kind != SP_DELTA_FINISH)
+        return r->ops->delta(r, d, &a->held, &a->n_held, &a->cap_held);
+    if (r->hold && a->n_held) {
+        sp_status st = sp_out_append(out, len, cap, a->held, a->n_held);
+        a->n_held = 0;
+        if (st != SP_OK)
+            return st;
+    }
+    return r->ops->delta(r, d, out, len, cap);
+}
+
+struct sp_dialect_sink {
+    struct sp_resp *r;
+    char **out;
+    size_t *len, *cap;
+};
+
+static sp_status sp_dialect_delta(void *user, const struct sp_delta *d)
+{
+    struct sp_dialect_sink *t = user;
+    return sp_dialect_emit(t->r, d, t->out, t->len, t->cap);
+}
+
+static sp_status sp_dialect_finish(struct sp_resp *r, int choice, char **out, size_t *len, size_t *cap)
+{
+    struct sp_choice_acc *a = &r->acc[choice];
+    struct sp_delta d = {.kind = SP_DELTA_FINISH, .choice = choice,
+                         .finish = a->finish == SP_FINISH_STOP ? SP_FINISH_STOP : SP_FINISH_LENGTH,
+                         .tool_calls = a->tp && sp_toolcall_parser_calls(a->tp) > 0,
+                         .stop_sequence = a->stop_seq};
+    return sp_dialect_emit(r, &d, out, len, cap);
+}
+
+static sp_status sp_dialect_stream_events(struct sp_resp *r, const struct sp_job_buf *b, char **out, size_t *len,
+                                          size_t *cap)
+{
+    sp_status st = SP_OK;
+    if (!r->started) {
+        r->started = true;
+        if (r->ops->start && (st = r->ops->start(r, out, len, cap)) != SP_OK)
+            return st;
+    }
+    struct sp_dialect_sink sink = {r, out, len, cap};
+    for (size_t i = 0; i < b->n_ev && st == SP_OK; i++) {
+        const struct sp_job_event *e = &b->ev[i];
+        if (e->choice < 0 || e->choice >= r->n_choices)
+            continue;
+        struct sp_choice_acc *a = &r->acc[e->choice];
+        if (a->finished || sp_track_attempt(r, b, e))
+            continue;
+        sp_track_usage(r, e);
+        sp_track_stop(r, e);
+        if (e->finish == SP_FINISH_ERROR && a->error) {
+            struct sp_api_error err;
+            a->n_held = 0;
+            sp_resp_failed(r, &err);
+            r->errored = true;
+            st = r->ops->error(r, &err, out, len, cap);
+            continue;
+        }
+        bool last = e->finish != SP_FINISH_NONE;
+        st = sp_choice_feed(r, e->choice, b->text + e->text_off, e->text_len, last, sp_dialect_delta, &sink);
+        if (st == SP_OK && last)
+            st = sp_dialect_finish(r, e->choice, out, len, cap);
+    }
+    return st;
 }
 
 sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, char **out,
                                 size_t *len, size_t *cap)
 {
+    if (r->ops)
+        return sp_dialect_stream_events(r, b, out, len, cap);
     for (size_t i = 0; i < b->n_ev; i++) {
         const struct sp_job_event *e = &b->ev[i];
         if (e->choice < 0 || e->choice >= r->n_choices)
@@ -444,12 +674,14 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
         const struct sp_sampler_explain *x = sp_event_explain(b, e);
         json_t *xp = x ? sp_explain_json(r, x) : NULL;
         sp_status st = SP_OK;
-        if (a->tp) { /* content and calls as the parser reads them */
-            struct sp_stream_tools t = {r, e->choice, lp, xp, out, len, cap};
-            st = sp_toolcall_parser_feed(a->tp, b->text + e->text_off, e->text_len, e->finish != SP_FINISH_NONE,
-                                         sp_stream_tool_event, &t);
+        /* plain text goes out as it comes, with the finish in the last chunk */
+        bool direct = !a->tp && a->think.mode == SP_THINK_OFF;
+        if (!direct) { /* reasoning, content and calls as they are read */
+            struct sp_openai_sink t = {r, lp, xp, out, len, cap};
+            st = sp_choice_feed(r, e->choice, b->text + e->text_off, e->text_len, e->finish != SP_FINISH_NONE,
+                                sp_openai_delta, &t);
             if (st == SP_OK && (t.lp || t.xp)) /* no chunk took the logprobs or explain record */
-                st = sp_stream_choice(r, e->choice, "", 0, NULL, t.lp, t.xp, NULL, out, len, cap);
+                st = sp_stream_choice(r, e->choice, "", 0, false, NULL, t.lp, t.xp, NULL, out, len, cap);
             else if (st != SP_OK) {
                 json_decref(t.lp);
                 json_decref(t.xp);
@@ -463,8 +695,8 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
         const char *finish = e->finish != SP_FINISH_NONE ? sp_finish_reason(a, e->finish) : NULL;
         if (!e->text_len && !lp && !xp && !finish)
             continue;
-        st = sp_stream_choice(r, e->choice, a->tp ? "" : b->text + e->text_off, a->tp ? 0 : e->text_len, NULL, lp,
-                              xp, finish, out, len, cap);
+        st = sp_stream_choice(r, e->choice, direct ? b->text + e->text_off : "", direct ? e->text_len : 0, false,
+                              NULL, lp, xp, finish, out, len, cap);
         if (st != SP_OK)
             return st;
     }
@@ -474,13 +706,25 @@ sp_status sp_resp_stream_events(struct sp_resp *r, const struct sp_job_buf *b, c
 sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t *cap)
 {
     sp_status st = SP_OK;
+    if (r->ops) {
+        struct sp_job_buf none = {0};
+        st = sp_dialect_stream_events(r, &none, out, len, cap); /* the start, if not yet sent */
+        for (int c = 0; c < r->n_choices && st == SP_OK; c++) {
+            if (r->acc[c].finished)
+                continue;
+            r->acc[c].finished = true;
+            r->acc[c].finish = SP_FINISH_LENGTH;
+            st = sp_dialect_finish(r, c, out, len, cap);
+        }
+        return st != SP_OK || r->errored ? st : r->ops->end(r, out, len, cap);
+    }
     /* Choices the engine never finished (the job timed out in the queue). */
     for (int c = 0; c < r->n_choices && st == SP_OK; c++) {
         if (r->acc[c].finished)
             continue;
         r->acc[c].finished = true;
         r->acc[c].finish = SP_FINISH_LENGTH;
-        st = sp_stream_choice(r, c, "", 0, NULL, NULL, NULL, "length", out, len, cap);
+        st = sp_stream_choice(r, c, "", 0, false, NULL, NULL, NULL, "length", out, len, cap);
     }
     if (st == SP_OK && r->api->include_usage) {
         json_t *chunk = sp_chunk_base(r);
@@ -489,43 +733,51 @@ sp_status sp_resp_stream_end(struct sp_resp *r, char **out, size_t *len, size_t 
         st = sp_append_chunk(chunk, out, len, cap);
     }
     if (st == SP_OK)
-        st = sp_append(out, len, cap, "data: [DONE]\n\n", 14);
+        st = sp_out_append(out, len, cap, "data: [DONE]\n\n", 14);
     return st;
 }
 
-sp_status sp_resp_stream_error(const struct sp_api_error *err, char **out, size_t *len,
+sp_status sp_resp_stream_error(struct sp_resp *r, const struct sp_api_error *err, char **out, size_t *len,
                                size_t *cap)
 {
+    if (r && r->ops) {
+        struct sp_job_buf none = {0};
+        sp_status st = sp_dialect_stream_events(r, &none, out, len, cap);
+        r->errored = true;
+        return st == SP_OK ? r->ops->error(r, err, out, len, cap) : st;
+    }
     return sp_append_event(sp_api_error_body(err), out, len, cap);
 }
 
-/* Non-streaming: content text and tool_calls[] as the parser reads them. */
-static sp_status sp_collect_tool_event(void *user, const struct sp_toolcall_event *ev)
+/* Non-streaming: reasoning, content text and tool_calls[] as they are read. */
+static sp_status sp_collect_delta(void *user, const struct sp_delta *d)
 {
     struct sp_choice_acc *a = user;
-    if (ev->kind == SP_TOOLCALL_TEXT)
-        return sp_append(&a->text, &a->len, &a->cap, ev->text, ev->len);
-    if (ev->kind == SP_TOOLCALL_CALL) {
+    if (d->kind == SP_DELTA_TEXT)
+        return sp_out_append(&a->text, &a->len, &a->cap, d->text, d->len);
+    if (d->kind == SP_DELTA_REASONING)
+        return sp_out_append(&a->reasoning, &a->n_reasoning, &a->cap_reasoning, d->text, d->len);
+    if (d->kind == SP_DELTA_CALL) {
         json_t *c = json_object(), *fn = json_object();
-        json_object_set_new(c, "id", json_string(ev->id));
+        json_object_set_new(c, "id", json_string(d->id));
         json_object_set_new(c, "type", json_string("function"));
-        json_object_set_new(fn, "name", sp_json_text(ev->text, ev->len));
+        json_object_set_new(fn, "name", sp_json_text(d->text, d->len));
         json_object_set_new(fn, "arguments", json_string(""));
         json_object_set_new(c, "function", fn);
         return json_array_append_new(a->calls, c) ? SP_ERR_NOMEM : SP_OK;
     }
-    json_t *fn = json_object_get(json_array_get(a->calls, (size_t)ev->index), "function");
+    json_t *fn = json_object_get(json_array_get(a->calls, (size_t)d->index), "function");
     json_t *args = json_object_get(fn, "arguments");
     if (!args)
         return SP_OK;
     size_t n = json_string_length(args);
-    char *s = malloc(n + ev->len + 1);
+    char *s = malloc(n + d->len + 1);
     if (!s)
         return SP_ERR_NOMEM;
     memcpy(s, json_string_value(args), n);
-    memcpy(s + n, ev->text, ev->len);
-    s[n + ev->len] = '\0';
-    json_object_set_new(fn, "arguments", sp_json_text(s, n + ev->len));
+    memcpy(s + n, d->text, d->len);
+    s[n + d->len] = '\0';
+    json_object_set_new(fn, "arguments", sp_json_text(s, n + d->len));
     free(s);
     return SP_OK;
 }
@@ -540,6 +792,7 @@ sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
         if (a->finished || sp_track_attempt(r, b, e))
             continue;
         sp_track_usage(r, e);
+        sp_track_stop(r, e);
         if (e->has_lp && e->id >= 0 && r->api->logprobs >= 0) {
             if (r->api->kind == SP_API_CHAT) {
                 if (!a->lp)
@@ -557,15 +810,24 @@ sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
                 a->xp = json_array();
             json_array_append_new(a->xp, sp_explain_json(r, x));
         }
-        if (a->tp) {
-            if (sp_toolcall_parser_feed(a->tp, b->text + e->text_off, e->text_len, e->finish != SP_FINISH_NONE,
-                                        sp_collect_tool_event, a) != SP_OK)
-                return SP_ERR_NOMEM;
-        } else if (sp_append(&a->text, &a->len, &a->cap, b->text + e->text_off, e->text_len) != SP_OK) {
+        if (sp_choice_feed(r, e->choice, b->text + e->text_off, e->text_len, e->finish != SP_FINISH_NONE,
+                           sp_collect_delta, a) != SP_OK)
             return SP_ERR_NOMEM;
-        }
     }
     return SP_OK;
+}
+
+void sp_resp_choice(const struct sp_resp *r, int c, struct sp_choice_view *v)
+{
+    const struct sp_choice_acc *a = &r->acc[c];
+    v->text = a->text ? a->text : "";
+    v->len = a->len;
+    v->reasoning = a->reasoning ? a->reasoning : "";
+    v->n_reasoning = a->n_reasoning;
+    v->calls = a->calls && json_array_size(a->calls) ? a->calls : NULL;
+    v->finish = a->finished && a->finish == SP_FINISH_STOP ? SP_FINISH_STOP : SP_FINISH_LENGTH;
+    v->tool_calls = v->calls != NULL;
+    v->stop_sequence = a->stop_seq;
 }
 
 bool sp_resp_failed(const struct sp_resp *r, struct sp_api_error *err)
@@ -583,6 +845,8 @@ bool sp_resp_failed(const struct sp_resp *r, struct sp_api_error *err)
 
 char *sp_resp_body(struct sp_resp *r)
 {
+    if (r->ops)
+        return r->ops->body(r);
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id));
     json_object_set_new(o, "object", json_string(r->api->kind == SP_API_CHAT ? "chat.completion"
@@ -605,6 +869,8 @@ char *sp_resp_body(struct sp_resp *r)
                 text = json_null();
             }
             json_object_set_new(msg, "content", text);
+            if (a->n_reasoning) /* llama-server's field for the template's thinking */
+                json_object_set_new(msg, "reasoning_content", sp_json_text(a->reasoning, a->n_reasoning));
             if (calls)
                 json_object_set(msg, "tool_calls", a->calls);
             json_object_set_new(ch, "message", msg);
@@ -615,6 +881,20 @@ char *sp_resp_body(struct sp_resp *r)
             }
             json_object_set_new(ch, "logprobs", lp);
         } else {
+            if (r->api->echo) { /* the prompt's text before the choice's own */
+                const char *echo = r->api->echo[c / (r->api->gp.n > 0 ? r->api->gp.n : 1)];
+                size_t ne = strlen(echo);
+                char *both = malloc(ne + a->len + 1);
+                json_decref(text);
+                text = NULL;
+                if (both) {
+                    memcpy(both, echo, ne);
+                    if (a->len)
+                        memcpy(both + ne, a->text, a->len);
+                    text = sp_json_text(both, ne + a->len);
+                    free(both);
+                }
+            }
             json_object_set_new(ch, "text", text);
             json_object_set(ch, "logprobs", a->lp ? a->lp : json_null());
         }

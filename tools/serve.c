@@ -36,6 +36,8 @@ static const char sp_serve_usage[] =
     "  --cache-type-k T     how the KV cache stores keys: f16 (default), q8_0, q4_0\n"
     "  --cache-type-v T     and values\n"
     "  --log-format F       the per-request log line on stderr: text (default) or json\n"
+    "  --alias NAME         another name the model answers to (repeatable; its file\n"
+    "                       name without .gguf always works)\n"
     "  --replica-id ID      name in the X-Spindle-Replica header and /metrics\n"
     "                       (default: the host name)\n"
     "  --drain-timeout SECONDS  on SIGTERM (or SIGINT, SIGHUP), how long requests in flight may\n"
@@ -136,6 +138,7 @@ static bool sp_serve_api_key(sp_server_config *cfg, const char *file, char *buf,
 int sp_tool_serve(int argc, char **argv)
 {
     char key_buf[SP_SERVE_KEY_CAP];
+    const char *aliases[SP_SERVER_MAX_ALIASES];
     const char *key_file = NULL;
     sp_server_config cfg;
     sp_model_params mp;
@@ -197,6 +200,13 @@ int sp_tool_serve(int argc, char **argv)
         } else if (!strcmp(a, "--drain-timeout")) {
             if (!sp_parse_seconds(v, &cfg.drain_timeout_s))
                 return sp_tool_fail("serve: --drain-timeout wants seconds >= 0, got '%s'", v);
+        } else if (!strcmp(a, "--alias")) {
+            if (!sp_server_alias_valid(v))
+                return sp_tool_fail("serve: --alias wants 1 to 128 printable characters without spaces, got '%s'", v);
+            if (cfg.n_aliases == SP_SERVER_MAX_ALIASES)
+                return sp_tool_fail("serve: at most %d --alias names", SP_SERVER_MAX_ALIASES);
+            aliases[cfg.n_aliases++] = v;
+            cfg.aliases = aliases;
         } else if (!strcmp(a, "--replica-id")) {
             if (!sp_server_replica_id_valid(v))
                 return sp_tool_fail("serve: --replica-id wants 1-64 characters of [A-Za-z0-9._:-], got '%s'", v);

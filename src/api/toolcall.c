@@ -50,6 +50,12 @@ sp_status sp_toolcall_create(const sp_model *m, const char *tools, const char *c
 sp_status sp_toolcall_chat_tokenize(const sp_model *m, const sp_toolcall *tc, const sp_chat_msg *msgs, size_t n,
                                     sp_token **out, size_t *n_out)
 {
+    return sp_toolcall_chat_tokenize_vars(m, tc, msgs, n, NULL, out, n_out);
+}
+
+sp_status sp_toolcall_chat_tokenize_vars(const sp_model *m, const sp_toolcall *tc, const sp_chat_msg *msgs, size_t n,
+                                         const char *vars, sp_token **out, size_t *n_out)
+{
     struct sp_toolcall_msg *tm = calloc(n ? n : 1, sizeof *tm);
     struct sp_toolcall_prompt tp = {0};
     sp_status st = tm ? SP_OK : sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
@@ -66,7 +72,7 @@ sp_status sp_toolcall_chat_tokenize(const sp_model *m, const sp_toolcall *tc, co
     if (st == SP_OK)
         st = sp_toolcall_prompt(sp_api_toolcall_format(m), tc, tm, n, &tp);
     if (st == SP_OK)
-        st = sp_chat_prompt(m->vocab, sp_api_chat_format(m), tp.msgs, tp.n, tp.tools, out, n_out);
+        st = sp_chat_prompt(m->vocab, sp_api_chat_format(m), tp.msgs, tp.n, tp.tools, vars, out, n_out);
     sp_toolcall_prompt_free(&tp);
     for (size_t i = 0; tm && i < n; i++)
         json_decref((json_t *)tm[i].tool_calls);

@@ -136,6 +136,46 @@ static int setup_message(struct jctx *c, const struct sp_chat_msg *m, struct jva
     return 0;
 }
 
+/* The template kwargs: each key of the JSON object `vars` a global; the
+ * names the renderer defines itself (and its functions) are reserved. */
+static int setup_vars(struct jctx *c, const char *vars, const void *funcs, size_t n_funcs)
+{
+    static const char *const reserved[] = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"};
+    const struct { const char *name; int fn; } *fn = funcs;
+    json_error_t jerr;
+    json_t *o = json_loads(vars, 0, &jerr);
+    int r = 0;
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return jerr_pos(c, 0, 0, "template variables: not a JSON object");
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(o, key, val) {
+        bool taken = false;
+        for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+            taken = taken || !strcmp(key, reserved[i]);
+        for (size_t i = 0; i < n_funcs; i++)
+            taken = taken || !strcmp(key, fn[i].name);
+        struct jval v;
+        if (taken) {
+            r = jerr_pos(c, 0, 0, "template variable '%.60s' is reserved", key);
+            break;
+        }
+        size_t n = strlen(key);
+        char *name = jarena_alloc(&c->arena, n + 1); /* the scope keeps the name */
+        if (!name) {
+            r = jerr_pos(c, 0, 0, "template exceeded the memory limit");
+            break;
+        }
+        memcpy(name, key, n + 1);
+        if ((r = json_val(c, val, 0, &v)) || (r = jscope_define(c, c->globals, name, v)))
+            break;
+    }
+    json_decref(o);
+    return r;
+}
+
 static int setup_globals(struct jctx *c, const struct sp_chat_msg *msgs, size_t n_msgs,
                          const struct sp_chat_opts *o)
 {
@@ -160,6 +200,8 @@ static int setup_globals(struct jctx *c, const struct sp_chat_msg *msgs, size_t 
         { "raise_exception", JF_RAISE }, { "strftime_now", JF_STRFTIME },
         { "namespace", JF_NAMESPACE }, { "range", JF_RANGE }, { "dict", JF_DICT },
     };
+    if (o->vars && setup_vars(c, o->vars, funcs, sizeof(funcs) / sizeof(funcs[0])))
+        return -1;
     for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++) {
         struct jval f = { .t = JV_FUNC };
         f.u.fn = funcs[i].fn;
@@ -217,7 +259,7 @@ sp_status sp_chat_render_at(const char *tmpl, const struct sp_chat_msg *msgs, si
                             bool add_generation_prompt, const char *bos_token,
                             const char *eos_token, int64_t now_unix, char **out)
 {
-    struct sp_chat_opts o = {add_generation_prompt, bos_token, eos_token, now_unix, NULL};
+    struct sp_chat_opts o = {add_generation_prompt, bos_token, eos_token, now_unix, NULL, NULL};
     return sp_chat_render_opts(tmpl, msgs, n_msgs, &o, out);
 }
 

@@ -37,10 +37,14 @@ struct sp_chat_opts {
     const char *bos_token, *eos_token;
     int64_t now_unix;    /* strftime_now() formats this UTC time; < 0: the local time */
     const char *tools;   /* JSON text of the tools array, or NULL (undefined) */
+    const char *vars;    /* JSON text of an object whose keys become globals
+                            (HF's template kwargs: enable_thinking, ...), or
+                            NULL; the names above are reserved */
 };
 
 /* Renders tmpl for msgs[0..n_msgs) with *o (see sp_chat_render).  Also
- * SP_ERR_ARG when tools or a message's tool_calls is not valid JSON. */
+ * SP_ERR_ARG when tools or a message's tool_calls is not valid JSON, or
+ * vars is not a JSON object or names a reserved global. */
 sp_status sp_chat_render_opts(const char *tmpl, const struct sp_chat_msg *msgs, size_t n_msgs,
                               const struct sp_chat_opts *o, char **out);
 
@@ -76,15 +80,16 @@ const char *sp_chat_template_for(const struct sp_vocab *v, const char *arch_form
 
 /* Renders msgs (with the assistant's opening when add_generation_prompt)
  * and the model's BOS/EOS texts; tools: JSON text of the tools array the
- * template receives, or NULL.  *text is malloc'd. */
+ * template receives, or NULL; vars: sp_chat_opts.vars.  *text is malloc'd. */
 sp_status sp_chat_prompt_text(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs,
-                              size_t n, const char *tools, bool add_generation_prompt, char **text);
+                              size_t n, const char *tools, const char *vars, bool add_generation_prompt,
+                              char **text);
 
 /* Renders and tokenizes with special tokens recognised; BOS is added
  * unless the template already wrote it.  *out is malloc'd.  The one path
  * from chat messages to prompt tokens (`spindle run --chat` and the
  * server's /v1/chat/completions). */
 sp_status sp_chat_prompt(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs, size_t n,
-                         const char *tools, sp_token **out, size_t *n_out);
+                         const char *tools, const char *vars, sp_token **out, size_t *n_out);
 
 #endif

@@ -1,6 +1,8 @@
 /* libFuzzer target: HTTP body bytes -> sp_api_request_parse() for both
- * generation endpoints and sp_api_embed_parse() for /v1/embeddings, with no vocabulary (no rendering or tokenization), then the
- * error body when parsing fails.  Any crash, leak or sanitizer report is a
+ * generation endpoints, every dialect's translation (Anthropic, Ollama's
+ * chat and generate, Responses: server/dialect.h) and sp_api_embed_parse()
+ * for /v1/embeddings and /api/embed, with no vocabulary (no rendering or
+ * tokenization), then the error body (in each API's shape) when parsing fails.  Any crash, leak or sanitizer report is a
  * bug: client input must only ever produce a 4xx.
  *
  * Build (clang): compile src/ with -fsanitize=fuzzer-no-link,address,undefined
@@ -11,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_schema.h"
+#include "server/dialect.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -36,7 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* Invariants the server relies on. */
             if (r.gp.n < 1 || r.gp.n > lim.max_n || r.n_stop > (size_t)lim.max_stop ||
                 r.gp.max_tokens > lim.n_ctx || (r.timeout_s < 0) ||
-                (r.timeout_s > lim.max_timeout_s) || r.logprobs > 20)
+                (r.timeout_s > lim.max_timeout_s) || r.logprobs > 20 ||
+                (kind == SP_API_COMPLETIONS && (r.n_batch < 1 || r.n_batch > (size_t)lim.max_prompts)))
                 abort();
             sp_api_request_free(&r);
         } else {
@@ -46,11 +49,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(sp_api_error_body(&err));
         }
     }
-    struct sp_api_embed_limits el = {"minilm", 384, 64, 256};
+    const struct sp_dialect *dialects[] = {&sp_dialect_anthropic, &sp_dialect_ollama, &sp_dialect_ollama,
+                                           &sp_dialect_responses};
+    for (int k = 0; k < 4; k++) {
+        struct sp_api_request r;
+        struct sp_api_error err;
+        memset(&err, 0, sizeof err);
+        enum sp_api_kind route = k == 2 ? SP_API_COMPLETIONS : SP_API_CHAT; /* Ollama's generate */
+        sp_status st = dialects[k]->parse(&r, route, (const char *)data, size, 0, NULL, &lim, &err);
+        if (st == SP_OK) {
+            if (r.gp.n != 1 || r.n_stop > (size_t)lim.max_stop || r.gp.max_tokens > lim.n_ctx ||
+                r.logprobs > 20)
+                abort();
+            sp_api_request_free(&r);
+        } else {
+            if (err.http_status < 400 || err.http_status > 599 || (st == SP_ERR_ARG && err.http_status >= 500))
+                abort();
+            free(dialects[k]->error_body(&err));
+        }
+    }
+    struct sp_api_embed_limits el = {"minilm", 384, 64, 256, NULL, 0};
     struct sp_api_embed_request er;
     struct sp_api_error err;
     memset(&err, 0, sizeof err);
-    sp_status st = sp_api_embed_parse(&er, (const char *)data, size, NULL, &el, &err);
+    sp_status st = (size & 1 ? sp_dialect_ollama.embed_parse : sp_api_embed_parse)(&er, (const char *)data, size,
+                                                                                NULL, &el, &err);
     if (st == SP_OK) {
         if (er.n_inputs < 1 || er.n_inputs > (size_t)el.max_inputs)
             abort();

@@ -142,3 +142,69 @@ def assert_openai_error(r, status, param=None):
     if param is not None:
         assert err["param"] == param, err
     return err
+
+
+def gguf_with_chat_template(src, dst, template):
+    """Copies the GGUF model `src` to `dst` with tokenizer.chat_template set
+    to `template` (the tensors' bytes unchanged: their offsets are relative
+    to the data section, which is re-aligned after the new metadata)."""
+    import struct
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip_value(f, vtype):
+        if vtype in sizes:
+            f.read(sizes[vtype])
+        elif vtype == 8:
+            f.read(struct.unpack("<Q", f.read(8))[0])
+        elif vtype == 9:
+            etype, n = struct.unpack("<IQ", f.read(12))
+            for _ in range(n):
+                skip_value(f, etype)
+        else:
+            raise ValueError("unknown GGUF value type %d" % vtype)
+
+    def string(s):
+        b = s.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    with open(src, "rb") as f:
+        magic, version, n_tensors, n_kv = struct.unpack("<4sIQQ", f.read(24))
+        assert magic == b"GGUF", src
+        kvs, alignment, found = [], 32, False
+        for _ in range(n_kv):
+            start = f.tell()
+            key = f.read(struct.unpack("<Q", f.read(8))[0]).decode()
+            vtype = struct.unpack("<I", f.read(4))[0]
+            vstart = f.tell()
+            skip_value(f, vtype)
+            end = f.tell()
+            if key == "general.alignment":
+                f.seek(vstart)
+                alignment = struct.unpack("<I", f.read(4))[0]
+                f.seek(end)
+            if key == "tokenizer.chat_template":
+                found = True
+                kvs.append(string(key) + struct.pack("<I", 8) + string(template))
+            else:
+                f.seek(start)
+                kvs.append(f.read(end - start))
+        if not found:
+            kvs.append(string("tokenizer.chat_template") + struct.pack("<I", 8) + string(template))
+        infos_start = f.tell()
+        for _ in range(n_tensors):
+            f.read(struct.unpack("<Q", f.read(8))[0])
+            n_dims = struct.unpack("<I", f.read(4))[0]
+            f.read(8 * n_dims + 4 + 8)
+        infos_end = f.tell()
+        f.seek(infos_start)
+        infos = f.read(infos_end - infos_start)
+        data_start = (infos_end + alignment - 1) // alignment * alignment
+        f.seek(data_start)
+        with open(dst, "wb") as out:
+            head = struct.pack("<4sIQQ", magic, version, n_tensors, len(kvs)) + b"".join(kvs) + infos
+            out.write(head + b"\0" * ((-len(head)) % alignment))
+            while True:
+                chunk = f.read(1 << 24)
+                if not chunk:
+                    break
+                out.write(chunk)

@@ -50,7 +50,7 @@ static void run_golden(const char *path)
             tools = json_dumps(json_object_get(cs, "tools"), JSON_COMPACT);
         struct sp_chat_opts o = {json_is_true(json_object_get(cs, "add_generation_prompt")),
                                  json_string_value(json_object_get(cs, "bos_token")),
-                                 json_string_value(json_object_get(cs, "eos_token")), FIXED_NOW, tools};
+                                 json_string_value(json_object_get(cs, "eos_token")), FIXED_NOW, tools, NULL};
         sp_status st = sp_chat_render_opts(tmpl, msgs, nm, &o, &got);
         n_tool_cases += tools != NULL;
         n_cases++;
@@ -288,6 +288,42 @@ static void errors(void)
           "NULL template must be SP_ERR_ARG");
 }
 
+/* Template variables (HF's apply_chat_template kwargs): each key a global;
+ * the renderer's own names are reserved. */
+static void variables(void)
+{
+    const char *tmpl = "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>{% endif %}"
+                       "{{ reasoning_effort | default('medium') }}:{{ messages[0]['content'] }}";
+    struct sp_chat_msg m[1] = {{.role = "user", .content = "hi"}};
+    struct {
+        const char *vars, *want;
+    } ok[] = {
+        {NULL, "medium:hi"},
+        {"{}", "medium:hi"},
+        {"{\"enable_thinking\": false}", "<think>\n\n</think>medium:hi"},
+        {"{\"enable_thinking\": true, \"reasoning_effort\": \"low\"}", "low:hi"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        struct sp_chat_opts o = {false, "", "", FIXED_NOW, NULL, ok[i].vars};
+        char *got = NULL;
+        sp_status st = sp_chat_render_opts(tmpl, m, 1, &o, &got);
+        CHECK(st == SP_OK && got && !strcmp(got, ok[i].want), "vars %s: %s", ok[i].vars ? ok[i].vars : "NULL",
+              st == SP_OK ? got : sp_error_message());
+        free(got);
+    }
+    const char *bad[][2] = {{"{\"messages\": []}", "'messages' is reserved"},
+                            {"{\"raise_exception\": 1}", "'raise_exception' is reserved"},
+                            {"[1]", "not a JSON object"},
+                            {"{", "not a JSON object"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct sp_chat_opts o = {false, "", "", FIXED_NOW, NULL, bad[i][0]};
+        char *got = (char *)1;
+        sp_status st = sp_chat_render_opts(tmpl, m, 1, &o, &got);
+        CHECK(st == SP_ERR_ARG && got == NULL && strstr(sp_error_message(), bad[i][1]), "vars %s: %s", bad[i][0],
+              sp_error_message());
+    }
+}
+
 int main(void)
 {
     run_goldens(GOLDEN_DIR);
@@ -297,5 +333,6 @@ int main(void)
            n_tool_cases);
     semantics();
     errors();
+    variables();
     return sp_check_report("test_chat");
 }

@@ -318,7 +318,7 @@ static void test_native_round_trip(void)
         struct sp_toolcall *tc = make(sp_toolcall_format_name(f), "\"required\"", false);
         struct sp_toolcall_prompt p = {0};
         if (tmpl && tc && sp_toolcall_prompt(f, tc, msgs, 3, &p) == SP_OK) {
-            struct sp_chat_opts o = {false, "<s>", "</s>", 1721995200, p.tools};
+            struct sp_chat_opts o = {false, "<s>", "</s>", 1721995200, p.tools, NULL};
             CHECK(sp_chat_render_opts(tmpl, p.msgs, p.n, &o, &text) == SP_OK, "%s: %s", path, sp_error_message());
         }
         const char *at = NULL;
