@@ -208,6 +208,15 @@ static void sp_shutdown_error(struct sp_api_error *err)
                 "The server shut down before this request finished; retry it.");
 }
 
+/* A request this process has no file descriptor for (its eventfd: the
+ * connection limit leaves room for one per connection, so only another
+ * user of the descriptors can cause it).  503: nothing of it ran. */
+static enum MHD_Result sp_fail_resources(struct sp_conn *c)
+{
+    return sp_fail(c, 503, "server_error", "server_busy",
+                   "The server has no file descriptor left for this request; retry later.");
+}
+
 /* ---- waiting for the scheduler ---- */
 
 static int sp_conn_fd(struct sp_conn *c)
@@ -217,13 +226,13 @@ static int sp_conn_fd(struct sp_conn *c)
     return ci ? ci->connect_fd : -1;
 }
 
-/* Blocks until the job signals (true) or the client hangs up (false).  A
- * one-second poll timeout is only a safety net: state is re-read after any
- * return. */
-static bool sp_conn_wait(struct sp_conn *c)
+/* Blocks until efd (a job's or an embedding request's) signals (true) or
+ * the client hangs up (false).  A one-second poll timeout is only a safety
+ * net: state is re-read after any return. */
+static bool sp_conn_wait_on(struct sp_conn *c, int efd)
 {
     struct pollfd p[2] = {
-        {.fd = c->job->efd, .events = POLLIN},
+        {.fd = efd, .events = POLLIN},
         {.fd = sp_conn_fd(c), .events = POLLRDHUP},
     };
     nfds_t n = p[1].fd >= 0 ? 2 : 1;
@@ -240,11 +249,16 @@ static bool sp_conn_wait(struct sp_conn *c)
             n = 1; /* the client sent more (pipelining): stop watching for now */
         if (p[0].revents & POLLIN) {
             uint64_t v;
-            if (read(c->job->efd, &v, sizeof v) < 0 && errno != EAGAIN)
+            if (read(efd, &v, sizeof v) < 0 && errno != EAGAIN)
                 return true;
             return true;
         }
     }
+}
+
+static bool sp_conn_wait(struct sp_conn *c)
+{
+    return sp_conn_wait_on(c, c->job->efd);
 }
 
 static enum sp_job_state sp_job_state_of(struct sp_job *j)
@@ -307,6 +321,22 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 /* ---- generation ---- */
 
+/* Counts a request in h->n_active (the drain waits for it) unless the
+ * server is draining (false). */
+static bool sp_conn_activate(struct sp_conn *c)
+{
+    struct sp_http *h = c->h;
+    pthread_mutex_lock(&h->mu);
+    bool draining = h->draining;
+    if (!draining) {
+        h->n_active++;
+        c->active = true;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return !draining;
+}
+
+
 static enum MHD_Result sp_fail_admission(struct sp_conn *c)
 {
     struct sp_api_error err;
@@ -352,22 +382,16 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     double timeout = api.timeout_s > 0 ? api.timeout_s : h->cfg.timeout_s;
     struct sp_job *j = sp_job_new(&api, timeout);
     if (!j) {
+        bool no_fd = errno == EMFILE || errno == ENFILE;
         sp_api_request_free(&api);
-        return sp_fail(c, 500, "server_error", NULL, "out of memory");
+        return no_fd ? sp_fail_resources(c) : sp_fail(c, 500, "server_error", NULL, "out of memory");
     }
     c->job = j;
     if (sp_resp_init(&c->resp, &j->api, sp_sched_model(h->sched), h->model_id) != SP_OK)
         return sp_fail(c, 500, "server_error", NULL, "out of memory");
     c->resp_init = true;
 
-    pthread_mutex_lock(&h->mu);
-    bool draining = h->draining;
-    if (!draining) {
-        h->n_active++;
-        c->active = true;
-    }
-    pthread_mutex_unlock(&h->mu);
-    if (draining)
+    if (!sp_conn_activate(c))
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
     if (sp_sched_submit(h->sched, j) != SP_OK)
         return sp_fail(c, 429, "requests", "rate_limit_exceeded",
@@ -432,8 +456,10 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
 /* The most inputs of one /v1/embeddings request (docs/server-api.md). */
 #define SP_HTTP_EMBED_MAX_INPUTS 256
 
-/* Parses and tokenizes on this thread, runs the batch on the scheduler's
- * (sp_sched_embed waits for it), answers the vectors. */
+/* Parses and tokenizes on this thread, has the scheduler embed the inputs
+ * a chunk at a time between generation steps, and answers the vectors.  A
+ * client that hangs up stops its request at the next chunk; the drain
+ * waits for it like a generation, and its timeout ends it with 503. */
 static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
 {
     struct sp_http *h = c->h;
@@ -447,24 +473,48 @@ static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
     if (sp_api_embed_parse(&r, c->body, c->n_body, m, &lim, &err) != SP_OK)
         return sp_respond_error(c, &err);
     enum MHD_Result ret;
+    struct sp_embed_work w;
     float *out = malloc(r.n_inputs * (size_t)lim.n_embd * sizeof *out);
-    struct sp_embed_work w = {(const sp_token *const *)r.inputs, r.n_tokens, r.n_inputs, out, SP_OK, "", false,
-                              NULL};
-    sp_status st = out ? sp_sched_embed(h->sched, &w) : SP_ERR_NOMEM;
-    char *body = st == SP_OK ? sp_api_embed_body(&r, h->model_id, out, lim.n_embd) : NULL;
-    if (body) {
-        sp_metrics_count_tokens(h->metrics, r.n_total, 0, 0);
-        ret = sp_respond(c, 200, "application/json", body, NULL, NULL);
-    } else if (st == SP_ERR_FULL && !w.done) {
+    sp_status st = out ? sp_embed_work_init(&w, (const sp_token *const *)r.inputs, r.n_tokens, r.n_inputs, out)
+                       : SP_ERR_NOMEM;
+    if (st != SP_OK) {
+        ret = st == SP_ERR_IO ? sp_fail_resources(c) : sp_fail(c, 500, "server_error", NULL, "out of memory");
+        goto free_out;
+    }
+    if (!sp_conn_activate(c)) {
+        ret = sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
+        goto free_work;
+    }
+    if (sp_sched_embed_submit(h->sched, &w) != SP_OK) {
         ret = sp_fail(c, 429, "requests", "rate_limit_exceeded", "Too many requests are waiting; retry later.");
-    } else if (st == SP_ERR_FULL) {
+        goto free_work;
+    }
+    while (!sp_sched_embed_done(h->sched, &w)) {
+        if (!sp_conn_wait_on(c, w.efd)) {
+            sp_sched_embed_cancel(h->sched, &w);
+            c->hung_up = true;
+            ret = MHD_NO;
+            goto free_work;
+        }
+    }
+    MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S);
+    char *body = w.st == SP_OK && !w.shut_down ? sp_api_embed_body(&r, h->model_id, out, lim.n_embd) : NULL;
+    if (body) {
+        ret = sp_respond(c, 200, "application/json", body, NULL, NULL);
+    } else if (w.shut_down) {
+        sp_shutdown_error(&err);
+        ret = sp_respond_error(c, &err);
+    } else if (w.st == SP_ERR_FULL) {
         ret = sp_fail(c, 503, "server_error", "kv_cache_full", "The KV cache is full; retry later.");
-    } else if (st == SP_ERR_CONTEXT) {
+    } else if (w.st == SP_ERR_CONTEXT) {
         sp_api_fail(&err, 400, "invalid_request_error", "context_length_exceeded", "input", "%s", w.msg);
         ret = sp_respond_error(c, &err);
     } else {
-        ret = sp_fail(c, 500, "server_error", NULL, st == SP_OK || st == SP_ERR_NOMEM ? "out of memory" : w.msg);
+        ret = sp_fail(c, 500, "server_error", NULL, w.st == SP_OK || w.st == SP_ERR_NOMEM ? "out of memory" : w.msg);
     }
+free_work:
+    sp_embed_work_free(&w);
+free_out:
     free(out);
     sp_api_embed_request_free(&r);
     return ret;
