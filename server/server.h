@@ -232,7 +232,35 @@ void sp_sched_abort(struct sp_sched *s);
 /* Ends the loop once nothing is queued or running, joins it, frees the engine. */
 void sp_sched_stop(struct sp_sched *s);
 
+/* ---- peers.c: connection accounting (limits, receive deadlines, eviction) ---- */
+
+struct sp_peers;
+struct sp_peer;
+/* max_connections: connections served before new ones make the longest
+ * receiving one give way (or are marked overflow); recv_timeout_s: the
+ * total time a connection may take to send a request (0: none). */
+sp_status sp_peers_start(struct sp_peers **out, unsigned max_connections, double recv_timeout_s);
+void sp_peers_stop(struct sp_peers *ps);
+/* A new connection on socket fd (libmicrohttpd's connection-started
+ * notice); NULL when out of memory (it is then not accounted). */
+struct sp_peer *sp_peers_open(struct sp_peers *ps, int fd);
+/* Its connection-closed notice, before the socket is closed; p NULL: nothing. */
+void sp_peers_close(struct sp_peers *ps, struct sp_peer *p);
+/* The request is in (or answered from its headers): no receive deadline
+ * while it runs and is answered. */
+void sp_peers_busy(struct sp_peers *ps, struct sp_peer *p);
+/* The answer is done: waiting for the next request, under the deadline again. */
+void sp_peers_idle(struct sp_peers *ps, struct sp_peer *p);
+/* It arrived with the limit full and nobody to give way: probes only. */
+bool sp_peer_overflow(struct sp_peers *ps, struct sp_peer *p);
+/* It was shut down because its receive deadline passed. */
+bool sp_peer_timed_out(struct sp_peers *ps, struct sp_peer *p);
+
 /* ---- http.c ---- */
+
+/* Connections accepted beyond --max-connections, for /health and /metrics
+ * (everything else gets 503 on them). */
+#define SP_HTTP_OVERFLOW 8u
 
 struct sp_http;
 struct addrinfo;

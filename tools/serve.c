@@ -29,6 +29,11 @@ static const char sp_serve_usage[] =
     "  --max-retries N      cap on a constrained request's max_retries (default 4)\n"
     "  --queue N            waiting requests before 429 (default 64)\n"
     "  --max-body BYTES     request body cap (default 4194304)\n"
+    "  --max-connections N  connections served at once (default 512, lowered to what\n"
+    "                       ulimit -n allows); when full, the one waiting longest for\n"
+    "                       its request is closed for a new one\n"
+    "  --recv-timeout SECONDS  total time a connection may take to send a request's\n"
+    "                       headers and body (default 30; 0: none)\n"
     "  --max-n N            largest `n` accepted (default 8)\n"
     "  -t, --threads N      compute threads (default: one per core)\n"
     "  --mlock              keep the weights in RAM (no paging out)\n"
@@ -192,6 +197,13 @@ int sp_tool_serve(int argc, char **argv)
         } else if (!strcmp(a, "--timeout")) {
             if (!sp_parse_seconds(v, &cfg.timeout_s))
                 return sp_tool_fail("serve: --timeout wants seconds >= 0, got '%s'", v);
+        } else if (!strcmp(a, "--max-connections")) {
+            if (!sp_parse_long(v, 1, 1 << 20, &n))
+                return sp_tool_fail("serve: --max-connections wants 1..1048576, got '%s'", v);
+            cfg.max_connections = (int)n;
+        } else if (!strcmp(a, "--recv-timeout")) {
+            if (!sp_parse_seconds(v, &cfg.recv_timeout_s))
+                return sp_tool_fail("serve: --recv-timeout wants seconds >= 0, got '%s'", v);
         } else if (!strcmp(a, "--drain-timeout")) {
             if (!sp_parse_seconds(v, &cfg.drain_timeout_s))
                 return sp_tool_fail("serve: --drain-timeout wants seconds >= 0, got '%s'", v);
