@@ -37,6 +37,10 @@ static const char sp_serve_usage[] =
     "  --max-n N            largest `n` accepted (default 8)\n"
     "  -t, --threads N      compute threads (default: one per core)\n"
     "  --mlock              keep the weights in RAM (no paging out)\n"
+    "  --map-model          read the tokenizer and the weights used in place from the\n"
+    "                       mapped file (shared page cache, less memory) instead of a\n"
+    "                       private copy; the file must then not be changed or truncated\n"
+    "                       while served (replace it by renaming a new file over it)\n"
     "  --cache-type-k T     how the KV cache stores keys: f16 (default), q8_0, q4_0\n"
     "  --cache-type-v T     and values\n"
     "  --log-format F       the per-request log line on stderr: text (default) or json\n"
@@ -146,6 +150,7 @@ int sp_tool_serve(int argc, char **argv)
     struct sp_tool_spec spec;
     sp_server_config_default(&cfg);
     sp_model_params_default(&mp);
+    mp.private_copy = true; /* a server outlives deploys that may rewrite the file in place */
     sp_tool_spec_init(&spec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -162,6 +167,10 @@ int sp_tool_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--mlock")) {
             mp.use_mlock = true;
+            continue;
+        }
+        if (!strcmp(a, "--map-model")) {
+            mp.private_copy = false;
             continue;
         }
         if (i + 1 >= argc)
