@@ -112,6 +112,14 @@ typedef struct sp_model_params {
     bool use_mmap;      /* true: map the file (weights stay in the page cache);
                            false: read it into memory */
     bool use_mlock;     /* lock the weights in RAM (needs RLIMIT_MEMLOCK) */
+    bool private_copy;  /* with use_mmap: once loaded, what is still read from the mapped
+                           file (the tokenizer's and chat template's data, weights read in
+                           place such as the token embeddings) is copied into the process's
+                           memory, so the file may be changed, truncated or deleted while
+                           the model is in use (reading a mapped file cut short raises
+                           SIGBUS).  Costs that much resident memory; repacked weights are
+                           copies already.  False: those bytes stay in the page cache,
+                           shared, and the file must not change while the model is used. */
     bool vocab_only;    /* load the tokenizer and chat template only: tokenize,
                            detokenize and chat work, engines cannot be made */
     const char *isa;    /* kernel ISA level: NULL or "auto" (the best this CPU

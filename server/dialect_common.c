@@ -57,18 +57,7 @@ sp_status sp_dialect_check_fields(const json_t *obj, const struct sp_field_rule 
 
 json_t *sp_dialect_load(const char *body, size_t len, struct sp_api_error *err)
 {
-    json_error_t jerr;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
-                    "We could not parse the JSON body of your request: %s (line %d, column %d).", jerr.text,
-                    jerr.line, jerr.column);
-    else if (!json_is_object(root)) {
-        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL, "The request body must be a JSON object.");
-        json_decref(root);
-        root = NULL;
-    }
-    return root;
+    return sp_api_json_load(body, len, JSON_REJECT_DUPLICATES, SP_API_MAX_VALUES, err);
 }
 
 /* Replaces every `'from` (a quoted field name, or its start) in s with `'to`. */

@@ -38,13 +38,13 @@
 
 #define SP_HTTP_IDLE_TIMEOUT_S 60u
 #define SP_HTTP_MEMORY_LIMIT (256u * 1024u)
-#define SP_HTTP_MAX_CONNECTIONS 512u
 
 struct sp_http {
     struct MHD_Daemon *daemon;
     struct sp_server_config cfg;
     struct sp_sched *sched;
     struct sp_metrics *metrics;
+    struct sp_peers *peers;
     char *model_id;
     char replica[SP_REPLICA_ID_MAX + 1]; /* sent as X-Spindle-Replica */
     int port;
@@ -60,6 +60,7 @@ struct sp_http {
 struct sp_conn {
     struct sp_http *h;
     struct MHD_Connection *con;
+    struct sp_peer *peer; /* the connection's accounting (peers.c); NULL: none */
     enum sp_route route;
     const struct sp_route_def *def;   /* the route's row (routes.c); NULL for an unknown route */
     const struct sp_dialect *dialect; /* the API whose shapes answer (never NULL) */
@@ -69,6 +70,9 @@ struct sp_conn {
     bool early;          /* answered before its body was read: the connection closes after */
     int status;          /* the HTTP status answered, for the metrics */
     bool hung_up;        /* sp_conn_wait saw the client hang up before a response */
+    bool http11;         /* the request is HTTP/1.1 (it may get interim responses) */
+    bool half_closed;    /* the client shut down its sending side (sp_conn_half_closed) */
+    bool ping;           /* a stream owes the client an SSE comment line (sp_conn_half_closed) */
     bool active;         /* counted in h->n_active */
     struct sp_job *job;  /* jobs[0] */
     struct sp_job **jobs; /* one per prompt of a completions batch (job_batch.c) */
@@ -180,6 +184,15 @@ static void sp_shutdown_error(struct sp_api_error *err)
                 "The server shut down before this request finished; retry it.");
 }
 
+/* A request this process has no file descriptor for (its eventfd: the
+ * connection limit leaves room for one per connection, so only another
+ * user of the descriptors can cause it).  503: nothing of it ran. */
+static enum MHD_Result sp_fail_resources(struct sp_conn *c)
+{
+    return sp_fail(c, 503, "server_error", "server_busy",
+                   "The server has no file descriptor left for this request; retry later.");
+}
+
 /* ---- waiting for the scheduler ---- */
 
 static int sp_conn_fd(struct sp_conn *c)
@@ -189,14 +202,39 @@ static int sp_conn_fd(struct sp_conn *c)
     return ci ? ci->connect_fd : -1;
 }
 
-/* Blocks until the job signals (true) or the client hangs up (false).  A
- * one-second poll timeout is only a safety net: state is re-read after any
- * return. */
-static bool sp_conn_wait(struct sp_conn *c)
+/* The client shut down its sending side (POLLRDHUP).  It may be gone, or
+ * it half-closed after its request, which HTTP/1.1 allows, and waits for
+ * the answer.  Only a write tells them apart: to a peer that closed, the
+ * kernel answers with a reset, which the wait then sees as POLLHUP or
+ * POLLERR.  Before the response, the write is an interim `100 Continue`
+ * (a client must accept 1xx responses it did not ask for), written to the
+ * socket directly: libmicrohttpd has written nothing yet and writes
+ * nothing while this thread is in the request handler.  In a stream it is
+ * an SSE comment line (c->ping), which clients ignore.  HTTP/1.0 has no
+ * interim responses: such a client is taken as gone, as before.  False:
+ * gone. */
+static bool sp_conn_half_closed(struct sp_conn *c, int fd)
+{
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    c->half_closed = true;
+    if (c->status) { /* streaming: the response has begun */
+        c->ping = true;
+        return true;
+    }
+    if (!c->http11)
+        return false;
+    return send(fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)(sizeof cont - 1);
+}
+
+/* Blocks until efd (a job's or an embedding request's) signals (true) or
+ * the client hangs up (false).  A one-second poll timeout is only a safety
+ * net: state is re-read after any return.  A client that half-closed
+ * (sp_conn_half_closed) is watched for a reset only. */
+static bool sp_conn_wait_on(struct sp_conn *c, int efd)
 {
     struct pollfd p[2] = {
-        {.fd = c->job->efd, .events = POLLIN},
-        {.fd = sp_conn_fd(c), .events = POLLRDHUP},
+        {.fd = efd, .events = POLLIN},
+        {.fd = sp_conn_fd(c), .events = c->half_closed ? 0 : POLLRDHUP},
     };
     nfds_t n = p[1].fd >= 0 ? 2 : 1;
     MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
@@ -206,17 +244,30 @@ static bool sp_conn_wait(struct sp_conn *c)
             continue;
         if (r <= 0)
             return true;
-        if (n == 2 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+        if (n == 2 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
             return false;
+        if (n == 2 && (p[1].revents & POLLRDHUP)) {
+            if (!sp_conn_half_closed(c, p[1].fd))
+                return false;
+            p[1].events = 0;
+            if (c->ping)
+                return true; /* the stream reader sends its comment line */
+            continue;
+        }
         if (n == 2 && (p[1].revents & POLLIN))
             n = 1; /* the client sent more (pipelining): stop watching for now */
         if (p[0].revents & POLLIN) {
             uint64_t v;
-            if (read(c->job->efd, &v, sizeof v) < 0 && errno != EAGAIN)
+            if (read(efd, &v, sizeof v) < 0 && errno != EAGAIN)
                 return true;
             return true;
         }
     }
+}
+
+static bool sp_conn_wait(struct sp_conn *c)
+{
+    return sp_conn_wait_on(c, c->job->efd);
 }
 
 static enum sp_job_state sp_job_state_of(struct sp_job *j)
@@ -275,10 +326,38 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             sp_jobs_cancel(c->h->sched, c->jobs, c->n_jobs);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        if (c->ping) {
+            static const char comment[] = ": the client half-closed\n\n";
+            c->ping = false;
+            if (c->out_cap < sizeof comment) {
+                char *o = realloc(c->out, sizeof comment);
+                if (!o)
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+                c->out = o;
+                c->out_cap = sizeof comment;
+            }
+            memcpy(c->out, comment, sizeof comment - 1); /* out is empty here */
+            c->out_len = sizeof comment - 1;
+        }
     }
 }
 
 /* ---- generation ---- */
+
+/* Counts a request in h->n_active (the drain waits for it) unless the
+ * server is draining (false). */
+static bool sp_conn_activate(struct sp_conn *c)
+{
+    struct sp_http *h = c->h;
+    pthread_mutex_lock(&h->mu);
+    bool draining = h->draining;
+    if (!draining) {
+        h->n_active++;
+        c->active = true;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return !draining;
+}
 
 static enum MHD_Result sp_fail_admission(struct sp_conn *c, struct sp_job *j)
 {
@@ -330,14 +409,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
         return sp_fail(c, 500, "server_error", NULL, "out of memory");
     c->resp_init = true;
 
-    pthread_mutex_lock(&h->mu);
-    bool draining = h->draining;
-    if (!draining) {
-        h->n_active++;
-        c->active = true;
-    }
-    pthread_mutex_unlock(&h->mu);
-    if (draining)
+    if (!sp_conn_activate(c))
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
     if (sp_jobs_submit(h->sched, c->jobs, c->n_jobs) != SP_OK)
         return sp_fail(c, 429, "requests", "rate_limit_exceeded",
@@ -406,8 +478,10 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
 /* The most inputs of one /v1/embeddings request (docs/server-api.md). */
 #define SP_HTTP_EMBED_MAX_INPUTS 256
 
-/* Parses and tokenizes on this thread, runs the batch on the scheduler's
- * (sp_sched_embed waits for it), answers the vectors. */
+/* Parses and tokenizes on this thread, has the scheduler embed the inputs
+ * a chunk at a time between generation steps, and answers the vectors.  A
+ * client that hangs up stops its request at the next chunk; the drain
+ * waits for it like a generation, and its timeout ends it with 503. */
 static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
 {
     struct sp_http *h = c->h;
@@ -422,25 +496,52 @@ static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
                                                                                 &err) != SP_OK)
         return sp_respond_error(c, &err);
     enum MHD_Result ret;
+    struct sp_embed_work w;
     float *out = malloc(r.n_inputs * (size_t)lim.n_embd * sizeof *out);
-    struct sp_embed_work w = {(const sp_token *const *)r.inputs, r.n_tokens, r.n_inputs, out, SP_OK, "", false,
-                              NULL};
-    sp_status st = out ? sp_sched_embed(h->sched, &w) : SP_ERR_NOMEM;
-    char *body = st == SP_OK ? (c->dialect->embed_body ? c->dialect->embed_body : sp_api_embed_body)(
-                                   &r, h->model_id, out, lim.n_embd) : NULL;
+    sp_status st = out ? sp_embed_work_init(&w, (const sp_token *const *)r.inputs, r.n_tokens, r.n_inputs, out)
+                       : SP_ERR_NOMEM;
+    if (st != SP_OK) {
+        ret = st == SP_ERR_IO ? sp_fail_resources(c) : sp_fail(c, 500, "server_error", NULL, "out of memory");
+        goto free_out;
+    }
+    if (!sp_conn_activate(c)) {
+        ret = sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
+        goto free_work;
+    }
+    if (sp_sched_embed_submit(h->sched, &w) != SP_OK) {
+        ret = sp_fail(c, 429, "requests", "rate_limit_exceeded", "Too many requests are waiting; retry later.");
+        goto free_work;
+    }
+    while (!sp_sched_embed_done(h->sched, &w)) {
+        if (!sp_conn_wait_on(c, w.efd)) {
+            sp_sched_embed_cancel(h->sched, &w);
+            c->hung_up = true;
+            ret = MHD_NO;
+            goto free_work;
+        }
+    }
+    MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S);
+    char *body = w.st == SP_OK && !w.shut_down ? (c->dialect->embed_body ? c->dialect->embed_body
+                                                                         : sp_api_embed_body)(
+                                                     &r, h->model_id, out, lim.n_embd)
+                                               : NULL;
     if (body) {
         sp_metrics_count_tokens(h->metrics, r.n_total, 0, 0);
         ret = sp_respond(c, 200, "application/json", body, NULL, NULL);
-    } else if (st == SP_ERR_FULL && !w.done) {
-        ret = sp_fail(c, 429, "requests", "rate_limit_exceeded", "Too many requests are waiting; retry later.");
-    } else if (st == SP_ERR_FULL) {
+    } else if (w.shut_down) {
+        sp_shutdown_error(&err);
+        ret = sp_respond_error(c, &err);
+    } else if (w.st == SP_ERR_FULL) {
         ret = sp_fail(c, 503, "server_error", "kv_cache_full", "The KV cache is full; retry later.");
-    } else if (st == SP_ERR_CONTEXT) {
+    } else if (w.st == SP_ERR_CONTEXT) {
         sp_api_fail(&err, 400, "invalid_request_error", "context_length_exceeded", "input", "%s", w.msg);
         ret = sp_respond_error(c, &err);
     } else {
-        ret = sp_fail(c, 500, "server_error", NULL, st == SP_OK || st == SP_ERR_NOMEM ? "out of memory" : w.msg);
+        ret = sp_fail(c, 500, "server_error", NULL, w.st == SP_OK || w.st == SP_ERR_NOMEM ? "out of memory" : w.msg);
     }
+free_work:
+    sp_embed_work_free(&w);
+free_out:
     free(out);
     sp_api_embed_request_free(&r);
     return ret;
@@ -667,6 +768,11 @@ static const char *sp_framing_error(struct MHD_Connection *con, const char *vers
  * answer.  MHD_YES with nothing queued otherwise. */
 static enum MHD_Result sp_begin(struct sp_conn *c, const char *url, const char *version)
 {
+    if (sp_peer_overflow(c->h->peers, c->peer) && c->route != SP_ROUTE_HEALTH && c->route != SP_ROUTE_METRICS) {
+        c->early = true;
+        return sp_fail(c, 503, "server_error", "too_many_connections",
+                       "The server has as many connections as it serves; retry later.");
+    }
     const char *bad = sp_framing_error(c->con, version);
     if (bad) {
         c->early = true;
@@ -708,8 +814,14 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
         sp_log_copy(c->method, sizeof c->method, method);
         sp_log_copy(c->path, sizeof c->path, url);
         sp_log_copy(c->xrid, sizeof c->xrid, MHD_lookup_connection_value(con, MHD_HEADER_KIND, "X-Request-Id"));
+        c->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        c->peer = ci ? ci->socket_context : NULL;
         *con_cls = c;
-        return sp_begin(c, url, version);
+        enum MHD_Result ret = sp_begin(c, url, version);
+        if (c->status)
+            sp_peers_busy(h->peers, c->peer); /* answered from the headers */
+        return ret;
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
@@ -740,6 +852,7 @@ static enum MHD_Result sp_access(void *cls, struct MHD_Connection *con, const ch
     }
     if (c->status)
         return MHD_YES; /* already answered by sp_begin */
+    sp_peers_busy(h->peers, c->peer);
     return sp_dispatch(c, url);
 }
 
@@ -755,6 +868,8 @@ static enum sp_outcome sp_unanswered_outcome(struct sp_conn *c, enum MHD_Request
         shut_down = c->job->shut_down;
         pthread_mutex_unlock(&c->job->mu);
     }
+    if (sp_peer_timed_out(c->h->peers, c->peer))
+        return SP_OUTCOME_TIMEOUT; /* cut by the receive deadline (peers.c) */
     if (c->hung_up || toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ||
         toe == MHD_REQUEST_TERMINATED_READ_ERROR)
         return SP_OUTCOME_CANCELLED;
@@ -770,7 +885,8 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
 {
     struct sp_http *h = cls;
     struct sp_conn *c = *con_cls;
-    (void)con;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    sp_peers_idle(h->peers, ci ? ci->socket_context : NULL);
     if (!c)
         return;
     *con_cls = NULL;
@@ -806,13 +922,20 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
     free(c);
 }
 
+/* Connections start and end here: accounted in h->peers (peers.c), their
+ * sp_peer kept as libmicrohttpd's socket context. */
 static void sp_conn_notify(void *cls, struct MHD_Connection *con, void **socket_context,
                            enum MHD_ConnectionNotificationCode code)
 {
-    (void)con;
-    (void)socket_context;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED)
-        sp_arrived(cls);
+    struct sp_http *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        sp_arrived(h);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? sp_peers_open(h->peers, ci->connect_fd) : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        sp_peers_close(h->peers, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 sp_status sp_http_resolve(const char *host, int port, struct addrinfo **out)
@@ -843,13 +966,15 @@ static struct MHD_Daemon *sp_http_listen(struct sp_http *h, const struct addrinf
     for (const struct addrinfo *ai = addrs; ai && !d; ai = ai->ai_next) {
         if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
             continue;
-        unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+        /* ITC: at the connection limit the listener stops accepting (new
+         * clients wait in the backlog) instead of accepting and closing */
+        unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
                              (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
         errno = 0;
         d = MHD_start_daemon(
             flags, (uint16_t)h->cfg.port, NULL, NULL, sp_access, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SP_HTTP_MEMORY_LIMIT, MHD_OPTION_CONNECTION_LIMIT,
-            SP_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S,
+            (unsigned)h->cfg.max_connections + SP_HTTP_OVERFLOW, MHD_OPTION_CONNECTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S,
             MHD_OPTION_NOTIFY_COMPLETED, sp_completed, h, MHD_OPTION_NOTIFY_CONNECTION, sp_conn_notify, h,
             MHD_OPTION_END);
         if (!d)
@@ -877,6 +1002,11 @@ sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg
     if (!h->model_id) {
         sp_http_stop(h);
         return sp_error_set(SP_ERR_NOMEM, "http: out of memory");
+    }
+    sp_status st = sp_peers_start(&h->peers, (unsigned)cfg->max_connections, cfg->recv_timeout_s);
+    if (st != SP_OK) {
+        sp_http_stop(h);
+        return st;
     }
     if (!(h->daemon = sp_http_listen(h, addrs))) {
         sp_http_stop(h);
@@ -922,6 +1052,7 @@ void sp_http_stop(struct sp_http *h)
         return;
     if (h->daemon)
         MHD_stop_daemon(h->daemon);
+    sp_peers_stop(h->peers);
     pthread_mutex_destroy(&h->mu);
     free(h->model_id);
     free(h);

@@ -6,6 +6,7 @@
  * indices follow OpenAI's batch indexing (prompt i's choices are i*n ..
  * i*n+n-1).  A single prompt is the batch of one. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -47,7 +48,11 @@ sp_status sp_jobs_make(sp_api_parse_fn parse, enum sp_api_kind kind, const char 
     *n = n_jobs;
     return SP_OK;
 nomem:
-    sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (errno == EMFILE || errno == ENFILE) /* no descriptor for a job's wakeup */
+        sp_api_fail(err, 503, "server_error", "server_busy", NULL,
+                    "The server has no file descriptor left for this request; retry later.");
+    else
+        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
 fail:
     sp_jobs_unref(js, made);
     return SP_ERR_ARG;

@@ -1,7 +1,9 @@
 /* The scheduler thread: the only thread that touches the engine.
  *
- * Loop: admit queued jobs in FIFO order while the engine accepts them
- * (SP_ERR_FULL leaves the head queued until a step frees blocks), forward
+ * Loop: end the queued jobs that are cancelled or expired wherever they
+ * are queued, admit queued jobs in FIFO order while slots are free (one
+ * the KV cache cannot take yet may be passed by a bounded number of later
+ * ones: sp_admit), run one chunk of the next embedding request, forward
  * cancellations and expired deadlines with sp_request_cancel(), run one
  * sp_engine_step(), publish stats.  It sleeps on a condition variable only
  * when nothing is queued or running.  Token events are copied into the
@@ -31,8 +33,8 @@ struct sp_sched {
     pthread_cond_t cv;
     struct sp_job *q_head, *q_tail;
     size_t n_queued;
-    struct sp_embed_work *e_head; /* embedding batches waiting (run all at the next turn) */
-    pthread_cond_t e_cv;          /* an embedding batch is done */
+    struct sp_embed_work *e_head, *e_tail; /* embedding requests, a chunk each per turn in turn */
+    pthread_cond_t e_cv;          /* an embedding request is done */
     atomic_size_t n_jobs;     /* submitted and not yet released by the scheduler */
     bool quit;
     bool abort;               /* sp_sched_abort: end every job as shut down */
@@ -41,7 +43,7 @@ struct sp_sched {
     struct sp_engine *engine;
     const sp_model *model;
     sp_grammar_cache *gcache;
-    int n_ctx, embed_max_tokens;
+    int n_ctx, embed_max_tokens, n_embd;
     struct sp_sampler_params sampling;
 
     /* scheduler thread only */
@@ -65,7 +67,9 @@ struct sp_job *sp_job_new(struct sp_api_request *api, double timeout_s)
         return NULL;
     j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (j->efd < 0) {
+        int e = errno;
         free(j);
+        errno = e;
         return NULL;
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -284,9 +288,11 @@ static void sp_queue_remove(struct sp_sched *s, struct sp_job *j, struct sp_job 
     s->n_queued--;
 }
 
-/* Admits queued jobs (s->mu held).  Cancelled or expired queued jobs, and
- * all of them after sp_sched_abort, end here without running. */
-static void sp_admit(struct sp_sched *s, double now)
+/* Ends the queued jobs that are cancelled or past their deadline, wherever
+ * they stand in the queue, and all of them after sp_sched_abort (s->mu
+ * held): they leave the queue (and the count sp_sched_submit's 429 reads)
+ * at the next turn, not when they reach its head. */
+static void sp_queue_drop_ended(struct sp_sched *s, double now)
 {
     struct sp_job *prev = NULL, *j = s->q_head;
     while (j) {
@@ -297,17 +303,38 @@ static void sp_admit(struct sp_sched *s, double now)
             sp_job_finish_unrun(j, SP_JOB_DONE, SP_OK, NULL, expired, s->abort);
             atomic_fetch_sub(&s->n_jobs, 1);
             sp_job_unref(j);
-            j = next;
-            continue;
+        } else {
+            prev = j;
         }
-        if (s->n_running >= (size_t)s->n_parallel)
-            break;
+        j = next;
+    }
+}
+
+/* Admits queued jobs in FIFO order while running slots are free (s->mu
+ * held).  A job the KV cache cannot take yet (SP_ERR_FULL while others run:
+ * blocks come back as they finish) keeps its place, and later jobs that fit
+ * are admitted past it, but only n_parallel of them: after that admission
+ * waits for it, so a large request is not starved by a stream of small
+ * ones. */
+static void sp_admit(struct sp_sched *s, double now)
+{
+    sp_queue_drop_ended(s, now);
+    struct sp_job *prev = NULL, *j = s->q_head, *blocked = NULL;
+    while (j && s->n_running < (size_t)s->n_parallel) {
+        struct sp_job *next = j->next;
         struct sp_request *er = NULL;
         j->sched = s;
         sp_status st = sp_request_submit(s->engine, j->api.prompt, j->api.n_prompt, &j->api.gp,
                                          sp_on_event, j, &er);
-        if (st == SP_ERR_FULL && s->n_running > 0)
-            break; /* blocks come back as running requests finish */
+        if (st == SP_ERR_FULL && s->n_running > 0) {
+            if (!blocked)
+                blocked = j;
+            if (blocked->n_passed >= s->n_parallel)
+                break;
+            prev = j;
+            j = next;
+            continue;
+        }
         sp_queue_remove(s, j, prev);
         if (st != SP_OK) {
             /* FULL with nothing running means the pool is held elsewhere:
@@ -316,6 +343,8 @@ static void sp_admit(struct sp_sched *s, double now)
             atomic_fetch_sub(&s->n_jobs, 1);
             sp_job_unref(j);
         } else {
+            if (blocked)
+                blocked->n_passed++;
             j->er = er;
             pthread_mutex_lock(&j->mu);
             if (j->state == SP_JOB_QUEUED)
@@ -361,22 +390,82 @@ static void sp_sched_sampling_init(struct sp_sched *s)
             (double)p->repeat_penalty, n_model);
 }
 
-/* Runs the embedding batches (between steps: each is one sp_engine_embed
- * call) and wakes their HTTP threads. */
-static void sp_sched_run_embeds(struct sp_sched *s, struct sp_embed_work *w)
+/* ---- embeddings ---- */
+
+static void sp_embed_signal(struct sp_embed_work *w)
 {
-    for (struct sp_embed_work *next; w; w = next) {
-        next = w->next;
-        sp_status st = sp_engine_embed(s->engine, w->inputs, w->n_tokens, w->n_inputs, NULL, w->out);
-        pthread_mutex_lock(&s->mu);
-        w->st = st;
-        if (st != SP_OK)
-            snprintf(w->msg, sizeof w->msg, "%s", sp_error_message());
-        w->done = true;
-        atomic_fetch_sub(&s->n_jobs, 1);
-        pthread_cond_broadcast(&s->e_cv);
-        pthread_mutex_unlock(&s->mu);
+    uint64_t one = 1;
+    if (write(w->efd, &one, sizeof one) < 0 && errno != EAGAIN)
+        perror("spindle serve: eventfd");
+}
+
+/* Ends w (s->mu held): the HTTP thread may read it from now on. */
+static void sp_embed_end(struct sp_sched *s, struct sp_embed_work *w, bool shut_down)
+{
+    w->done = true;
+    w->shut_down = shut_down;
+    atomic_fetch_sub(&s->n_jobs, 1);
+    pthread_cond_broadcast(&s->e_cv);
+    sp_embed_signal(w);
+}
+
+/* Takes the next embedding request to run a chunk of, or NULL (s->mu
+ * held).  Cancelled requests, and all of them after sp_sched_abort, end
+ * here wherever they are in the line. */
+static struct sp_embed_work *sp_embed_next(struct sp_sched *s)
+{
+    struct sp_embed_work **pp = &s->e_head, *last = NULL;
+    while (*pp) {
+        struct sp_embed_work *w = *pp;
+        if (s->abort || atomic_load(&w->cancel)) {
+            *pp = w->next;
+            sp_embed_end(s, w, s->abort);
+            continue;
+        }
+        last = w;
+        pp = &w->next;
     }
+    s->e_tail = last;
+    struct sp_embed_work *w = s->e_head;
+    if (w) {
+        s->e_head = w->next;
+        if (!s->e_head)
+            s->e_tail = NULL;
+        w->next = NULL;
+    }
+    return w;
+}
+
+/* Embeds the next chunk of w: the inputs from w->n_done on that fit in
+ * embed_max_tokens tokens together (at least one), one forward pass.  A
+ * vector does not depend on what it is batched with, so the chunking does
+ * not change the answer.  Then, under s->mu, ends w or puts it at the back
+ * of the line. */
+static void sp_embed_chunk(struct sp_sched *s, struct sp_embed_work *w)
+{
+    size_t first = w->n_done, k = 0, n_tok = 0; /* n_done changes only on this thread */
+    while (first + k < w->n_inputs && (k == 0 || n_tok + w->n_tokens[first + k] <= (size_t)s->embed_max_tokens))
+        n_tok += w->n_tokens[first + k++];
+    sp_status st = sp_engine_embed(s->engine, w->inputs + first, w->n_tokens + first, k, NULL,
+                                   w->out + first * (size_t)s->n_embd);
+    if (st == SP_OK)
+        sp_metrics_count_tokens(s->metrics, n_tok, 0, 0);
+    pthread_mutex_lock(&s->mu);
+    w->n_done = first + k;
+    if (st != SP_OK) {
+        w->st = st;
+        /* the message counts inputs from the chunk's first */
+        snprintf(w->msg, sizeof w->msg, "inputs %zu to %zu: %s", first, first + k - 1, sp_error_message());
+        sp_embed_end(s, w, false);
+    } else if (w->n_done == w->n_inputs || s->abort || atomic_load(&w->cancel)) {
+        sp_embed_end(s, w, w->n_done < w->n_inputs && s->abort);
+    } else if (s->e_tail) {
+        s->e_tail->next = w;
+        s->e_tail = w;
+    } else {
+        s->e_head = s->e_tail = w;
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void *sp_sched_main(void *arg)
@@ -396,11 +485,11 @@ static void *sp_sched_main(void *arg)
         sp_admit(s, now);
         size_t n_queued = s->n_queued;
         bool abort = s->abort;
-        struct sp_embed_work *ew = s->e_head;
-        s->e_head = NULL;
+        struct sp_embed_work *ew = sp_embed_next(s);
         pthread_mutex_unlock(&s->mu);
 
-        sp_sched_run_embeds(s, ew);
+        if (ew)
+            sp_embed_chunk(s, ew);
         for (struct sp_job *j = s->run_head; j; j = j->next) {
             if (j->cancel_sent)
                 continue;
@@ -440,6 +529,7 @@ sp_status sp_sched_start(struct sp_sched **out, const sp_model *model, sp_engine
     s->model = model;
     s->n_ctx = sp_engine_n_ctx(e);
     s->embed_max_tokens = sp_engine_embed_max_tokens(e);
+    s->n_embd = sp_engine_n_embd(e);
     s->overrides = *sampling;
     sp_sched_sampling_init(s);
     /* grammars bound to the vocabulary, kept for the requests repeating them */
@@ -517,19 +607,61 @@ sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j)
 
 int sp_sched_embed_max_tokens(const struct sp_sched *s) { return s->embed_max_tokens; }
 
-sp_status sp_sched_embed(struct sp_sched *s, struct sp_embed_work *w)
+sp_status sp_embed_work_init(struct sp_embed_work *w, const sp_token *const *inputs, const size_t *n_tokens,
+                             size_t n_inputs, float *out)
+{
+    memset(w, 0, sizeof *w);
+    w->inputs = inputs;
+    w->n_tokens = n_tokens;
+    w->n_inputs = n_inputs;
+    w->out = out;
+    atomic_init(&w->cancel, false);
+    w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->efd < 0)
+        return sp_error_set(SP_ERR_IO, "eventfd: %s", strerror(errno));
+    return SP_OK;
+}
+
+void sp_embed_work_free(struct sp_embed_work *w)
+{
+    if (w->efd >= 0)
+        close(w->efd);
+    w->efd = -1;
+}
+
+sp_status sp_sched_embed_submit(struct sp_sched *s, struct sp_embed_work *w)
 {
     pthread_mutex_lock(&s->mu);
     if (!sp_sched_count_job(s))
         return SP_ERR_FULL;
     w->done = false;
-    w->next = s->e_head;
-    s->e_head = w;
+    w->next = NULL;
+    if (s->e_tail)
+        s->e_tail->next = w;
+    else
+        s->e_head = w;
+    s->e_tail = w;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return SP_OK;
+}
+
+bool sp_sched_embed_done(struct sp_sched *s, struct sp_embed_work *w)
+{
+    pthread_mutex_lock(&s->mu);
+    bool done = w->done;
+    pthread_mutex_unlock(&s->mu);
+    return done;
+}
+
+void sp_sched_embed_cancel(struct sp_sched *s, struct sp_embed_work *w)
+{
+    atomic_store(&w->cancel, true);
+    pthread_mutex_lock(&s->mu);
     pthread_cond_signal(&s->cv);
     while (!w->done)
         pthread_cond_wait(&s->e_cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
-    return w->st;
 }
 
 void sp_sched_cancel(struct sp_sched *s, struct sp_job *j)

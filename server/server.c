@@ -1,5 +1,6 @@
 /* sp_server_run: wiring, signals and the graceful drain. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <netdb.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +22,8 @@ void sp_server_config_default(struct sp_server_config *c)
     c->n_parallel = 4;
     c->max_queue = 64;
     c->max_body = 4u << 20;
+    c->max_connections = 512;
+    c->recv_timeout_s = 30;
     c->max_n = 8;
     c->sampling = (struct sp_server_sampling){NAN, NAN, NAN, NAN, INT32_MIN, INT32_MIN};
     c->drain_timeout_s = 60;
@@ -116,6 +120,56 @@ static void sp_wait_quiet(struct sp_http *http, const sigset_t *sigs)
     }
 }
 
+/* Descriptors kept free for the process beside the connections: the
+ * listening socket, libmicrohttpd's inter-thread channel, standard
+ * streams, files the server opens while it runs. */
+#define SP_FD_RESERVE 8
+
+/* The descriptors this process has open now (/proc/self/fd); 64 when that
+ * cannot be read. */
+static long sp_fds_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 64;
+    long n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+/* Lowers c->max_connections to what the file descriptor limit holds: a
+ * connection uses its socket and, while a request runs, an eventfd; the
+ * overflow connections (SP_HTTP_OVERFLOW) a socket each.  The soft limit
+ * is first raised to the hard one.  Accepting past the limit would make
+ * accept() fail, which libmicrohttpd retries in a busy loop, and requests
+ * that got a socket would fail for want of an eventfd.  SP_ERR_ARG when
+ * the limit leaves no room for one connection. */
+static sp_status sp_fit_connections(struct sp_server_config *c)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return SP_OK;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY)
+        return SP_OK;
+    long room = (long)rl.rlim_cur - sp_fds_open() - SP_FD_RESERVE - (long)SP_HTTP_OVERFLOW;
+    if (room < 2)
+        return sp_error_set(SP_ERR_ARG, "the file descriptor limit (ulimit -n %llu) leaves no room for connections",
+                            (unsigned long long)rl.rlim_cur);
+    if (room / 2 < c->max_connections) {
+        c->max_connections = (int)(room / 2);
+        fprintf(stderr, "spindle: serving at most %d connections: the file descriptor limit is %llu (ulimit -n)\n",
+                c->max_connections, (unsigned long long)rl.rlim_cur);
+    }
+    return SP_OK;
+}
+
 /* The id clients send as `model`: the file name without directory or .gguf. */
 static char *sp_model_id(const char *path)
 {
@@ -153,6 +207,8 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
         return sp_error_set(SP_ERR_NOMEM, "server: out of memory");
     /* A host that does not resolve is refused before the engine is made or anything is printed. */
     if ((st = sp_http_resolve(c.host ? c.host : "127.0.0.1", c.port, &addrs)) != SP_OK)
+        goto free_id;
+    if ((st = sp_fit_connections(&c)) != SP_OK)
         goto free_id;
     struct sp_engine_params ep;
     sp_engine_params_default(&ep);

@@ -148,13 +148,15 @@ struct sp_job {
     bool abort_sent;           /* the cancel came from sp_sched_abort */
     bool first_token_seen;
     double t_last_token;
+    int n_passed;              /* later jobs admitted past it while the KV cache was short */
 
     /* guarded by mu: for the request log */
     double t_first, t_last;    /* monotonic times of the first and last token; 0: none */
 };
 
-/* A new job owning `api` (moved in; *api is zeroed).  NULL on allocation
- * failure. One reference, the caller's. */
+/* A new job owning `api` (moved in; *api is zeroed).  NULL with errno set
+ * when it cannot be made (ENOMEM; EMFILE or ENFILE: no descriptor for its
+ * eventfd). One reference, the caller's. */
 struct sp_job *sp_job_new(struct sp_api_request *api, double timeout_s);
 void sp_job_unref(struct sp_job *j);
 /* Swaps the job's pending events into *mine (emptied first) and returns
@@ -183,23 +185,42 @@ const struct sp_sampler_params *sp_sched_sampling(const struct sp_sched *s);
 /* Enqueues j (taking a reference).  SP_ERR_FULL when max_queue jobs are
  * already waiting. */
 sp_status sp_sched_submit(struct sp_sched *s, struct sp_job *j);
-/* An embedding batch for the scheduler's thread: the HTTP thread fills the
- * inputs and out ([n_inputs][n_embd]) and waits in sp_sched_embed. */
+/* An embedding request for the scheduler's thread.  The HTTP thread fills
+ * the inputs and out ([n_inputs][n_embd]), submits it and waits on efd
+ * until sp_sched_embed_done; the scheduler embeds it a chunk at a time
+ * between generation steps (inputs of at most sp_sched_embed_max_tokens
+ * tokens together: one forward pass), taking turns with the other
+ * embedding requests, so neither running streams nor other requests wait
+ * for a large batch. */
 struct sp_embed_work {
     const sp_token *const *inputs;
     const size_t *n_tokens;
     size_t n_inputs;
     float *out;
+    int efd;                   /* eventfd: the scheduler signals the end */
+    atomic_bool cancel;        /* set by sp_sched_embed_cancel */
+    /* guarded by the scheduler's mutex */
     sp_status st;              /* sp_engine_embed's */
     char msg[256];             /* its message when st != SP_OK */
     bool done;
+    bool shut_down;            /* ended by the drain timeout (sp_sched_abort) */
+    size_t n_done;             /* inputs embedded so far */
     struct sp_embed_work *next;
 };
-/* Runs w on the scheduler's thread between steps (sp_engine_embed, the
- * model's pooling, L2-normalised) and waits for it; returns w->st, or
- * SP_ERR_FULL without running when as many jobs as sp_sched_submit allows
- * are already waiting. */
-sp_status sp_sched_embed(struct sp_sched *s, struct sp_embed_work *w);
+/* Zeroes w, sets its inputs and output and makes its eventfd (SP_ERR_IO
+ * when none can be made). */
+sp_status sp_embed_work_init(struct sp_embed_work *w, const sp_token *const *inputs, const size_t *n_tokens,
+                             size_t n_inputs, float *out);
+void sp_embed_work_free(struct sp_embed_work *w);
+/* Queues w behind the other embedding requests; SP_ERR_FULL without
+ * queueing when as many jobs as sp_sched_submit allows are already waiting. */
+sp_status sp_sched_embed_submit(struct sp_sched *s, struct sp_embed_work *w);
+/* Whether the scheduler is done with w: every input embedded (w->st
+ * SP_OK), an error (w->st, w->msg), cancelled, or shut down (w->shut_down). */
+bool sp_sched_embed_done(struct sp_sched *s, struct sp_embed_work *w);
+/* Stops w at the next chunk (client gone) and returns once the scheduler
+ * no longer touches it. */
+void sp_sched_embed_cancel(struct sp_sched *s, struct sp_embed_work *w);
 /* The most tokens one embedding input may have (sp_engine_embed_max_tokens). */
 int sp_sched_embed_max_tokens(const struct sp_sched *s);
 
@@ -239,7 +260,35 @@ void sp_sched_abort(struct sp_sched *s);
 /* Ends the loop once nothing is queued or running, joins it, frees the engine. */
 void sp_sched_stop(struct sp_sched *s);
 
+/* ---- peers.c: connection accounting (limits, receive deadlines, eviction) ---- */
+
+struct sp_peers;
+struct sp_peer;
+/* max_connections: connections served before new ones make the longest
+ * receiving one give way (or are marked overflow); recv_timeout_s: the
+ * total time a connection may take to send a request (0: none). */
+sp_status sp_peers_start(struct sp_peers **out, unsigned max_connections, double recv_timeout_s);
+void sp_peers_stop(struct sp_peers *ps);
+/* A new connection on socket fd (libmicrohttpd's connection-started
+ * notice); NULL when out of memory (it is then not accounted). */
+struct sp_peer *sp_peers_open(struct sp_peers *ps, int fd);
+/* Its connection-closed notice, before the socket is closed; p NULL: nothing. */
+void sp_peers_close(struct sp_peers *ps, struct sp_peer *p);
+/* The request is in (or answered from its headers): no receive deadline
+ * while it runs and is answered. */
+void sp_peers_busy(struct sp_peers *ps, struct sp_peer *p);
+/* The answer is done: waiting for the next request, under the deadline again. */
+void sp_peers_idle(struct sp_peers *ps, struct sp_peer *p);
+/* It arrived with the limit full and nobody to give way: probes only. */
+bool sp_peer_overflow(struct sp_peers *ps, struct sp_peer *p);
+/* It was shut down because its receive deadline passed. */
+bool sp_peer_timed_out(struct sp_peers *ps, struct sp_peer *p);
+
 /* ---- http.c ---- */
+
+/* Connections accepted beyond --max-connections, for /health and /metrics
+ * (everything else gets 503 on them). */
+#define SP_HTTP_OVERFLOW 8u
 
 struct sp_http;
 struct addrinfo;

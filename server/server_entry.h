@@ -38,6 +38,12 @@ typedef struct sp_server_config {
     double timeout_s;       /* default and cap of a request's total time; 0: none */
     int max_queue;          /* waiting requests beyond this get 429 */
     size_t max_body;        /* request body cap in bytes */
+    int max_connections;    /* connections served at once (lowered to what the file
+                               descriptor limit allows); beyond it the connection that
+                               has waited longest for its request gives way */
+    double recv_timeout_s;  /* total time to receive a request's headers and body
+                               (from the connection's start or the previous answer);
+                               0: none */
     int max_n;              /* cap on `n` */
     sp_server_sampling sampling; /* defaults for requests that leave a field unset */
     sp_log_format log_format; /* the per-request log line on stderr */
@@ -66,7 +72,8 @@ typedef struct sp_server_config {
 /* Whether name can be an alias: 1 to 128 printable ASCII characters
  * (no spaces). */
 bool sp_server_alias_valid(const char *name);
-/* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, n <= 8, sampling
+/* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, 512 connections,
+ * 30 s to receive a request, n <= 8, sampling
  * defaults not set, text log lines, replica id from the host name, drain
  * timeout 60 s, max_retries capped at 4. */
 void sp_server_config_default(sp_server_config *c);

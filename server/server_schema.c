@@ -908,6 +908,70 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
     return st;
 }
 
+/* Counts the JSON values of body (containers, strings, and the separators
+ * between elements and members, which every other value follows) and its
+ * nesting depth, without allocating: the parsed tree costs about 50 to
+ * 250 bytes a value (more than 30 times the body for `[{},{},...]`), so
+ * the count is checked before jansson builds it. */
+static bool sp_json_within(const char *body, size_t len, size_t max_values, struct sp_api_error *err)
+{
+    size_t values = 0;
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = body[i];
+        if (in_str) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_str = false;
+            continue;
+        }
+        if (ch == '"') {
+            in_str = true;
+            values++;
+        } else if (ch == '{' || ch == '[') {
+            values++;
+            if (++depth > SP_API_MAX_DEPTH) {
+                sp_api_fail(err, 400, SP_API_INVALID, "invalid_request", NULL,
+                            "The request body nests arrays and objects deeper than %d levels.", SP_API_MAX_DEPTH);
+                return false;
+            }
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        } else if (ch == ',' || ch == ':') {
+            values++;
+        }
+        if (values > max_values) {
+            sp_api_fail(err, 400, SP_API_INVALID, "invalid_request", NULL,
+                        "The request body has more than %zu JSON values (arrays, objects, strings, numbers); "
+                        "send fewer messages or elements.", max_values);
+            return false;
+        }
+    }
+    return true;
+}
+
+json_t *sp_api_json_load(const char *body, size_t len, size_t flags, size_t max_values, struct sp_api_error *err)
+{
+    json_error_t jerr;
+    if (!body)
+        body = "", len = 0;
+    if (!sp_json_within(body, len, max_values, err))
+        return NULL;
+    json_t *root = json_loadb(body, len, flags, &jerr);
+    if (!root)
+        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
+                    "We could not parse the JSON body of your request: %s (line %d, column %d).", jerr.text,
+                    jerr.line, jerr.column);
+    else if (!json_is_object(root)) {
+        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL, "The request body must be a JSON object.");
+        json_decref(root);
+        root = NULL;
+    }
+    return root;
+}
+
 sp_status sp_api_request_parse(struct sp_api_request *out, enum sp_api_kind kind,
                                const char *body, size_t len, const sp_model *model,
                                const struct sp_api_limits *lim, struct sp_api_error *err)
@@ -919,13 +983,12 @@ sp_status sp_api_request_parse_item(struct sp_api_request *out, enum sp_api_kind
                                     size_t len, size_t item, const sp_model *model,
                                     const struct sp_api_limits *lim, struct sp_api_error *err)
 {
-    json_error_t jerr;
     memset(out, 0, sizeof *out);
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
+    /* the parse's memory is bounded by the count of values, not only the body's bytes */
+    size_t max_values = (size_t)SP_API_MAX_VALUES + 2 * (size_t)(lim->n_ctx > 0 ? lim->n_ctx : 0);
+    json_t *root = sp_api_json_load(body, len, JSON_REJECT_DUPLICATES, max_values, err);
     if (!root)
-        return sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
-                           "We could not parse the JSON body of your request: %s (line %d, column %d).",
-                           jerr.text, jerr.line, jerr.column);
+        return SP_ERR_ARG;
     sp_status st = sp_api_request_from_json(out, kind, root, item, model, lim, err);
     json_decref(root);
     return st;
@@ -1114,16 +1177,12 @@ void sp_api_request_free(struct sp_api_request *r)
 char *sp_api_tokenize(const char *body, size_t len, const sp_model *model,
                       struct sp_api_error *err)
 {
-    json_error_t jerr;
     char *res = NULL;
     sp_token *toks = NULL;
     bool add_special = true, parse_special = true;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, &jerr);
-    if (!root || !json_is_object(root)) {
-        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
-                    "The body must be a JSON object: %s", root ? "got another value" : jerr.text);
+    json_t *root = sp_api_json_load(body, len, 0, SP_API_MAX_VALUES, err);
+    if (!root)
         goto free_root;
-    }
     json_t *c = json_object_get(root, "content");
     if (!json_is_string(c)) {
         sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "content",
@@ -1173,15 +1232,11 @@ free_root:
 char *sp_api_detokenize(const char *body, size_t len, const sp_model *model,
                         struct sp_api_error *err)
 {
-    json_error_t jerr;
     char *res = NULL, *text = NULL;
     sp_token *toks = NULL;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, &jerr);
-    if (!root || !json_is_object(root)) {
-        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
-                    "The body must be a JSON object: %s", root ? "got another value" : jerr.text);
+    json_t *root = sp_api_json_load(body, len, 0, SP_API_MAX_VALUES, err);
+    if (!root)
         goto free_root;
-    }
     json_t *a = json_object_get(root, "tokens");
     if (!json_is_array(a)) {
         sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "tokens",
@@ -1325,22 +1380,18 @@ sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body,
                              const sp_model *model, const struct sp_api_embed_limits *lim,
                              struct sp_api_error *err)
 {
-    json_error_t jerr;
     sp_status st = SP_ERR_ARG;
     json_int_t dims;
     bool truncate = false;
     const char *key;
     json_t *v;
     memset(out, 0, sizeof *out);
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &jerr);
+    /* each input an array of up to max_tokens ids (or a string), plus the other fields */
+    size_t max_values = (size_t)(lim->max_inputs > 0 ? lim->max_inputs : 1) *
+                            ((size_t)(lim->max_tokens > 0 ? lim->max_tokens : 1) + 2) + 1024;
+    json_t *root = sp_api_json_load(body, len, JSON_REJECT_DUPLICATES, max_values, err);
     if (!root)
-        return sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL,
-                           "We could not parse the JSON body of your request: %s (line %d, column %d).", jerr.text,
-                           jerr.line, jerr.column);
-    if (!json_is_object(root)) {
-        sp_api_fail(err, 400, SP_API_INVALID, NULL, NULL, "The request body must be a JSON object.");
-        goto done;
-    }
+        return SP_ERR_ARG;
     json_object_foreach(root, key, v) {
         bool known = false;
         for (size_t i = 0; i < sizeof sp_embed_fields / sizeof sp_embed_fields[0]; i++)

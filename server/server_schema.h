@@ -53,6 +53,7 @@ void sp_api_limits_default(struct sp_api_limits *lim);
  * (no model_id: any name). */
 bool sp_api_model_known(const char *model_id, const char *const *aliases, size_t n_aliases, const char *name);
 
+
 /* An error to send: the HTTP status and the four fields of OpenAI's body. */
 struct sp_api_error {
     int http_status;
@@ -61,6 +62,19 @@ struct sp_api_error {
     char param[64];    /* "" -> JSON null */
     char message[384];
 };
+
+/* Bounds on a request body's JSON, checked before it is parsed (the parsed
+ * tree takes up to 30 times the body's bytes): at most SP_API_MAX_VALUES
+ * values (generation requests: plus 2 per context position, for prompts of
+ * token ids; embeddings: what max_inputs inputs of max_tokens ids need) and
+ * nesting at most SP_API_MAX_DEPTH deep. */
+#define SP_API_MAX_VALUES 65536
+#define SP_API_MAX_DEPTH 64
+/* Parses body into a JSON object (json_loadb flags), or NULL with *err set
+ * (400): more than max_values values (sp_json_within counts containers,
+ * strings and separators), nesting deeper than SP_API_MAX_DEPTH, invalid
+ * JSON, or not an object. */
+json_t *sp_api_json_load(const char *body, size_t len, size_t flags, size_t max_values, struct sp_api_error *err);
 /* Fills *err and returns SP_ERR_ARG (for `return sp_api_fail(...)`). */
 sp_status sp_api_fail(struct sp_api_error *err, int http_status, const char *type,
                       const char *code, const char *param, const char *fmt, ...)

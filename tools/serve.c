@@ -30,9 +30,18 @@ static const char sp_serve_usage[] =
     "  --max-retries N      cap on a constrained request's max_retries (default 4)\n"
     "  --queue N            waiting requests before 429 (default 64)\n"
     "  --max-body BYTES     request body cap (default 4194304)\n"
+    "  --max-connections N  connections served at once (default 512, lowered to what\n"
+    "                       ulimit -n allows); when full, the one waiting longest for\n"
+    "                       its request is closed for a new one\n"
+    "  --recv-timeout SECONDS  total time a connection may take to send a request's\n"
+    "                       headers and body (default 30; 0: none)\n"
     "  --max-n N            largest `n` accepted (default 8)\n"
     "  -t, --threads N      compute threads (default: one per core)\n"
     "  --mlock              keep the weights in RAM (no paging out)\n"
+    "  --map-model          read the tokenizer and the weights used in place from the\n"
+    "                       mapped file (shared page cache, less memory) instead of a\n"
+    "                       private copy; the file must then not be changed or truncated\n"
+    "                       while served (replace it by renaming a new file over it)\n"
     "  --cache-type-k T     how the KV cache stores keys: f16 (default), q8_0, q4_0\n"
     "  --cache-type-v T     and values\n"
     "  --log-format F       the per-request log line on stderr: text (default) or json\n"
@@ -145,6 +154,7 @@ int sp_tool_serve(int argc, char **argv)
     struct sp_tool_spec spec;
     sp_server_config_default(&cfg);
     sp_model_params_default(&mp);
+    mp.private_copy = true; /* a server outlives deploys that may rewrite the file in place */
     sp_tool_spec_init(&spec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -161,6 +171,10 @@ int sp_tool_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--mlock")) {
             mp.use_mlock = true;
+            continue;
+        }
+        if (!strcmp(a, "--map-model")) {
+            mp.private_copy = false;
             continue;
         }
         if (i + 1 >= argc)
@@ -197,6 +211,13 @@ int sp_tool_serve(int argc, char **argv)
         } else if (!strcmp(a, "--timeout")) {
             if (!sp_parse_seconds(v, &cfg.timeout_s))
                 return sp_tool_fail("serve: --timeout wants seconds >= 0, got '%s'", v);
+        } else if (!strcmp(a, "--max-connections")) {
+            if (!sp_parse_long(v, 1, 1 << 20, &n))
+                return sp_tool_fail("serve: --max-connections wants 1..1048576, got '%s'", v);
+            cfg.max_connections = (int)n;
+        } else if (!strcmp(a, "--recv-timeout")) {
+            if (!sp_parse_seconds(v, &cfg.recv_timeout_s))
+                return sp_tool_fail("serve: --recv-timeout wants seconds >= 0, got '%s'", v);
         } else if (!strcmp(a, "--drain-timeout")) {
             if (!sp_parse_seconds(v, &cfg.drain_timeout_s))
                 return sp_tool_fail("serve: --drain-timeout wants seconds >= 0, got '%s'", v);

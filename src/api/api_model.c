@@ -61,6 +61,8 @@ sp_status sp_model_load(const sp_model_params *p, sp_model **out)
     st = p->vocab_only ? sp_model_open_gguf(&m->map, &m->gguf, p->path, flags)
                        : sp_model_open(&m->weights, p->path, flags,
                                        &(struct sp_progress){p->progress, p->progress_user});
+    if (st == SP_OK && m->weights && p->private_copy)
+        st = sp_model_detach(m->weights, p->use_mlock);
     if (st != SP_OK)
         goto fail;
     const struct sp_gguf *g = sp_api_gguf(m);

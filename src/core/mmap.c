@@ -1,7 +1,9 @@
+#define _GNU_SOURCE /* mremap */
 #include "core/mmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -87,6 +89,43 @@ void sp_mapping_drop(const struct sp_mapping *m, const void *p, size_t len)
     hi &= ~(page - 1);
     if (hi > lo)
         madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice only */
+}
+
+static int sp_span_cmp(const void *a, const void *b)
+{
+    const struct sp_span *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+sp_status sp_mapping_detach(struct sp_mapping *m, struct sp_span *skip, size_t n_skip, bool lock)
+{
+    if (!m->data || m->copied)
+        return SP_OK;
+    uint8_t *p = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return sp_error_set(SP_ERR_NOMEM, "model: no memory to copy %zu bytes of the file", m->size);
+    qsort(skip, n_skip, sizeof *skip, sp_span_cmp);
+    size_t at = 0;
+    for (size_t i = 0; i <= n_skip; i++) { /* the gap before skip[i], then after the last */
+        size_t end = i < n_skip ? skip[i].off : m->size;
+        if (end > m->size)
+            end = m->size;
+        if (end > at) {
+            memcpy(p + at, m->data + at, end - at);
+            if (lock)
+                mlock(p + at, end - at); /* best effort: the file's pages were locked */
+        }
+        if (i < n_skip && skip[i].off + skip[i].len > at)
+            at = skip[i].off + skip[i].len;
+    }
+    mprotect(p, m->size, PROT_READ);
+    if (mremap(p, m->size, m->size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)m->data) == MAP_FAILED) {
+        int e = errno;
+        munmap(p, m->size);
+        return sp_error_set(SP_ERR_NOMEM, "model: cannot replace the file mapping: %s", strerror(e));
+    }
+    m->copied = true;
+    return SP_OK;
 }
 
 #define SP_HUGE_PAGE ((size_t)2 << 20)

@@ -27,6 +27,20 @@ void sp_mapping_free(struct sp_mapping *m);
  * nothing for a copied file (its pages have no file behind them). */
 void sp_mapping_drop(const struct sp_mapping *m, const void *p, size_t len);
 
+/* A byte range of a mapping. */
+struct sp_span {
+    size_t off, len;
+};
+
+/* Replaces a file mapping by anonymous memory at the same address holding
+ * the same bytes, except those in the n_skip spans `skip` (which read as
+ * zero from then on): pointers into the mapping stay valid, and the file
+ * may change or be truncated without affecting them (a file mapping cut
+ * short raises SIGBUS where it is read).  The copied pages are resident
+ * (and locked with `lock`).  Nothing for a copied file.  SP_ERR_NOMEM when
+ * the memory cannot be had (the mapping is then unchanged). */
+sp_status sp_mapping_detach(struct sp_mapping *m, struct sp_span *skip, size_t n_skip, bool lock);
+
 /* Anonymous memory of at least `size` bytes, 2 MiB aligned and backed by
  * huge pages where the kernel allows (streamed weights: the hardware
  * prefetchers stop at page ends and every 4 KiB page costs a TLB walk).

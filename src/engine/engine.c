@@ -358,14 +358,32 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     sp_memory_stats(e->mem, 0, &ms);
     const struct sp_kv_stats ks = ms.kv;
     const uint32_t kv_blocks = ks.blocks_total;
-    uint32_t per_choice = (uint32_t)sp_kv_blocks_for(total);
-    uint32_t budget = per_choice * (uint32_t)n_seqs + (n_seqs > 1 || retries ? (uint32_t)n_seqs : 0);
-    uint32_t min_budget = (uint32_t)sp_kv_blocks_for(n_prompt + 1) + (uint32_t)n_seqs;
+    /* Every block a request can need is committed at admission, so no
+     * choice finds the pool empty mid-answer: the choices share the
+     * prompt's blocks (forked after the prefill), and each has its own
+     * copy of the prompt's last partial block (`extra`) and its own blocks
+     * for the positions after the prompt's. */
+    const uint32_t bt = ks.block_tokens, p_blocks = (uint32_t)sp_kv_blocks_for(n_prompt);
+    const uint32_t extra = n_seqs > 1 || retries ? (uint32_t)n_seqs : 0;
+    uint32_t own = (uint32_t)sp_kv_blocks_for(total) - p_blocks;
+    uint32_t budget = p_blocks + extra + own * (uint32_t)n_seqs;
+    uint32_t min_budget = p_blocks + extra + (n_prompt % bt == 0 ? (uint32_t)n_seqs : 0);
+    uint32_t max_pos = (uint32_t)total;
     if (min_budget > kv_blocks)
         return sp_error_set(SP_ERR_CONTEXT, "the prompt (%zu tokens, %d choices) can never fit the KV cache of %u tokens",
-                            n_prompt, n, kv_blocks * ks.block_tokens);
-    if (budget > kv_blocks)
-        budget = kv_blocks;
+                            n_prompt, n, kv_blocks * bt);
+    if (budget > kv_blocks) {
+        own = (kv_blocks - p_blocks - extra) / (uint32_t)n_seqs;
+        uint32_t fits = (p_blocks + own) * bt;
+        if (gp->max_tokens > 0)
+            return sp_error_set(SP_ERR_CONTEXT,
+                                "%d sequence(s) of up to %llu tokens each (prompt + max_tokens) do not fit the KV "
+                                "cache of %u tokens (each could have %u); lower n or max_tokens",
+                                n_seqs, (unsigned long long)total, kv_blocks * bt, fits);
+        /* until the context is full: a choice's share of the pool is its context */
+        max_pos = fits < max_pos ? fits : max_pos;
+        budget = p_blocks + extra + own * (uint32_t)n_seqs;
+    }
     if (e->n_running >= (uint32_t)e->n_parallel || e->committed_blocks + budget > kv_blocks)
         return sp_error_set(SP_ERR_FULL, "busy: %u requests running, %u of %u KV blocks committed", e->n_running,
                             e->committed_blocks, kv_blocks);
@@ -441,6 +459,7 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     r->n_cached = sp_memory_prefix_attach(e->mem, &r->choices[0].seq, prompt, (uint32_t)n_prompt - 1);
     r->n_prefilled = r->n_cached;
     r->budget_blocks = budget;
+    r->max_pos = max_pos;
     e->committed_blocks += budget;
     e->n_running++;
     struct sp_request **tail = &e->active;
@@ -705,7 +724,7 @@ void sp_choice_take(struct sp_engine *e, struct sp_choice *c, sp_token t, const 
     sp_choice_emit(c, t, e->text2, sr.n_emit, lp, xp, SP_FINISH_NONE);
     if (sr.stopped)
         sp_choice_finish(e, c, SP_FINISH_STOP);
-    else if ((r->gp.max_tokens > 0 && c->n_generated >= (uint32_t)r->gp.max_tokens) || c->n_tokens >= (uint32_t)e->n_ctx)
+    else if ((r->gp.max_tokens > 0 && c->n_generated >= (uint32_t)r->gp.max_tokens) || c->n_tokens >= r->max_pos)
         sp_choice_finish(e, c, SP_FINISH_LENGTH);
 }
 

@@ -211,7 +211,7 @@ void sp_beam_advance(struct sp_engine *e, struct sp_request *r)
         c->done = false;
         if (r->gp.grammar)
             c->gstate = sp_grammar_advance(r->gp.grammar, par->gstate, p->token);
-        if ((r->gp.max_tokens > 0 && c->n_generated >= (uint32_t)r->gp.max_tokens) || c->n_tokens >= (uint32_t)e->n_ctx)
+        if ((r->gp.max_tokens > 0 && c->n_generated >= (uint32_t)r->gp.max_tokens) || c->n_tokens >= r->max_pos)
             at_limit = true;
     }
     for (int b = 0; b < r->n_live; b++) {

@@ -75,6 +75,9 @@ struct sp_request {
     struct sp_evq q;
     uint32_t n_prompt, n_cached, n_prefilled;
     uint32_t budget_blocks;   /* blocks committed at admission */
+    uint32_t max_pos;         /* most tokens a choice holds, prompt included: n_ctx, or
+                                 with max_tokens < 0 its share of a KV cache smaller than
+                                 n choices x n_ctx (reserved at admission) */
     uint32_t n_drafted, n_accepted; /* speculative decoding, all choices */
     enum sp_req_state state;
     bool cancelled;

@@ -64,7 +64,7 @@ void sp_engine_spec_draft(struct sp_engine *e, uint32_t n_prefill)
                 continue;
             /* drafts stay inside the context and the tokens still allowed
              * (the token after the last kept draft is the target's own) */
-            uint32_t room = (uint32_t)e->n_ctx - c->n_tokens - 1;
+            uint32_t room = r->max_pos - c->n_tokens - 1;
             if (r->gp.max_tokens > 0) {
                 uint32_t left = (uint32_t)r->gp.max_tokens - c->n_generated - 1;
                 room = left < room ? left : room;

@@ -935,7 +935,8 @@ static sp_status sp_model_repack(struct sp_model *m, const struct sp_progress *p
             total += (mats[i]->row_bytes * (size_t)mats[i]->ne1 + 63) / 64 * 64;
     if (total) {
         m->packed = sp_huge_alloc(total);
-        if (!m->packed) {
+        m->repacked = malloc(n * sizeof *m->repacked);
+        if (!m->packed || !m->repacked) {
             st = sp_error_set(SP_ERR_NOMEM, "model: no memory to repack %zu bytes of weights", total);
             goto free_mats;
         }
@@ -949,6 +950,8 @@ static sp_status sp_model_repack(struct sp_model *m, const struct sp_progress *p
         if (!pt)
             continue;
         sp_type_get(pt)->pack(t->data, t->row_bytes, dst, t->ne0, t->ne1);
+        m->repacked[m->n_packed] = (struct sp_span){(size_t)((const uint8_t *)t->data - m->map.data),
+                                                    t->row_bytes * (size_t)t->ne1};
         /* a tied head's embedding rows map back in one page at a time */
         sp_mapping_drop(&m->map, t->data, t->row_bytes * (size_t)t->ne1);
         t->type = pt;
@@ -1135,6 +1138,7 @@ fail:
     free(ld.used);
     sp_error_wrap(st, "%s", path);
     sp_huge_free(m->packed, m->packed_bytes);
+    free(m->repacked);
     free(m->vectors);
     free(m->exps);
     free(m->layers);
@@ -1150,6 +1154,7 @@ void sp_model_close(struct sp_model *m)
     if (!m)
         return;
     sp_huge_free(m->packed, m->packed_bytes);
+    free(m->repacked);
     free(m->vectors);
     free(m->exps);
     free(m->layers);
@@ -1159,6 +1164,44 @@ void sp_model_close(struct sp_model *m)
 }
 
 const char *sp_model_chat_format(const struct sp_model *m) { return m->arch->chat_format; }
+
+/* Whether [p, p + len) overlaps t's data. */
+static bool sp_overlaps(const struct sp_tensor *t, const uint8_t *p, size_t len)
+{
+    const uint8_t *d = t->data;
+    return d && d < p + len && p < d + sp_bytes(t);
+}
+
+sp_status sp_model_detach(struct sp_model *m, bool lock)
+{
+    if (m->map.copied || !m->map.data)
+        return SP_OK;
+    /* A repacked matrix's bytes are left out unless a tensor still read in
+     * place shares them (a tied output head is the token embedding table,
+     * whose rows are read from the file). */
+    struct sp_tensor **mats = malloc((sp_model_n_matrices(m) + 3) * sizeof *mats);
+    if (!mats)
+        return sp_error_set(SP_ERR_NOMEM, "model: no memory");
+    size_t n = sp_model_matrices(m, mats), n_skip = 0;
+    mats[n++] = &m->tok_embd;
+    mats[n++] = &m->pos_embd;
+    mats[n++] = &m->tok_types;
+    for (uint32_t i = 0; i < m->n_packed; i++) {
+        const uint8_t *p = m->map.data + m->repacked[i].off;
+        bool shared = false;
+        for (size_t k = 0; k < n && !shared; k++)
+            shared = (const uint8_t *)mats[k]->data >= m->map.data &&
+                     (const uint8_t *)mats[k]->data < m->map.data + m->map.size &&
+                     sp_overlaps(mats[k], p, m->repacked[i].len);
+        if (!shared)
+            m->repacked[n_skip++] = m->repacked[i];
+    }
+    free(mats);
+    sp_status st = sp_mapping_detach(&m->map, m->repacked, n_skip, lock);
+    free(m->repacked); /* reordered and filtered: of no further use */
+    m->repacked = NULL;
+    return st;
+}
 
 void sp_model_features(const struct sp_model *m, char *buf, size_t size)
 {

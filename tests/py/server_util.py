@@ -33,9 +33,10 @@ def free_port():
 class Server:
     """A running `spindle serve` subprocess."""
 
-    def __init__(self, spindle_bin, model_path, *args, api_key=None, env=None):
+    def __init__(self, spindle_bin, model_path, *args, api_key=None, env=None, preexec_fn=None):
         """api_key: passed as --api-key and sent by headers(); env: the
-        server's environment (default: this process's)."""
+        server's environment (default: this process's); preexec_fn: run in
+        the child before exec (e.g. to lower a resource limit)."""
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.api_key = api_key
@@ -49,7 +50,8 @@ class Server:
         self.argv = argv
         self.log_path = "/tmp/spindle-serve-%d.log" % self.port
         self.log = open(self.log_path, "w+b")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=preexec_fn)
         self._wait_ready()
 
     def log_text(self):
