@@ -320,4 +320,4 @@ bench: all
 clean:
 	rm -rf build/obj build/gen build/libspindle.a build/libspindle.so* build/spindle build/tests build/xtarget-* build-asan build-arm
 
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(APP_OBJ:.o=.d)
