@@ -180,6 +180,8 @@ typedef struct sp_model_info {
     uint32_t n_packed;              /* matrices repacked at load for the kernels */
     uint64_t packed_bytes;
     const char *features;          /* the family's features in words ("QKV bias, 8 experts (2 used), ...") */
+    uint64_t private_copy_bytes;    /* what sp_model_params.private_copy holds (or would): the
+                                       file's bytes still read after loading */
 } sp_model_info;
 SP_API void sp_model_info_get(const sp_model *m, sp_model_info *out);
 
@@ -501,6 +503,12 @@ typedef enum sp_grammar_kind {
  * The model must outlive the grammar.  Thread-safe. */
 SP_API sp_status sp_grammar_create(const sp_model *m, sp_grammar_kind kind, const char *text, size_t len,
                                    sp_grammar **out);
+/* Until called again, grammar compiles and binds on the calling thread
+ * (sp_grammar_create, sp_grammar_cache_get, the grammars of a request's
+ * tools and schemas) call stop(ctx) every 65,536 steps of work and end
+ * with SP_ERR_CANCELLED once it returns true; a server stops the compile of
+ * a client that left.  stop NULL: never (the default). */
+SP_API void sp_grammar_stop_when(bool (*stop)(void *ctx), void *ctx);
 /* A copy for one more user: shares g's compiled form, has its own matching
  * state.  Any number of threads may copy g at once while no request uses it. */
 SP_API sp_status sp_grammar_clone(sp_grammar *g, sp_grammar **out);

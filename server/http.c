@@ -14,7 +14,10 @@
  * or 413 from MHD otherwise), bodies are capped at cfg->max_body (413), and
  * the connection timeout drops clients that stall while sending a request
  * or while not reading a stream; it is switched off while this side waits
- * for the engine, which the request's own deadline bounds instead.  What
+ * for the engine, which the request's own deadline bounds instead.  The
+ * total time to send a request, the number of connections and which one
+ * gives way on a full server are peers.c's (sp_conn_notify accounts each
+ * connection there).  What
  * the headers alone refuse (ambiguous framing, a missing key, a declared
  * body over the cap) is answered before any of the body is read, and the
  * connection closed after (sp_begin).
@@ -73,6 +76,8 @@ struct sp_conn {
     bool http11;         /* the request is HTTP/1.1 (it may get interim responses) */
     bool half_closed;    /* the client shut down its sending side (sp_conn_half_closed) */
     bool ping;           /* a stream owes the client an SSE comment line (sp_conn_half_closed) */
+    bool compile_gone;   /* a grammar compile stopped because the client left (sp_conn_stop_compile) */
+    bool compile_drain;  /* ... because the server is draining */
     bool active;         /* counted in h->n_active */
     struct sp_job *job;  /* jobs[0] */
     struct sp_job **jobs; /* one per prompt of a completions batch (job_batch.c) */
@@ -270,6 +275,27 @@ static bool sp_conn_wait(struct sp_conn *c)
     return sp_conn_wait_on(c, c->job->efd);
 }
 
+/* The stop check of the grammar compiles a request's parse runs on this
+ * thread (sp_grammar_stop_when, polled every 65,536 steps of work): stop
+ * once the client has left, or the server drains (the request would be
+ * refused with 503 once parsed). */
+static bool sp_conn_stop_compile(void *ctx)
+{
+    struct sp_conn *c = ctx;
+    pthread_mutex_lock(&c->h->mu);
+    c->compile_drain = c->h->draining;
+    pthread_mutex_unlock(&c->h->mu);
+    int fd = sp_conn_fd(c);
+    struct pollfd p = {.fd = fd, .events = c->half_closed ? 0 : POLLRDHUP};
+    if (fd >= 0 && poll(&p, 1, 0) > 0) {
+        if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
+            c->compile_gone = true;
+        else if (p.revents & POLLRDHUP)
+            c->compile_gone = !sp_conn_half_closed(c, fd);
+    }
+    return c->compile_drain || c->compile_gone;
+}
+
 static enum sp_job_state sp_job_state_of(struct sp_job *j)
 {
     pthread_mutex_lock(&j->mu);
@@ -401,8 +427,19 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     struct sp_api_limits lim;
     struct sp_api_error err;
     sp_http_limits(h, &lim);
-    if (sp_jobs_make(c->dialect->parse, c->def->kind, c->body, c->n_body, sp_sched_model(h->sched), &lim,
-                     h->cfg.timeout_s, &c->jobs, &c->n_jobs, &err) != SP_OK)
+    /* grammars compile here, on the connection's thread, stopped if the
+     * client leaves or the server drains meanwhile */
+    sp_grammar_stop_when(sp_conn_stop_compile, c);
+    sp_status pst = sp_jobs_make(c->dialect->parse, c->def->kind, c->body, c->n_body, sp_sched_model(h->sched),
+                                 &lim, h->cfg.timeout_s, &c->jobs, &c->n_jobs, &err);
+    sp_grammar_stop_when(NULL, NULL);
+    if (pst != SP_OK && c->compile_gone) {
+        c->hung_up = true;
+        return MHD_NO;
+    }
+    if (pst != SP_OK && c->compile_drain)
+        return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
+    if (pst != SP_OK)
         return sp_respond_error(c, &err);
     struct sp_job *j = c->job = c->jobs[0];
     if (sp_resp_init(&c->resp, &j->api, sp_sched_model(h->sched), h->model_id, c->dialect->resp) != SP_OK)

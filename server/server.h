@@ -7,8 +7,12 @@
  *     then blocks in poll() on the job's eventfd and the client socket, so it
  *     wakes for new text or for a client that went away, and never spins.
  *   - the scheduler (scheduler.c), the only thread that touches the engine
- *     once it runs: it admits queued jobs, calls sp_engine_step() and copies
- *     each token event into the job's buffer.
+ *     once it runs: it admits queued jobs, embeds one chunk of an embedding
+ *     request per turn, calls sp_engine_step() and copies each token event
+ *     into the job's buffer.
+ *   - the connection reaper (peers.c): shuts down connections that took
+ *     longer than --recv-timeout to send a request, and on a full server
+ *     the one that has waited longest for its request.
  *   - the calling thread makes the engine before anything listens, then
  *     waits for SIGINT/SIGTERM/SIGHUP and drains (sp_server_run).
  *

@@ -12,8 +12,10 @@
  * prefix cache's state snapshots, allocated as prompts fill their budget),
  * and the rest of this process's resident memory
  * (code, libraries, tokenizer) and its peak while loading, which a run or
- * server process with the same settings also has. */
-static void sp_info_memory(const sp_engine *e, const sp_engine_params *ep)
+ * server process with the same settings also has; a server also holds its
+ * private copy of the file's bytes read in place (`copy` bytes,
+ * sp_model_params.private_copy). */
+static void sp_info_memory(const sp_engine *e, const sp_engine_params *ep, uint64_t copy)
 {
     sp_engine_stats es;
     uint64_t rss, peak;
@@ -43,7 +45,9 @@ static void sp_info_memory(const sp_engine *e, const sp_engine_params *ep)
     printf("  runtime        %8.1f MiB (code, libraries, tokenizer)\n", runtime / MiB);
     if (peak > rss)
         printf("  loading        %8.1f MiB more while the model loads\n", (peak - rss) / MiB);
-    printf("  peak           %8.1f MiB resident for run/serve with these settings\n", total / MiB);
+    printf("  peak           %8.1f MiB resident for run with these settings\n", total / MiB);
+    printf("  peak serve     %8.1f MiB with the server's private copy of the file's bytes read in place\n"
+           "                 (%.1f MiB; serve --map-model: as run)\n", (total + copy) / MiB, copy / MiB);
 }
 
 int sp_tool_info(int argc, char **argv)
@@ -129,7 +133,7 @@ int sp_tool_info(int argc, char **argv)
         printf("; %u matrices repacked into 16-row tiles at load (%.1f MiB)", in.n_packed,
                in.packed_bytes / 1048576.0);
     printf("\n");
-    sp_info_memory(e, &ep);
+    sp_info_memory(e, &ep, in.private_copy_bytes);
     sp_engine_free(e);
     sp_model_free(m);
     return 0;

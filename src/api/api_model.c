@@ -150,6 +150,7 @@ void sp_model_info_get(const sp_model *m, sp_model_info *o)
         return;
     const struct sp_hparams *hp = &w->hp;
     o->weights_bytes = w->weights_bytes;
+    o->private_copy_bytes = w->copy_bytes;
     o->n_ctx_train = hp->n_ctx_train;
     o->n_embd = hp->n_embd;
     o->n_layer = hp->n_layer;

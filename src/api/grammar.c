@@ -40,6 +40,8 @@ sp_status sp_grammar_create(const sp_model *m, sp_grammar_kind kind, const char 
     return sp_grammar_prepare(kind, text ? text : "", len, NULL, t, out);
 }
 
+void sp_grammar_stop_when(bool (*stop)(void *ctx), void *ctx) { sp_grammar_stop_set(stop, ctx); }
+
 sp_status sp_grammar_check_text(void *grammar, const char *text, size_t len, char *why, size_t cap)
 {
     struct sp_grammar *g = grammar;

@@ -110,10 +110,16 @@ sp_status sp_mapping_detach(struct sp_mapping *m, struct sp_span *skip, size_t n
         size_t end = i < n_skip ? skip[i].off : m->size;
         if (end > m->size)
             end = m->size;
-        if (end > at) {
-            memcpy(p + at, m->data + at, end - at);
+        /* a MiB at a time, the file's pages dropped behind: the copy does
+         * not hold both at once */
+        for (size_t k = at; k < end;) {
+            size_t n = end - k < ((size_t)1 << 20) ? end - k : (size_t)1 << 20;
+            memcpy(p + k, m->data + k, n);
             if (lock)
-                mlock(p + at, end - at); /* best effort: the file's pages were locked */
+                mlock(p + k, n); /* best effort: the file's pages were locked */
+            else
+                sp_mapping_drop(m, m->data + k, n);
+            k += n;
         }
         if (i < n_skip && skip[i].off + skip[i].len > at)
             at = skip[i].off + skip[i].len;

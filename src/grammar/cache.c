@@ -32,9 +32,31 @@ struct sp_grammar_cache {
     uint64_t bytes, max_bytes; /* kept, and the budget */
 };
 
+/* The calling thread's stop check (grammar.h); `hit` once it said stop. */
+static _Thread_local struct {
+    bool (*fn)(void *ctx);
+    void *ctx;
+    bool hit;
+} sp_grammar_stop;
+
+void sp_grammar_stop_set(bool (*fn)(void *ctx), void *ctx)
+{
+    sp_grammar_stop.fn = fn;
+    sp_grammar_stop.ctx = ctx;
+    sp_grammar_stop.hit = false;
+}
+
+bool sp_grammar_stop_poll(uint64_t work)
+{
+    if (!sp_grammar_stop.hit && sp_grammar_stop.fn && work % SP_GRAMMAR_STOP_EVERY == 0)
+        sp_grammar_stop.hit = sp_grammar_stop.fn(sp_grammar_stop.ctx);
+    return sp_grammar_stop.hit;
+}
+
 sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t len, const char *trigger,
                              const struct sp_grammar_tokens *t, struct sp_grammar **out)
 {
+    sp_grammar_stop.hit = false;
     sp_status st = kind == SP_GRAMMAR_SCHEMA || kind == SP_GRAMMAR_SCHEMA_FLEX
                        ? sp_grammar_compile_schema(out, text, len, kind == SP_GRAMMAR_SCHEMA_FLEX)
                        : sp_grammar_compile(out, text, len, NULL);
@@ -45,6 +67,8 @@ sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t
     if (st != SP_OK) {
         sp_grammar_free(*out);
         *out = NULL;
+        if (sp_grammar_stop.hit) /* failed as over budget when told to stop */
+            st = sp_error_set(SP_ERR_CANCELLED, "grammar: compile stopped by the caller");
     }
     return st;
 }

@@ -1217,7 +1217,7 @@ static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint
         stack[sp++] = s;
         mark[s] = ++stamp;
         while (sp && !p->failed) {
-            if (++work > SP_GRAMMAR_MAX_WORK || out.n > SP_GRAMMAR_MAX_EDGES) {
+            if (++work > SP_GRAMMAR_MAX_WORK || out.n > SP_GRAMMAR_MAX_EDGES || sp_grammar_stop_poll(work)) {
                 over_budget(p, work > SP_GRAMMAR_MAX_WORK);
                 break;
             }

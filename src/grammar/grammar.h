@@ -128,6 +128,15 @@ void sp_grammar_free(struct sp_grammar *g);
 sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t len, const char *trigger,
                              const struct sp_grammar_tokens *t, struct sp_grammar **out);
 
+/* Stopping a compile: the calling thread's check (sp_grammar_stop_set; fn
+ * NULL: none) is polled by the compile and bind loops every
+ * SP_GRAMMAR_STOP_EVERY steps of work (sp_grammar_stop_poll, true once it
+ * has returned true: the loop then fails as over its budget), and
+ * sp_grammar_prepare reports such a failure as SP_ERR_CANCELLED. */
+#define SP_GRAMMAR_STOP_EVERY 65536u
+void sp_grammar_stop_set(bool (*fn)(void *ctx), void *ctx);
+bool sp_grammar_stop_poll(uint64_t work);
+
 /* About how many bytes g's compiled form and bind results take (what a
  * cache keeps; a copy answers for the shared part). */
 uint64_t sp_grammar_bytes(const struct sp_grammar *g);

@@ -254,7 +254,7 @@ static bool closure(struct sp_grammar *g, uint32_t n_work, uint32_t *n_out)
 {
     const struct sp_grammar_nfa *a = &g->nfa;
     while (n_work) {
-        if (g->step_limit && ++g->steps > g->step_limit)
+        if (g->step_limit && (++g->steps > g->step_limit || sp_grammar_stop_poll(g->steps)))
             return false;
         n_work--;
         uint32_t q = g->work[n_work * 2], par = g->work[n_work * 2 + 1];
@@ -957,7 +957,7 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
     esc[0] = 0;
     c->n_acc_r = c->n_acc = c->n_unc = 0;
     for (uint32_t i = 0; i < t->n_nodes;) {
-        if (++g->steps > SP_GRAMMAR_MAX_WORK)
+        if (++g->steps > SP_GRAMMAR_MAX_WORK || sp_grammar_stop_poll(g->steps))
             return over_budget(true);
         uint32_t d = t->node_depth[i];
         uint32_t p = ds[d - 1];

@@ -1085,6 +1085,45 @@ static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *p
     return sp_model_own_vectors(m);
 }
 
+/* Whether [p, p + len) overlaps t's data. */
+static bool sp_overlaps(const struct sp_tensor *t, const uint8_t *p, size_t len)
+{
+    const uint8_t *d = t->data;
+    return d && d < p + len && p < d + sp_bytes(t);
+}
+
+/* Keeps in m->repacked only the repacked matrices' spans that no tensor
+ * read in place shares (a tied output head is the token embedding table,
+ * whose rows are read from the file), and counts the file's other bytes,
+ * which sp_model_detach copies. */
+static sp_status sp_model_copy_plan(struct sp_model *m)
+{
+    struct sp_tensor **mats = malloc((sp_model_n_matrices(m) + 3) * sizeof *mats);
+    if (!mats)
+        return sp_error_set(SP_ERR_NOMEM, "model: no memory");
+    size_t n = sp_model_matrices(m, mats);
+    mats[n++] = &m->tok_embd;
+    mats[n++] = &m->pos_embd;
+    mats[n++] = &m->tok_types;
+    uint64_t skipped = 0;
+    m->n_skip = 0;
+    for (uint32_t i = 0; i < m->n_packed; i++) {
+        const uint8_t *p = m->map.data + m->repacked[i].off;
+        bool shared = false;
+        for (size_t k = 0; k < n && !shared; k++)
+            shared = (const uint8_t *)mats[k]->data >= m->map.data &&
+                     (const uint8_t *)mats[k]->data < m->map.data + m->map.size &&
+                     sp_overlaps(mats[k], p, m->repacked[i].len);
+        if (!shared) {
+            skipped += m->repacked[i].len;
+            m->repacked[m->n_skip++] = m->repacked[i];
+        }
+    }
+    free(mats);
+    m->copy_bytes = m->map.size > skipped ? m->map.size - skipped : 0;
+    return SP_OK;
+}
+
 sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_flags,
                         const struct sp_progress *progress)
 {
@@ -1115,7 +1154,7 @@ sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_fl
                           (int)(arch.len < 64 ? arch.len : 64), arch.ptr, names);
         goto fail;
     }
-    if ((st = sp_model_read(&ld, progress)) != SP_OK)
+    if ((st = sp_model_read(&ld, progress)) != SP_OK || (st = sp_model_copy_plan(m)) != SP_OK)
         goto fail;
     sp_model_features(m, m->features, sizeof m->features);
     free(ld.used);
@@ -1165,42 +1204,9 @@ void sp_model_close(struct sp_model *m)
 
 const char *sp_model_chat_format(const struct sp_model *m) { return m->arch->chat_format; }
 
-/* Whether [p, p + len) overlaps t's data. */
-static bool sp_overlaps(const struct sp_tensor *t, const uint8_t *p, size_t len)
-{
-    const uint8_t *d = t->data;
-    return d && d < p + len && p < d + sp_bytes(t);
-}
-
 sp_status sp_model_detach(struct sp_model *m, bool lock)
 {
-    if (m->map.copied || !m->map.data)
-        return SP_OK;
-    /* A repacked matrix's bytes are left out unless a tensor still read in
-     * place shares them (a tied output head is the token embedding table,
-     * whose rows are read from the file). */
-    struct sp_tensor **mats = malloc((sp_model_n_matrices(m) + 3) * sizeof *mats);
-    if (!mats)
-        return sp_error_set(SP_ERR_NOMEM, "model: no memory");
-    size_t n = sp_model_matrices(m, mats), n_skip = 0;
-    mats[n++] = &m->tok_embd;
-    mats[n++] = &m->pos_embd;
-    mats[n++] = &m->tok_types;
-    for (uint32_t i = 0; i < m->n_packed; i++) {
-        const uint8_t *p = m->map.data + m->repacked[i].off;
-        bool shared = false;
-        for (size_t k = 0; k < n && !shared; k++)
-            shared = (const uint8_t *)mats[k]->data >= m->map.data &&
-                     (const uint8_t *)mats[k]->data < m->map.data + m->map.size &&
-                     sp_overlaps(mats[k], p, m->repacked[i].len);
-        if (!shared)
-            m->repacked[n_skip++] = m->repacked[i];
-    }
-    free(mats);
-    sp_status st = sp_mapping_detach(&m->map, m->repacked, n_skip, lock);
-    free(m->repacked); /* reordered and filtered: of no further use */
-    m->repacked = NULL;
-    return st;
+    return sp_mapping_detach(&m->map, m->repacked, m->n_skip, lock);
 }
 
 void sp_model_features(const struct sp_model *m, char *buf, size_t size)

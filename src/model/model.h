@@ -186,7 +186,10 @@ struct sp_model {
     size_t packed_bytes;
     uint32_t n_packed;         /* how many */
     void *vectors;             /* owned: the norm weights, copied out of the mapping */
-    struct sp_span *repacked;  /* owned: where the repacked matrices lie in the file [n_packed] */
+    struct sp_span *repacked;  /* owned: where the repacked matrices lie in the file; after
+                                  loading only those no tensor read in place shares [n_skip] */
+    uint32_t n_skip;
+    uint64_t copy_bytes;       /* the file's bytes still read after loading (sp_model_detach) */
     uint64_t weights_bytes;    /* bytes of weight data read per token (routed experts: the used ones) */
     uint64_t resident_bytes;   /* weights held in memory: every matrix (all experts) and vector; the
                                   embedding table only as a tied head (other rows are read per token) */
@@ -196,9 +199,9 @@ struct sp_model {
 
 /* After sp_model_open: replaces the file mapping by a private copy of what
  * is still read from it (the metadata the tokenizer and chat template
- * read, the weights used in place), leaving out the repacked matrices'
- * bytes, so the file may change or be truncated while the model is used
- * (sp_mapping_detach).  lock: mlock the copy. */
+ * read, the weights used in place: copy_bytes), leaving out the repacked
+ * matrices' bytes, so the file may change or be truncated while the model
+ * is used (sp_mapping_detach).  lock: mlock the copy. */
 sp_status sp_model_detach(struct sp_model *m, bool lock);
 
 /* Opens and validates the model at `path`; map_flags (SP_MAP_READ,

@@ -214,3 +214,27 @@ def test_file_descriptor_limit(spindle_bin, smollm2_path):
         assert httpx.get(s.url + "/health", timeout=60).status_code == 200
     finally:
         s.kill()
+
+
+# ---- 3. a grammar compile stops when its client leaves ----
+
+def test_hangup_stops_a_grammar_compile(server):
+    # four long patterned strings: a compile and bind of about two seconds
+    # on SmolLM2's vocabulary (on the connection's thread)
+    props = {"f%d" % i: {"type": "string", "pattern": "^[a-zA-Z0-9 ]{%d,%d}$" % (100 + i, 200 + i)} for i in range(4)}
+    body = json.dumps({"prompt": "x", "max_tokens": 1, "json_schema": {
+        "type": "object", "properties": props, "required": list(props)}}).encode()
+    rid = "compile-%d" % time.monotonic_ns()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n"
+                 % (rid.encode(), len(body)) + body)
+    sock.close()  # gone while its grammar compiles
+
+    def line():
+        return next((ln for ln in server.log_text().splitlines() if "request_id=" + rid in ln), None)
+
+    ln = wait_for(line, what="the request's log line")
+    # stopped inside the parse: it never became a completion (no token counts)
+    assert "status=499" in ln and "outcome=cancelled" in ln and "prompt_tokens=" not in ln, ln
+    r = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    assert r.status_code == 200, r.text

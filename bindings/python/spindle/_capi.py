@@ -13,7 +13,7 @@ FINISH_NAMES = {0: None, 1: "stop", 2: "length", 3: "cancelled", 4: "error"}
 
 class ModelParams(Structure):
     _fields_ = [("path", c_char_p), ("n_threads", c_int), ("use_mmap", c_bool), ("use_mlock", c_bool),
-                ("vocab_only", c_bool), ("isa", c_char_p), ("progress", c_void_p), ("progress_user", c_void_p)]
+                ("private_copy", c_bool), ("vocab_only", c_bool), ("isa", c_char_p), ("progress", c_void_p), ("progress_user", c_void_p)]
 
 
 class ModelInfo(Structure):
@@ -26,7 +26,8 @@ class ModelInfo(Structure):
                 ("n_swa_layers", c_uint32), ("rope_base", c_float), ("rope_freq_scale", c_float),
                 ("rope_base_swa", c_float), ("norm_eps", c_float), ("bos", c_int32), ("eos", c_int32),
                 ("has_chat_template", c_bool), ("tied_output", c_bool), ("vocab_only", c_bool),
-                ("n_packed", c_uint32), ("packed_bytes", c_uint64), ("features", c_char_p)]
+                ("n_packed", c_uint32), ("packed_bytes", c_uint64), ("features", c_char_p),
+                ("private_copy_bytes", c_uint64)]
 
 
 class EngineParams(Structure):
