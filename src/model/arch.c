@@ -103,6 +103,7 @@ static const struct sp_arch sp_archs[] = {
         .name = "lfm2", /* LFM2 (Liquid): short gated convolutions with a few attention layers */
         .ffn_act = SP_FFN_SILU,
         .rope_neox = true,
+        .swa = SP_SWA_ALL, /* attention.sliding_window, when given, on every attention layer (as llama.cpp) */
         .qk_norm = SP_QK_NORM_HEAD,
         .linear = SP_MIXER_CONV,
         .kinds = SP_KINDS_KV_ZERO,

@@ -201,3 +201,13 @@ REFUSALS = [
 def test_malformed_files_are_refused(fam, edit, expect, run_spindle, tmp_path):
     r = run_spindle("info", "-m", _variant(tmp_path, fam, edit))
     assert r.returncode == 2 and expect in r.stderr, r.stderr
+
+
+def test_lfm2_sliding_window_applies_to_its_attention_layers(run_spindle, tmp_path):
+    """LFM2's attention.sliding_window, when the file gives one, makes every
+    attention layer local (llama.cpp's rule); the convolutions are not
+    attention and keep their state."""
+    path = _variant(tmp_path, "lfm2", lambda b: b.key("attention.sliding_window", 32, families.VT.UINT32))
+    r = run_spindle("info", "-m", path)
+    assert r.returncode == 0, r.stderr
+    assert "sliding window 32 on 1 of 4 layers" in r.stdout, r.stdout
