@@ -104,7 +104,8 @@ sp_status sp_mapping_detach(struct sp_mapping *m, struct sp_span *skip, size_t n
     uint8_t *p = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return sp_error_set(SP_ERR_NOMEM, "model: no memory to copy %zu bytes of the file", m->size);
-    qsort(skip, n_skip, sizeof *skip, sp_span_cmp);
+    if (n_skip) /* skip may be NULL when nothing is skipped */
+        qsort(skip, n_skip, sizeof *skip, sp_span_cmp);
     size_t at = 0;
     for (size_t i = 0; i <= n_skip; i++) { /* the gap before skip[i], then after the last */
         size_t end = i < n_skip ? skip[i].off : m->size;
