@@ -44,6 +44,7 @@
 
 struct sp_http {
     struct MHD_Daemon *daemon;
+    struct sp_listener *listener; /* the listening socket; hands connections to daemon */
     struct sp_server_config cfg;
     struct sp_sched *sched;
     struct sp_metrics *metrics;
@@ -678,9 +679,13 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
             return sp_respond(c, 503, "application/json", strdup("{\"status\":\"draining\"}"),
                               NULL, NULL);
         return sp_respond(c, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL, NULL);
-    case SP_ROUTE_METRICS:
+    case SP_ROUTE_METRICS: {
+        uint64_t open, gave_way, timed_out;
+        sp_peers_counts(h->peers, &open, &gave_way, &timed_out);
+        sp_metrics_set_connections(h->metrics, open, gave_way, timed_out);
         return sp_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8",
                           sp_metrics_render(h->metrics), NULL, NULL);
+    }
     default:
         break;
     }
@@ -805,7 +810,7 @@ static const char *sp_framing_error(struct MHD_Connection *con, const char *vers
  * answer.  MHD_YES with nothing queued otherwise. */
 static enum MHD_Result sp_begin(struct sp_conn *c, const char *url, const char *version)
 {
-    if (sp_peer_overflow(c->h->peers, c->peer) && c->route != SP_ROUTE_HEALTH && c->route != SP_ROUTE_METRICS) {
+    if (c->route != SP_ROUTE_HEALTH && c->route != SP_ROUTE_METRICS && sp_peer_overflow(c->h->peers, c->peer)) {
         c->early = true;
         return sp_fail(c, 503, "server_error", "too_many_connections",
                        "The server has as many connections as it serves; retry later.");
@@ -972,6 +977,7 @@ static void sp_conn_notify(void *cls, struct MHD_Connection *con, void **socket_
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         sp_peers_close(h->peers, *socket_context);
         *socket_context = NULL;
+        sp_listener_closed(h->listener);
     }
 }
 
@@ -994,32 +1000,29 @@ sp_status sp_http_resolve(const char *host, int port, struct addrinfo **out)
     return SP_OK;
 }
 
-/* Starts the daemon on the first of addrs that binds; NULL with the error
- * set when none does. */
-static struct MHD_Daemon *sp_http_listen(struct sp_http *h, const struct addrinfo *addrs)
+/* Hands a socket the listener accepted to libmicrohttpd (which closes it
+ * when it cannot take it). */
+static bool sp_http_hand(void *arg, int fd, const struct sockaddr *addr, unsigned addr_len)
 {
-    struct MHD_Daemon *d = NULL;
-    int e = 0;
-    for (const struct addrinfo *ai = addrs; ai && !d; ai = ai->ai_next) {
-        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
-            continue;
-        /* ITC: at the connection limit the listener stops accepting (new
-         * clients wait in the backlog) instead of accepting and closing */
-        unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
-                             (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-        errno = 0;
-        d = MHD_start_daemon(
-            flags, (uint16_t)h->cfg.port, NULL, NULL, sp_access, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SP_HTTP_MEMORY_LIMIT, MHD_OPTION_CONNECTION_LIMIT,
-            (unsigned)h->cfg.max_connections + SP_HTTP_OVERFLOW, MHD_OPTION_CONNECTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S,
-            MHD_OPTION_NOTIFY_COMPLETED, sp_completed, h, MHD_OPTION_NOTIFY_CONNECTION, sp_conn_notify, h,
-            MHD_OPTION_END);
-        if (!d)
-            e = errno;
-    }
+    struct sp_http *h = arg;
+    return MHD_add_connection(h->daemon, fd, addr, (socklen_t)addr_len) == MHD_YES;
+}
+
+/* Starts the daemon, which takes its connections from h->listener (no
+ * socket of its own).  Its limit is twice the listener's: a connection
+ * reported closed holds its place in libmicrohttpd until its thread is
+ * cleaned up, and the listener must never meet libmicrohttpd's limit
+ * (which closes the connection). */
+static struct MHD_Daemon *sp_http_daemon(struct sp_http *h, unsigned limit)
+{
+    unsigned int flags = MHD_USE_NO_LISTEN_SOCKET | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                         MHD_USE_POLL | MHD_USE_ITC;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, 0, NULL, NULL, sp_access, h, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SP_HTTP_MEMORY_LIMIT,
+        MHD_OPTION_CONNECTION_LIMIT, 2 * limit, MHD_OPTION_CONNECTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_COMPLETED, sp_completed, h, MHD_OPTION_NOTIFY_CONNECTION, sp_conn_notify, h, MHD_OPTION_END);
     if (!d)
-        sp_error_set(SP_ERR_IO, "cannot listen on %s:%d: %s", h->cfg.host ? h->cfg.host : "127.0.0.1",
-                     h->cfg.port, e ? strerror(e) : "libmicrohttpd failed to start");
+        sp_error_set(SP_ERR_IO, "http: libmicrohttpd failed to start");
     return d;
 }
 
@@ -1045,12 +1048,16 @@ sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg
         sp_http_stop(h);
         return st;
     }
-    if (!(h->daemon = sp_http_listen(h, addrs))) {
+    /* connections past --max-connections, up to SP_HTTP_OVERFLOW more, are
+     * accepted for probes; beyond them clients wait in the backlog */
+    unsigned limit = (unsigned)cfg->max_connections + SP_HTTP_OVERFLOW;
+    if ((st = sp_listener_open(&h->listener, addrs, cfg->host ? cfg->host : "127.0.0.1", cfg->port)) != SP_OK ||
+        (h->daemon = sp_http_daemon(h, limit)) == NULL ||
+        (st = sp_listener_start(h->listener, limit, sp_http_hand, h)) != SP_OK) {
         sp_http_stop(h);
-        return SP_ERR_IO;
+        return st != SP_OK ? st : SP_ERR_IO;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = di ? di->port : cfg->port;
+    h->port = sp_listener_port(h->listener);
     *out = h;
     return SP_OK;
 }
@@ -1087,8 +1094,10 @@ void sp_http_stop(struct sp_http *h)
 {
     if (!h)
         return;
+    sp_listener_stop(h->listener);
     if (h->daemon)
         MHD_stop_daemon(h->daemon);
+    sp_listener_free(h->listener);
     sp_peers_stop(h->peers);
     pthread_mutex_destroy(&h->mu);
     free(h->model_id);

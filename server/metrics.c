@@ -102,6 +102,15 @@ void sp_metrics_set_load(struct sp_metrics *m, const struct sp_engine_stats *st,
     pthread_mutex_unlock(&m->mu);
 }
 
+void sp_metrics_set_connections(struct sp_metrics *m, uint64_t open, uint64_t gave_way, uint64_t timed_out)
+{
+    pthread_mutex_lock(&m->mu);
+    m->conns_open = open;
+    m->conns_gave_way = gave_way;
+    m->conns_timed_out = timed_out;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* A growable text buffer; on allocation failure it stops growing and the
  * render returns NULL. */
 struct sp_text {
@@ -196,6 +205,14 @@ char *sp_metrics_render(struct sp_metrics *m)
                         "From request submission to its first generated token.", &m->ttft);
     sp_render_histogram(&t, "spindle_time_per_output_token_seconds",
                         "Gap between consecutive tokens of one request.", &m->itl);
+    sp_render_scalar(&t, "spindle_connections_open", "gauge", "HTTP connections open.", m->conns_open);
+    sp_text_printf(&t, "# HELP spindle_connections_closed_by_server_total Connections the server shut down "
+                       "before their request was in: to give way to a new one when the connection limit is "
+                       "full, or at --recv-timeout.\n"
+                       "# TYPE spindle_connections_closed_by_server_total counter\n"
+                       "spindle_connections_closed_by_server_total{reason=\"gave_way\"} %llu\n"
+                       "spindle_connections_closed_by_server_total{reason=\"recv_timeout\"} %llu\n",
+                   (unsigned long long)m->conns_gave_way, (unsigned long long)m->conns_timed_out);
     sp_render_scalar(&t, "spindle_requests_running", "gauge", "Requests admitted to the engine.",
                      m->running);
     sp_render_scalar(&t, "spindle_requests_queued", "gauge", "Requests waiting for admission.",

@@ -18,8 +18,12 @@
  * Connections whose request runs or whose answer is being sent are never
  * cut here (the request's deadline and libmicrohttpd's idle timeout on
  * writes bound them).  When the limit is full and no connection can give
- * way, the new one is marked overflow: http.c answers only /health and
- * /metrics on it and 503 to the rest, so probes still get through.
+ * way, the new one is marked overflow.  Once its request's headers are in
+ * (sp_peer_overflow) it waits, at most SP_PEERS_EVICT_AGE_S, for another
+ * receiving connection to become old enough to give way or for one to
+ * close, so a client with a complete request displaces those that have
+ * none; when every other connection runs a request, or on a probe,
+ * http.c answers only /health and /metrics on it and 503 to the rest.
  *
  * Shutting a socket down (never closing it) wakes the connection's thread,
  * which closes it; every list operation and the shutdown hold the mutex,
@@ -27,6 +31,7 @@
  * socket, so a shutdown never reaches a descriptor reused by another. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -53,6 +58,7 @@ struct sp_peers {
     struct sp_peer *head;
     unsigned n, max;
     unsigned n_cut;           /* shut down here and not yet closed */
+    uint64_t gave_way, timed_out; /* shut down here since the start, by cause */
     double recv_timeout_s;
     bool quit;
     pthread_t thread;
@@ -68,20 +74,41 @@ static void sp_peer_cut(struct sp_peers *ps, struct sp_peer *p, bool timed_out)
     ps->n_cut++;
     p->timed_out = timed_out;
     p->receiving = false;
+    if (timed_out)
+        ps->timed_out++;
+    else
+        ps->gave_way++;
     shutdown(p->fd, SHUT_RDWR);
 }
 
-/* The connection that has been receiving longest, if for at least
- * SP_PEERS_EVICT_AGE_S at `now` (mu held); NULL: none.  *next_at: when
- * the oldest receiving one reaches that age (0: none receiving). */
-static struct sp_peer *sp_peers_victim(struct sp_peers *ps, double now, double *next_at)
+/* The connection other than `except` that has been receiving longest, if
+ * for at least SP_PEERS_EVICT_AGE_S at `now` (mu held); NULL: none.
+ * *next_at: when the oldest receiving one reaches that age (0: none
+ * receiving). */
+static struct sp_peer *sp_peers_victim(struct sp_peers *ps, const struct sp_peer *except, double now,
+                                       double *next_at)
 {
     struct sp_peer *oldest = NULL;
     for (struct sp_peer *q = ps->head; q; q = q->next)
-        if (q->receiving && (!oldest || q->since < oldest->since))
+        if (q != except && q->receiving && (!oldest || q->since < oldest->since))
             oldest = q;
     *next_at = oldest ? oldest->since + SP_PEERS_EVICT_AGE_S : 0;
     return oldest && now - oldest->since >= SP_PEERS_EVICT_AGE_S ? oldest : NULL;
+}
+
+/* Waits on the reaper's condition variable until `at` (monotonic), mu held. */
+static void sp_peers_wait_until(struct sp_peers *ps, double at)
+{
+    double wait = at - sp_now() + 0.01;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)wait;
+    ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&ps->cv, &ps->mu, &ts);
 }
 
 /* Cuts receiving connections past their deadline, and while more than
@@ -105,7 +132,7 @@ static void *sp_peers_reaper(void *arg)
                 next = deadline;
         }
         while (ps->n - ps->n_cut > ps->max) {
-            struct sp_peer *v = sp_peers_victim(ps, now, &at);
+            struct sp_peer *v = sp_peers_victim(ps, NULL, now, &at);
             if (!v)
                 break;
             sp_peer_cut(ps, v, false);
@@ -116,16 +143,7 @@ static void *sp_peers_reaper(void *arg)
             pthread_cond_wait(&ps->cv, &ps->mu);
             continue;
         }
-        double wait = next - now + 0.01;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += (time_t)wait;
-        ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&ps->cv, &ps->mu, &ts);
+        sp_peers_wait_until(ps, next);
     }
     pthread_mutex_unlock(&ps->mu);
     return NULL;
@@ -161,7 +179,7 @@ void sp_peers_stop(struct sp_peers *ps)
         return;
     pthread_mutex_lock(&ps->mu);
     ps->quit = true;
-    pthread_cond_signal(&ps->cv);
+    pthread_cond_broadcast(&ps->cv);
     pthread_mutex_unlock(&ps->mu);
     if (ps->thread_started)
         pthread_join(ps->thread, NULL);
@@ -185,7 +203,7 @@ struct sp_peer *sp_peers_open(struct sp_peers *ps, int fd)
     pthread_mutex_lock(&ps->mu);
     if (ps->n - ps->n_cut >= ps->max) {
         double at;
-        struct sp_peer *victim = sp_peers_victim(ps, p->since, &at);
+        struct sp_peer *victim = sp_peers_victim(ps, NULL, p->since, &at);
         if (victim)
             sp_peer_cut(ps, victim, false);
         else
@@ -196,7 +214,7 @@ struct sp_peer *sp_peers_open(struct sp_peers *ps, int fd)
         ps->head->prev = p;
     ps->head = p;
     ps->n++;
-    pthread_cond_signal(&ps->cv);
+    pthread_cond_broadcast(&ps->cv);
     pthread_mutex_unlock(&ps->mu);
     return p;
 }
@@ -214,6 +232,7 @@ void sp_peers_close(struct sp_peers *ps, struct sp_peer *p)
         p->next->prev = p->prev;
     ps->n--;
     ps->n_cut -= p->cut;
+    pthread_cond_broadcast(&ps->cv); /* an overflow connection may fit now */
     pthread_mutex_unlock(&ps->mu);
     free(p);
 }
@@ -235,7 +254,7 @@ void sp_peers_idle(struct sp_peers *ps, struct sp_peer *p)
     if (!p->cut) {
         p->receiving = true;
         p->since = sp_now();
-        pthread_cond_signal(&ps->cv);
+        pthread_cond_broadcast(&ps->cv);
     }
     pthread_mutex_unlock(&ps->mu);
 }
@@ -245,6 +264,22 @@ bool sp_peer_overflow(struct sp_peers *ps, struct sp_peer *p)
     if (!p)
         return false;
     pthread_mutex_lock(&ps->mu);
+    while (p->overflow && !p->cut && !ps->quit) {
+        if (ps->n - ps->n_cut - 1 < ps->max) { /* room was made since it arrived */
+            p->overflow = false;
+            break;
+        }
+        double at;
+        struct sp_peer *v = sp_peers_victim(ps, p, sp_now(), &at);
+        if (v) {
+            sp_peer_cut(ps, v, false);
+            p->overflow = false;
+            break;
+        }
+        if (at == 0) /* every other connection runs a request or sends its answer */
+            break;
+        sp_peers_wait_until(ps, at);
+    }
     bool v = p->overflow;
     pthread_mutex_unlock(&ps->mu);
     return v;
@@ -258,4 +293,13 @@ bool sp_peer_timed_out(struct sp_peers *ps, struct sp_peer *p)
     bool v = p->timed_out;
     pthread_mutex_unlock(&ps->mu);
     return v;
+}
+
+void sp_peers_counts(struct sp_peers *ps, uint64_t *open, uint64_t *gave_way, uint64_t *timed_out)
+{
+    pthread_mutex_lock(&ps->mu);
+    *open = ps->n;
+    *gave_way = ps->gave_way;
+    *timed_out = ps->timed_out;
+    pthread_mutex_unlock(&ps->mu);
 }

@@ -72,6 +72,7 @@ struct sp_metrics {
     struct sp_histogram ttft, itl;
     uint64_t running, queued;
     struct sp_engine_stats engine;
+    uint64_t conns_open, conns_gave_way, conns_timed_out;
 };
 /* replica: a valid replica id (sp_server_replica_id_valid), copied. */
 void sp_metrics_init(struct sp_metrics *m, const char *replica);
@@ -84,6 +85,7 @@ void sp_metrics_observe_ttft(struct sp_metrics *m, double seconds);
 void sp_metrics_observe_itl(struct sp_metrics *m, double seconds);
 void sp_metrics_set_load(struct sp_metrics *m, const struct sp_engine_stats *st,
                          uint64_t running, uint64_t queued);
+void sp_metrics_set_connections(struct sp_metrics *m, uint64_t open, uint64_t gave_way, uint64_t timed_out);
 /* The text exposition format; malloc'd. */
 char *sp_metrics_render(struct sp_metrics *m);
 
@@ -283,10 +285,40 @@ void sp_peers_close(struct sp_peers *ps, struct sp_peer *p);
 void sp_peers_busy(struct sp_peers *ps, struct sp_peer *p);
 /* The answer is done: waiting for the next request, under the deadline again. */
 void sp_peers_idle(struct sp_peers *ps, struct sp_peer *p);
-/* It arrived with the limit full and nobody to give way: probes only. */
+/* Its request's headers are in: true when it arrived with the limit full
+ * and still nobody gives way (probes only).  An overflow connection waits
+ * here for a receiving one to reach the age at which it gives way, or for
+ * one to close; it waits not at all when no other connection is receiving. */
 bool sp_peer_overflow(struct sp_peers *ps, struct sp_peer *p);
 /* It was shut down because its receive deadline passed. */
 bool sp_peer_timed_out(struct sp_peers *ps, struct sp_peer *p);
+/* Connections open now, and those shut down here since the start: to
+ * give way to a new one, or at their receive deadline. */
+void sp_peers_counts(struct sp_peers *ps, uint64_t *open, uint64_t *gave_way, uint64_t *timed_out);
+
+/* ---- listener.c: the listening socket (accepts only below a limit) ---- */
+
+struct sp_listener;
+struct addrinfo;
+struct sockaddr;
+/* Takes an accepted, non-blocking socket: true when it took it (and will
+ * report its close through sp_listener_closed), false when it did not
+ * (the socket is closed either way). */
+typedef bool (*sp_listener_hand_fn)(void *arg, int fd, const struct sockaddr *addr, unsigned addr_len);
+/* Binds the first of addrs that binds and listens on it; SP_ERR_IO with
+ * the error set (naming host and port) when none does. */
+sp_status sp_listener_open(struct sp_listener **out, const struct addrinfo *addrs, const char *host, int port);
+/* The bound port (the one the system chose for port 0). */
+int sp_listener_port(const struct sp_listener *l);
+/* Accepts in a thread of its own while fewer than `limit` handed
+ * connections are open, handing each to hand(arg, ...). */
+sp_status sp_listener_start(struct sp_listener *l, unsigned limit, sp_listener_hand_fn hand, void *arg);
+/* One handed connection closed (any thread). */
+void sp_listener_closed(struct sp_listener *l);
+/* Stops accepting; waits for the thread. */
+void sp_listener_stop(struct sp_listener *l);
+/* Stops, closes the socket, frees; NULL is a no-op. */
+void sp_listener_free(struct sp_listener *l);
 
 /* ---- http.c ---- */
 
@@ -295,7 +327,6 @@ bool sp_peer_timed_out(struct sp_peers *ps, struct sp_peer *p);
 #define SP_HTTP_OVERFLOW 8u
 
 struct sp_http;
-struct addrinfo;
 /* The addresses of host (a numeric IPv4/IPv6 address or a name getaddrinfo
  * resolves, in the order it returns them) with port, for sp_http_start;
  * the caller frees them with freeaddrinfo.  SP_ERR_ARG with the error set

@@ -178,6 +178,17 @@ def cpu_seconds(pid):
     return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def closed_by_peer(sock):
+    """True when the other end closed or reset sock (nothing is ever sent on it)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
 def test_file_descriptor_limit(spindle_bin, smollm2_path):
     s = Server(spindle_bin, smollm2_path, "--ctx", "256", preexec_fn=low_nofile)
     try:
@@ -194,9 +205,15 @@ def test_file_descriptor_limit(spindle_bin, smollm2_path):
             # no busy loop around a failing accept()
             assert cpu_seconds(s.proc.pid) - c0 < 0.5
             assert httpx.get(s.url + "/health", timeout=60).status_code == 200
+            # the server closed only the connections it says it cut: the
+            # rest are open, served or waiting in the listen backlog
+            cut = s.metrics()['spindle_connections_closed_by_server_total{reason="gave_way"}']
+            assert sum(closed_by_peer(so) for so in socks) <= cut
         finally:
             for so in socks:
                 so.close()
+
+        cut0 = s.metrics()['spindle_connections_closed_by_server_total{reason="gave_way"}']
 
         def one(i):
             try:
@@ -208,8 +225,16 @@ def test_file_descriptor_limit(spindle_bin, smollm2_path):
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=100) as ex:
             got = list(ex.map(one, range(100)))
-        assert all(g[0] == 200 or (g[0] in (429, 503) and g[1] in ("rate_limit_exceeded", "too_many_connections",
-                                                                     "server_busy")) for g in got), got
+        assert all(g[0] in ("transport", 200) or (g[0] in (429, 503) and g[1] in (
+            "rate_limit_exceeded", "too_many_connections", "server_busy")) for g in got), \
+            [g for g in got if g[0] != 200]
+        # beyond the connections it serves, clients wait in the listen
+        # backlog: none is accepted and dropped.  A connection closes
+        # unanswered only when the server says it cut it, to give way to a
+        # newer one after it sent nothing for a second (under heavy load a
+        # client thread can be that slow between connect and send).
+        cut = s.metrics()['spindle_connections_closed_by_server_total{reason="gave_way"}'] - cut0
+        assert sum(g[0] == "transport" for g in got) <= cut, [g for g in got if g[0] != 200]
         assert sum(g[0] == 200 for g in got) >= 4, got
         assert httpx.get(s.url + "/health", timeout=60).status_code == 200
     finally:
