@@ -264,6 +264,64 @@ def test_ollama_model_routes(server, smollm2_path):
     assert e1.embeddings[1] == pytest.approx(ref.data[1].embedding, abs=1e-6)
 
 
+def test_ollama_legacy_embeddings(server):
+    c = olla(server)
+    ref = server.openai().embeddings.create(model="smol", input=["world"])
+    e = c.embeddings(model="smol:latest", prompt="world")
+    assert e.embedding == pytest.approx(ref.data[0].embedding, abs=1e-6)
+    r = httpx.post(server.url + "/api/embeddings", headers=server.headers(), timeout=30,
+                   json={"model": "smol", "prompt": "world", "keep_alive": "5m", "options": {"num_thread": 2}})
+    assert r.status_code == 200 and set(r.json()) == {"embedding"}
+    for body, field in (({"model": "smol"}, "prompt"), ({"model": "smol", "prompt": ""}, "prompt"),
+                        ({"model": "smol", "prompt": "x", "input": "y"}, "input"),
+                        ({"model": "smol", "prompt": "x", "options": {"temperature": 0.5}}, "options.temperature"),
+                        ({"model": "smol", "prompt": "word " * 2000}, "")):
+        r = httpx.post(server.url + "/api/embeddings", headers=server.headers(), timeout=60, json=body)
+        assert r.status_code == 400 and set(r.json()) == {"error"} and field in r.json()["error"], r.text
+    with pytest.raises(ollama.ResponseError) as err:
+        c.embeddings(model="llama9", prompt="x")
+    assert err.value.status_code == 404
+
+
+def test_ollama_logprobs(server):
+    """logprobs / top_logprobs (the client sends both): Chat Completions' values, each token's with its
+    text when streamed."""
+    c = olla(server)
+    msgs = [{"role": "user", "content": Q}]
+    opts = {"temperature": 0, "num_predict": 6}
+    ref = server.openai().chat.completions.create(model="smol", messages=msgs, max_tokens=6, temperature=0,
+                                                  logprobs=True, top_logprobs=3).choices[0].logprobs.content
+    want = [(t.token, t.logprob, [a.token for a in t.top_logprobs]) for t in ref]
+    assert len(want) == 6
+
+    def got(lps):
+        return [(t.token, t.logprob, [a.token for a in t.top_logprobs or []]) for t in lps]
+
+    r = c.chat(model="smol", messages=msgs, options=opts, logprobs=True, top_logprobs=3, stream=False)
+    assert got(r.logprobs) == want
+    assert all(len(t.top_logprobs) == 3 for t in r.logprobs)
+    parts = list(c.chat(model="smol", messages=msgs, options=opts, logprobs=True, top_logprobs=3, stream=True))
+    assert got([t for p in parts for t in p.logprobs or []]) == want
+    for p in parts:  # each line's logprobs are its own text's tokens
+        assert "".join(t.token for t in p.logprobs or []) == p.message.content
+    g = c.generate(model="smol", prompt=Q, options=opts, logprobs=True, stream=False)
+    assert [(t.token, t.logprob) for t in g.logprobs] == [w[:2] for w in want]
+    assert all(not t.top_logprobs for t in g.logprobs)
+    raw = c.generate(model="smol", prompt="The sky is", raw=True, options=opts, logprobs=True, top_logprobs=2,
+                     stream=False)
+    cref = server.openai().completions.create(model="smol", prompt="The sky is", max_tokens=6, temperature=0,
+                                              logprobs=2).choices[0].logprobs
+    assert [t.token for t in raw.logprobs] == cref.tokens
+    assert [t.logprob for t in raw.logprobs] == pytest.approx(cref.token_logprobs)
+    assert [{a.token for a in t.top_logprobs} for t in raw.logprobs] == [set(x) for x in cref.top_logprobs]
+    # without logprobs the answers carry none
+    assert c.chat(model="smol", messages=msgs, options=opts, stream=False).logprobs is None
+    for kw, field in (({"top_logprobs": 3}, "top_logprobs"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs")):
+        with pytest.raises(ollama.ResponseError) as e:
+            c.chat(model="smol", messages=msgs, options=opts, stream=False, **kw)
+        assert e.value.status_code == 400 and field in e.value.error
+
+
 def test_ollama_errors(server):
     c = olla(server)
     q = [{"role": "user", "content": "Hi"}]
