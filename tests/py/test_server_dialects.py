@@ -1,11 +1,14 @@
 """Every client, unchanged: the real `anthropic`, `ollama` and `openai`
 (Responses) Python clients against `spindle serve` on SmolLM2-135M, each
 API surface streamed and not, structured output, a full tool round trip,
-and errors (bad field, bad key, context overflow) in each API's own shape.
+and errors (bad field, bad key, context overflow) in each API's own shape;
+and an agent loop of the OpenAI Agents SDK (`openai-agents`) over Responses.
 Each dialect is a translation into the one internal request, so its greedy
 answer equals the Chat Completions answer to the same conversation."""
+import asyncio
 import json
 
+import agents
 import anthropic
 import httpx
 import jsonschema
@@ -433,3 +436,42 @@ def test_responses_errors(server):
     assert e.value.body["param"] == "max_output_tokens"
     with pytest.raises(openai.NotFoundError):
         c.responses.create(model="gpt-9", input="x")
+
+
+# ---- the OpenAI Agents SDK over Responses -----------------------------------
+
+def test_openai_agents_loop(server):
+    """One Agent with one function tool, its model OpenAIResponsesModel on an AsyncOpenAI client pointed
+    at the server (tracing off).  tool_choice "required" makes the first turn call the tool; the tool
+    is enabled only until it has run (greedy SmolLM2-135M would call it again on every turn), so the
+    second turn answers with the call and its result in its input: the loop ends with a final output."""
+    agents.set_tracing_disabled(True)
+    ran = []
+
+    @agents.function_tool(is_enabled=lambda ctx, agent: not ran)
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        ran.append(city)
+        return "Sunny, 22 C"
+
+    async def loop():
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
+        agent = agents.Agent(name="weather", instructions="Answer the user's question about the weather.",
+                             tools=[get_weather],
+                             model=agents.OpenAIResponsesModel(model="smol", openai_client=client),
+                             model_settings=agents.ModelSettings(temperature=0, tool_choice="required",
+                                                                 max_tokens=60))
+        try:
+            return await agents.Runner.run(agent, "What is the weather in Paris?", max_turns=3)
+        finally:
+            await client.close()
+
+    result = asyncio.run(loop())
+    assert ran == ["Paris"]
+    kinds = [type(i).__name__ for i in result.new_items]
+    assert kinds == ["ToolCallItem", "ToolCallOutputItem", "MessageOutputItem"], kinds
+    assert result.new_items[0].raw_item.name == "get_weather"
+    assert result.new_items[1].output == "Sunny, 22 C"
+    assert len(result.raw_responses) == 2 and isinstance(result.final_output, str) and result.final_output
+    assert result.raw_responses[1].output[-1].type == "message"
+    assert result.final_output == result.raw_responses[1].output[-1].content[0].text
