@@ -142,6 +142,12 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "smollm3", /* SmolLM3: Llama with RoPE left out of every 4th layer */
+        .ffn_act = SP_FFN_SILU,
+        .nope_interval = 4,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

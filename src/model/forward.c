@@ -225,7 +225,8 @@ static void sp_fwd_qk_row(const struct sp_fwd_job *j, int t, float *x, int n_hea
         float *xh = x + (size_t)h * D;
         if (ar->qk_norm == SP_QK_NORM_HEAD)
             sp_rmsnorm(xh, norm->data, xh, D, hp->eps);
-        sp_rope_apply(xh, cs, NR, ar->rope_neox);
+        if (!j->L->nope)
+            sp_rope_apply(xh, cs, NR, ar->rope_neox);
     }
     if (is_q && ar->q_prescale)
         for (int i = 0; i < W; i++)

@@ -811,6 +811,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     SP_T(L->post_ffn_norm, "post_ffw_norm.weight", E, 0, ar->post_norms);
     L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
     L->rope_base = L->swa ? swa_base : hp->rope_base;
+    L->nope = L->mixer == SP_MIXER_ATTN && ar->nope_interval && (il + 1) % ar->nope_interval == 0;
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                       &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
                                       &L->dn_beta, &L->dn_alpha};
@@ -1215,9 +1216,11 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
     const struct sp_hparams *hp = &m->hp;
     const struct sp_layer *L0 = &m->layers[0];
     size_t n = 0;
-    uint32_t n_local = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++)
+    uint32_t n_local = 0, n_nope = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
         n_local += m->layers[l].swa;
+        n_nope += m->layers[l].nope;
+    }
 #define SP_F(...)                                                                                    \
     do {                                                                                            \
         if (n < size)                                                                               \
@@ -1254,6 +1257,8 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
     else if (hp->n_head)
         SP_F("no position encoding in attention (NoPE)");
+    if (n_nope && hp->n_rot)
+        SP_F("no RoPE on %u of %u layers (NoPE every %u layers)", n_nope, hp->n_layer, ar->nope_interval);
     if (hp->embd_scale || hp->resid_scale || hp->logit_scale)
         SP_F("scales: embeddings %g, residuals %g, logits 1/%g", hp->embd_scale, hp->resid_scale, hp->logit_scale);
     if (ar->bidirectional)

@@ -101,6 +101,8 @@ struct sp_arch {
     bool granite;              /* Granite's multipliers (embedding_scale, residual_scale, attention.scale,
                                   logit_scale) and RoPE switched by rope.scaling.finetuned (default on) */
     bool nope;                 /* attention without RoPE; attention.scale (optional) scales it */
+    uint32_t nope_interval;    /* every nope_interval-th layer attends without RoPE, the others with it
+                                  (SmolLM3: 4, fixed as in llama.cpp; 0: none) */
     bool q_gate;               /* attn_q gives each head's query then its gate: the attention output
                                   times sigmoid(gate) (Qwen3.5) */
     bool ffn_norm_post;        /* the feed-forward's norm is stored as post_attention_norm (Qwen3.5) */
@@ -167,6 +169,7 @@ struct sp_layer {
     struct sp_tensor dn_qkv, dn_z, dn_beta, dn_alpha;
     enum sp_mixer mixer;
     bool swa;                  /* local (sliding-window) layer */
+    bool nope;                 /* attention without RoPE in this layer (the family's nope_interval) */
     float rope_base;
 };
 

@@ -136,6 +136,10 @@ FAMILIES = {
     "qwen35": dict(arch="qwen35", vocab="gpt-2", pre="qwen35", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
                    head_dim=128, n_rot=64, n_ff=512, ctx=4096, rope_base=10000000.0, tied=False,
                    delta=(4, 2, 4, 64), seed=1104),
+    # smollm3 (SmolLM3): Llama's block, RoPE on adjacent pairs except every
+    # 4th layer (llama.cpp's fixed step), here layer 3 of 4 (NoPE)
+    "smollm3": dict(arch="smollm3", vocab="gpt-2", pre="llama-bpe", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
+                    head_dim=64, n_ff=512, ctx=4096, rope_base=5000000.0, tied=True, seed=1105),
 }
 
 
