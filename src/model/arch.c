@@ -148,6 +148,14 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "mistral3", /* Ministral 3, Mistral Small 3.x (text) */
+        .ffn_act = SP_FFN_SILU,
+        .rope_factors = SP_ROPE_FACTORS_FREQS,
+        .yarn = true,
+        .attn_temp = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

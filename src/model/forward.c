@@ -231,6 +231,12 @@ static void sp_fwd_qk_row(const struct sp_fwd_job *j, int t, float *x, int n_hea
     if (is_q && ar->q_prescale)
         for (int i = 0; i < W; i++)
             x[i] *= hp->attn_scale;
+    if (is_q && hp->attn_temp != 0.0f) { /* as llama.cpp's attn_temp input: in double, then rounded */
+        const float pos = (float)j->b->pos[t], floors = floorf(pos / (float)hp->n_ctx_orig);
+        const float sc = (float)(log((double)floors + 1.0) * (double)hp->attn_temp + 1.0);
+        for (int i = 0; i < W; i++)
+            x[i] *= sc;
+    }
 }
 
 /* The family's norm of one row of n_embd (bias: LayerNorm's, data NULL: none). */
@@ -611,9 +617,12 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
     sp_fwd_mm_multi(s, pool, cache, 3, w3, s->h, E, T, o3, st3);
     const int NR = (int)hp->n_rot;
     if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
+        float yarn[2];
+        if (hp->yarn)
+            sp_rope_yarn_dims(NR, hp->n_ctx_orig, L->rope_base, hp->yarn_beta_fast, hp->yarn_beta_slow, yarn);
         for (int t = 0; t < T; t++)
             sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale, rope_factors,
-                          hp->rope_mscale);
+                          hp->rope_mscale, hp->yarn ? yarn : NULL);
         s->rope_base = L->rope_base;
     }
     sp_fwd_stage(job, pool, SP_FWD_QK, NULL, cache);

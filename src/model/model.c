@@ -81,7 +81,33 @@ static bool sp_arch_has_moe(const struct sp_arch *a)
     return a->moe != SP_MOE_NONE;
 }
 
-/* RoPE scaling: none, linear (factor), or LongRoPE (per-frequency factor
+/* YaRN's keys, and the cos/sin scale llama.cpp's context derives from them
+ * (llama_context's yarn_attn_factor: mscale(factor) / mscale(factor,
+ * yarn_log_multiplier), divided by ggml's own correction 1 + 0.1 ln factor,
+ * which sp_rope_table multiplies back, times rope.scaling.attn_factor). */
+static sp_status sp_model_yarn(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    float log_mul = 0.0f, factor = 1.0f / hp->rope_freq_scale;
+    sp_status st;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    if ((st = sp_hp_pos(m, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast)) ||
+        (st = sp_hp_pos(m, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow)) ||
+        (st = sp_hp_f32(m, "rope.scaling.yarn_log_multiplier", false, &log_mul)))
+        return st;
+    if (!(log_mul >= 0.0f && log_mul < 100.0f))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.yarn_log_multiplier': %g, expected 0..100",
+                            m->arch->name, log_mul);
+    float ms1 = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
+    float msl = factor <= 1.0f ? 1.0f : 0.1f * log_mul * logf(factor) + 1.0f;
+    float af = log_mul != 0.0f ? ms1 / msl : ms1;
+    af *= 1.0f / (1.0f + 0.1f * logf(factor));
+    hp->rope_mscale *= af;
+    return SP_OK;
+}
+
+/* RoPE scaling: none, linear (factor), YaRN (families whose row allows it), or LongRoPE (per-frequency factor
  * tensors, chosen by context length, and an attention factor scaling cos
  * and sin); as llama.cpp, rope.scaling.factor divides the frequencies
  * under either scaling type. */
@@ -97,9 +123,11 @@ static sp_status sp_model_rope_scaling(struct sp_model *m)
         return st;
     bool linear = sp_gguf_str_eq(scaling, "linear");
     bool longrope = sp_gguf_str_eq(scaling, "longrope");
-    if (!linear && !longrope && !sp_gguf_str_eq(scaling, "none"))
+    hp->yarn = m->arch->yarn && sp_gguf_str_eq(scaling, "yarn");
+    if (!linear && !longrope && !hp->yarn && !sp_gguf_str_eq(scaling, "none"))
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': rope scaling '%.*s' is not supported (supported: none, "
-                            "linear, longrope)", key, (int)(scaling.len < 32 ? scaling.len : 32), scaling.ptr);
+                            "linear, longrope%s)", key, (int)(scaling.len < 32 ? scaling.len : 32), scaling.ptr,
+                            m->arch->yarn ? ", yarn" : "");
     if (longrope && !sp_arch_has_longrope(m->arch)) {
         char names[256];
         sp_arch_list(names, sizeof names, sp_arch_has_longrope);
@@ -107,7 +135,7 @@ static sp_status sp_model_rope_scaling(struct sp_model *m)
                             "(supported: %s)", key, a, names);
     }
     float factor = 1.0f;
-    if ((st = sp_hp_f32(m, "rope.scaling.factor", linear, &factor)))
+    if ((st = sp_hp_f32(m, "rope.scaling.factor", linear || hp->yarn, &factor)))
         return st;
     if (!(factor >= 1.0f) || isinf(factor))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.factor': %g, expected >= 1", a, factor);
@@ -119,7 +147,7 @@ static sp_status sp_model_rope_scaling(struct sp_model *m)
         return st;
     if (hp->n_ctx_orig == 0)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.original_context_length': 0, expected > 0", a);
-    return SP_OK;
+    return hp->yarn ? sp_model_yarn(m) : SP_OK;
 }
 
 /* Sliding window and soft-capping, as the family defines them. */
@@ -290,6 +318,11 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.freq_base': %g, expected > 0", a, hp->rope_base);
     if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)))
         return st;
+    if (m->arch->attn_temp && (st = sp_hp_f32(m, "attention.temperature_scale", false, &hp->attn_temp)))
+        return st;
+    if (!isfinite(hp->attn_temp))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.temperature_scale': %g, expected a finite value", a,
+                            hp->attn_temp);
     uint32_t scale_dim = hp->head_dim;
     if (m->arch->wide_scale_layers && hp->n_layer == m->arch->wide_scale_layers)
         scale_dim = hp->n_embd / hp->n_head;
@@ -1277,8 +1310,14 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("RoPE frequency factors (rope_freqs)");
     if (m->rope_long)
         SP_F("LongRoPE (long factors above %u positions, attention factor %g)", hp->n_ctx_orig, hp->rope_mscale);
-    if (hp->rope_freq_scale != 1.0f)
+    if (hp->yarn)
+        SP_F("YaRN RoPE scaling %g (original context %u, beta %g/%g, attention factor %g)",
+             1.0f / hp->rope_freq_scale, hp->n_ctx_orig, hp->yarn_beta_fast, hp->yarn_beta_slow,
+             hp->rope_mscale * (1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale))); /* sp_rope_table's scale */
+    else if (hp->rope_freq_scale != 1.0f)
         SP_F("linear RoPE scaling %g", 1.0f / hp->rope_freq_scale);
+    if (hp->attn_temp != 0.0f)
+        SP_F("attention temperature %g per %u positions", hp->attn_temp, hp->n_ctx_orig);
     if (n_local)
         SP_F("sliding window %u on %u of %u layers", hp->n_swa, n_local, hp->n_layer);
     if (hp->attn_softcap > 0.0f)

@@ -108,6 +108,10 @@ struct sp_arch {
     bool ffn_norm_post;        /* the feed-forward's norm is stored as post_attention_norm (Qwen3.5) */
     bool mrope_text;           /* rope.dimension_sections (M-RoPE) required; text positions are equal in
                                   every section, so it rotates as RoPE halves */
+    bool yarn;                 /* rope.scaling.type "yarn" accepted (with rope.scaling.yarn_beta_fast,
+                                  yarn_beta_slow, yarn_log_multiplier) */
+    bool attn_temp;            /* attention.temperature_scale (optional): each query times
+                                  1 + scale ln(floor(pos / original context) + 1) (Llama 4's tuning) */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -122,7 +126,11 @@ struct sp_hparams {
     uint32_t n_swa;            /* sliding window; 0 = none */
     float rope_base, rope_freq_scale, eps, attn_scale;
     float rope_mscale;         /* cos/sin scale (rope.scaling.attn_factor; 1 = none) */
-    uint32_t n_ctx_orig;       /* LongRoPE: long factors for contexts above this */
+    uint32_t n_ctx_orig;       /* LongRoPE: long factors for contexts above this; YaRN and the
+                                  attention temperature: the trained context */
+    bool yarn;                 /* YaRN RoPE scaling (rope_mscale then holds llama.cpp's attention factor) */
+    float yarn_beta_fast, yarn_beta_slow;
+    float attn_temp;           /* attention temperature scale (0: none) */
     float attn_softcap, final_softcap; /* 0 = none */
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense */
     uint32_t pooling;          /* pooling_type as stored (llama.cpp's values: 0 none, 1 mean, 2 cls,

@@ -140,6 +140,14 @@ FAMILIES = {
     # 4th layer (llama.cpp's fixed step), here layer 3 of 4 (NoPE)
     "smollm3": dict(arch="smollm3", vocab="gpt-2", pre="llama-bpe", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
                     head_dim=64, n_ff=512, ctx=4096, rope_base=5000000.0, tied=True, seed=1105),
+    # mistral3 (Ministral 3): Llama's block with YaRN RoPE scaling and
+    # Llama 4's attention temperature, keys as the converter writes them;
+    # yarn = (factor, original context, beta_fast, beta_slow, log multiplier
+    # (0: the converter's apply_scale)), a short original context so the
+    # prompts cross two temperature steps (positions 32 and 64)
+    "mistral3": dict(arch="mistral3", vocab="llama-spm", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+                     head_dim=128, n_ff=512, ctx=4096, rope_base=1000000.0, tied=True,
+                     yarn=(4.0, 32, 32.0, 1.0, 0.0), attn_temp=0.1, seed=1106),
 }
 
 
@@ -530,6 +538,16 @@ class Builder:
         if s.get("gemma2"):
             self.key("attn_logit_softcapping", s["attn_softcap"], VT.FLOAT32)
             self.key("final_logit_softcapping", s["final_softcap"], VT.FLOAT32)
+        if "yarn" in s:
+            factor, orig, fast, slow, log_mul = s["yarn"]
+            self.key("rope.scaling.type", "yarn", VT.STRING)
+            self.key("rope.scaling.factor", factor, VT.FLOAT32)
+            self.key("rope.scaling.yarn_beta_fast", fast, VT.FLOAT32)
+            self.key("rope.scaling.yarn_beta_slow", slow, VT.FLOAT32)
+            self.key("rope.scaling.yarn_log_multiplier", log_mul, VT.FLOAT32)
+            self.key("rope.scaling.original_context_length", orig, VT.UINT32)
+        if "attn_temp" in s:
+            self.key("attention.temperature_scale", s["attn_temp"], VT.FLOAT32)
         if s.get("longrope"):
             self.key("rope.scaling.original_context_length", s["orig_ctx"], VT.UINT32)
             factor = s["ctx"] / s["orig_ctx"]
