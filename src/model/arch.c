@@ -156,6 +156,13 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "granite", /* Granite 3.x (dense) */
+        .ffn_act = SP_FFN_SILU,
+        .rope_factors = SP_ROPE_FACTORS_FREQS,
+        .granite = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -148,6 +148,12 @@ FAMILIES = {
     "mistral3": dict(arch="mistral3", vocab="llama-spm", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
                      head_dim=128, n_ff=512, ctx=4096, rope_base=1000000.0, tied=True,
                      yarn=(4.0, 32, 32.0, 1.0, 0.0), attn_temp=0.1, seed=1106),
+    # granite (Granite 3.x, dense): Llama's block with Granite's embedding,
+    # residual, attention and logit scales,
+    # RoPE on (rope.scaling.finetuned absent)
+    "granite": dict(arch="granite", vocab="refact", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+                    head_dim=64, n_ff=512, ctx=4096, rope_base=10000000.0, tied=True,
+                    scales=(2.0, 0.5, 0.25, 4.0), seed=1107),
 }
 
 
@@ -546,6 +552,12 @@ class Builder:
             self.key("rope.scaling.yarn_beta_slow", slow, VT.FLOAT32)
             self.key("rope.scaling.yarn_log_multiplier", log_mul, VT.FLOAT32)
             self.key("rope.scaling.original_context_length", orig, VT.UINT32)
+        if "scales" in s:
+            embd, resid, attn, logit = s["scales"]
+            self.key("embedding_scale", embd, VT.FLOAT32)
+            self.key("residual_scale", resid, VT.FLOAT32)
+            self.key("attention.scale", attn, VT.FLOAT32)
+            self.key("logit_scale", logit, VT.FLOAT32)
         if "attn_temp" in s:
             self.key("attention.temperature_scale", s["attn_temp"], VT.FLOAT32)
         if s.get("longrope"):

@@ -196,6 +196,7 @@ FEATURES = {
     "smollm3": ["RoPE adjacent pairs", "no RoPE on 1 of 4 layers (NoPE every 4 layers)"],
     "mistral3": ["RoPE adjacent pairs", "YaRN RoPE scaling 4 (original context 32, beta 32/1, attention factor 1.13863)",
                  "attention temperature 0.1 per 32 positions"],
+    "granite": ["RoPE adjacent pairs", "scales: embeddings 2, residuals 0.5, logits 1/4"],
     "nemotron_h": ["Mamba-2 on 2 of 5 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
                    "feed-forward alone on 2 layers (ReLU^2, no gate)", "no position encoding in attention (NoPE)"],
 }
