@@ -163,6 +163,32 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "cohere2", /* Command R7B, Command A */
+        .ffn_act = SP_FFN_SILU,
+        .norm = SP_NORM_LAYER, /* without bias */
+        .parallel = true,
+        .swa = SP_SWA_PATTERN,
+        .swa_pattern = 4,
+        .nope_global = true,
+        .logit_mul = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "exaone4", /* EXAONE 4.0 */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .post_norms = true,
+        .no_pre_norm = true,
+        .swa = SP_SWA_PATTERN,
+        .swa_pattern = 4,
+        .swa_default = 4096,
+        .swa_layers = 64,
+        .nope_global = true,
+        .rope_factors = SP_ROPE_FACTORS_FREQS,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -271,7 +271,7 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
     float *x = s->x + (size_t)t * E, *h = s->h + (size_t)t * E;
     switch (j->stage) {
     case SP_FWD_ATTN_IN:
-        if (ar->post_ln)
+        if (ar->post_ln || ar->no_pre_norm)
             memcpy(h, x, (size_t)E * sizeof *h);
         else
             sp_fwd_norm(j->m, x, &L->attn_norm, &sp_fwd_none, h);
@@ -315,6 +315,10 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         if (ar->post_ln) { /* the norm is on the residual stream itself */
             sp_fwd_norm(j->m, x, attn ? &L->attn_out_norm : &L->ffn_out_norm,
                         attn ? &L->attn_out_norm_b : &L->ffn_out_norm_b, x);
+            memcpy(h, x, (size_t)E * sizeof *h);
+        } else if (attn && ar->parallel) {
+            /* the feed-forward reads the attention's input, still in h */
+        } else if (ar->no_pre_norm) {
             memcpy(h, x, (size_t)E * sizeof *h);
         } else if (attn) {
             sp_fwd_norm(j->m, x, &L->ffn_norm, &sp_fwd_none, h);
@@ -573,7 +577,7 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
 }
 
 /* Final-logit soft-capping (cap > 0) or scaling (scale != 0: Granite's
- * 1 / logit_scale) over [n][n_vocab], elements split across the pool. */
+ * 1 / logit_scale, Cohere's logit_scale) over [n][n_vocab], elements split across the pool. */
 struct sp_cap_job {
     float *x;
     long n;
@@ -762,8 +766,8 @@ sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_
     if (b->n_out > 0 && logits) {
         sp_fwd_mm(s, pool, &cache, &m->output, s->h, E, b->n_out, logits, hp->n_vocab);
         if (hp->final_softcap > 0.0f || hp->logit_scale) {
-            struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap,
-                                    hp->logit_scale ? 1.0f / hp->logit_scale : 0.0f};
+            float scale = ar->logit_mul ? hp->logit_scale : hp->logit_scale ? 1.0f / hp->logit_scale : 0.0f;
+            struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap, scale};
             sp_pool_run(pool, sp_cap_run, &cj);
         }
     }

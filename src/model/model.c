@@ -157,7 +157,9 @@ static sp_status sp_model_attn_keys(struct sp_model *m, uint32_t *swa_pattern)
     struct sp_hparams *hp = &m->hp;
     sp_status st;
     *swa_pattern = ar->swa_pattern;
-    if (ar->swa == SP_SWA_PATTERN) {
+    if (ar->swa == SP_SWA_PATTERN && ar->swa_layers && hp->n_layer != ar->swa_layers) {
+        /* every layer global: llama.cpp reads no window for this model */
+    } else if (ar->swa == SP_SWA_PATTERN) {
         hp->n_swa = ar->swa_default;
         if ((st = sp_hp_u32(m, "attention.sliding_window", ar->swa_default == 0, &hp->n_swa)) ||
             (st = sp_hp_u32(m, "attention.sliding_window_pattern", false, swa_pattern)))
@@ -443,6 +445,10 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     }
     if ((st = sp_model_expert_keys(m)))
         return st;
+    if (ar->logit_mul && (st = sp_hp_f32(m, "logit_scale", true, &hp->logit_scale)))
+        return st;
+    if (ar->logit_mul && !isfinite(hp->logit_scale))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.logit_scale': %g, expected a finite value", a, hp->logit_scale);
     if (ar->granite && ((st = sp_hp_pos(m, "embedding_scale", &hp->embd_scale)) ||
                         (st = sp_hp_pos(m, "residual_scale", &hp->resid_scale)) ||
                         (st = sp_hp_pos(m, "logit_scale", &hp->logit_scale))))
@@ -801,7 +807,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
     if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK)
         return st;
-    SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre);
+    SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre && !ar->no_pre_norm);
     if (L->mixer == SP_MIXER_MLP) {
         SP_T(L->w_up, "ffn_up.weight", E, F, true);
         SP_T(L->w_down, "ffn_down.weight", F, E, true);
@@ -814,7 +820,8 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
             return st;
     }
     m->hp.n_linear += L->mixer == SP_MIXER_SSM || L->mixer == SP_MIXER_CONV || L->mixer == SP_MIXER_DELTA;
-    SP_T(L->ffn_norm, ar->ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0, pre && !ar->no_ffn);
+    SP_T(L->ffn_norm, ar->ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0,
+         pre && !ar->no_ffn && !ar->parallel && !ar->no_pre_norm);
     SP_T(L->attn_out_norm, "attn_output_norm.weight", E, 0, !pre);
     SP_T(L->ffn_out_norm, "layer_output_norm.weight", E, 0, !pre);
     if (!pre && ln) {
@@ -844,7 +851,8 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     SP_T(L->post_ffn_norm, "post_ffw_norm.weight", E, 0, ar->post_norms);
     L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
     L->rope_base = L->swa ? swa_base : hp->rope_base;
-    L->nope = L->mixer == SP_MIXER_ATTN && ar->nope_interval && (il + 1) % ar->nope_interval == 0;
+    L->nope = L->mixer == SP_MIXER_ATTN && ((ar->nope_interval && (il + 1) % ar->nope_interval == 0) ||
+                                            (ar->nope_global && hp->n_swa && !L->swa));
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                       &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
                                       &L->dn_beta, &L->dn_alpha};
@@ -1290,14 +1298,22 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
     else if (hp->n_head)
         SP_F("no position encoding in attention (NoPE)");
-    if (n_nope && hp->n_rot)
+    if (n_nope && hp->n_rot && ar->nope_interval)
         SP_F("no RoPE on %u of %u layers (NoPE every %u layers)", n_nope, hp->n_layer, ar->nope_interval);
-    if (hp->embd_scale || hp->resid_scale || hp->logit_scale)
+    else if (n_nope && hp->n_rot)
+        SP_F("no RoPE on the global layers (%u of %u, NoPE)", n_nope, hp->n_layer);
+    if (ar->granite && (hp->embd_scale || hp->resid_scale || hp->logit_scale))
         SP_F("scales: embeddings %g, residuals %g, logits 1/%g", hp->embd_scale, hp->resid_scale, hp->logit_scale);
+    if (ar->logit_mul && hp->logit_scale != 1.0f)
+        SP_F("logits x %g", hp->logit_scale);
+    if (ar->parallel)
+        SP_F("parallel attention and feed-forward");
+    if (ar->no_pre_norm)
+        SP_F("no pre-norms");
     if (ar->bidirectional)
         SP_F("bidirectional attention (embeddings only)");
     if (ar->norm == SP_NORM_LAYER)
-        SP_F("LayerNorm with bias%s", ar->post_ln ? " after each residual" : "");
+        SP_F("LayerNorm %s", ar->post_ln ? "with bias after each residual" : "without bias");
     if (ar->layer_bias)
         SP_F("output and feed-forward biases");
     if (hp->n_head_kv < hp->n_head)
