@@ -37,7 +37,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(tmpl, data, size);
     tmpl[size] = 0; /* an embedded NUL just ends the template early */
     char *out = NULL;
-    struct sp_chat_opts o = {size & 1, "<s>", "</s>", 1721995200, size & 2 ? tools : NULL};
+    struct sp_chat_opts o = {.add_generation_prompt = size & 1,
+                             .bos_token = "<s>",
+                             .eos_token = "</s>",
+                             .now_unix = 1721995200,
+                             .tools = size & 2 ? tools : NULL,
+                             .vars = size & 4 ? "{\"enable_thinking\": false, \"custom\": [1, \"x\"]}" : NULL};
     sp_status st = sp_chat_render_opts(tmpl, msgs, sizeof(msgs) / sizeof(msgs[0]), &o, &out);
     if ((st == SP_OK) != (out != NULL))
         __builtin_trap();
