@@ -218,6 +218,11 @@ def run(args):
     if args.sets:
         keep = args.sets.split(",")
         by_set = {k: v for k, v in by_set.items() if k in keep}
+    if args.files:
+        with open(args.files) as fh:
+            keep = set(fh.read().split())
+        by_set = {k: [f for f in v if f in keep] for k, v in by_set.items()}
+        by_set = {k: v for k, v in by_set.items() if v}
     rng = random.Random(args.seed)
     for k in by_set:
         if args.per_set and len(by_set[k]) > args.per_set:
@@ -374,6 +379,7 @@ def main():
     ap.add_argument("--model", help="GGUF whose vocabulary is used (default: scripts/fetch-model smollm2-135m)")
     ap.add_argument("--per-set", type=int, default=0, help="sample at most N schemas per set (0: all)")
     ap.add_argument("--sets", help="comma-separated sets to run (default: all)")
+    ap.add_argument("--files", help="a file listing the schema files to run (names, whitespace-separated)")
     ap.add_argument("--seed", type=int, default=1, help="sampling seed")
     ap.add_argument("--compile-timeout", type=float, default=10.0, help="seconds per spindle compile")
     ap.add_argument("--instance-timeout", type=float, default=30.0, help="seconds per spindle instance")

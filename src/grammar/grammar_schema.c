@@ -498,20 +498,51 @@ static void gen_number(struct sc *c, const json_t *s, bool integer, struct sp_gs
             int_range(o, hl, lo, hh, hi);
         return;
     }
-    /* bounds: the integer part within them, no exponent; the exact bound
-     * (a fraction past it) is left to the validator */
-    bool any = json_object_get(s, "minimum") || json_object_get(s, "maximum") ||
-               json_object_get(s, "exclusiveMinimum") || json_object_get(s, "exclusiveMaximum");
+    /* bounds: the integer part as written (the value truncated toward
+     * zero: 0.5 is "0.5" under minimum 0.3, -2.4 "-2.4" above -2.5) within
+     * theirs, no exponent; the exact bound (a fraction past it) is left to
+     * the validator.  Values between -1 and 0 are written "-0.x": that
+     * integer part is allowed when the bounds leave room there. */
+    static const char *keys[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    bool any = false, neg_lo = true, neg_hi = true;
+    for (int k = 0; k < 4; k++)
+        any |= json_object_get(s, keys[k]) != NULL;
+    json_t *t = any ? json_deep_copy(s) : NULL;
+    for (int k = 0; t && k < 4; k++) {
+        json_t *v = json_object_get(t, keys[k]);
+        if (!json_is_number(v))
+            continue;
+        double d = json_number_value(v), ip = trunc(d);
+        bool excl = k % 2, at_int = d == ip;
+        if (k < 2) {
+            neg_lo &= d < 0;
+            ip += excl && at_int && d < 0; /* above -2: -1.9 */
+        } else {
+            neg_hi &= d > -1;
+            if (d < 0 || (excl && d == 0))
+                ip = ip == 0 ? -1 : ip; /* below -0.25: "-0.5" (the "-0" part), "-1.5" */
+            else
+                ip -= excl && at_int; /* below 1: 0.99 */
+        }
+        json_t *b = fabs(d) <= (double)MAX_BOUND ? json_integer((json_int_t)ip) : json_real(d);
+        /* exclusive or not, the integer part at the bound is allowed */
+        if (!b || json_object_set_new(t, keys[k & 2], b) || (excl && json_object_del(t, keys[k])))
+            nomem(c);
+    }
+    const json_t *tl = json_object_get(t, "minimum"), *th = json_object_get(t, "maximum");
     if (!any) {
         sp_gstr_add(o, "json-number");
-    } else if (int_bounds(c, s, &hl, &lo, &hh, &hi)) {
-        sp_gstr_add(o, "( ");
+    } else if (!t) {
+        nomem(c);
+    } else if (neg_lo && neg_hi && json_is_integer(tl) && json_is_integer(th) &&
+               json_integer_value(tl) > json_integer_value(th)) {
+        sp_gstr_add(o, "( \"-0\" ( \".\" [0-9]{1,16} )? )"); /* between -1 and 0 only */
+    } else if (int_bounds(c, t, &hl, &lo, &hh, &hi)) {
+        sp_gstr_add(o, "( ( ");
         int_range(o, hl, lo, hh, hi);
-        sp_gstr_add(o, " ( \".\" [0-9]{1,6} )? )");
-    } else if (!strstr(sp_error_message(), "16-digit")) {
-        c->failed = false; /* no integer in between (0.1..0.9): any number, then the validator */
-        sp_gstr_add(o, "json-number");
+        sp_gstr_addf(o, "%s ) ( \".\" [0-9]{1,16} )? )", neg_lo && neg_hi ? " | \"-0\"" : "");
     }
+    json_decref(t);
 }
 
 /* Items after "[" W (or after a prefix of items, each followed by W):

@@ -41,8 +41,19 @@ static const struct scase cases[] = {
     {"{\"type\":\"string\",\"format\":\"phone-number\",\"maxLength\":3}", {"\"abc\""}, {"\"+1\""}, {"\"abcd\""},
      {"\"abcd\""}, true},
     /* ---- drafts ---- */
-    {"{" DRAFT4 "\"type\":\"number\",\"minimum\":0,\"exclusiveMinimum\":true,\"maximum\":10}", {"5", "10"},
-     {"0.5"}, {"0", "-1", "11"}, {"0", "11"}, false},
+    {"{" DRAFT4 "\"type\":\"number\",\"minimum\":0,\"exclusiveMinimum\":true,\"maximum\":10}", {"5", "10", "0.5"},
+     {NULL}, {"0", "-1", "11"}, {"-1", "11"}, false},
+    /* numbers with bounds: the integer part as written (truncated toward
+     * zero) is bounded, so 0.5 fits minimum 0.3 and -0.5 fits above -2.5;
+     * any number of fraction digits (MaskBench: "cpus": 0.5 was refused) */
+    {"{\"type\":\"number\",\"minimum\":0.3,\"maximum\":1}", {"0.5", "0.3", "1", "0.3456789012"}, {NULL},
+     {"0.2", "1.5", "-0.5", "0"}, {"2", "-0.5", "-1", "1e0"}, false},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":-2.5,\"maximum\":-0.25}", {"-0.5", "-2.4", "-1", "-2"}, {NULL},
+     {"-2.5", "0", "-0.2", "-3"}, {"-3", "1", "0.5"}, false},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}", {"0.5", "0.01"}, {NULL},
+     {"0", "1", "-0.5"}, {"1.5", "-0.5", "2"}, false},
+    {"{\"type\":\"number\",\"minimum\":-0.5,\"maximum\":-0.25}", {"-0.3", "-0.5"}, {NULL}, {"-0.2", "0"},
+     {"0.3", "-1", "0"}, false},
     {"{" DRAFT4 "\"const\":3}", {"4", "\"x\""}, {"3"}, {NULL}, {NULL}, true}, /* const is draft-6 */
     {"{" DRAFT7 "\"definitions\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/definitions/s\",\"maxLength\":2}",
      {"\"abcd\""}, {"\"\""}, {"1"}, {"1"}, true}, /* $ref's siblings are ignored before 2019-09 */
