@@ -224,6 +224,41 @@ static void json_lit(struct sp_gstr *o, const json_t *v)
 
 static void gen(struct sc *c, const json_t *s, struct sp_gstr *o);
 
+/* An enum or const value: its compact JSON text, with the whitespace the
+ * grammar allows between the tokens of an object or array (flexible: any,
+ * as everywhere else in the value). */
+static void value_lit(struct sc *c, struct sp_gstr *o, const json_t *v)
+{
+    if (!strcmp(c->w, " ") || (!json_is_object(v) && !json_is_array(v))) {
+        json_lit(o, v);
+        return;
+    }
+    bool obj = json_is_object(v);
+    sp_gstr_addf(o, "( \"%c\"%s", obj ? '{' : '[', c->w);
+    size_t i = 0;
+    const char *k;
+    json_t *e;
+    if (obj) {
+        json_object_foreach((json_t *)v, k, e) {
+            json_t *key = json_string(k);
+            sp_gstr_addf(o, i++ ? "%s\",\"%s" : "", c->w, c->w);
+            if (key)
+                json_lit(o, key);
+            else
+                o->failed = true;
+            json_decref(key);
+            sp_gstr_addf(o, "%s\":\"%s", c->w, c->w);
+            value_lit(c, o, e);
+        }
+    } else {
+        json_array_foreach(v, i, e) {
+            sp_gstr_addf(o, i ? "%s\",\"%s" : "", c->w, c->w);
+            value_lit(c, o, e);
+        }
+    }
+    sp_gstr_addf(o, "%s\"%c\" )", c->w, obj ? '}' : ']');
+}
+
 static const char *new_rule_name(struct sc *c, char *buf, size_t cap, const char *prefix)
 {
     snprintf(buf, cap, "%s%u", prefix, c->n_rules++);
@@ -646,6 +681,15 @@ struct prop {
     bool required;
 };
 
+/* Whether no value satisfies s in the way an object's member schemas say
+ * "never present": false, or `not` of true or {} (WashingtonPost's
+ * `"referent": {"not": {}}`). */
+static bool never(const json_t *s)
+{
+    const json_t *k = json_object_get(s, "not");
+    return json_is_false(s) || json_is_true(k) || (json_is_object(k) && !json_object_size(k));
+}
+
 /* The expression of one property beyond those listed (patternProperties,
  * additionalProperties, or any when the object lists none), into *extra;
  * false when no such property may appear. */
@@ -661,6 +705,8 @@ static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_
     const char *pk;
     json_t *pv;
     json_object_foreach((json_t *)pats, pk, pv) {
+        if (never(pv)) /* keys it matches are forbidden: the validator's */
+            continue;
         struct sp_gstr key = {0};
         const char *why = sp_regex_to_gbnf(pk, strlen(pk), &key);
         sp_gstr_addf(extra, "%s( \"\\\"\" %s \"\\\"\"%s\":\"%s", any ? " | " : "", why ? "json-char*" : key.p,
@@ -674,7 +720,7 @@ static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_
     }
     /* listed properties and no word on the others: only the listed ones
      * (unless the object needs more) */
-    bool open = addl ? !json_is_false(addl)
+    bool open = addl ? !never(addl)
                      : (!n_listed && !pats) || count(s, "minProperties", 0) > (long long)n_listed;
     if (open) {
         sp_gstr_add(extra, any ? " | ( " : "( ");
@@ -722,7 +768,7 @@ static size_t gen_props(struct sc *c, const json_t *s, struct prop **props)
     json_object_foreach((json_t *)pl, k, v) {
         struct prop *p = &(*props)[n++];
         json_array_foreach(req, i, r) p->required |= !strcmp(json_string_value(r), k);
-        if (json_is_false(v)) { /* never present */
+        if (never(v)) { /* never present */
             if (p->required) {
                 fail(c, "unsatisfiable schema: required property '%.60s' is false", k);
                 return n;
@@ -1038,7 +1084,7 @@ static void gen_enum(struct sc *c, const json_t *s, const json_t *values, struct
             continue;
         if (any)
             sp_gstr_add(o, " | ");
-        json_lit(o, v);
+        value_lit(c, o, v);
         any = true;
     }
     sp_gstr_add(o, " )");
@@ -1070,7 +1116,7 @@ static void gen_node(struct sc *c, const json_t *s, struct sp_gstr *o)
         return;
     }
     if ((k = json_object_get(s, "const"))) {
-        json_lit(o, k);
+        value_lit(c, o, k);
         return;
     }
     if ((k = json_object_get(s, "enum"))) {

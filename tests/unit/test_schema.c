@@ -54,6 +54,16 @@ static const struct scase cases[] = {
      {"0", "1", "-0.5"}, {"1.5", "-0.5", "2"}, false},
     {"{\"type\":\"number\",\"minimum\":-0.5,\"maximum\":-0.25}", {"-0.3", "-0.5"}, {NULL}, {"-0.2", "0"},
      {"0.3", "-1", "0"}, false},
+    /* a member schema no value satisfies ({"not": {}}) means "never
+     * present", as false does; a false patternProperties forbids the keys it
+     * matches (both were refused as unsatisfiable: MaskBench's WashingtonPost
+     * and Handwritten sets) */
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}},\"b\":{\"type\":\"integer\"}}}", {"{\"b\":1}", "{}"},
+     {NULL}, {"{\"a\":1}", "{\"b\":1,\"a\":null}"}, {"{\"a\":1}"}, true},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":{\"not\":true}}",
+     {"{\"a\":1}", "{}"}, {NULL}, {"{\"b\":1}"}, {"{\"b\":1}"}, true},
+    {"{\"type\":\"object\",\"patternProperties\":{\"^x\":false},\"additionalProperties\":true}", {"{}", "{\"a\":1}"},
+     {NULL}, {"{\"xa\":1}"}, {NULL}, false},
     {"{" DRAFT4 "\"const\":3}", {"4", "\"x\""}, {"3"}, {NULL}, {NULL}, true}, /* const is draft-6 */
     {"{" DRAFT7 "\"definitions\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/definitions/s\",\"maxLength\":2}",
      {"\"abcd\""}, {"\"\""}, {"1"}, {"1"}, true}, /* $ref's siblings are ignored before 2019-09 */
@@ -378,6 +388,17 @@ static void test_whitespace(void)
     CHECK(flex && !grammar_accepts(flex, "{\"a\":[]}\n") && !grammar_accepts(flex, " {\"a\":[]}"),
           "nothing before or after the value");
     CHECK(valid(schema, "\n{\"a\":[]} ", why, sizeof why), "the validator takes whitespace around it: %s", why);
+    /* an enum's or const's objects and arrays take the same whitespace
+     * (MaskBench's instances are spaced: {"bar": 2, "foo": 1} was refused) */
+    struct sp_grammar *e = compile_schema("{\"enum\":[{\"bar\":2,\"foo\":[1,{}]},\"x\"]}", true);
+    CHECK(e && grammar_accepts(e, "{\"bar\": 2, \"foo\": [1, {}]}") && grammar_accepts(e, "{ \"bar\" :2,\"foo\":[ 1 ,{ } ] }"),
+          "flexible enum objects");
+    CHECK(e && grammar_accepts(e, "\"x\"") && !grammar_accepts(e, "{\"bar\": 2}") && !grammar_accepts(e, "\" x\""),
+          "only the enum's values");
+    sp_grammar_free(e);
+    e = compile_schema("{\"const\":[1,2]}", true);
+    CHECK(e && grammar_accepts(e, "[1, 2]") && !grammar_accepts(e, "[1, 2, 3]"), "flexible const array");
+    sp_grammar_free(e);
     sp_grammar_free(flex);
     sp_grammar_free(compact);
 }
