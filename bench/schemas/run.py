@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/schemas: real-world JSON Schemas through spindle and llguidance, side by side.
 
-    build/venv/bin/pip install llguidance==1.9.1 numpy      # once (not in make test)
+    build/venv/bin/pip install llguidance==1.9.1      # once (not part of make test)
     make build/schema_judge
     build/venv/bin/python bench/schemas/run.py DIR [--per-set N] [--out results.jsonl]
 
