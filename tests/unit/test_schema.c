@@ -151,8 +151,13 @@ static const struct scase cases[] = {
      {"\"-bad.com\"", "\"a..b\""}, {"\"-bad.com\""}, true},
     {"{\"type\":\"string\",\"format\":\"uri\"}", {"\"https://example.com/a?b=1#c\"", "\"urn:isbn:0451450523\""}, {NULL},
      {"\"no scheme\"", "\"http://a b\"", "\"/relative\""}, {"\"/relative\""}, true},
-    {"{\"type\":\"string\",\"format\":\"uri-reference\"}", {"\"../a?b\"", "\"\""}, {NULL}, {"\"a b\"", "\"%zz\""},
-     {"\"a b\""}, true},
+    /* MaskBench's MCP set: "http://example.com/resource/{" is no URI template */
+    {"{\"type\":\"string\",\"format\":\"uri-template\"}", {"\"http://x/{id}\"", "\"/a{?q,r*}\"", "\"plain\"", "\"\""},
+     {NULL}, {"\"http://x/{\"", "\"a b\"", "\"{}\"", "\"{a{b}}\"", "\"a}\""},
+     {"\"http://x/{\"", "\"a b\"", "\"{}\""}, true},
+    /* a relative reference has no ":" in its first segment (MaskBench: "://" was accepted) */
+    {"{\"type\":\"string\",\"format\":\"uri-reference\"}", {"\"../a?b\"", "\"\"", "\"a/b:c\"", "\"x:y\"", "\"?q:1\""},
+     {NULL}, {"\"a b\"", "\"%zz\"", "\"://\"", "\"1a:b\""}, {"\"a b\"", "\"://\"", "\"1a:b\""}, true},
     {"{\"type\":\"string\",\"format\":\"byte\"}", {"\"aGVsbG8=\"", "\"\""}, {NULL}, {"\"abc\"", "\"a=bc\""}, {"\"abc\""},
      true},
     {"{\"type\":\"string\",\"format\":\"duration\"}", {"\"P3Y6M4DT12H30M5S\"", "\"P4W\"", "\"PT1H1S\"", "\"P1D\""},
