@@ -770,7 +770,7 @@ static size_t gen_props(struct sc *c, const json_t *s, struct prop **props)
         json_array_foreach(req, i, r) p->required |= !strcmp(json_string_value(r), k);
         if (never(v)) { /* never present */
             if (p->required) {
-                fail(c, "unsatisfiable schema: required property '%.60s' is false", k);
+                fail(c, "unsatisfiable schema: required property '%.60s' can have no value", k);
                 return n;
             }
             n--;

@@ -320,6 +320,8 @@ static void test_refusals(void)
         {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", "minItems 3 > maxItems 1"},
         {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "no common type"},
         {"{\"not\":{}}", "'not'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}},\"required\":[\"a\"]}",
+         "required property 'a' can have no value"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"b\"],"
          "\"additionalProperties\":false}", "required property 'b'"},
         {"[1]", "a schema must be an object or a boolean"},
