@@ -162,13 +162,19 @@ $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/libspindle.a
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
 
+# The spindle side of bench/schemas/run.py (real-world schemas beside
+# llguidance; run by hand): an application, so include/spindle.h only.
+$(BUILD)/schema_judge: bench/schemas/schema_judge.c $(BUILD)/libspindle.a
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
+
 run:
 	@scripts/setup --run --quiet
 	@$(MAKE) --no-print-directory $(JOBS) all
 	@scripts/demo
 
 # Everything that compiles: library, tools, unit tests, micro-benchmarks.
-compile-all: all $(TEST_BIN) $(BENCH_BIN)
+compile-all: all $(TEST_BIN) $(BENCH_BIN) $(BUILD)/schema_judge
 
 # A second target: -march changes how gcc inlines and vectorises, and with
 # that which -Wmaybe-uninitialized style warnings fire, so `make test` also

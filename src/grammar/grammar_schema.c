@@ -224,6 +224,41 @@ static void json_lit(struct sp_gstr *o, const json_t *v)
 
 static void gen(struct sc *c, const json_t *s, struct sp_gstr *o);
 
+/* An enum or const value: its compact JSON text, with the whitespace the
+ * grammar allows between the tokens of an object or array (flexible: any,
+ * as everywhere else in the value). */
+static void value_lit(struct sc *c, struct sp_gstr *o, const json_t *v)
+{
+    if (!strcmp(c->w, " ") || (!json_is_object(v) && !json_is_array(v))) {
+        json_lit(o, v);
+        return;
+    }
+    bool obj = json_is_object(v);
+    sp_gstr_addf(o, "( \"%c\"%s", obj ? '{' : '[', c->w);
+    size_t i = 0;
+    const char *k;
+    json_t *e;
+    if (obj) {
+        json_object_foreach((json_t *)v, k, e) {
+            json_t *key = json_string(k);
+            sp_gstr_addf(o, i++ ? "%s\",\"%s" : "", c->w, c->w);
+            if (key)
+                json_lit(o, key);
+            else
+                o->failed = true;
+            json_decref(key);
+            sp_gstr_addf(o, "%s\":\"%s", c->w, c->w);
+            value_lit(c, o, e);
+        }
+    } else {
+        json_array_foreach(v, i, e) {
+            sp_gstr_addf(o, i ? "%s\",\"%s" : "", c->w, c->w);
+            value_lit(c, o, e);
+        }
+    }
+    sp_gstr_addf(o, "%s\"%c\" )", c->w, obj ? '}' : ']');
+}
+
 static const char *new_rule_name(struct sc *c, char *buf, size_t cap, const char *prefix)
 {
     snprintf(buf, cap, "%s%u", prefix, c->n_rules++);
@@ -498,20 +533,51 @@ static void gen_number(struct sc *c, const json_t *s, bool integer, struct sp_gs
             int_range(o, hl, lo, hh, hi);
         return;
     }
-    /* bounds: the integer part within them, no exponent; the exact bound
-     * (a fraction past it) is left to the validator */
-    bool any = json_object_get(s, "minimum") || json_object_get(s, "maximum") ||
-               json_object_get(s, "exclusiveMinimum") || json_object_get(s, "exclusiveMaximum");
+    /* bounds: the integer part as written (the value truncated toward
+     * zero: 0.5 is "0.5" under minimum 0.3, -2.4 "-2.4" above -2.5) within
+     * theirs, no exponent; the exact bound (a fraction past it) is left to
+     * the validator.  Values between -1 and 0 are written "-0.x": that
+     * integer part is allowed when the bounds leave room there. */
+    static const char *keys[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    bool any = false, neg_lo = true, neg_hi = true;
+    for (int k = 0; k < 4; k++)
+        any |= json_object_get(s, keys[k]) != NULL;
+    json_t *t = any ? json_deep_copy(s) : NULL;
+    for (int k = 0; t && k < 4; k++) {
+        json_t *v = json_object_get(t, keys[k]);
+        if (!json_is_number(v))
+            continue;
+        double d = json_number_value(v), ip = trunc(d);
+        bool excl = k % 2, at_int = d == ip;
+        if (k < 2) {
+            neg_lo &= d < 0;
+            ip += excl && at_int && d < 0; /* above -2: -1.9 */
+        } else {
+            neg_hi &= d > -1;
+            if (d < 0 || (excl && d == 0))
+                ip = ip == 0 ? -1 : ip; /* below -0.25: "-0.5" (the "-0" part), "-1.5" */
+            else
+                ip -= excl && at_int; /* below 1: 0.99 */
+        }
+        json_t *b = fabs(d) <= (double)MAX_BOUND ? json_integer((json_int_t)ip) : json_real(d);
+        /* exclusive or not, the integer part at the bound is allowed */
+        if (!b || json_object_set_new(t, keys[k & 2], b) || (excl && json_object_del(t, keys[k])))
+            nomem(c);
+    }
+    const json_t *tl = json_object_get(t, "minimum"), *th = json_object_get(t, "maximum");
     if (!any) {
         sp_gstr_add(o, "json-number");
-    } else if (int_bounds(c, s, &hl, &lo, &hh, &hi)) {
-        sp_gstr_add(o, "( ");
+    } else if (!t) {
+        nomem(c);
+    } else if (neg_lo && neg_hi && json_is_integer(tl) && json_is_integer(th) &&
+               json_integer_value(tl) > json_integer_value(th)) {
+        sp_gstr_add(o, "( \"-0\" ( \".\" [0-9]{1,16} )? )"); /* between -1 and 0 only */
+    } else if (int_bounds(c, t, &hl, &lo, &hh, &hi)) {
+        sp_gstr_add(o, "( ( ");
         int_range(o, hl, lo, hh, hi);
-        sp_gstr_add(o, " ( \".\" [0-9]{1,6} )? )");
-    } else if (!strstr(sp_error_message(), "16-digit")) {
-        c->failed = false; /* no integer in between (0.1..0.9): any number, then the validator */
-        sp_gstr_add(o, "json-number");
+        sp_gstr_addf(o, "%s ) ( \".\" [0-9]{1,16} )? )", neg_lo && neg_hi ? " | \"-0\"" : "");
     }
+    json_decref(t);
 }
 
 /* Items after "[" W (or after a prefix of items, each followed by W):
@@ -615,6 +681,15 @@ struct prop {
     bool required;
 };
 
+/* Whether no value satisfies s in the way an object's member schemas say
+ * "never present": false, or `not` of true or {} (WashingtonPost's
+ * `"referent": {"not": {}}`). */
+static bool never(const json_t *s)
+{
+    const json_t *k = json_object_get(s, "not");
+    return json_is_false(s) || json_is_true(k) || (json_is_object(k) && !json_object_size(k));
+}
+
 /* The expression of one property beyond those listed (patternProperties,
  * additionalProperties, or any when the object lists none), into *extra;
  * false when no such property may appear. */
@@ -630,6 +705,8 @@ static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_
     const char *pk;
     json_t *pv;
     json_object_foreach((json_t *)pats, pk, pv) {
+        if (never(pv)) /* keys it matches are forbidden: the validator's */
+            continue;
         struct sp_gstr key = {0};
         const char *why = sp_regex_to_gbnf(pk, strlen(pk), &key);
         sp_gstr_addf(extra, "%s( \"\\\"\" %s \"\\\"\"%s\":\"%s", any ? " | " : "", why ? "json-char*" : key.p,
@@ -643,7 +720,7 @@ static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_
     }
     /* listed properties and no word on the others: only the listed ones
      * (unless the object needs more) */
-    bool open = addl ? !json_is_false(addl)
+    bool open = addl ? !never(addl)
                      : (!n_listed && !pats) || count(s, "minProperties", 0) > (long long)n_listed;
     if (open) {
         sp_gstr_add(extra, any ? " | ( " : "( ");
@@ -691,9 +768,9 @@ static size_t gen_props(struct sc *c, const json_t *s, struct prop **props)
     json_object_foreach((json_t *)pl, k, v) {
         struct prop *p = &(*props)[n++];
         json_array_foreach(req, i, r) p->required |= !strcmp(json_string_value(r), k);
-        if (json_is_false(v)) { /* never present */
+        if (never(v)) { /* never present */
             if (p->required) {
-                fail(c, "unsatisfiable schema: required property '%.60s' is false", k);
+                fail(c, "unsatisfiable schema: required property '%.60s' can have no value", k);
                 return n;
             }
             n--;
@@ -1007,7 +1084,7 @@ static void gen_enum(struct sc *c, const json_t *s, const json_t *values, struct
             continue;
         if (any)
             sp_gstr_add(o, " | ");
-        json_lit(o, v);
+        value_lit(c, o, v);
         any = true;
     }
     sp_gstr_add(o, " )");
@@ -1039,7 +1116,7 @@ static void gen_node(struct sc *c, const json_t *s, struct sp_gstr *o)
         return;
     }
     if ((k = json_object_get(s, "const"))) {
-        json_lit(o, k);
+        value_lit(c, o, k);
         return;
     }
     if ((k = json_object_get(s, "enum"))) {

@@ -191,10 +191,50 @@ static bool has_scheme(const char *s, size_t n)
     return false;
 }
 
+/* A reference without a scheme is relative: its first path segment (up to
+ * "/", "?" or "#") has no ":" (RFC 3986's path-noscheme: "://" is neither). */
+static bool reference_ok(const char *s, size_t n)
+{
+    if (has_scheme(s, n))
+        return true;
+    for (size_t i = 0; i < n && s[i] && !strchr("/?#", s[i]); i++)
+        if (s[i] == ':')
+            return false;
+    return true;
+}
+
+/* RFC 6570: literals (no controls, space or "'%<>\\^`{|}, %XX escapes)
+ * and expressions: "{", an operator or none, variable names and their
+ * modifiers, "}"; braces never nest. */
+static bool valid_uri_template(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '%') {
+            if (i + 2 >= n || !is_hex(s[i + 1]) || !is_hex(s[i + 2]))
+                return false;
+            i += 2;
+        } else if (c == '{') {
+            size_t j = i + 1;
+            if (j < n && strchr("+#./;?&=,!@|", s[j]) && s[j])
+                j++;
+            size_t start = j;
+            while (j < n && s[j] && (is_alpha(s[j]) || is_digit(s[j]) || strchr("_.%,:*", s[j])))
+                j++;
+            if (j == start || j >= n || s[j] != '}')
+                return false;
+            i = j;
+        } else if (c <= 0x20 || c == 0x7F || strchr("\"'<>\\^`{|}", c)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool valid_uri(const char *s, size_t n) { return has_scheme(s, n) && uri_chars_ok(s, n, false); }
-static bool valid_uri_reference(const char *s, size_t n) { return uri_chars_ok(s, n, false); }
+static bool valid_uri_reference(const char *s, size_t n) { return reference_ok(s, n) && uri_chars_ok(s, n, false); }
 static bool valid_iri(const char *s, size_t n) { return has_scheme(s, n) && uri_chars_ok(s, n, true); }
-static bool valid_iri_reference(const char *s, size_t n) { return uri_chars_ok(s, n, true); }
+static bool valid_iri_reference(const char *s, size_t n) { return reference_ok(s, n) && uri_chars_ok(s, n, true); }
 
 /* Base64 (OpenAPI's `byte`): groups of four, padding only at the end. */
 static bool valid_byte(const char *s, size_t n)
@@ -291,6 +331,9 @@ static bool valid_regex(const char *s, size_t n)
 #define OCTET_GBNF "( \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9] )"
 /* URI characters as a JSON string spells them (no quote or backslash) */
 #define URI_CHAR_GBNF "( [A-Za-z0-9._~:/?#@!$&'()*+,;=\\[\\]-] | \"%\" hex hex )"
+/* the first segment of a relative reference: no ":", "/", "?" or "#" */
+#define URI_SEG_GBNF "( [A-Za-z0-9._~@!$&'()*+,;=\\[\\]-] | \"%\" hex hex )"
+#define IRI_SEG_GBNF "( [A-Za-z0-9._~@!$&'()*+,;=\\[\\]\\u00A0-\\U0010FFFF-] | \"%\" hex hex )"
 #define IRI_CHAR_GBNF "( [A-Za-z0-9._~:/?#@!$&'()*+,;=\\[\\]\\u00A0-\\U0010FFFF-] | \"%\" hex hex )"
 #define DIGITS_GBNF "[0-9]{1,9}"
 
@@ -315,9 +358,16 @@ static const struct sp_schema_format formats[] = {
     /* a superset (groups of hex digits and colons, an IPv4 tail) */
     {"ipv6", "( hex{1,4} )? ( \":\" ( hex{1,4} )? ){2,7} ( \".\" [0-9]{1,3} ){0,3}", valid_ipv6},
     {"uri", "[a-zA-Z] [a-zA-Z0-9+.-]{0,15} \":\" " URI_CHAR_GBNF "*", valid_uri},
-    {"uri-reference", URI_CHAR_GBNF "*", valid_uri_reference},
+    {"uri-reference",
+     "[a-zA-Z] [a-zA-Z0-9+.-]{0,15} \":\" " URI_CHAR_GBNF "* | " URI_SEG_GBNF "* ( [/?#] " URI_CHAR_GBNF "* )?",
+     valid_uri_reference},
+    {"uri-template",
+     "( [^\\x00-\\x20\\x7F\\\"'%<>\\\\^`{|}] | \"%\" hex hex | \"{\" [+#./;?&=,!@|]? [A-Za-z0-9_.%,:*]+ \"}\" )*",
+     valid_uri_template},
     {"iri", "[a-zA-Z] [a-zA-Z0-9+.-]{0,15} \":\" " IRI_CHAR_GBNF "*", valid_iri},
-    {"iri-reference", IRI_CHAR_GBNF "*", valid_iri_reference},
+    {"iri-reference",
+     "[a-zA-Z] [a-zA-Z0-9+.-]{0,15} \":\" " IRI_CHAR_GBNF "* | " IRI_SEG_GBNF "* ( [/?#] " IRI_CHAR_GBNF "* )?",
+     valid_iri_reference},
     {"byte", "( [A-Za-z0-9+/]{4} )* ( [A-Za-z0-9+/]{2} \"==\" | [A-Za-z0-9+/]{3} \"=\" )?", valid_byte},
     {"json-pointer", "( \"/\" ( [^/~\"\\\\\\x00-\\x1F] | \"~\" [01] )* )*", valid_json_pointer},
     {"relative-json-pointer",

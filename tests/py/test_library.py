@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT, CliResult
 from server_util import START_TIMEOUT, free_port, wait_for
 
-PUBLIC_USERS = ("tools", "server", "examples", "tests/api")
+PUBLIC_USERS = ("tools", "server", "examples", "tests/api", "bench/schemas")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 

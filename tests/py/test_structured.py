@@ -176,8 +176,10 @@ def test_cut_by_max_tokens_is_incomplete(smollm2):
 @pytest.mark.parametrize("body,param,needle", [
     ({"grammar": "root ::= \"a\"\nx ::= (\"b\""}, "grammar", "line 2, column"),
     ({"grammar": "root ::= undefined-rule"}, "grammar", "line 1, column 10"),
-    ({"json_schema": {"type": "object", "properties": {"a": {"not": {}}}}}, "json_schema",
-     "'not' of a schema every value satisfies at $.properties.a"),
+    ({"json_schema": {"type": "object", "properties": {"a": {"not": {}}}, "required": ["a"]}}, "json_schema",
+     "required property 'a' can have no value"),
+    ({"json_schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "not": {}}}, "json_schema",
+     "'not' of a schema every value satisfies"),
     ({"json_schema": {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}}, "json_schema",
      "not in this schema"),
     ({"json_schema": {"type": "object", "properties": {"a": {"type": "array", "minItems": 3, "maxItems": 1}}}},

@@ -41,8 +41,29 @@ static const struct scase cases[] = {
     {"{\"type\":\"string\",\"format\":\"phone-number\",\"maxLength\":3}", {"\"abc\""}, {"\"+1\""}, {"\"abcd\""},
      {"\"abcd\""}, true},
     /* ---- drafts ---- */
-    {"{" DRAFT4 "\"type\":\"number\",\"minimum\":0,\"exclusiveMinimum\":true,\"maximum\":10}", {"5", "10"},
-     {"0.5"}, {"0", "-1", "11"}, {"0", "11"}, false},
+    {"{" DRAFT4 "\"type\":\"number\",\"minimum\":0,\"exclusiveMinimum\":true,\"maximum\":10}", {"5", "10", "0.5"},
+     {NULL}, {"0", "-1", "11"}, {"-1", "11"}, false},
+    /* numbers with bounds: the integer part as written (truncated toward
+     * zero) is bounded, so 0.5 fits minimum 0.3 and -0.5 fits above -2.5;
+     * any number of fraction digits (MaskBench: "cpus": 0.5 was refused) */
+    {"{\"type\":\"number\",\"minimum\":0.3,\"maximum\":1}", {"0.5", "0.3", "1", "0.3456789012"}, {NULL},
+     {"0.2", "1.5", "-0.5", "0"}, {"2", "-0.5", "-1", "1e0"}, false},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":-2.5,\"maximum\":-0.25}", {"-0.5", "-2.4", "-1", "-2"}, {NULL},
+     {"-2.5", "0", "-0.2", "-3"}, {"-3", "1", "0.5"}, false},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}", {"0.5", "0.01"}, {NULL},
+     {"0", "1", "-0.5"}, {"1.5", "-0.5", "2"}, false},
+    {"{\"type\":\"number\",\"minimum\":-0.5,\"maximum\":-0.25}", {"-0.3", "-0.5"}, {NULL}, {"-0.2", "0"},
+     {"0.3", "-1", "0"}, false},
+    /* a member schema no value satisfies ({"not": {}}) means "never
+     * present", as false does; a false patternProperties forbids the keys it
+     * matches (both were refused as unsatisfiable: MaskBench's WashingtonPost
+     * and Handwritten sets) */
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}},\"b\":{\"type\":\"integer\"}}}", {"{\"b\":1}", "{}"},
+     {NULL}, {"{\"a\":1}", "{\"b\":1,\"a\":null}"}, {"{\"a\":1}"}, true},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":{\"not\":true}}",
+     {"{\"a\":1}", "{}"}, {NULL}, {"{\"b\":1}"}, {"{\"b\":1}"}, true},
+    {"{\"type\":\"object\",\"patternProperties\":{\"^x\":false},\"additionalProperties\":true}", {"{}", "{\"a\":1}"},
+     {NULL}, {"{\"xa\":1}"}, {NULL}, false},
     {"{" DRAFT4 "\"const\":3}", {"4", "\"x\""}, {"3"}, {NULL}, {NULL}, true}, /* const is draft-6 */
     {"{" DRAFT7 "\"definitions\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/definitions/s\",\"maxLength\":2}",
      {"\"abcd\""}, {"\"\""}, {"1"}, {"1"}, true}, /* $ref's siblings are ignored before 2019-09 */
@@ -130,8 +151,13 @@ static const struct scase cases[] = {
      {"\"-bad.com\"", "\"a..b\""}, {"\"-bad.com\""}, true},
     {"{\"type\":\"string\",\"format\":\"uri\"}", {"\"https://example.com/a?b=1#c\"", "\"urn:isbn:0451450523\""}, {NULL},
      {"\"no scheme\"", "\"http://a b\"", "\"/relative\""}, {"\"/relative\""}, true},
-    {"{\"type\":\"string\",\"format\":\"uri-reference\"}", {"\"../a?b\"", "\"\""}, {NULL}, {"\"a b\"", "\"%zz\""},
-     {"\"a b\""}, true},
+    /* MaskBench's MCP set: "http://example.com/resource/{" is no URI template */
+    {"{\"type\":\"string\",\"format\":\"uri-template\"}", {"\"http://x/{id}\"", "\"/a{?q,r*}\"", "\"plain\"", "\"\""},
+     {NULL}, {"\"http://x/{\"", "\"a b\"", "\"{}\"", "\"{a{b}}\"", "\"a}\""},
+     {"\"http://x/{\"", "\"a b\"", "\"{}\""}, true},
+    /* a relative reference has no ":" in its first segment (MaskBench: "://" was accepted) */
+    {"{\"type\":\"string\",\"format\":\"uri-reference\"}", {"\"../a?b\"", "\"\"", "\"a/b:c\"", "\"x:y\"", "\"?q:1\""},
+     {NULL}, {"\"a b\"", "\"%zz\"", "\"://\"", "\"1a:b\""}, {"\"a b\"", "\"://\"", "\"1a:b\""}, true},
     {"{\"type\":\"string\",\"format\":\"byte\"}", {"\"aGVsbG8=\"", "\"\""}, {NULL}, {"\"abc\"", "\"a=bc\""}, {"\"abc\""},
      true},
     {"{\"type\":\"string\",\"format\":\"duration\"}", {"\"P3Y6M4DT12H30M5S\"", "\"P4W\"", "\"PT1H1S\"", "\"P1D\""},
@@ -294,6 +320,8 @@ static void test_refusals(void)
         {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", "minItems 3 > maxItems 1"},
         {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "no common type"},
         {"{\"not\":{}}", "'not'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}},\"required\":[\"a\"]}",
+         "required property 'a' can have no value"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"b\"],"
          "\"additionalProperties\":false}", "required property 'b'"},
         {"[1]", "a schema must be an object or a boolean"},
@@ -367,6 +395,17 @@ static void test_whitespace(void)
     CHECK(flex && !grammar_accepts(flex, "{\"a\":[]}\n") && !grammar_accepts(flex, " {\"a\":[]}"),
           "nothing before or after the value");
     CHECK(valid(schema, "\n{\"a\":[]} ", why, sizeof why), "the validator takes whitespace around it: %s", why);
+    /* an enum's or const's objects and arrays take the same whitespace
+     * (MaskBench's instances are spaced: {"bar": 2, "foo": 1} was refused) */
+    struct sp_grammar *e = compile_schema("{\"enum\":[{\"bar\":2,\"foo\":[1,{}]},\"x\"]}", true);
+    CHECK(e && grammar_accepts(e, "{\"bar\": 2, \"foo\": [1, {}]}") && grammar_accepts(e, "{ \"bar\" :2,\"foo\":[ 1 ,{ } ] }"),
+          "flexible enum objects");
+    CHECK(e && grammar_accepts(e, "\"x\"") && !grammar_accepts(e, "{\"bar\": 2}") && !grammar_accepts(e, "\" x\""),
+          "only the enum's values");
+    sp_grammar_free(e);
+    e = compile_schema("{\"const\":[1,2]}", true);
+    CHECK(e && grammar_accepts(e, "[1, 2]") && !grammar_accepts(e, "[1, 2, 3]"), "flexible const array");
+    sp_grammar_free(e);
     sp_grammar_free(flex);
     sp_grammar_free(compact);
 }
