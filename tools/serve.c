@@ -1,4 +1,4 @@
-/* spindle serve: flags -> sp_model_load + sp_server_config -> sp_server_run().
+/* spindle serve: flags -> sp_model_load (or --models-dir) + sp_server_config -> sp_server_run().
  * A model or configuration the server cannot run fails here, with one line
  * and exit status 2, before anything listens. */
 #include <errno.h>
@@ -16,7 +16,12 @@
 
 static const char sp_serve_usage[] =
     "usage: spindle serve -m MODEL [options]\n"
-    "  -m, --model PATH     GGUF model file, or a stored model's name (required)\n"
+    "       spindle serve --models-dir DIR [options]\n"
+    "  -m, --model PATH     GGUF model file, or a stored model's name\n"
+    "  --models-dir DIR     serve every DIR/NAME.gguf as the model NAME, each loaded on\n"
+    "                       the first request that names it (instead of -m)\n"
+    "  --models-max N       models loaded at once with --models-dir (default 4); the\n"
+    "                       least recently used idle one is unloaded for another\n"
     "  --host HOST          address or host name to bind (default 127.0.0.1)\n"
     "  --port N             TCP port (default 8080; 0 picks a free one)\n"
     "  --parallel N         requests running at once (default 4)\n"
@@ -149,6 +154,7 @@ int sp_tool_serve(int argc, char **argv)
     char key_buf[SP_SERVE_KEY_CAP];
     const char *aliases[SP_SERVER_MAX_ALIASES];
     const char *key_file = NULL;
+    bool models_max_set = false;
     sp_server_config cfg;
     sp_model_params mp;
     struct sp_tool_spec spec;
@@ -184,6 +190,13 @@ int sp_tool_serve(int argc, char **argv)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(mp.path = sp_store_model_path(a, v)))
                 return 2;
+        } else if (!strcmp(a, "--models-dir")) {
+            cfg.models_dir = v;
+        } else if (!strcmp(a, "--models-max")) {
+            if (!sp_parse_long(v, 1, 1024, &n))
+                return sp_tool_fail("serve: --models-max wants 1..1024, got '%s'", v);
+            cfg.models_max = (int)n;
+            models_max_set = true;
         } else if (!strcmp(a, "--host")) {
             cfg.host = v;
         } else if (!strcmp(a, "--port")) {
@@ -285,8 +298,14 @@ int sp_tool_serve(int argc, char **argv)
             return sp_tool_fail("serve: unknown option '%s' (see spindle serve --help)", a);
         }
     }
-    if (!mp.path)
-        return sp_tool_fail("serve: -m MODEL is required (see spindle serve --help)");
+    if (!mp.path && !cfg.models_dir)
+        return sp_tool_fail("serve: -m MODEL or --models-dir DIR is required (see spindle serve --help)");
+    if (mp.path && cfg.models_dir)
+        return sp_tool_fail("serve: give -m MODEL or --models-dir DIR, not both");
+    if (cfg.models_dir && cfg.n_aliases)
+        return sp_tool_fail("serve: --alias names the model of -m; with --models-dir a model's name is its file's");
+    if (models_max_set && !cfg.models_dir)
+        return sp_tool_fail("serve: --models-max goes with --models-dir");
     if (!sp_serve_api_key(&cfg, key_file, key_buf, sizeof key_buf))
         return 2;
     mp.n_threads = cfg.n_threads;
@@ -301,7 +320,8 @@ int sp_tool_serve(int argc, char **argv)
     cfg.spec_fixed = ep.spec_fixed;
     cfg.draft_model = ep.draft_model;
     cfg.spec_layers = ep.spec_layers;
-    if (sp_model_load(&mp, &m) != SP_OK) {
+    cfg.model_params = mp;
+    if (mp.path && sp_model_load(&mp, &m) != SP_OK) {
         sp_tool_spec_free(&spec);
         return sp_tool_fail("%s", sp_error_message());
     }
