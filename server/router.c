@@ -1,6 +1,7 @@
-/* The models of --models-dir: one per DIR/NAME.gguf, named NAME, each
- * loaded on the first request that names it and given its own engine and
- * scheduler thread (scheduler.c), as llama-server's router mode does.
+/* The models of --models-dir (one per DIR/NAME.gguf, named NAME) or of the
+ * application's list (cfg->models_list: the model store's), each loaded on
+ * the first request that names it and given its own engine and scheduler
+ * thread (scheduler.c), as llama-server's router mode does.
  *
  * At most max_loaded models are loaded (or loading) at once; to load
  * another, the least recently used one that no request holds is unloaded,
@@ -11,7 +12,7 @@
  * file that fails to load keeps its one-line error (listed, and answered
  * to the requests naming it) until the file changes.
  *
- * The directory is read again whenever the models are listed and whenever
+ * The directory (or list) is read again whenever the models are listed and whenever
  * a request needs a model that is not loaded: new files appear, a deleted
  * file's model disappears from the list and is refused from then on (and
  * unloaded once its last request is done).  A loaded model keeps serving
@@ -55,7 +56,7 @@ struct sp_router {
     pthread_cond_t cv;  /* a load ended, a model was released, or the router aborted */
     struct sp_server_config cfg;
     struct sp_metrics *metrics;
-    char *dir;
+    char *dir; /* read when cfg.models_list is NULL */
     int max_loaded;
     bool aborted;
     struct sp_router_model **models;
@@ -107,64 +108,71 @@ static void sp_router_settle(struct sp_router *r, struct sp_router_model *e)
     sp_router_model_free(e);
 }
 
-/* The entry of file `name` (ID.gguf) of the directory, added when new.
- * NULL: not a model file, or no room. */
-static struct sp_router_model *sp_router_entry_of(struct sp_router *r, const char *name, struct stat *st)
+/* One model of the directory or list: marks it seen, adds it when new
+ * (when there is room), and clears its error when the file changed.  A
+ * name that cannot be a model's (sp_server_alias_valid) or a path that is
+ * no file is passed over.  Under r->mu. */
+static void sp_router_see(void *ctx, const char *id, const char *path)
 {
-    size_t n = strlen(name);
-    if (name[0] == '.' || n <= 5 || n - 5 > 128 || strcmp(name + n - 5, ".gguf"))
-        return NULL;
-    char *path = NULL;
-    if (asprintf(&path, "%s/%s", r->dir, name) < 0)
-        return NULL;
-    if (stat(path, st) != 0 || !S_ISREG(st->st_mode)) {
-        free(path);
-        return NULL;
+    struct sp_router *r = ctx;
+    struct stat st;
+    if (!sp_server_alias_valid(id) || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return;
+    struct sp_router_model *e = sp_router_find(r, id, strlen(id));
+    if (!e) {
+        if (r->n_models == SP_ROUTER_MAX_MODELS || !(e = calloc(1, sizeof *e)))
+            return;
+        if (!(e->id = strdup(id)) || !(e->path = strdup(path))) {
+            sp_router_model_free(e);
+            return;
+        }
+        r->models[r->n_models++] = e;
     }
-    struct sp_router_model *e = sp_router_find(r, name, n - 5);
-    if (e || r->n_models == SP_ROUTER_MAX_MODELS) {
-        free(path);
-        return e;
+    e->seen = true;
+    e->gone = false;
+    if (e->dev != st.st_dev || e->ino != st.st_ino || e->size != st.st_size ||
+        e->mtime.tv_sec != st.st_mtim.tv_sec || e->mtime.tv_nsec != st.st_mtim.tv_nsec) {
+        e->dev = st.st_dev;
+        e->ino = st.st_ino;
+        e->size = st.st_size;
+        e->mtime = st.st_mtim;
+        free(e->error);
+        e->error = NULL;
     }
-    char *id = strndup(name, n - 5);
-    if (!id || !sp_server_alias_valid(id) || !(e = calloc(1, sizeof *e))) {
-        free(id);
-        free(path);
-        return NULL;
-    }
-    e->id = id;
-    e->path = path;
-    r->models[r->n_models++] = e;
-    return e;
 }
 
-/* Reads the directory again: new files are added, a changed file's error
- * is cleared, and a model whose file is gone is marked so (and dropped
- * when nothing holds it).  Under r->mu. */
+/* Every NAME.gguf of the directory, as the model NAME (a name starting
+ * with '.' is passed over). */
+static void sp_router_read_dir(struct sp_router *r)
+{
+    DIR *d = opendir(r->dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        const char *name = de->d_name;
+        size_t n = strlen(name);
+        if (name[0] == '.' || n <= 5 || n - 5 > 128 || strcmp(name + n - 5, ".gguf"))
+            continue;
+        char *id = strndup(name, n - 5), *path = NULL;
+        if (id && asprintf(&path, "%s/%s", r->dir, name) >= 0) {
+            sp_router_see(r, id, path);
+            free(path);
+        }
+        free(id);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* Reads the directory or list again: new models are added, a changed
+ * file's error is cleared, and a model no longer there is marked gone (and
+ * dropped when nothing holds it).  Under r->mu. */
 static void sp_router_scan(struct sp_router *r)
 {
     for (size_t i = 0; i < r->n_models; i++)
         r->models[i]->seen = false;
-    DIR *d = opendir(r->dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        struct stat st;
-        struct sp_router_model *e = sp_router_entry_of(r, de->d_name, &st);
-        if (!e)
-            continue;
-        e->seen = true;
-        e->gone = false;
-        if (e->dev != st.st_dev || e->ino != st.st_ino || e->size != st.st_size ||
-            e->mtime.tv_sec != st.st_mtim.tv_sec || e->mtime.tv_nsec != st.st_mtim.tv_nsec) {
-            e->dev = st.st_dev;
-            e->ino = st.st_ino;
-            e->size = st.st_size;
-            e->mtime = st.st_mtim;
-            free(e->error);
-            e->error = NULL;
-        }
-    }
-    if (d)
-        closedir(d);
+    if (r->cfg.models_list)
+        r->cfg.models_list(r->cfg.models_user, sp_router_see, r);
+    else
+        sp_router_read_dir(r);
     for (size_t i = r->n_models; i-- > 0;) {
         struct sp_router_model *e = r->models[i];
         if (!e->seen) {
@@ -178,10 +186,10 @@ sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *
 {
     struct stat st;
     *out = NULL;
-    if (stat(cfg->models_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (!cfg->models_list && (stat(cfg->models_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
         return sp_error_set(SP_ERR_ARG, "--models-dir '%s' is not a directory", cfg->models_dir);
     struct sp_router *r = calloc(1, sizeof *r);
-    if (!r || !(r->dir = strdup(cfg->models_dir)) ||
+    if (!r || !(r->dir = strdup(cfg->models_dir ? cfg->models_dir : "")) ||
         !(r->models = calloc(SP_ROUTER_MAX_MODELS, sizeof *r->models))) {
         if (r)
             free(r->dir);

@@ -208,7 +208,7 @@ static void sp_server_listening(const struct sp_server_config *c, struct sp_http
             sp_http_port(http), c->replica_id);
     if (router)
         fprintf(stderr, "%zu models in '%s', at most %d loaded, %d parallel each)\n", sp_router_count(router),
-                c->models_dir, c->models_max, c->n_parallel);
+                c->models_dir ? c->models_dir : "the list", c->models_max, c->n_parallel);
     else
         fprintf(stderr, "model '%s', context %d tokens, %d parallel)\n", model_id, sp_sched_n_ctx(sched),
                 c->n_parallel);

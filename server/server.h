@@ -353,8 +353,8 @@ void sp_http_stop(struct sp_http *h);
 
 struct sp_router;
 struct sp_router_model;
-/* Reads cfg->models_dir (SP_ERR_ARG when it is not a directory); loads
- * nothing yet.  Each model it loads gets an engine made as sp_server_run
+/* Reads cfg->models_dir (SP_ERR_ARG when it is not a directory), or
+ * cfg->models_list; loads nothing yet.  Each model it loads gets an engine made as sp_server_run
  * makes the one of -m (sp_server_engine_params) and a scheduler counting
  * into m. */
 sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *cfg, struct sp_metrics *m);
@@ -380,8 +380,8 @@ struct sp_router_entry {
     uint64_t bytes;    /* the file's size */
     int n_ctx;         /* loaded: its context per request; else 0 */
 };
-/* Reads the directory again and lists its models, sorted by name (*out
- * malloc'd, *n entries). */
+/* Reads the directory (or list) again and lists its models, sorted by
+ * name (*out malloc'd, *n entries). */
 sp_status sp_router_list(struct sp_router *r, struct sp_router_entry **out, size_t *n);
 /* The model a request body names (`model`, else Ollama's older `name`),
  * copied into buf; false when it names none (or it does not fit). */

@@ -75,6 +75,12 @@ typedef struct sp_server_config {
     const char *models_dir;
     int models_max;
     sp_model_params model_params;
+    /* instead of reading models_dir (then only named in the log), the
+     * application's own list of models (the model store's): models_list
+     * calls add(ctx, name, path) once per model, on every reading (a
+     * request's thread, while the server's model list is locked) */
+    void (*models_list)(void *user, void (*add)(void *ctx, const char *name, const char *path), void *ctx);
+    void *models_user;
 } sp_server_config;
 /* The default models_max: llama-server's --models-max. */
 #define SP_SERVER_MODELS_MAX 4
@@ -86,8 +92,8 @@ bool sp_server_alias_valid(const char *name);
 /* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, 512 connections,
  * 30 s to receive a request, n <= 8, sampling
  * defaults not set, text log lines, replica id from the host name, drain
- * timeout 60 s, max_retries capped at 4, no models_dir, models_max 4,
- * model_params sp_model_params_default's. */
+ * timeout 60 s, max_retries capped at 4, no models_dir or models_list,
+ * models_max 4, model_params sp_model_params_default's. */
 void sp_server_config_default(sp_server_config *c);
 
 /* Whether id can name a replica: 1 to 64 characters of [A-Za-z0-9._:-]
@@ -101,9 +107,9 @@ bool sp_server_replica_id_valid(const char *id);
  * SP_OK.  Fails before listening when the engine cannot be made (SP_ERR_ARG,
  * SP_ERR_NOMEM, ...) or the address cannot be bound (SP_ERR_IO).  One line
  * goes to stderr when it listens and one when it drains.  The model must
- * outlive the call.  With cfg->models_dir, m is NULL and the models are
- * loaded as requests name them (SP_ERR_ARG when models_dir is not a
- * directory). */
+ * outlive the call.  With m NULL, the models of cfg->models_dir (or
+ * cfg->models_list) are served, loaded as requests name them (SP_ERR_ARG
+ * when models_dir is not a directory). */
 sp_status sp_server_run(const sp_model *m, const sp_server_config *cfg);
 
 #endif

@@ -2,6 +2,7 @@
 directory, each model loaded on the first request that names it, at most
 --models-max loaded, the least recently used idle one unloaded first
 (server/router.c)."""
+import json
 import os
 import re
 import threading
@@ -181,11 +182,38 @@ def test_bad_file_listed_with_its_error(spindle_bin, models_dir, smollm2_path, e
         assert s.stop() == 0
 
 
+def test_serves_the_store_without_m(spindle_bin, run_spindle, tmp_path, smollm2_path, expected):
+    """No -m and no --models-dir: the models of `spindle pull`'s store, under
+    their full names (a store written here as pull writes it)."""
+    root = tmp_path / "store"
+    d = root / "hf.co" / "test-org" / "SmolLM2-GGUF" / "Q4_1"
+    d.mkdir(parents=True)
+    os.symlink(smollm2_path, d / "smol.gguf")
+    files = [{"name": "smol.gguf", "hub_path": "smol.gguf", "size": os.path.getsize(smollm2_path),
+              "sha256": "0" * 64}]
+    (d / "manifest.json").write_text(json.dumps({
+        "name": "test-org/SmolLM2-GGUF:Q4_1", "repo": "test-org/SmolLM2-GGUF", "quant": "Q4_1",
+        "source": "test", "revision": "main", "files": files, "pulled": "2026-01-01T00:00:00Z"}))
+    env = dict(os.environ, SPINDLE_MODELS=str(root))
+    name = "test-org/SmolLM2-GGUF:Q4_1"
+    s = Server(spindle_bin, None, *FLAGS, env=env)
+    try:
+        assert sorted(listed(s)) == [name]
+        assert complete(s, name, PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        r = run_spindle("rm", name, env=env)
+        assert r.returncode == 0, r
+        assert listed(s) == {}
+        assert_openai_error(s.post("/v1/completions", {"model": name, "prompt": "x"}), 404, "model")
+    finally:
+        assert s.stop() == 0
+
+
 def test_models_dir_flags(run_spindle, models_dir, smollm2_path, tmp_path):
     cases = [
         (["--models-dir", str(tmp_path / "none")], "is not a directory"),
         (["--models-dir", str(models_dir), "-m", smollm2_path], "not both"),
         (["--models-dir", str(models_dir), "--alias", "x"], "--alias"),
+        (["--alias", "x"], "--alias"),
         (["-m", smollm2_path, "--models-max", "2"], "--models-max goes with --models-dir"),
         (["--models-dir", str(models_dir), "--models-max", "0"], "--models-max wants"),
     ]
