@@ -36,7 +36,7 @@ static const char *const sp_router_state_names[] = {"unloaded", "loading", "load
 
 struct sp_router_model {
     char *id;   /* the file name without .gguf */
-    char *path; /* DIR/ID.gguf */
+    char *path; /* its file (DIR/ID.gguf); changed only while no request holds it */
     /* the file as last seen: a change clears error */
     dev_t dev;
     ino_t ino;
@@ -130,6 +130,13 @@ static void sp_router_see(void *ctx, const char *id, const char *path)
     }
     e->seen = true;
     e->gone = false;
+    if (strcmp(e->path, path) && e->n_held == 0) { /* a list's model moved (loaders read path unlocked) */
+        char *p = strdup(path);
+        if (p) {
+            free(e->path);
+            e->path = p;
+        }
+    }
     if (e->dev != st.st_dev || e->ino != st.st_ino || e->size != st.st_size ||
         e->mtime.tv_sec != st.st_mtim.tv_sec || e->mtime.tv_nsec != st.st_mtim.tv_nsec) {
         e->dev = st.st_dev;
