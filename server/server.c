@@ -172,7 +172,8 @@ static sp_status sp_fit_connections(struct sp_server_config *c)
     return SP_OK;
 }
 
-char *sp_server_model_id(const char *path)
+/* The id clients send as `model`: the file name without directory or .gguf. */
+static char *sp_server_model_id(const char *path)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;

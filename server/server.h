@@ -395,9 +395,6 @@ void sp_router_close(struct sp_router *r);
 /* server.c: the engine parameters of the configuration (threads, context,
  * KV cache, speculative decoding), for each model served. */
 void sp_server_engine_params(const struct sp_server_config *c, struct sp_engine_params *ep);
-/* The id clients send as `model` for a file: its name without directory
- * or .gguf (malloc'd; NULL when out of memory). */
-char *sp_server_model_id(const char *path);
 
 /* ---- reasoning.c: thinking between <think> and </think> ---- */
 
