@@ -12,7 +12,7 @@
  *
  *   OpenAI (server_schema.c, sse.c)     /v1/completions, /v1/chat/completions, /v1/embeddings
  *   Anthropic (dialect_anthropic.c)     /v1/messages, /v1/messages/count_tokens
- *   Ollama (dialect_ollama.c)           /api/chat, /api/generate, /api/embed, /api/tags, ...
+ *   Ollama (dialect_ollama.c)           /api/chat, /api/generate, /api/embed, /api/embeddings, /api/tags, ...
  *   OpenAI Responses (dialect_responses.c)  /v1/responses
  */
 #ifndef SP_SERVER_DIALECT_H
@@ -70,6 +70,11 @@ struct sp_delta {
     enum sp_finish finish;      /* FINISH: SP_FINISH_STOP or SP_FINISH_LENGTH */
     bool tool_calls;            /* FINISH: the choice made calls */
     const char *stop_sequence;  /* FINISH: the stop string that ended it, or NULL */
+    /* with logprobs asked for: the logprobs of the token this delta's text
+     * comes from ({token, logprob, bytes, top_logprobs}, Chat Completions'
+     * entry), on the first delta the token makes; a token that makes none
+     * (its text held, or none) comes as an empty TEXT delta.  Else NULL. */
+    const json_t *logprob;
 };
 
 /* A choice of a finished (non-streamed) answer. */
@@ -82,6 +87,8 @@ struct sp_choice_view {
     enum sp_finish finish;
     bool tool_calls;
     const char *stop_sequence;
+    const json_t *logprobs;     /* with logprobs asked for: each token's entry (as sp_delta.logprob)
+                                   in a list; NULL: none asked for, or no token */
 };
 void sp_resp_choice(const struct sp_resp *r, int c, struct sp_choice_view *v);
 
@@ -124,7 +131,7 @@ struct sp_dialect {
 };
 
 extern const struct sp_dialect sp_dialect_openai, sp_dialect_anthropic, sp_dialect_ollama,
-    sp_dialect_responses;
+    sp_dialect_ollama_embeddings, sp_dialect_responses;
 
 /* One row of the route table. */
 struct sp_route_def {

@@ -15,6 +15,8 @@
  *                                      disable_parallel_tool_use -> parallel_tool_calls false
  *   thinking {type}                    the template's enable_thinking (enabled, adaptive: true;
  *                                      disabled: false)
+ *   thinking.budget_tokens (enabled)   the thinking block closes after that many tokens
+ *                                      (sp_think_budget_attach); less than max_tokens
  *   output_config {format, effort}     response_format json_schema; the template's reasoning_effort
  *   metadata, service_tier, cache_control  labels
  */
@@ -282,8 +284,29 @@ static sp_status sp_anthropic_tools(const json_t *root, json_t *oai, struct sp_a
     return SP_OK;
 }
 
-/* thinking and output_config: the template's variables and response_format. */
-static sp_status sp_anthropic_config(const json_t *root, json_t *oai, struct sp_api_error *err)
+/* thinking.budget_tokens into *budget (0: none): only with type enabled,
+ * a positive integer below max_tokens (as Anthropic's API has it). */
+static sp_status sp_anthropic_budget(const json_t *root, const json_t *thinking, bool enabled, json_int_t *budget,
+                                     struct sp_api_error *err)
+{
+    json_t *b = json_object_get(thinking, "budget_tokens"), *max = json_object_get(root, "max_tokens");
+    *budget = 0;
+    if (!b || json_is_null(b))
+        return SP_OK;
+    if (!enabled)
+        return sp_bad(err, "thinking.budget_tokens", "Invalid '%s': only thinking of type enabled has a budget%s.",
+                      "");
+    if (!json_is_integer(b) || json_integer_value(b) < 1)
+        return sp_bad(err, "thinking.budget_tokens", "Invalid '%s': expected a positive integer%s.", "");
+    if (json_is_integer(max) && json_integer_value(b) >= json_integer_value(max))
+        return sp_bad(err, "thinking.budget_tokens", "Invalid '%s': max_tokens must be greater than it%s.", "");
+    *budget = json_integer_value(b);
+    return SP_OK;
+}
+
+/* thinking and output_config: the template's variables and response_format;
+ * *budget: thinking's token budget (0: none). */
+static sp_status sp_anthropic_config(const json_t *root, json_t *oai, json_int_t *budget, struct sp_api_error *err)
 {
     json_t *thinking = json_object_get(root, "thinking"), *oc = json_object_get(root, "output_config");
     json_t *kw = json_object_get(oai, "chat_template_kwargs");
@@ -299,6 +322,9 @@ static sp_status sp_anthropic_config(const json_t *root, json_t *oai, struct sp_
             k++;
         if (!type || k == sizeof modes / sizeof modes[0])
             return sp_bad(err, "thinking.type", "Invalid '%s': expected enabled, adaptive or disabled%s.", "");
+        sp_status st = sp_anthropic_budget(root, thinking, k == 0, budget, err);
+        if (st != SP_OK)
+            return st;
         if (!json_is_object(kw)) {
             kw = json_object();
             json_object_set_new(oai, "chat_template_kwargs", kw);
@@ -340,8 +366,10 @@ static sp_status sp_anthropic_config(const json_t *root, json_t *oai, struct sp_
     return SP_OK;
 }
 
-/* The request into OpenAI's chat shape (count: count_tokens, no max_tokens). */
-static sp_status sp_anthropic_translate(const json_t *root, json_t *oai, bool count, struct sp_api_error *err)
+/* The request into OpenAI's chat shape (count: count_tokens, no max_tokens);
+ * *budget: thinking's token budget (0: none). */
+static sp_status sp_anthropic_translate(const json_t *root, json_t *oai, bool count, json_int_t *budget,
+                                        struct sp_api_error *err)
 {
     sp_status st = sp_dialect_check_fields(root, sp_anthropic_fields,
                                            sizeof sp_anthropic_fields / sizeof sp_anthropic_fields[0], "", err);
@@ -372,7 +400,7 @@ static sp_status sp_anthropic_translate(const json_t *root, json_t *oai, bool co
     json_object_set_new(oai, "messages", msgs);
     if ((st = sp_anthropic_messages(root, msgs, err)) != SP_OK || (st = sp_anthropic_tools(root, oai, err)) != SP_OK)
         return st;
-    return sp_anthropic_config(root, oai, err);
+    return sp_anthropic_config(root, oai, budget, err);
 }
 
 static sp_status sp_anthropic_parse(struct sp_api_request *out, enum sp_api_kind kind, const char *body, size_t len,
@@ -383,10 +411,17 @@ static sp_status sp_anthropic_parse(struct sp_api_request *out, enum sp_api_kind
     (void)item;
     memset(out, 0, sizeof *out);
     json_t *root = sp_dialect_load(body, len, err), *oai = json_object();
-    sp_status st = root ? sp_anthropic_translate(root, oai, false, err) : SP_ERR_ARG;
+    json_int_t budget = 0;
+    sp_status st = root ? sp_anthropic_translate(root, oai, false, &budget, err) : SP_ERR_ARG;
     if (st == SP_OK)
         st = sp_dialect_parse(out, SP_API_CHAT, oai, model, lim, err, sp_anthropic_names,
                               sizeof sp_anthropic_names / sizeof sp_anthropic_names[0]);
+    /* budget < max_tokens <= the context: an int32_t */
+    if (st == SP_OK && budget > 0 && (st = sp_think_budget_attach(out, model, (int32_t)budget)) != SP_OK) {
+        sp_api_request_free(out);
+        sp_api_fail(err, 500, "api_error", NULL, NULL, "%s", st == SP_ERR_NOMEM ? "out of memory"
+                                                                : "the thinking budget's close tag does not tokenize");
+    }
     json_decref(oai);
     json_decref(root);
     return st;
@@ -400,7 +435,8 @@ char *sp_anthropic_count_tokens(const struct sp_info_ctx *ctx, int *status, stru
     struct sp_api_request r;
     char *body = NULL;
     memset(&r, 0, sizeof r);
-    sp_status st = root ? sp_anthropic_translate(root, oai, true, err) : SP_ERR_ARG;
+    json_int_t budget = 0;
+    sp_status st = root ? sp_anthropic_translate(root, oai, true, &budget, err) : SP_ERR_ARG;
     if (st == SP_OK && json_object_get(oai, "stream")) {
         json_object_del(oai, "stream"); /* a count does not stream */
     }

@@ -16,7 +16,10 @@
  *   tools, messages[].tool_calls,      OpenAI's tools; calls get ids, a tool message answers
  *     tool messages (tool_name)        the first unanswered call of its name (else the next one)
  *   /api/generate: system, prompt      a system and a user message; raw: the prompt as it is
+ *   logprobs, top_logprobs             each token's logprob and its top alternatives
+ *                                      (top_logprobs needs logprobs)
  *   keep_alive                         a label (the model stays loaded)
+ *   /api/embeddings (the older route): prompt -> {"embedding": [...]}
  * A model name may carry Ollama's ":latest" tag.
  */
 #include <stdio.h>
@@ -88,21 +91,49 @@ static sp_status sp_ollama_model(const json_t *root, json_t *oai, struct sp_api_
     return SP_OK;
 }
 
-/* options, format, think and the extensions into oai; *num_ctx the
- * request's context (0: none given). */
-static sp_status sp_ollama_common(const json_t *root, json_t *oai, json_int_t *num_ctx, struct sp_api_error *err)
+/* logprobs (bool) and top_logprobs (0..20, only with logprobs) into oai:
+ * chat's logprobs/top_logprobs, or for a raw prompt (completions) the
+ * number of alternatives as completions' logprobs. */
+static sp_status sp_ollama_logprobs(const json_t *root, json_t *oai, bool raw, struct sp_api_error *err)
+{
+    json_t *lp = json_object_get(root, "logprobs"), *top = json_object_get(root, "top_logprobs");
+    bool on = json_is_true(lp), has_top = top && !json_is_null(top);
+    if (lp && !json_is_null(lp) && !json_is_boolean(lp))
+        return sp_bad(err, "logprobs", "expected a boolean.");
+    if (has_top && (!json_is_integer(top) || json_integer_value(top) < 0 ||
+                    json_integer_value(top) > SP_MAX_LOGPROBS))
+        return sp_bad(err, "top_logprobs", "expected an integer from 0 to 20.");
+    if (has_top && !on)
+        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "top_logprobs",
+                           "'top_logprobs' requires 'logprobs' to be true.");
+    if (!on)
+        return SP_OK;
+    if (raw) {
+        json_object_set_new(oai, "logprobs", json_integer(has_top ? json_integer_value(top) : 0));
+    } else {
+        json_object_set_new(oai, "logprobs", json_true());
+        if (has_top)
+            json_object_set(oai, "top_logprobs", top);
+    }
+    return SP_OK;
+}
+
+/* options, format, think, logprobs and the extensions into oai; *num_ctx
+ * the request's context (0: none given); raw: a raw /api/generate prompt. */
+static sp_status sp_ollama_common(const json_t *root, json_t *oai, bool raw, json_int_t *num_ctx,
+                                  struct sp_api_error *err)
 {
     json_t *opt = json_object_get(root, "options"), *fmt = json_object_get(root, "format");
-    json_t *think = json_object_get(root, "think"), *lp = json_object_get(root, "logprobs");
+    json_t *think = json_object_get(root, "think");
     *num_ctx = 0;
     sp_dialect_copy_extensions(oai, root);
-    if (json_is_true(lp))
-        return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "logprobs",
-                           "'logprobs' is not supported on this server's Ollama routes (use /v1/chat/completions).");
+    sp_status st = sp_ollama_logprobs(root, oai, raw, err);
+    if (st != SP_OK)
+        return st;
     if (opt && !json_is_null(opt)) {
         if (!json_is_object(opt))
             return sp_bad(err, "options", "expected an object.");
-        sp_status st = sp_dialect_check_fields(opt, sp_ollama_options,
+        st = sp_dialect_check_fields(opt, sp_ollama_options,
                                                sizeof sp_ollama_options / sizeof sp_ollama_options[0], "options.",
                                                err);
         if (st != SP_OK)
@@ -285,8 +316,9 @@ static sp_status sp_ollama_translate(const json_t *root, bool generate, json_t *
                             : sp_dialect_check_fields(root, sp_ollama_chat_fields,
                                                       sizeof sp_ollama_chat_fields / sizeof sp_ollama_chat_fields[0], "",
                                                       err);
+    bool raw = generate && json_is_true(json_object_get(root, "raw"));
     if (st != SP_OK || (st = sp_ollama_model(root, oai, err)) != SP_OK ||
-        (st = sp_ollama_common(root, oai, num_ctx, err)) != SP_OK)
+        (st = sp_ollama_common(root, oai, raw, num_ctx, err)) != SP_OK)
         return st;
     *kind = SP_API_CHAT;
     if (!generate) {
@@ -312,7 +344,7 @@ static sp_status sp_ollama_translate(const json_t *root, bool generate, json_t *
     if (!prompt || !prompt[0])
         return sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "prompt",
                            "'prompt' is required (the model is always loaded: there is nothing to load).");
-    if (json_is_true(json_object_get(root, "raw"))) {
+    if (raw) {
         if (system)
             return sp_bad(err, "system", "a raw prompt has no template to put a system message in.");
         *kind = SP_API_COMPLETIONS;
@@ -372,13 +404,16 @@ struct sp_ollama_state {
     double t0, t_first;     /* monotonic: the answer's start and its first token */
     bool generate;          /* /api/generate: "response" instead of "message" */
     json_t *calls;          /* streaming: the calls read so far ({name, arguments text}) */
+    json_t *calls_lp;       /* streaming: their tokens' logprobs, sent with them */
     enum sp_finish finish;
 };
 
 static sp_status sp_ollama_init(struct sp_resp *r)
 {
     struct sp_ollama_state *s = calloc(1, sizeof *s);
-    if (!s || !(s->calls = json_array())) {
+    if (!s || !(s->calls = json_array()) || !(s->calls_lp = json_array())) {
+        if (s)
+            json_decref(s->calls);
         free(s);
         return SP_ERR_NOMEM;
     }
@@ -391,8 +426,10 @@ static sp_status sp_ollama_init(struct sp_resp *r)
 static void sp_ollama_free(struct sp_resp *r)
 {
     struct sp_ollama_state *s = r->state;
-    if (s)
+    if (s) {
         json_decref(s->calls);
+        json_decref(s->calls_lp);
+    }
     free(s);
 }
 
@@ -400,6 +437,7 @@ static void sp_ollama_retry(struct sp_resp *r, int choice)
 {
     (void)choice;
     json_array_clear(((struct sp_ollama_state *)r->state)->calls);
+    json_array_clear(((struct sp_ollama_state *)r->state)->calls_lp);
 }
 
 /* {"model", "created_at"} and the rest of a line or body. */
@@ -472,6 +510,8 @@ static char *sp_ollama_body(struct sp_resp *r)
     sp_ollama_text(s, o, v.text, v.len, v.reasoning, v.n_reasoning, v.calls ? sp_ollama_calls_out(v.calls, true)
                                                                             : NULL);
     s->t_first = s->t0; /* not streamed: no first token seen here */
+    if (r->api->logprobs >= 0)
+        json_object_set_new(o, "logprobs", v.logprobs ? json_incref((json_t *)v.logprobs) : json_array());
     sp_ollama_done(r, s, o, v.finish);
     return sp_json_dump_free(o);
 }
@@ -481,6 +521,9 @@ static sp_status sp_ollama_delta(struct sp_resp *r, const struct sp_delta *d, ch
     struct sp_ollama_state *s = r->state;
     if (s->t_first == 0)
         s->t_first = sp_now();
+    if ((d->kind == SP_DELTA_CALL || d->kind == SP_DELTA_ARGS) && d->logprob &&
+        json_array_append(s->calls_lp, (json_t *)d->logprob))
+        return SP_ERR_NOMEM;
     if (d->kind == SP_DELTA_CALL) {
         json_t *c = json_object();
         json_object_set_new(c, "name", sp_json_text(d->text, d->len));
@@ -509,12 +552,19 @@ static sp_status sp_ollama_delta(struct sp_resp *r, const struct sp_delta *d, ch
             return SP_OK;
         json_t *o = sp_ollama_base(r);
         sp_ollama_text(s, o, "", 0, NULL, 0, sp_ollama_calls_out(s->calls, false));
+        if (json_array_size(s->calls_lp))
+            json_object_set(o, "logprobs", s->calls_lp);
         json_object_set_new(o, "done", json_false());
         return sp_out_ndjson(o, out, len, cap);
     }
     json_t *o = sp_ollama_base(r);
     bool think = d->kind == SP_DELTA_REASONING;
     sp_ollama_text(s, o, think ? "" : d->text, think ? 0 : d->len, think ? d->text : NULL, think ? d->len : 0, NULL);
+    if (d->logprob) { /* the token's, with the first piece of its text */
+        json_t *lp = json_array();
+        json_array_append(lp, (json_t *)d->logprob);
+        json_object_set_new(o, "logprobs", lp);
+    }
     json_object_set_new(o, "done", json_false());
     return sp_out_ndjson(o, out, len, cap);
 }
@@ -547,7 +597,36 @@ static const struct sp_resp_ops sp_ollama_ops = {
     .body = sp_ollama_body,
 };
 
-/* ---- /api/embed ---- */
+/* ---- /api/embed and the older /api/embeddings ---- */
+
+/* The fields both check alike: the request's own (fields), options (only
+ * the runtime ones, labels, mean anything here) and the model, into oai. */
+static sp_status sp_ollama_embed_common(const json_t *root, const struct sp_field_rule *fields, size_t n,
+                                        json_t *oai, struct sp_api_error *err)
+{
+    sp_status st = sp_dialect_check_fields(root, fields, n, "", err);
+    json_t *opt = json_object_get(root, "options");
+    if (st == SP_OK && opt && !json_is_null(opt))
+        for (size_t i = 0; i < sizeof sp_ollama_options / sizeof sp_ollama_options[0] && st == SP_OK; i++)
+            if (sp_ollama_options[i].use != SP_FIELD_LABEL && json_object_get(opt, sp_ollama_options[i].name)) {
+                char param[64];
+                snprintf(param, sizeof param, "options.%s", sp_ollama_options[i].name);
+                st = sp_api_fail(err, 400, SP_API_INVALID, "unsupported_parameter", param,
+                                 "'%s' means nothing for embeddings.", param);
+            }
+    return st == SP_OK ? sp_ollama_model(root, oai, err) : st;
+}
+
+/* oai (OpenAI's embeddings request) through the one parser. */
+static sp_status sp_ollama_embed_run(struct sp_api_embed_request *out, const json_t *oai, const sp_model *model,
+                                     const struct sp_api_embed_limits *lim, struct sp_api_error *err)
+{
+    char *text = json_dumps(oai, JSON_COMPACT);
+    sp_status st = text ? sp_api_embed_parse(out, text, strlen(text), model, lim, err)
+                        : sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    free(text);
+    return st;
+}
 
 static sp_status sp_ollama_embed_parse(struct sp_api_embed_request *out, const char *body, size_t len,
                                        const sp_model *model, const struct sp_api_embed_limits *lim,
@@ -559,32 +638,16 @@ static sp_status sp_ollama_embed_parse(struct sp_api_embed_request *out, const c
     };
     memset(out, 0, sizeof *out);
     json_t *root = sp_dialect_load(body, len, err), *oai = json_object();
-    sp_status st = root ? sp_dialect_check_fields(root, fields, sizeof fields / sizeof fields[0], "", err)
+    sp_status st = root ? sp_ollama_embed_common(root, fields, sizeof fields / sizeof fields[0], oai, err)
                         : SP_ERR_ARG;
-    json_t *opt = root ? json_object_get(root, "options") : NULL;
-    if (st == SP_OK && opt && !json_is_null(opt)) /* only the runtime options mean anything here: labels */
-        for (size_t i = 0; i < sizeof sp_ollama_options / sizeof sp_ollama_options[0] && st == SP_OK; i++)
-            if (sp_ollama_options[i].use != SP_FIELD_LABEL && json_object_get(opt, sp_ollama_options[i].name)) {
-                char param[64];
-                snprintf(param, sizeof param, "options.%s", sp_ollama_options[i].name);
-                st = sp_api_fail(err, 400, SP_API_INVALID, "unsupported_parameter", param,
-                                 "'%s' means nothing for embeddings.", param);
-            }
-    if (st == SP_OK)
-        st = sp_ollama_model(root, oai, err);
-    char *text = NULL;
     if (st == SP_OK) {
         json_t *truncate = json_object_get(root, "truncate"), *dims = json_object_get(root, "dimensions");
         json_object_set(oai, "input", json_object_get(root, "input"));
         json_object_set_new(oai, "truncate", json_boolean(!json_is_false(truncate))); /* Ollama truncates by default */
         if (dims && !json_is_null(dims))
             json_object_set(oai, "dimensions", dims);
-        if (!(text = json_dumps(oai, JSON_COMPACT)))
-            st = sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        st = sp_ollama_embed_run(out, oai, model, lim, err);
     }
-    if (st == SP_OK)
-        st = sp_api_embed_parse(out, text, strlen(text), model, lim, err);
-    free(text);
     json_decref(oai);
     json_decref(root);
     return st;
@@ -608,6 +671,49 @@ static char *sp_ollama_embed_body(const struct sp_api_embed_request *r, const ch
     return sp_json_dump_free(o);
 }
 
+/* /api/embeddings: {"model", "prompt": one string} -> {"embedding": [...]}.
+ * The prompt is required (Ollama's empty prompt only loads the model,
+ * which is always loaded here) and not truncated: a prompt longer than
+ * the model's input is a 400. */
+static sp_status sp_ollama_embeddings_parse(struct sp_api_embed_request *out, const char *body, size_t len,
+                                            const sp_model *model, const struct sp_api_embed_limits *lim,
+                                            struct sp_api_error *err)
+{
+    static const struct sp_field_rule fields[] = {
+        {"model", SP_FIELD_READ}, {"prompt", SP_FIELD_READ}, {"options", SP_FIELD_READ},
+        {"keep_alive", SP_FIELD_LABEL},
+    };
+    memset(out, 0, sizeof *out);
+    json_t *root = sp_dialect_load(body, len, err), *oai = json_object();
+    sp_status st = root ? sp_ollama_embed_common(root, fields, sizeof fields / sizeof fields[0], oai, err)
+                        : SP_ERR_ARG;
+    bool bad = false;
+    const char *prompt = st == SP_OK ? sp_dialect_string(root, "prompt", "prompt", &bad, err) : NULL;
+    if (st == SP_OK && bad)
+        st = SP_ERR_ARG;
+    else if (st == SP_OK && (!prompt || !prompt[0]))
+        st = sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "prompt",
+                         "'prompt' is required (the model is always loaded: there is nothing to load).");
+    if (st == SP_OK) {
+        json_object_set_new(oai, "input", json_string(prompt));
+        st = sp_ollama_embed_run(out, oai, model, lim, err);
+    }
+    json_decref(oai);
+    json_decref(root);
+    return st;
+}
+
+static char *sp_ollama_embeddings_body(const struct sp_api_embed_request *r, const char *model, const float *vecs,
+                                       int n_embd)
+{
+    (void)model;
+    json_t *e = json_array(), *o = json_object();
+    for (int k = 0; r->n_inputs && k < n_embd; k++)
+        json_array_append_new(e, json_real(vecs[k]));
+    json_object_set_new(o, "embedding", e);
+    return sp_json_dump_free(o);
+}
+
 const struct sp_dialect sp_dialect_ollama = {
     .name = "ollama",
     .parse = sp_ollama_parse,
@@ -617,6 +723,18 @@ const struct sp_dialect sp_dialect_ollama = {
     .embed_parse = sp_ollama_embed_parse,
     .embed_body = sp_ollama_embed_body,
 };
+
+/* Ollama's, with the older embeddings route's shapes. */
+const struct sp_dialect sp_dialect_ollama_embeddings = {
+    .name = "ollama",
+    .parse = sp_ollama_parse,
+    .error_body = sp_ollama_error,
+    .stream_type = "application/x-ndjson",
+    .resp = &sp_ollama_ops,
+    .embed_parse = sp_ollama_embeddings_parse,
+    .embed_body = sp_ollama_embeddings_body,
+};
+
 
 /* ---- the model: /api/tags, /api/ps, /api/show, /api/version ---- */
 

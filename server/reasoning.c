@@ -8,7 +8,14 @@
  * opened the block (DeepSeek-R1's "<think>\n") starts inside.  Whitespace
  * right after either tag is dropped.  A byte that may begin a tag is held
  * until the next one decides (at most the tag's length); nothing is
- * allocated. */
+ * allocated.
+ *
+ * The thinking budget (sp_think_budget_attach) bounds the block by tokens
+ * from the decoding side: a stage of the request's own (spindle.h's
+ * sp_stage) counts the tokens drawn inside the block and, once the budget
+ * is spent, leaves the close tag's tokens as the only candidates, one per
+ * step, so the block closes and the model goes on with its answer. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/server.h"
@@ -154,4 +161,153 @@ int sp_think_mode_for(const sp_model *m, const sp_token *prompt, size_t n_prompt
             return SP_THINK_INSIDE;
     }
     return SP_THINK_START;
+}
+
+/* ---- the thinking budget ---- */
+
+#define SP_BUDGET_MAX_CLOSE 16 /* "</think>" takes at most 8 tokens (one a byte) */
+
+struct sp_think_budget {
+    sp_stage stage;              /* the request's gp.stages points here */
+    const sp_model *model;
+    int32_t budget;
+    sp_token close[SP_BUDGET_MAX_CLOSE]; /* "</think>" as the model tokenizes it */
+    size_t n_close;
+    enum sp_think_mode start;    /* the mode the output starts in (a retry starts over) */
+    /* each choice's copy: where its output is */
+    enum sp_think_mode mode;
+    int32_t n_think;             /* tokens drawn inside the block */
+    size_t n_forced;             /* close tokens forced so far */
+    bool forcing;
+    char tail[32];               /* START: the output so far, less leading whitespace;
+                                    INSIDE: its last bytes (a tag may span tokens) */
+    size_t n_tail;
+};
+
+/* Appends piece to b->tail, keeping its last bytes (whole when start). */
+static void sp_budget_tail(struct sp_think_budget *b, const char *piece, size_t n, bool start)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (start && b->n_tail == 0 && sp_think_space(piece[i]))
+            continue;
+        if (b->n_tail == sizeof b->tail) {
+            memmove(b->tail, b->tail + 1, sizeof b->tail - 1);
+            b->n_tail--;
+        }
+        b->tail[b->n_tail++] = piece[i];
+    }
+}
+
+static bool sp_budget_has(const struct sp_think_budget *b, const char *tag)
+{
+    size_t n = strlen(tag);
+    for (size_t i = 0; i + n <= b->n_tail; i++)
+        if (!memcmp(b->tail + i, tag, n))
+            return true;
+    return false;
+}
+
+static void sp_budget_accept(void *user, sp_token t)
+{
+    struct sp_think_budget *b = user;
+    char piece[64];
+    size_t n = 0;
+    if (b->mode == SP_THINK_AFTER || b->mode == SP_THINK_OFF)
+        return;
+    if (sp_model_token_to_piece(b->model, t, true, piece, sizeof piece, &n) != SP_OK)
+        n = 0; /* a longer piece: no tag in it counts */
+    if (b->mode == SP_THINK_START) { /* the output opens the block, or it never will */
+        sp_budget_tail(b, piece, n, true);
+        size_t o = sizeof sp_think_open - 1, k = b->n_tail < o ? b->n_tail : o;
+        if (memcmp(b->tail, sp_think_open, k))
+            b->mode = SP_THINK_AFTER;
+        else if (b->n_tail >= o) {
+            b->mode = SP_THINK_INSIDE;
+            b->n_tail = 0;
+        }
+        return;
+    }
+    if (b->forcing) {
+        if (++b->n_forced == b->n_close)
+            b->mode = SP_THINK_AFTER;
+        return;
+    }
+    sp_budget_tail(b, piece, n, false);
+    if (sp_budget_has(b, sp_think_close))
+        b->mode = SP_THINK_AFTER; /* the model closed it itself */
+    else if (++b->n_think >= b->budget)
+        b->forcing = true;
+}
+
+/* While forcing: the close tag's next token is the only candidate. */
+static sp_status sp_budget_apply(void *user, sp_token_logit *cand, size_t *n, const sp_token *history,
+                                 size_t n_history)
+{
+    (void)history;
+    (void)n_history;
+    const struct sp_think_budget *b = user;
+    if (b->mode != SP_THINK_INSIDE || !b->forcing)
+        return SP_OK;
+    sp_token want = b->close[b->n_forced];
+    for (size_t i = 0; i < *n; i++)
+        if (cand[i].id == want) {
+            cand[0] = cand[i];
+            *n = 1;
+            break;
+        }
+    return SP_OK;
+}
+
+static void sp_budget_reset(void *user)
+{
+    struct sp_think_budget *b = user;
+    b->mode = b->start;
+    b->n_think = 0;
+    b->n_forced = 0;
+    b->forcing = false;
+    b->n_tail = 0;
+}
+
+static void *sp_budget_clone(void *user)
+{
+    struct sp_think_budget *b = malloc(sizeof *b);
+    if (b) {
+        memcpy(b, user, sizeof *b);
+        sp_budget_reset(b);
+    }
+    return b;
+}
+
+sp_status sp_think_budget_attach(struct sp_api_request *r, const sp_model *m, int32_t budget)
+{
+    if (!m || !r->prompt || budget < 1)
+        return SP_OK;
+    enum sp_think_mode start = (enum sp_think_mode)sp_think_mode_for(m, r->prompt, r->n_prompt);
+    if (start == SP_THINK_OFF) /* the template never thinks: nothing to bound */
+        return SP_OK;
+    struct sp_think_budget *b = calloc(1, sizeof *b);
+    if (!b)
+        return SP_ERR_NOMEM;
+    sp_status st = sp_model_tokenize(m, sp_think_close, sizeof sp_think_close - 1, false, true, b->close,
+                                     SP_BUDGET_MAX_CLOSE, &b->n_close);
+    if (st != SP_OK || !b->n_close) {
+        free(b);
+        return st == SP_OK ? SP_ERR_ARG : st;
+    }
+    b->model = m;
+    b->budget = budget;
+    b->start = start;
+    sp_budget_reset(b);
+    b->stage = (sp_stage){.name = "think_budget", .before = SP_STAGE_LOGIT_BIAS, .user = b,
+                          .apply = sp_budget_apply, .accept = sp_budget_accept, .reset = sp_budget_reset,
+                          .clone = sp_budget_clone, .free = free};
+    r->think_budget = b;
+    r->gp.stages = &b->stage;
+    r->gp.n_stages = 1;
+    return SP_OK;
+}
+
+void sp_think_budget_free(struct sp_think_budget *b)
+{
+    free(b);
 }

@@ -36,6 +36,7 @@ static const struct sp_route_def sp_routes[] = {
     {"/api/chat", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_ollama, NULL, false},
     {"/api/generate", "POST", SP_ROUTE_GENERATE, false, SP_API_COMPLETIONS, &sp_dialect_ollama, NULL, false},
     {"/api/embed", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_ollama, NULL, false},
+    {"/api/embeddings", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_ollama_embeddings, NULL, false}, /* the older route */
     {"/api/tags", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_tags, true},
     {"/api/ps", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_ps, true},
     {"/api/version", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_version, true},

@@ -1171,6 +1171,7 @@ void sp_api_request_free(struct sp_api_request *r)
     sp_grammar_free(r->grammar);
     sp_toolcall_free(r->tools);
     json_decref(r->echo_fields);
+    sp_think_budget_free(r->think_budget);
     memset(r, 0, sizeof *r);
 }
 

@@ -119,12 +119,22 @@ struct sp_api_request {
     int think;
     /* what a dialect repeats in its answers (its own fields), or NULL */
     json_t *echo_fields;
+    /* the thinking budget's stage (gp.stages points into it), or NULL */
+    struct sp_think_budget *think_budget;
 };
 
 /* reasoning.c: the mode (enum sp_think_mode in server.h) a chat request's
  * output starts in: OFF unless the model's chat template has <think>;
  * INSIDE when the prompt's end opened the block; START otherwise. */
 int sp_think_mode_for(const sp_model *m, const sp_token *prompt, size_t n_prompt);
+/* reasoning.c: bounds a chat request's thinking block to `budget` tokens
+ * (Anthropic's thinking.budget_tokens): a decoding stage of its own
+ * (gp.stages, r->think_budget) that, once the block has that many tokens,
+ * makes the close tag the only candidates, so the block closes there and
+ * the answer follows.  Nothing to do (SP_OK, no stage) without a model,
+ * for budget < 1, or when the template never thinks. */
+sp_status sp_think_budget_attach(struct sp_api_request *r, const sp_model *m, int32_t budget);
+void sp_think_budget_free(struct sp_think_budget *b);
 
 /* Parses a /v1/completions or /v1/chat/completions body.  On SP_OK *out
  * holds the request (free with sp_api_request_free); otherwise *out is

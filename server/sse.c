@@ -583,6 +583,7 @@ static sp_status sp_dialect_emit(struct sp_resp *r, const struct sp_delta *d, ch
 
 struct sp_dialect_sink {
     struct sp_resp *r;
+    json_t *lp;     /* the token's logprobs entry, until a delta takes it */
     char **out;
     size_t *len, *cap;
 };
@@ -590,7 +591,14 @@ struct sp_dialect_sink {
 static sp_status sp_dialect_delta(void *user, const struct sp_delta *d)
 {
     struct sp_dialect_sink *t = user;
-    return sp_dialect_emit(t->r, d, t->out, t->len, t->cap);
+    if (!t->lp)
+        return sp_dialect_emit(t->r, d, t->out, t->len, t->cap);
+    struct sp_delta with = *d;
+    with.logprob = t->lp;
+    sp_status st = sp_dialect_emit(t->r, &with, t->out, t->len, t->cap);
+    json_decref(t->lp);
+    t->lp = NULL;
+    return st;
 }
 
 static sp_status sp_dialect_finish(struct sp_resp *r, int choice, char **out, size_t *len, size_t *cap)
@@ -612,7 +620,7 @@ static sp_status sp_dialect_stream_events(struct sp_resp *r, const struct sp_job
         if (r->ops->start && (st = r->ops->start(r, out, len, cap)) != SP_OK)
             return st;
     }
-    struct sp_dialect_sink sink = {r, out, len, cap};
+    struct sp_dialect_sink sink = {r, NULL, out, len, cap};
     for (size_t i = 0; i < b->n_ev && st == SP_OK; i++) {
         const struct sp_job_event *e = &b->ev[i];
         if (e->choice < 0 || e->choice >= r->n_choices)
@@ -631,7 +639,15 @@ static sp_status sp_dialect_stream_events(struct sp_resp *r, const struct sp_job
             continue;
         }
         bool last = e->finish != SP_FINISH_NONE;
+        if (e->has_lp && e->id >= 0 && r->api->logprobs >= 0 && !(sink.lp = sp_lp_chat_entry(r, e)))
+            return SP_ERR_NOMEM;
         st = sp_choice_feed(r, e->choice, b->text + e->text_off, e->text_len, last, sp_dialect_delta, &sink);
+        if (st == SP_OK && sink.lp) { /* no delta took the token's logprobs */
+            struct sp_delta d = {.kind = SP_DELTA_TEXT, .choice = e->choice, .text = "", .len = 0};
+            st = sp_dialect_delta(&sink, &d);
+        }
+        json_decref(sink.lp);
+        sink.lp = NULL;
         if (st == SP_OK && last)
             st = sp_dialect_finish(r, e->choice, out, len, cap);
     }
@@ -794,7 +810,7 @@ sp_status sp_resp_collect(struct sp_resp *r, const struct sp_job_buf *b)
         sp_track_usage(r, e);
         sp_track_stop(r, e);
         if (e->has_lp && e->id >= 0 && r->api->logprobs >= 0) {
-            if (r->api->kind == SP_API_CHAT) {
+            if (r->api->kind == SP_API_CHAT || r->ops) { /* a dialect's: chat's entries */
                 if (!a->lp)
                     a->lp = json_array();
                 json_array_append_new(a->lp, sp_lp_chat_entry(r, e));
@@ -828,6 +844,7 @@ void sp_resp_choice(const struct sp_resp *r, int c, struct sp_choice_view *v)
     v->finish = a->finished && a->finish == SP_FINISH_STOP ? SP_FINISH_STOP : SP_FINISH_LENGTH;
     v->tool_calls = v->calls != NULL;
     v->stop_sequence = a->stop_seq;
+    v->logprobs = r->api->logprobs >= 0 ? a->lp : NULL;
 }
 
 bool sp_resp_failed(const struct sp_resp *r, struct sp_api_error *err)

@@ -71,8 +71,18 @@ void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neo
  * base, then applied to every head; bit-identical to sp_rope.
  * factors (NULL: none): n_rot / 2 divisors of the pairs' angles (Llama 3's
  * rope_freqs, LongRoPE's long or short factors); mscale scales cos and sin
- * (LongRoPE's attention factor; 1 = none). */
-void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, const float *factors, float mscale);
+ * (LongRoPE's attention factor; 1 = none).  yarn (NULL: none): YaRN's
+ * correction dims [lo, hi] (sp_rope_yarn_dims): pair i keeps its unscaled
+ * angle below lo, takes the angle times freq_scale above hi, and a linear
+ * mix between; cos and sin then also times 1 + 0.1 ln(1 / freq_scale)
+ * (ggml's rope_yarn with ext_factor 1). */
+void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, const float *factors, float mscale,
+                   const float *yarn);
+/* YaRN's correction dims of n_rot rotated dimensions trained on n_ctx_orig
+ * positions: the pairs turning more than beta_fast times over the context
+ * (lo, floored) and fewer than beta_slow times (hi, ceiled), clamped to
+ * [0, n_rot - 1] (ggml_rope_yarn_corr_dims). */
+void sp_rope_yarn_dims(int n_rot, uint32_t n_ctx_orig, float base, float beta_fast, float beta_slow, float dims[2]);
 void sp_rope_apply(float *x, const float *cs, int n_rot, int neox);
 
 /* LayerNorm: y = (x - mean) / sqrt(var + eps) * w + b over a row of n (w,

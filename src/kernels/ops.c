@@ -123,12 +123,13 @@ void sp_layernorm(const float *x, const float *w, const float *b, float *y, int6
 void sp_rope(float *x, int n_rot, int pos, float base, float freq_scale, int neox)
 {
     float cs[SP_ROPE_MAX];
-    sp_rope_table(cs, n_rot, pos, base, freq_scale, NULL, 1.0f);
+    sp_rope_table(cs, n_rot, pos, base, freq_scale, NULL, 1.0f, NULL);
     sp_rope_apply(x, cs, n_rot, neox);
 }
 
 /* cs: the n_rot/2 cosines, then the n_rot/2 sines (rows of a vector row) */
-void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, const float *factors, float mscale)
+void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, const float *factors, float mscale,
+                   const float *yarn)
 {
     /* theta_i = pos * base^(-2i/n_rot) (the power accumulated as a running
      * product), divided by the pair's factor, times freq_scale; cos and sin
@@ -138,12 +139,29 @@ void sp_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale, 
     float theta_scale = powf(base, -2.0f / (float)n_rot);
     float theta = (float)pos;
     const int half = n_rot / 2;
+    if (yarn) /* as ggml: the magnitude correction of the interpolated angles */
+        mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
     for (int i = 0; i < half; i++) {
-        float t = freq_scale * (factors ? theta / factors[i] : theta);
+        float extrap = factors ? theta / factors[i] : theta, t = freq_scale * extrap;
+        if (yarn) { /* ggml's rope_yarn_ramp: 1 below lo, 0 above hi */
+            float y = ((float)i - yarn[0]) / fmaxf(0.001f, yarn[1] - yarn[0]);
+            float mix = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+            t = t * (1.0f - mix) + extrap * mix;
+        }
         cs[i] = cosf(t) * mscale;
         cs[half + i] = sinf(t) * mscale;
         theta *= theta_scale;
     }
+}
+
+void sp_rope_yarn_dims(int n_rot, uint32_t n_ctx_orig, float base, float beta_fast, float beta_slow, float dims[2])
+{
+    /* the dim whose pair turns `turns` times over n_ctx_orig positions */
+    const float lb = 2.0f * logf(base), two_pi = 2.0f * (float)M_PI;
+    float lo = floorf((float)n_rot * logf((float)n_ctx_orig / (beta_fast * two_pi)) / lb);
+    float hi = ceilf((float)n_rot * logf((float)n_ctx_orig / (beta_slow * two_pi)) / lb);
+    dims[0] = fmaxf(0.0f, lo);
+    dims[1] = fminf((float)(n_rot - 1), hi);
 }
 
 void sp_rope_apply(float *x, const float *cs, int n_rot, int neox) { sp_kernels_active()->rope(x, cs, n_rot, neox); }

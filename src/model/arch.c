@@ -142,6 +142,53 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "smollm3", /* SmolLM3: Llama with RoPE left out of every 4th layer */
+        .ffn_act = SP_FFN_SILU,
+        .nope_interval = 4,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "mistral3", /* Ministral 3, Mistral Small 3.x (text) */
+        .ffn_act = SP_FFN_SILU,
+        .rope_factors = SP_ROPE_FACTORS_FREQS,
+        .yarn = true,
+        .attn_temp = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "granite", /* Granite 3.x (dense) */
+        .ffn_act = SP_FFN_SILU,
+        .rope_factors = SP_ROPE_FACTORS_FREQS,
+        .granite = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "cohere2", /* Command R7B, Command A */
+        .ffn_act = SP_FFN_SILU,
+        .norm = SP_NORM_LAYER, /* without bias */
+        .parallel = true,
+        .swa = SP_SWA_PATTERN,
+        .swa_pattern = 4,
+        .nope_global = true,
+        .logit_mul = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "exaone4", /* EXAONE 4.0 */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .post_norms = true,
+        .no_pre_norm = true,
+        .swa = SP_SWA_PATTERN,
+        .swa_pattern = 4,
+        .swa_default = 4096,
+        .swa_layers = 64,
+        .nope_global = true,
+        .rope_factors = SP_ROPE_FACTORS_FREQS,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

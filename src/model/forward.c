@@ -225,11 +225,18 @@ static void sp_fwd_qk_row(const struct sp_fwd_job *j, int t, float *x, int n_hea
         float *xh = x + (size_t)h * D;
         if (ar->qk_norm == SP_QK_NORM_HEAD)
             sp_rmsnorm(xh, norm->data, xh, D, hp->eps);
-        sp_rope_apply(xh, cs, NR, ar->rope_neox);
+        if (!j->L->nope)
+            sp_rope_apply(xh, cs, NR, ar->rope_neox);
     }
     if (is_q && ar->q_prescale)
         for (int i = 0; i < W; i++)
             x[i] *= hp->attn_scale;
+    if (is_q && hp->attn_temp != 0.0f) { /* as llama.cpp's attn_temp input: in double, then rounded */
+        const float pos = (float)j->b->pos[t], floors = floorf(pos / (float)hp->n_ctx_orig);
+        const float sc = (float)(log((double)floors + 1.0) * (double)hp->attn_temp + 1.0);
+        for (int i = 0; i < W; i++)
+            x[i] *= sc;
+    }
 }
 
 /* The family's norm of one row of n_embd (bias: LayerNorm's, data NULL: none). */
@@ -264,7 +271,7 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
     float *x = s->x + (size_t)t * E, *h = s->h + (size_t)t * E;
     switch (j->stage) {
     case SP_FWD_ATTN_IN:
-        if (ar->post_ln)
+        if (ar->post_ln || ar->no_pre_norm)
             memcpy(h, x, (size_t)E * sizeof *h);
         else
             sp_fwd_norm(j->m, x, &L->attn_norm, &sp_fwd_none, h);
@@ -308,6 +315,10 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         if (ar->post_ln) { /* the norm is on the residual stream itself */
             sp_fwd_norm(j->m, x, attn ? &L->attn_out_norm : &L->ffn_out_norm,
                         attn ? &L->attn_out_norm_b : &L->ffn_out_norm_b, x);
+            memcpy(h, x, (size_t)E * sizeof *h);
+        } else if (attn && ar->parallel) {
+            /* the feed-forward reads the attention's input, still in h */
+        } else if (ar->no_pre_norm) {
             memcpy(h, x, (size_t)E * sizeof *h);
         } else if (attn) {
             sp_fwd_norm(j->m, x, &L->ffn_norm, &sp_fwd_none, h);
@@ -566,7 +577,7 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
 }
 
 /* Final-logit soft-capping (cap > 0) or scaling (scale != 0: Granite's
- * 1 / logit_scale) over [n][n_vocab], elements split across the pool. */
+ * 1 / logit_scale, Cohere's logit_scale) over [n][n_vocab], elements split across the pool. */
 struct sp_cap_job {
     float *x;
     long n;
@@ -610,9 +621,12 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
     sp_fwd_mm_multi(s, pool, cache, 3, w3, s->h, E, T, o3, st3);
     const int NR = (int)hp->n_rot;
     if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
+        float yarn[2];
+        if (hp->yarn)
+            sp_rope_yarn_dims(NR, hp->n_ctx_orig, L->rope_base, hp->yarn_beta_fast, hp->yarn_beta_slow, yarn);
         for (int t = 0; t < T; t++)
             sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale, rope_factors,
-                          hp->rope_mscale);
+                          hp->rope_mscale, hp->yarn ? yarn : NULL);
         s->rope_base = L->rope_base;
     }
     sp_fwd_stage(job, pool, SP_FWD_QK, NULL, cache);
@@ -752,8 +766,8 @@ sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_
     if (b->n_out > 0 && logits) {
         sp_fwd_mm(s, pool, &cache, &m->output, s->h, E, b->n_out, logits, hp->n_vocab);
         if (hp->final_softcap > 0.0f || hp->logit_scale) {
-            struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap,
-                                    hp->logit_scale ? 1.0f / hp->logit_scale : 0.0f};
+            float scale = ar->logit_mul ? hp->logit_scale : hp->logit_scale ? 1.0f / hp->logit_scale : 0.0f;
+            struct sp_cap_job cj = {logits, (long)b->n_out * hp->n_vocab, hp->final_softcap, scale};
             sp_pool_run(pool, sp_cap_run, &cj);
         }
     }

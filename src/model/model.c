@@ -81,7 +81,33 @@ static bool sp_arch_has_moe(const struct sp_arch *a)
     return a->moe != SP_MOE_NONE;
 }
 
-/* RoPE scaling: none, linear (factor), or LongRoPE (per-frequency factor
+/* YaRN's keys, and the cos/sin scale llama.cpp's context derives from them
+ * (llama_context's yarn_attn_factor: mscale(factor) / mscale(factor,
+ * yarn_log_multiplier), divided by ggml's own correction 1 + 0.1 ln factor,
+ * which sp_rope_table multiplies back, times rope.scaling.attn_factor). */
+static sp_status sp_model_yarn(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    float log_mul = 0.0f, factor = 1.0f / hp->rope_freq_scale;
+    sp_status st;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    if ((st = sp_hp_pos(m, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast)) ||
+        (st = sp_hp_pos(m, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow)) ||
+        (st = sp_hp_f32(m, "rope.scaling.yarn_log_multiplier", false, &log_mul)))
+        return st;
+    if (!(log_mul >= 0.0f && log_mul < 100.0f))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.yarn_log_multiplier': %g, expected 0..100",
+                            m->arch->name, log_mul);
+    float ms1 = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
+    float msl = factor <= 1.0f ? 1.0f : 0.1f * log_mul * logf(factor) + 1.0f;
+    float af = log_mul != 0.0f ? ms1 / msl : ms1;
+    af *= 1.0f / (1.0f + 0.1f * logf(factor));
+    hp->rope_mscale *= af;
+    return SP_OK;
+}
+
+/* RoPE scaling: none, linear (factor), YaRN (families whose row allows it), or LongRoPE (per-frequency factor
  * tensors, chosen by context length, and an attention factor scaling cos
  * and sin); as llama.cpp, rope.scaling.factor divides the frequencies
  * under either scaling type. */
@@ -97,9 +123,11 @@ static sp_status sp_model_rope_scaling(struct sp_model *m)
         return st;
     bool linear = sp_gguf_str_eq(scaling, "linear");
     bool longrope = sp_gguf_str_eq(scaling, "longrope");
-    if (!linear && !longrope && !sp_gguf_str_eq(scaling, "none"))
+    hp->yarn = m->arch->yarn && sp_gguf_str_eq(scaling, "yarn");
+    if (!linear && !longrope && !hp->yarn && !sp_gguf_str_eq(scaling, "none"))
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': rope scaling '%.*s' is not supported (supported: none, "
-                            "linear, longrope)", key, (int)(scaling.len < 32 ? scaling.len : 32), scaling.ptr);
+                            "linear, longrope%s)", key, (int)(scaling.len < 32 ? scaling.len : 32), scaling.ptr,
+                            m->arch->yarn ? ", yarn" : "");
     if (longrope && !sp_arch_has_longrope(m->arch)) {
         char names[256];
         sp_arch_list(names, sizeof names, sp_arch_has_longrope);
@@ -107,7 +135,7 @@ static sp_status sp_model_rope_scaling(struct sp_model *m)
                             "(supported: %s)", key, a, names);
     }
     float factor = 1.0f;
-    if ((st = sp_hp_f32(m, "rope.scaling.factor", linear, &factor)))
+    if ((st = sp_hp_f32(m, "rope.scaling.factor", linear || hp->yarn, &factor)))
         return st;
     if (!(factor >= 1.0f) || isinf(factor))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.factor': %g, expected >= 1", a, factor);
@@ -119,7 +147,7 @@ static sp_status sp_model_rope_scaling(struct sp_model *m)
         return st;
     if (hp->n_ctx_orig == 0)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.original_context_length': 0, expected > 0", a);
-    return SP_OK;
+    return hp->yarn ? sp_model_yarn(m) : SP_OK;
 }
 
 /* Sliding window and soft-capping, as the family defines them. */
@@ -129,7 +157,9 @@ static sp_status sp_model_attn_keys(struct sp_model *m, uint32_t *swa_pattern)
     struct sp_hparams *hp = &m->hp;
     sp_status st;
     *swa_pattern = ar->swa_pattern;
-    if (ar->swa == SP_SWA_PATTERN) {
+    if (ar->swa == SP_SWA_PATTERN && ar->swa_layers && hp->n_layer != ar->swa_layers) {
+        /* every layer global: llama.cpp reads no window for this model */
+    } else if (ar->swa == SP_SWA_PATTERN) {
         hp->n_swa = ar->swa_default;
         if ((st = sp_hp_u32(m, "attention.sliding_window", ar->swa_default == 0, &hp->n_swa)) ||
             (st = sp_hp_u32(m, "attention.sliding_window_pattern", false, swa_pattern)))
@@ -290,6 +320,11 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.freq_base': %g, expected > 0", a, hp->rope_base);
     if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)))
         return st;
+    if (m->arch->attn_temp && (st = sp_hp_f32(m, "attention.temperature_scale", false, &hp->attn_temp)))
+        return st;
+    if (!isfinite(hp->attn_temp))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.temperature_scale': %g, expected a finite value", a,
+                            hp->attn_temp);
     uint32_t scale_dim = hp->head_dim;
     if (m->arch->wide_scale_layers && hp->n_layer == m->arch->wide_scale_layers)
         scale_dim = hp->n_embd / hp->n_head;
@@ -410,6 +445,10 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     }
     if ((st = sp_model_expert_keys(m)))
         return st;
+    if (ar->logit_mul && (st = sp_hp_f32(m, "logit_scale", true, &hp->logit_scale)))
+        return st;
+    if (ar->logit_mul && !isfinite(hp->logit_scale))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.logit_scale': %g, expected a finite value", a, hp->logit_scale);
     if (ar->granite && ((st = sp_hp_pos(m, "embedding_scale", &hp->embd_scale)) ||
                         (st = sp_hp_pos(m, "residual_scale", &hp->resid_scale)) ||
                         (st = sp_hp_pos(m, "logit_scale", &hp->logit_scale))))
@@ -768,7 +807,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
     if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK)
         return st;
-    SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre);
+    SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre && !ar->no_pre_norm);
     if (L->mixer == SP_MIXER_MLP) {
         SP_T(L->w_up, "ffn_up.weight", E, F, true);
         SP_T(L->w_down, "ffn_down.weight", F, E, true);
@@ -781,7 +820,8 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
             return st;
     }
     m->hp.n_linear += L->mixer == SP_MIXER_SSM || L->mixer == SP_MIXER_CONV || L->mixer == SP_MIXER_DELTA;
-    SP_T(L->ffn_norm, ar->ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0, pre && !ar->no_ffn);
+    SP_T(L->ffn_norm, ar->ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0,
+         pre && !ar->no_ffn && !ar->parallel && !ar->no_pre_norm);
     SP_T(L->attn_out_norm, "attn_output_norm.weight", E, 0, !pre);
     SP_T(L->ffn_out_norm, "layer_output_norm.weight", E, 0, !pre);
     if (!pre && ln) {
@@ -811,6 +851,8 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     SP_T(L->post_ffn_norm, "post_ffw_norm.weight", E, 0, ar->post_norms);
     L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
     L->rope_base = L->swa ? swa_base : hp->rope_base;
+    L->nope = L->mixer == SP_MIXER_ATTN && ((ar->nope_interval && (il + 1) % ar->nope_interval == 0) ||
+                                            (ar->nope_global && hp->n_swa && !L->swa));
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                       &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
                                       &L->dn_beta, &L->dn_alpha};
@@ -1215,9 +1257,11 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
     const struct sp_hparams *hp = &m->hp;
     const struct sp_layer *L0 = &m->layers[0];
     size_t n = 0;
-    uint32_t n_local = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++)
+    uint32_t n_local = 0, n_nope = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
         n_local += m->layers[l].swa;
+        n_nope += m->layers[l].nope;
+    }
 #define SP_F(...)                                                                                    \
     do {                                                                                            \
         if (n < size)                                                                               \
@@ -1254,12 +1298,22 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
     else if (hp->n_head)
         SP_F("no position encoding in attention (NoPE)");
-    if (hp->embd_scale || hp->resid_scale || hp->logit_scale)
+    if (n_nope && hp->n_rot && ar->nope_interval)
+        SP_F("no RoPE on %u of %u layers (NoPE every %u layers)", n_nope, hp->n_layer, ar->nope_interval);
+    else if (n_nope && hp->n_rot)
+        SP_F("no RoPE on the global layers (%u of %u, NoPE)", n_nope, hp->n_layer);
+    if (ar->granite && (hp->embd_scale || hp->resid_scale || hp->logit_scale))
         SP_F("scales: embeddings %g, residuals %g, logits 1/%g", hp->embd_scale, hp->resid_scale, hp->logit_scale);
+    if (ar->logit_mul && hp->logit_scale != 1.0f)
+        SP_F("logits x %g", hp->logit_scale);
+    if (ar->parallel)
+        SP_F("parallel attention and feed-forward");
+    if (ar->no_pre_norm)
+        SP_F("no pre-norms");
     if (ar->bidirectional)
         SP_F("bidirectional attention (embeddings only)");
     if (ar->norm == SP_NORM_LAYER)
-        SP_F("LayerNorm with bias%s", ar->post_ln ? " after each residual" : "");
+        SP_F("LayerNorm %s", ar->post_ln ? "with bias after each residual" : "without bias");
     if (ar->layer_bias)
         SP_F("output and feed-forward biases");
     if (hp->n_head_kv < hp->n_head)
@@ -1272,8 +1326,14 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("RoPE frequency factors (rope_freqs)");
     if (m->rope_long)
         SP_F("LongRoPE (long factors above %u positions, attention factor %g)", hp->n_ctx_orig, hp->rope_mscale);
-    if (hp->rope_freq_scale != 1.0f)
+    if (hp->yarn)
+        SP_F("YaRN RoPE scaling %g (original context %u, beta %g/%g, attention factor %g)",
+             1.0f / hp->rope_freq_scale, hp->n_ctx_orig, hp->yarn_beta_fast, hp->yarn_beta_slow,
+             hp->rope_mscale * (1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale))); /* sp_rope_table's scale */
+    else if (hp->rope_freq_scale != 1.0f)
         SP_F("linear RoPE scaling %g", 1.0f / hp->rope_freq_scale);
+    if (hp->attn_temp != 0.0f)
+        SP_F("attention temperature %g per %u positions", hp->attn_temp, hp->n_ctx_orig);
     if (n_local)
         SP_F("sliding window %u on %u of %u layers", hp->n_swa, n_local, hp->n_layer);
     if (hp->attn_softcap > 0.0f)

@@ -101,11 +101,26 @@ struct sp_arch {
     bool granite;              /* Granite's multipliers (embedding_scale, residual_scale, attention.scale,
                                   logit_scale) and RoPE switched by rope.scaling.finetuned (default on) */
     bool nope;                 /* attention without RoPE; attention.scale (optional) scales it */
+    uint32_t nope_interval;    /* every nope_interval-th layer attends without RoPE, the others with it
+                                  (SmolLM3: 4, fixed as in llama.cpp; 0: none) */
     bool q_gate;               /* attn_q gives each head's query then its gate: the attention output
                                   times sigmoid(gate) (Qwen3.5) */
     bool ffn_norm_post;        /* the feed-forward's norm is stored as post_attention_norm (Qwen3.5) */
     bool mrope_text;           /* rope.dimension_sections (M-RoPE) required; text positions are equal in
                                   every section, so it rotates as RoPE halves */
+    bool nope_global;          /* with a sliding window: the global (full-attention) layers attend
+                                  without RoPE (Command R7B, EXAONE 4.0 32B) */
+    uint32_t swa_layers;       /* SP_SWA_PATTERN only in models of this many layers (0: all), llama.cpp's
+                                  rule for EXAONE 4.0 (32B, 64 layers; the 1.2B's layers are all global) */
+    bool parallel;             /* attention and feed-forward both read the layer's one normed input, their
+                                  outputs added to the residual together (Cohere); no ffn_norm */
+    bool no_pre_norm;          /* blocks read the residual stream itself (no attn_norm, ffn_norm): with
+                                  post_norms, EXAONE 4.0 */
+    bool logit_mul;            /* logits times logit_scale (required; Cohere) */
+    bool yarn;                 /* rope.scaling.type "yarn" accepted (with rope.scaling.yarn_beta_fast,
+                                  yarn_beta_slow, yarn_log_multiplier) */
+    bool attn_temp;            /* attention.temperature_scale (optional): each query times
+                                  1 + scale ln(floor(pos / original context) + 1) (Llama 4's tuning) */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -120,7 +135,11 @@ struct sp_hparams {
     uint32_t n_swa;            /* sliding window; 0 = none */
     float rope_base, rope_freq_scale, eps, attn_scale;
     float rope_mscale;         /* cos/sin scale (rope.scaling.attn_factor; 1 = none) */
-    uint32_t n_ctx_orig;       /* LongRoPE: long factors for contexts above this */
+    uint32_t n_ctx_orig;       /* LongRoPE: long factors for contexts above this; YaRN and the
+                                  attention temperature: the trained context */
+    bool yarn;                 /* YaRN RoPE scaling (rope_mscale then holds llama.cpp's attention factor) */
+    float yarn_beta_fast, yarn_beta_slow;
+    float attn_temp;           /* attention temperature scale (0: none) */
     float attn_softcap, final_softcap; /* 0 = none */
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense */
     uint32_t pooling;          /* pooling_type as stored (llama.cpp's values: 0 none, 1 mean, 2 cls,
@@ -134,7 +153,8 @@ struct sp_hparams {
      * key heads (value head h reads key head h % group_count) */
     uint32_t conv_taps;        /* LFM2's short convolutions (shortconv.l_cache) */
     /* Granite: embeddings x embd_scale, each block's output x resid_scale
-     * before its residual add, logits / logit_scale (0: none) */
+     * before its residual add, logits / logit_scale (0: none); logit_mul
+     * families: logits x logit_scale */
     float embd_scale, resid_scale, logit_scale;
     uint32_t n_linear;         /* linear layers */
 };
@@ -167,6 +187,7 @@ struct sp_layer {
     struct sp_tensor dn_qkv, dn_z, dn_beta, dn_alpha;
     enum sp_mixer mixer;
     bool swa;                  /* local (sliding-window) layer */
+    bool nope;                 /* attention without RoPE in this layer (the family's nope_interval) */
     float rope_base;
 };
 
@@ -194,7 +215,7 @@ struct sp_model {
     uint64_t resident_bytes;   /* weights held in memory: every matrix (all experts) and vector; the
                                   embedding table only as a tied head (other rows are read per token) */
     uint64_t file_bytes;
-    char features[256];        /* sp_model_features' words */
+    char features[512];        /* sp_model_features' words */
 };
 
 /* After sp_model_open: replaces the file mapping by a private copy of what

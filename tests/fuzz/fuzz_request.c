@@ -1,7 +1,7 @@
 /* libFuzzer target: HTTP body bytes -> sp_api_request_parse() for both
  * generation endpoints, every dialect's translation (Anthropic, Ollama's
  * chat and generate, Responses: server/dialect.h) and sp_api_embed_parse()
- * for /v1/embeddings and /api/embed, with no vocabulary (no rendering or
+ * for /v1/embeddings, /api/embed and /api/embeddings, with no vocabulary (no rendering or
  * tokenization), then the error body (in each API's shape) when parsing fails.  Any crash, leak or sanitizer report is a
  * bug: client input must only ever produce a 4xx.
  *
@@ -72,8 +72,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sp_api_embed_request er;
     struct sp_api_error err;
     memset(&err, 0, sizeof err);
-    sp_status st = (size & 1 ? sp_dialect_ollama.embed_parse : sp_api_embed_parse)(&er, (const char *)data, size,
-                                                                                NULL, &el, &err);
+    sp_status (*const embed_parsers[])(struct sp_api_embed_request *, const char *, size_t, const sp_model *,
+                                       const struct sp_api_embed_limits *, struct sp_api_error *) = {
+        sp_api_embed_parse, sp_dialect_ollama.embed_parse, sp_dialect_ollama_embeddings.embed_parse};
+    sp_status st = embed_parsers[size % 3](&er, (const char *)data, size, NULL, &el, &err);
     if (st == SP_OK) {
         if (er.n_inputs < 1 || er.n_inputs > (size_t)el.max_inputs)
             abort();

@@ -136,6 +136,36 @@ FAMILIES = {
     "qwen35": dict(arch="qwen35", vocab="gpt-2", pre="qwen35", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
                    head_dim=128, n_rot=64, n_ff=512, ctx=4096, rope_base=10000000.0, tied=False,
                    delta=(4, 2, 4, 64), seed=1104),
+    # smollm3 (SmolLM3): Llama's block, RoPE on adjacent pairs except every
+    # 4th layer (llama.cpp's fixed step), here layer 3 of 4 (NoPE)
+    "smollm3": dict(arch="smollm3", vocab="gpt-2", pre="llama-bpe", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
+                    head_dim=64, n_ff=512, ctx=4096, rope_base=5000000.0, tied=True, seed=1105),
+    # mistral3 (Ministral 3): Llama's block with YaRN RoPE scaling and
+    # Llama 4's attention temperature, keys as the converter writes them;
+    # yarn = (factor, original context, beta_fast, beta_slow, log multiplier
+    # (0: the converter's apply_scale)), a short original context so the
+    # prompts cross two temperature steps (positions 32 and 64)
+    "mistral3": dict(arch="mistral3", vocab="llama-spm", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+                     head_dim=128, n_ff=512, ctx=4096, rope_base=1000000.0, tied=True,
+                     yarn=(4.0, 32, 32.0, 1.0, 0.0), attn_temp=0.1, seed=1106),
+    # granite (Granite 3.x, dense): Llama's block with Granite's embedding,
+    # residual, attention and logit scales,
+    # RoPE on (rope.scaling.finetuned absent)
+    "granite": dict(arch="granite", vocab="refact", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+                    head_dim=64, n_ff=512, ctx=4096, rope_base=10000000.0, tied=True,
+                    scales=(2.0, 0.5, 0.25, 4.0), seed=1107),
+    # cohere2 (Command R7B): LayerNorm without bias, attention and
+    # feed-forward in parallel on one normed input, 3 of every 4 layers
+    # local (window 16) with RoPE, the 4th global without it, logits x 0.25
+    "cohere2": dict(arch="cohere2", vocab="gpt-2", pre="command-r", n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64,
+                    n_ff=512, ctx=4096, rope_base=50000.0, tied=True, norm="layer", parallel=True,
+                    sliding_window=16, logit_scale=0.25, seed=1108),
+    # exaone4 (EXAONE 4.0 1.2B): no pre-norms, post-norms on both blocks,
+    # per-head QK-norm, RoPE halves; the sliding window the file gives is
+    # not applied (llama.cpp applies it to 64-layer models only)
+    "exaone4": dict(arch="exaone4", vocab="gpt-2", pre="exaone4", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
+                    head_dim=64, n_ff=512, ctx=4096, rope_base=1000000.0, tied=True, qk_norm="head",
+                    post_norms=True, no_pre_norm=True, sliding_window=16, seed=1109),
 }
 
 
@@ -520,12 +550,33 @@ class Builder:
             self.key("attention.value_length", D, VT.UINT32)
         self.key("rope.dimension_count", D, VT.UINT32)
         self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
-        self.key("attention.layer_norm_rms_epsilon", 1e-6 if arch == "gemma2" else 1e-5, VT.FLOAT32)
+        if s.get("norm") == "layer":
+            self.key("attention.layer_norm_epsilon", 1e-5, VT.FLOAT32)
+        else:
+            self.key("attention.layer_norm_rms_epsilon", 1e-6 if arch == "gemma2" else 1e-5, VT.FLOAT32)
+        if "logit_scale" in s:
+            self.key("logit_scale", s["logit_scale"], VT.FLOAT32)
         if "sliding_window" in s:
             self.key("attention.sliding_window", s["sliding_window"], VT.UINT32)
         if s.get("gemma2"):
             self.key("attn_logit_softcapping", s["attn_softcap"], VT.FLOAT32)
             self.key("final_logit_softcapping", s["final_softcap"], VT.FLOAT32)
+        if "yarn" in s:
+            factor, orig, fast, slow, log_mul = s["yarn"]
+            self.key("rope.scaling.type", "yarn", VT.STRING)
+            self.key("rope.scaling.factor", factor, VT.FLOAT32)
+            self.key("rope.scaling.yarn_beta_fast", fast, VT.FLOAT32)
+            self.key("rope.scaling.yarn_beta_slow", slow, VT.FLOAT32)
+            self.key("rope.scaling.yarn_log_multiplier", log_mul, VT.FLOAT32)
+            self.key("rope.scaling.original_context_length", orig, VT.UINT32)
+        if "scales" in s:
+            embd, resid, attn, logit = s["scales"]
+            self.key("embedding_scale", embd, VT.FLOAT32)
+            self.key("residual_scale", resid, VT.FLOAT32)
+            self.key("attention.scale", attn, VT.FLOAT32)
+            self.key("logit_scale", logit, VT.FLOAT32)
+        if "attn_temp" in s:
+            self.key("attention.temperature_scale", s["attn_temp"], VT.FLOAT32)
         if s.get("longrope"):
             self.key("rope.scaling.original_context_length", s["orig_ctx"], VT.UINT32)
             factor = s["ctx"] / s["orig_ctx"]
@@ -555,9 +606,11 @@ class Builder:
             n = D // 2
             self.const("rope_factors_long.weight", (1.0 + np.arange(n, dtype=np.float32) * 0.5).astype(np.float32))
             self.const("rope_factors_short.weight", (1.0 + np.arange(n, dtype=np.float32) * 0.02).astype(np.float32))
+        post_norms = s.get("gemma2") or s.get("post_norms")
         for i in range(L):
             p = "blk.%d." % i
-            self.vec(p + "attn_norm.weight", E)
+            if not s.get("no_pre_norm"):
+                self.vec(p + "attn_norm.weight", E)
             if s.get("fused"):
                 self.mat(p + "attn_qkv.weight", Q + 2 * KV, E)
             else:
@@ -575,9 +628,10 @@ class Builder:
                 self.vec(p + "attn_q_norm.weight", Q)
                 self.vec(p + "attn_k_norm.weight", KV)
             self.mat(p + "attn_output.weight", E, Q)
-            if s.get("gemma2"):
+            if post_norms:
                 self.vec(p + "post_attention_norm.weight", E)
-            self.vec(p + "ffn_norm.weight", E)
+            if not (s.get("parallel") or s.get("no_pre_norm")):
+                self.vec(p + "ffn_norm.weight", E)
             if n_exp:
                 self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=2.0, kind="f32")
                 self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E)
@@ -596,7 +650,7 @@ class Builder:
                 self.mat(p + "ffn_gate.weight", F, E)
                 self.mat(p + "ffn_up.weight", F, E)
                 self.mat(p + "ffn_down.weight", E, F)
-            if s.get("gemma2"):
+            if post_norms:
                 self.vec(p + "post_ffw_norm.weight", E)
 
     def write(self, path, qtype, trailing_ones=False):

@@ -42,6 +42,22 @@ def longrope(m, long_len=HEAD_DIM // 2, short=True):
         m.add_tensor("rope_factors_short.weight", [HEAD_DIM // 2], values=[1.0] * (HEAD_DIM // 2))
 
 
+def yarn(m):
+    """The tiny model as mistral3 with YaRN scaling (factor 4 over 1024 positions)."""
+    m.set_arch("mistral3")
+    m.set_kv("mistral3.rope.scaling.type", T_STR, "yarn")
+    m.set_kv("mistral3.rope.scaling.factor", T_F32, 4.0)
+    m.set_kv("mistral3.rope.scaling.original_context_length", T_U32, 1024)
+
+
+def cohere2_no_logit_scale(m):
+    """The tiny model as cohere2 (LayerNorm epsilon, a window, no ffn_norm) but no logit_scale."""
+    m.set_arch("cohere2")
+    m.set_kv("cohere2.attention.layer_norm_epsilon", T_F32, 1e-5)
+    m.set_kv("cohere2.attention.sliding_window", T_U32, 4)
+    m.tensors = [t for t in m.tensors if "ffn_norm" not in t["name"]]
+
+
 def variant_list():
     out = []
 
@@ -125,10 +141,20 @@ def variant_list():
         lambda m: m.tensors.remove(m.tensor("blk.1.ffn_down.weight")))
     # architecture families: refusals name the key, tensor or layout, and what runs
     add("unsupported_architecture_lists_families", "(supported: llama, gemma3, gemma2, qwen2, qwen3, phi3, qwen2moe, "
-        "qwen3moe, olmoe, mamba2, lfm2, granitehybrid, nemotron_h, qwen35, bert)",
+        "qwen3moe, olmoe, mamba2, lfm2, granitehybrid, nemotron_h, qwen35, smollm3, mistral3, granite, cohere2, "
+        "exaone4, bert)",
         lambda m: m.set_kv("general.architecture", T_STR, "mamba"))
     add("rope_scaling_yarn", "rope scaling 'yarn' is not supported (supported: none, linear, longrope)",
         lambda m: m.set_kv("llama.rope.scaling.type", T_STR, "yarn"))
+    add("yarn_without_factor", "missing key 'mistral3.rope.scaling.factor'",
+        lambda m: (m.set_arch("mistral3"), m.set_kv("mistral3.rope.scaling.type", T_STR, "yarn")))
+    add("yarn_log_multiplier_negative", "key 'mistral3.rope.scaling.yarn_log_multiplier': -1, expected 0..100",
+        lambda m: (yarn(m), m.set_kv("mistral3.rope.scaling.yarn_log_multiplier", T_F32, -1.0)))
+    add("yarn_beta_zero", "key 'mistral3.rope.scaling.yarn_beta_fast': 0, expected a finite value > 0",
+        lambda m: (yarn(m), m.set_kv("mistral3.rope.scaling.yarn_beta_fast", T_F32, 0.0)))
+    add("attention_temperature_infinite", "key 'mistral3.attention.temperature_scale': inf, expected a finite value",
+        lambda m: (yarn(m), m.set_kv("mistral3.attention.temperature_scale", T_F32, float("inf"))))
+    add("cohere2_without_logit_scale", "missing key 'cohere2.logit_scale'", cohere2_no_logit_scale)
     add("rope_scaling_longrope_wrong_family", "rope scaling 'longrope' is not supported for qwen2",
         lambda m: (m.set_arch("qwen2"), m.set_kv("qwen2.rope.scaling.type", T_STR, "longrope")))
     add("rope_freqs_wrong_length", "tensor 'rope_freqs.weight': shape [9] (rank 1), expected [8]",
@@ -205,4 +231,5 @@ def valid_edge_cases():
         ("rope_freqs", lambda m: m.add_tensor("rope_freqs.weight", [8], values=[1, 1, 1.5, 2, 4, 8, 8, 8])),
         ("longrope", longrope),
         ("sliding_window", lambda m: m.set_kv("llama.attention.sliding_window", T_U32, 4)),
+        ("yarn", lambda m: (yarn(m), m.set_kv("mistral3.attention.temperature_scale", T_F32, 0.1))),
     ]

@@ -124,6 +124,20 @@ class Server:
             self.proc.wait()
 
 
+
+def read_until_closed(sock):
+    """Every byte sock receives until the server closes it (or resets it)."""
+    got = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    return got
+
 def sse_events(response):
     """Yields the parsed `data:` payloads of a streaming httpx response
     (the string "[DONE]" for the terminator)."""

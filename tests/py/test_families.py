@@ -193,6 +193,13 @@ FEATURES = {
                       "no position encoding in attention (NoPE)", "scales: embeddings 0.5, residuals 0.75, logits 1/4"],
     "qwen35": ["gated delta rule on 3 of 4 layers (4 value heads x 64, 2 key heads, convolution 4)",
                "gated attention (sigmoid)", "QK-norm (per head)", "RoPE halves (NEOX)"],
+    "smollm3": ["RoPE adjacent pairs", "no RoPE on 1 of 4 layers (NoPE every 4 layers)"],
+    "mistral3": ["RoPE adjacent pairs", "YaRN RoPE scaling 4 (original context 32, beta 32/1, attention factor 1.13863)",
+                 "attention temperature 0.1 per 32 positions"],
+    "granite": ["RoPE adjacent pairs", "scales: embeddings 2, residuals 0.5, logits 1/4"],
+    "cohere2": ["RoPE adjacent pairs", "no RoPE on the global layers (1 of 4, NoPE)", "logits x 0.25",
+                "parallel attention and feed-forward", "LayerNorm without bias", "sliding window 16 on 3 of 4 layers"],
+    "exaone4": ["RoPE halves (NEOX)", "no pre-norms", "QK-norm (per head)", "post-norms"],
     "nemotron_h": ["Mamba-2 on 2 of 5 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
                    "feed-forward alone on 2 layers (ReLU^2, no gate)", "no position encoding in attention (NoPE)"],
 }

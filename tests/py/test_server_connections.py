@@ -24,19 +24,6 @@ def wait_for(pred, timeout=300, what="condition"):
     return server_util.wait_for(pred, timeout=timeout, what=what, interval=0.02)
 
 
-def read_all(sock):
-    got = b""
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        got += chunk
-    return got
-
-
 def final_response(raw):
     """(status, headers, body) of the final response in raw, after any 1xx."""
     while True:
@@ -80,7 +67,7 @@ def test_half_closed_client_gets_its_answer(server, stream):
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
         sock.shutdown(socket.SHUT_WR)  # done sending; still reading
-        raw = read_all(sock)
+        raw = server_util.read_until_closed(sock)
     assert raw, "no answer to a half-closed request"
     status, headers, rest = final_response(raw)
     assert status == 200, raw[:300]

@@ -1,11 +1,14 @@
 """Every client, unchanged: the real `anthropic`, `ollama` and `openai`
 (Responses) Python clients against `spindle serve` on SmolLM2-135M, each
 API surface streamed and not, structured output, a full tool round trip,
-and errors (bad field, bad key, context overflow) in each API's own shape.
+and errors (bad field, bad key, context overflow) in each API's own shape;
+and an agent loop of the OpenAI Agents SDK (`openai-agents`) over Responses.
 Each dialect is a translation into the one internal request, so its greedy
 answer equals the Chat Completions answer to the same conversation."""
+import asyncio
 import json
 
+import agents
 import anthropic
 import httpx
 import jsonschema
@@ -264,6 +267,64 @@ def test_ollama_model_routes(server, smollm2_path):
     assert e1.embeddings[1] == pytest.approx(ref.data[1].embedding, abs=1e-6)
 
 
+def test_ollama_legacy_embeddings(server):
+    c = olla(server)
+    ref = server.openai().embeddings.create(model="smol", input=["world"])
+    e = c.embeddings(model="smol:latest", prompt="world")
+    assert e.embedding == pytest.approx(ref.data[0].embedding, abs=1e-6)
+    r = httpx.post(server.url + "/api/embeddings", headers=server.headers(), timeout=30,
+                   json={"model": "smol", "prompt": "world", "keep_alive": "5m", "options": {"num_thread": 2}})
+    assert r.status_code == 200 and set(r.json()) == {"embedding"}
+    for body, field in (({"model": "smol"}, "prompt"), ({"model": "smol", "prompt": ""}, "prompt"),
+                        ({"model": "smol", "prompt": "x", "input": "y"}, "input"),
+                        ({"model": "smol", "prompt": "x", "options": {"temperature": 0.5}}, "options.temperature"),
+                        ({"model": "smol", "prompt": "word " * 2000}, "")):
+        r = httpx.post(server.url + "/api/embeddings", headers=server.headers(), timeout=60, json=body)
+        assert r.status_code == 400 and set(r.json()) == {"error"} and field in r.json()["error"], r.text
+    with pytest.raises(ollama.ResponseError) as err:
+        c.embeddings(model="llama9", prompt="x")
+    assert err.value.status_code == 404
+
+
+def test_ollama_logprobs(server):
+    """logprobs / top_logprobs (the client sends both): Chat Completions' values, each token's with its
+    text when streamed."""
+    c = olla(server)
+    msgs = [{"role": "user", "content": Q}]
+    opts = {"temperature": 0, "num_predict": 6}
+    ref = server.openai().chat.completions.create(model="smol", messages=msgs, max_tokens=6, temperature=0,
+                                                  logprobs=True, top_logprobs=3).choices[0].logprobs.content
+    want = [(t.token, t.logprob, [a.token for a in t.top_logprobs]) for t in ref]
+    assert len(want) == 6
+
+    def got(lps):
+        return [(t.token, t.logprob, [a.token for a in t.top_logprobs or []]) for t in lps]
+
+    r = c.chat(model="smol", messages=msgs, options=opts, logprobs=True, top_logprobs=3, stream=False)
+    assert got(r.logprobs) == want
+    assert all(len(t.top_logprobs) == 3 for t in r.logprobs)
+    parts = list(c.chat(model="smol", messages=msgs, options=opts, logprobs=True, top_logprobs=3, stream=True))
+    assert got([t for p in parts for t in p.logprobs or []]) == want
+    for p in parts:  # each line's logprobs are its own text's tokens
+        assert "".join(t.token for t in p.logprobs or []) == p.message.content
+    g = c.generate(model="smol", prompt=Q, options=opts, logprobs=True, stream=False)
+    assert [(t.token, t.logprob) for t in g.logprobs] == [w[:2] for w in want]
+    assert all(not t.top_logprobs for t in g.logprobs)
+    raw = c.generate(model="smol", prompt="The sky is", raw=True, options=opts, logprobs=True, top_logprobs=2,
+                     stream=False)
+    cref = server.openai().completions.create(model="smol", prompt="The sky is", max_tokens=6, temperature=0,
+                                              logprobs=2).choices[0].logprobs
+    assert [t.token for t in raw.logprobs] == cref.tokens
+    assert [t.logprob for t in raw.logprobs] == pytest.approx(cref.token_logprobs)
+    assert [{a.token for a in t.top_logprobs} for t in raw.logprobs] == [set(x) for x in cref.top_logprobs]
+    # without logprobs the answers carry none
+    assert c.chat(model="smol", messages=msgs, options=opts, stream=False).logprobs is None
+    for kw, field in (({"top_logprobs": 3}, "top_logprobs"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs")):
+        with pytest.raises(ollama.ResponseError) as e:
+            c.chat(model="smol", messages=msgs, options=opts, stream=False, **kw)
+        assert e.value.status_code == 400 and field in e.value.error
+
+
 def test_ollama_errors(server):
     c = olla(server)
     q = [{"role": "user", "content": "Hi"}]
@@ -375,3 +436,42 @@ def test_responses_errors(server):
     assert e.value.body["param"] == "max_output_tokens"
     with pytest.raises(openai.NotFoundError):
         c.responses.create(model="gpt-9", input="x")
+
+
+# ---- the OpenAI Agents SDK over Responses -----------------------------------
+
+def test_openai_agents_loop(server):
+    """One Agent with one function tool, its model OpenAIResponsesModel on an AsyncOpenAI client pointed
+    at the server (tracing off).  tool_choice "required" makes the first turn call the tool; the tool
+    is enabled only until it has run (greedy SmolLM2-135M would call it again on every turn), so the
+    second turn answers with the call and its result in its input: the loop ends with a final output."""
+    agents.set_tracing_disabled(True)
+    ran = []
+
+    @agents.function_tool(is_enabled=lambda ctx, agent: not ran)
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        ran.append(city)
+        return "Sunny, 22 C"
+
+    async def loop():
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
+        agent = agents.Agent(name="weather", instructions="Answer the user's question about the weather.",
+                             tools=[get_weather],
+                             model=agents.OpenAIResponsesModel(model="smol", openai_client=client),
+                             model_settings=agents.ModelSettings(temperature=0, tool_choice="required",
+                                                                 max_tokens=60))
+        try:
+            return await agents.Runner.run(agent, "What is the weather in Paris?", max_turns=3)
+        finally:
+            await client.close()
+
+    result = asyncio.run(loop())
+    assert ran == ["Paris"]
+    kinds = [type(i).__name__ for i in result.new_items]
+    assert kinds == ["ToolCallItem", "ToolCallOutputItem", "MessageOutputItem"], kinds
+    assert result.new_items[0].raw_item.name == "get_weather"
+    assert result.new_items[1].output == "Sunny, 22 C"
+    assert len(result.raw_responses) == 2 and isinstance(result.final_output, str) and result.final_output
+    assert result.raw_responses[1].output[-1].type == "message"
+    assert result.final_output == result.raw_responses[1].output[-1].content[0].text

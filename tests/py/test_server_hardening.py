@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from server_util import Server, assert_openai_error, wait_for
+from server_util import Server, assert_openai_error, read_until_closed, wait_for
 
 KEY = "s3cret-key"
 
@@ -29,15 +29,7 @@ def raw_exchange(port, data, timeout=10):
     of the answer, read until the server closes the connection."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(data)
-        got = b""
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            got += chunk
+        got = read_until_closed(sock)
     head, _, body = got.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1]) if lines[0] else 0

@@ -112,6 +112,45 @@ def test_anthropic_thinking_blocks(server):
     assert [b.type for b in m.content] == ["text"]
 
 
+def test_anthropic_thinking_budget(server):
+    """thinking.budget_tokens bounds the block: after that many tokens the close tag is forced and the
+    answer follows.  Unbounded, SmolLM2 puts its whole answer in the block (it never writes the close
+    tag) and ends there."""
+    c = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+    greedy = {"temperature": 0}
+
+    def blocks(m):
+        return [(b.type, b.thinking if b.type == "thinking" else b.text) for b in m.content]
+
+    first5 = c.messages.create(model=server.model_id, max_tokens=5, messages=Q, extra_body=greedy)
+    assert first5.content[0].type == "thinking" and first5.stop_reason == "max_tokens"
+    assert not "".join(b.text for b in first5.content if b.type == "text")
+    full = c.messages.create(model=server.model_id, max_tokens=24, messages=Q, extra_body=greedy)
+    assert full.content[0].thinking.startswith(first5.content[0].thinking)
+    assert len(full.content[0].thinking) > len(first5.content[0].thinking)
+    assert not "".join(b.text for b in full.content if b.type == "text")
+    roomy = c.messages.create(model=server.model_id, max_tokens=24, messages=Q, extra_body=greedy,
+                              thinking={"type": "enabled", "budget_tokens": 23})
+    assert blocks(roomy) == blocks(full)  # a budget the thinking does not reach changes nothing
+    think = {"type": "enabled", "budget_tokens": 5}
+    m = c.messages.create(model=server.model_id, max_tokens=24, messages=Q, thinking=think, extra_body=greedy)
+    assert [b.type for b in m.content] == ["thinking", "text"], m.content
+    assert m.content[0].thinking == first5.content[0].thinking and m.content[1].text
+    close = server.post("/tokenize", {"content": "</think>", "add_special": False}).json()["tokens"]
+    answer = server.post("/tokenize", {"content": m.content[1].text, "add_special": False}).json()["tokens"]
+    assert m.usage.output_tokens >= 5 + len(close) + 1 and len(answer) <= m.usage.output_tokens - 5 - len(close)
+    with c.messages.stream(model=server.model_id, max_tokens=24, messages=Q, thinking=think,
+                           extra_body=greedy) as s:
+        final = s.get_final_message()
+    assert blocks(final) == blocks(m)
+    for bad in ({"type": "disabled", "budget_tokens": 5}, {"type": "enabled", "budget_tokens": 0},
+                {"type": "enabled", "budget_tokens": 24}, {"type": "enabled", "budget_tokens": "5"}):
+        with pytest.raises(anthropic.BadRequestError) as e:
+            c.messages.create(model=server.model_id, max_tokens=24, messages=Q, thinking=bad)
+        assert e.value.body["error"]["type"] == "invalid_request_error"
+        assert "thinking.budget_tokens" in e.value.body["error"]["message"]
+
+
 def test_ollama_thinking(server):
     c = ollama.Client(host=server.url)
     r = c.chat(model=server.model_id, messages=Q, options={"temperature": 0, "num_predict": 8}, stream=False)

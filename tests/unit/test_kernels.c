@@ -111,7 +111,7 @@ static void test_rope_factors(void)
     float f[32], cs[64], plain[64];
     for (int i = 0; i < 32; i++)
         f[i] = 1.0f + 0.25f * (float)i;
-    sp_rope_table(cs, 64, 300, 500000.0f, 0.5f, f, 1.2f);
+    sp_rope_table(cs, 64, 300, 500000.0f, 0.5f, f, 1.2f, NULL);
     double worst = 0;
     for (int i = 0; i < 32; i++) {
         double th = 300 * pow(500000.0, -2.0 * i / 64) / f[i] * 0.5;
@@ -121,9 +121,38 @@ static void test_rope_factors(void)
     /* factors of 1 and scales of 1 change nothing, bit for bit */
     for (int i = 0; i < 32; i++)
         f[i] = 1.0f;
-    sp_rope_table(cs, 64, 300, 10000.0f, 1.0f, f, 1.0f);
-    sp_rope_table(plain, 64, 300, 10000.0f, 1.0f, NULL, 1.0f);
+    sp_rope_table(cs, 64, 300, 10000.0f, 1.0f, f, 1.0f, NULL);
+    sp_rope_table(plain, 64, 300, 10000.0f, 1.0f, NULL, 1.0f, NULL);
     CHECK(!memcmp(cs, plain, sizeof cs), "rope factors of 1 are the identity");
+}
+
+/* YaRN: pairs below the correction range keep their angle, pairs above it
+ * are interpolated (angle x freq_scale), a linear ramp between, and cos and
+ * sin are scaled by mscale (1 + 0.1 ln(1 / freq_scale)).  Ministral 3's
+ * numbers: 128 rotated dims, base 1e6, 16384 trained positions, factor 16. */
+static void test_rope_yarn(void)
+{
+    float dims[2], cs[128];
+    sp_rope_yarn_dims(128, 16384, 1000000.0f, 32.0f, 1.0f, dims);
+    /* dim d turns n_ctx / (2 pi base^(2d/128)) times: 32 turns at d = 20.4, 1 at d = 36.4 */
+    CHECK(dims[0] == 20.0f && dims[1] == 37.0f, "yarn dims [%g, %g], expected [20, 37]", dims[0], dims[1]);
+    sp_rope_table(cs, 128, 777, 1000000.0f, 1.0f / 16, NULL, 0.9f, dims);
+    double worst = 0, ms = 0.9 * (1 + 0.1 * log(16.0));
+    for (int i = 0; i < 64; i++) {
+        double ex = 777 * pow(1e6, -2.0 * i / 128), mix = 1 - fmin(1, fmax(0, (i - 20.0) / 17.0));
+        double th = ex / 16 * (1 - mix) + ex * mix;
+        worst = fmax(worst, fmax(fabs(cs[i] - ms * cos(th)), fabs(cs[64 + i] - ms * sin(th))));
+    }
+    CHECK(worst < 2e-4, "yarn rope table: max error %g", worst);
+    /* the ends: unscaled below lo, fully interpolated above hi */
+    float plain[128], interp[128];
+    sp_rope_table(plain, 128, 777, 1000000.0f, 1.0f, NULL, 1.0f, NULL);
+    sp_rope_table(interp, 128, 777, 1000000.0f, 1.0f / 16, NULL, 1.0f, NULL);
+    float k = 0.9f * (1.0f + 0.1f * logf(16.0f));
+    CHECK(fabsf(cs[3] - k * plain[3]) < 1e-5f && fabsf(cs[64 + 3] - k * plain[64 + 3]) < 1e-5f,
+          "yarn keeps pair 3's angle");
+    CHECK(fabsf(cs[50] - k * interp[50]) < 1e-5f && fabsf(cs[64 + 50] - k * interp[64 + 50]) < 1e-5f,
+          "yarn interpolates pair 50");
 }
 
 static void test_softcap(void)
@@ -644,7 +673,7 @@ static size_t ops_outputs(float *rec)
             float cs[256], whole[256];
             memcpy(rec + n, x, sizeof(float) * (size_t)rots[k]);
             memcpy(whole, x, sizeof(float) * (size_t)rots[k]);
-            sp_rope_table(cs, rots[k], 1000 + (int)k, 10000.0f, 1.0f, NULL, 1.0f);
+            sp_rope_table(cs, rots[k], 1000 + (int)k, 10000.0f, 1.0f, NULL, 1.0f, NULL);
             sp_rope_apply(rec + n, cs, rots[k], neox);
             sp_rope(whole, rots[k], 1000 + (int)k, 10000.0f, 1.0f, neox);
             CHECK(!memcmp(whole, rec + n, sizeof(float) * (size_t)rots[k]), "rope %d (neox %d): table + apply differs "
@@ -728,6 +757,7 @@ int main(void)
     test_layernorm();
     test_rope();
     test_rope_factors();
+    test_rope_yarn();
     test_softcap();
     test_moe_route();
     test_glu();
