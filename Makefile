@@ -274,7 +274,7 @@ tsan:
 # (halt_on_error), which fails the test that was running.
 TSAN_TESTS := tests/py/test_server.py tests/py/test_server_failures.py tests/py/test_server_faults.py \
               tests/py/test_server_defaults.py tests/py/test_server_replica.py tests/py/test_server_admission.py \
-              tests/py/test_server_connections.py tests/py/test_server_embed_turns.py
+              tests/py/test_server_connections.py tests/py/test_server_embed_turns.py tests/py/test_server_models.py
 test-tsan: tsan
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" SPINDLE=$(CURDIR)/build-tsan/spindle \
 	    build/venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 $(TSAN_TESTS)

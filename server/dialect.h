@@ -43,6 +43,8 @@ struct sp_info_ctx {
     const char *url;                    /* the request's path */
     const char *body;
     size_t len;
+    struct sp_router *router;           /* --models-dir: the lists list its models
+                                           (model and model_id are then NULL) */
 };
 /* The answer's body (malloc'd; *status 200 unless the handler sets it),
  * or NULL with *err set (in the route's dialect's shape). */
@@ -139,6 +141,9 @@ struct sp_route_def {
     enum sp_api_kind kind;            /* generation: the prompt's kind */
     const struct sp_dialect *dialect; /* the API the route speaks */
     sp_info_fn info;                  /* SP_ROUTE_INFO */
+    bool lists;                       /* SP_ROUTE_INFO answered without a model of its own (the
+                                         lists of models); every other route needs the model
+                                         its request names */
 };
 /* The row for (url, method); NULL when none matches, with *known_path
  * telling whether the path exists with another method (405). */

@@ -786,18 +786,53 @@ static char *sp_ollama_list(const struct sp_info_ctx *ctx, bool running)
     return sp_json_dump_free(o);
 }
 
+/* The models of --models-dir (running: the loaded ones only).  Their
+ * details are the format alone: a model not loaded is not read. */
+static char *sp_ollama_router_list(const struct sp_info_ctx *ctx, bool running, struct sp_api_error *err)
+{
+    struct sp_router_entry *v = NULL;
+    size_t n = 0;
+    if (sp_router_list(ctx->router, &v, &n) != SP_OK) {
+        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    char when[64];
+    sp_dialect_time(when, sizeof when);
+    json_t *models = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (running && !v[i].n_ctx)
+            continue;
+        json_t *e = json_object(), *d = json_object();
+        json_object_set_new(e, "name", json_string(v[i].id));
+        json_object_set_new(e, "model", json_string(v[i].id));
+        json_object_set_new(e, running ? "expires_at" : "modified_at",
+                            json_string(running ? "2318-01-01T00:00:00Z" : when));
+        json_object_set_new(e, "size", json_integer((json_int_t)v[i].bytes));
+        json_object_set_new(e, "digest", json_string(""));
+        json_object_set_new(d, "format", json_string("gguf"));
+        json_object_set_new(e, "details", d);
+        if (running) {
+            json_object_set_new(e, "size_vram", json_integer(0));
+            json_object_set_new(e, "context_length", json_integer(v[i].n_ctx));
+        }
+        json_array_append_new(models, e);
+    }
+    free(v);
+    json_t *o = json_object();
+    json_object_set_new(o, "models", models);
+    return sp_json_dump_free(o);
+}
+
 char *sp_ollama_tags(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err)
 {
     (void)status;
-    (void)err;
-    return sp_ollama_list(ctx, false);
+    return ctx->router ? sp_ollama_router_list(ctx, false, err) : sp_ollama_list(ctx, false);
 }
 
 char *sp_ollama_ps(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err)
 {
     (void)status;
-    (void)err;
-    return sp_ollama_list(ctx, true);
+    return ctx->router ? sp_ollama_router_list(ctx, true, err) : sp_ollama_list(ctx, true);
 }
 
 char *sp_ollama_version(const struct sp_info_ctx *ctx, int *status, struct sp_api_error *err)

@@ -46,7 +46,8 @@ struct sp_http {
     struct MHD_Daemon *daemon;
     struct sp_listener *listener; /* the listening socket; hands connections to daemon */
     struct sp_server_config cfg;
-    struct sp_sched *sched;
+    struct sp_sched *sched;   /* the one model's; NULL with a router */
+    struct sp_router *router; /* --models-dir: the model each request names; NULL: one model */
     struct sp_metrics *metrics;
     struct sp_peers *peers;
     char *model_id;
@@ -65,6 +66,9 @@ struct sp_conn {
     struct sp_http *h;
     struct MHD_Connection *con;
     struct sp_peer *peer; /* the connection's accounting (peers.c); NULL: none */
+    struct sp_sched *sched; /* the model that answers (sp_conn_pick_model); NULL: none yet */
+    const char *model_id;   /* its name */
+    struct sp_router_model *held; /* with a router: the model held for this request */
     enum sp_route route;
     const struct sp_route_def *def;   /* the route's row (routes.c); NULL for an unknown route */
     const struct sp_dialect *dialect; /* the API whose shapes answer (never NULL) */
@@ -350,7 +354,7 @@ static ssize_t sp_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (c->out_len)
             continue;
         if (!sp_conn_wait(c)) {
-            sp_jobs_cancel(c->h->sched, c->jobs, c->n_jobs);
+            sp_jobs_cancel(c->sched, c->jobs, c->n_jobs);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (c->ping) {
@@ -407,19 +411,50 @@ static enum MHD_Result sp_fail_admission(struct sp_conn *c, struct sp_job *j)
     return sp_respond_error(c, &err);
 }
 
-/* What a generation request of this server may ask for. */
-static void sp_http_limits(struct sp_http *h, struct sp_api_limits *lim)
+/* The aliases of the model answering (--alias names the one model of -m). */
+static size_t sp_conn_aliases(struct sp_conn *c, const char *const **aliases)
 {
+    *aliases = c->h->router ? NULL : c->h->cfg.aliases;
+    return c->h->router ? 0 : c->h->cfg.n_aliases;
+}
+
+/* What a generation request to the model answering c may ask for. */
+static void sp_http_limits(struct sp_conn *c, struct sp_api_limits *lim)
+{
+    struct sp_http *h = c->h;
     sp_api_limits_default(lim);
-    lim->model_id = h->model_id;
-    lim->aliases = h->cfg.aliases;
-    lim->n_aliases = h->cfg.n_aliases;
-    lim->n_ctx = sp_sched_n_ctx(h->sched);
+    lim->model_id = c->model_id;
+    lim->n_aliases = sp_conn_aliases(c, &lim->aliases);
+    lim->n_ctx = sp_sched_n_ctx(c->sched);
     lim->max_n = h->cfg.max_n;
     lim->max_timeout_s = h->cfg.timeout_s;
-    lim->defaults = sp_sched_sampling(h->sched);
-    lim->gcache = sp_sched_grammar_cache(h->sched);
+    lim->defaults = sp_sched_sampling(c->sched);
+    lim->gcache = sp_sched_grammar_cache(c->sched);
     lim->max_retries = h->cfg.max_retries;
+}
+
+/* Sets the model that answers c: the one served, or with --models-dir the
+ * one its body names, loaded if it must be (router.c) and held until the
+ * request completes.  False when there is none: *err says why. */
+static bool sp_conn_pick_model(struct sp_conn *c, struct sp_api_error *err)
+{
+    struct sp_http *h = c->h;
+    if (!h->router) {
+        c->sched = h->sched;
+        c->model_id = h->model_id;
+        return true;
+    }
+    char name[256];
+    if (!sp_router_body_model(c->body, c->n_body, name, sizeof name)) {
+        sp_api_fail(err, 400, "invalid_request_error", "missing_required_parameter", "model",
+                    "This server serves several models: name one in 'model' (GET /v1/models lists them).");
+        return false;
+    }
+    if (!(c->held = sp_router_acquire(h->router, name, err)))
+        return false;
+    c->sched = sp_router_sched(c->held);
+    c->model_id = sp_router_id(c->held);
+    return true;
 }
 
 static enum MHD_Result sp_handle_generate(struct sp_conn *c)
@@ -427,11 +462,11 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     struct sp_http *h = c->h;
     struct sp_api_limits lim;
     struct sp_api_error err;
-    sp_http_limits(h, &lim);
+    sp_http_limits(c, &lim);
     /* grammars compile here, on the connection's thread, stopped if the
      * client leaves or the server drains meanwhile */
     sp_grammar_stop_when(sp_conn_stop_compile, c);
-    sp_status pst = sp_jobs_make(c->dialect->parse, c->def->kind, c->body, c->n_body, sp_sched_model(h->sched),
+    sp_status pst = sp_jobs_make(c->dialect->parse, c->def->kind, c->body, c->n_body, sp_sched_model(c->sched),
                                  &lim, h->cfg.timeout_s, &c->jobs, &c->n_jobs, &err);
     sp_grammar_stop_when(NULL, NULL);
     if (pst != SP_OK && c->compile_gone) {
@@ -443,13 +478,13 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     if (pst != SP_OK)
         return sp_respond_error(c, &err);
     struct sp_job *j = c->job = c->jobs[0];
-    if (sp_resp_init(&c->resp, &j->api, sp_sched_model(h->sched), h->model_id, c->dialect->resp) != SP_OK)
+    if (sp_resp_init(&c->resp, &j->api, sp_sched_model(c->sched), c->model_id, c->dialect->resp) != SP_OK)
         return sp_fail(c, 500, "server_error", NULL, "out of memory");
     c->resp_init = true;
 
     if (!sp_conn_activate(c))
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
-    if (sp_jobs_submit(h->sched, c->jobs, c->n_jobs) != SP_OK)
+    if (sp_jobs_submit(c->sched, c->jobs, c->n_jobs) != SP_OK)
         return sp_fail(c, 429, "requests", "rate_limit_exceeded",
                        "Too many requests are waiting; retry later.");
 
@@ -458,13 +493,13 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
     size_t failed = 0;
     while ((st = sp_jobs_state(c->jobs, c->n_jobs, &failed)) == SP_JOB_QUEUED) {
         if (!sp_conn_wait(c)) {
-            sp_jobs_cancel(h->sched, c->jobs, c->n_jobs);
+            sp_jobs_cancel(c->sched, c->jobs, c->n_jobs);
             c->hung_up = true;
             return MHD_NO;
         }
     }
     if (st == SP_JOB_FAILED) {
-        sp_jobs_cancel(h->sched, c->jobs, c->n_jobs);
+        sp_jobs_cancel(c->sched, c->jobs, c->n_jobs);
         return sp_fail_admission(c, c->jobs[failed]);
     }
     if (sp_jobs_shut_down(c->jobs, c->n_jobs)) {
@@ -496,7 +531,7 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
         if (st == SP_JOB_DONE || st == SP_JOB_FAILED)
             break;
         if (!sp_conn_wait(c)) {
-            sp_jobs_cancel(h->sched, c->jobs, c->n_jobs);
+            sp_jobs_cancel(c->sched, c->jobs, c->n_jobs);
             c->hung_up = true;
             return MHD_NO;
         }
@@ -523,11 +558,12 @@ static enum MHD_Result sp_handle_generate(struct sp_conn *c)
 static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
 {
     struct sp_http *h = c->h;
-    const sp_model *m = sp_sched_model(h->sched);
+    const sp_model *m = sp_sched_model(c->sched);
     sp_model_info mi;
     sp_model_info_get(m, &mi);
-    struct sp_api_embed_limits lim = {h->model_id, (int)mi.n_embd, sp_sched_embed_max_tokens(h->sched),
-                                      SP_HTTP_EMBED_MAX_INPUTS, h->cfg.aliases, h->cfg.n_aliases};
+    struct sp_api_embed_limits lim = {c->model_id, (int)mi.n_embd, sp_sched_embed_max_tokens(c->sched),
+                                      SP_HTTP_EMBED_MAX_INPUTS, NULL, 0};
+    lim.n_aliases = sp_conn_aliases(c, &lim.aliases);
     struct sp_api_embed_request r;
     struct sp_api_error err;
     if ((c->dialect->embed_parse ? c->dialect->embed_parse : sp_api_embed_parse)(&r, c->body, c->n_body, m, &lim,
@@ -546,13 +582,13 @@ static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
         ret = sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
         goto free_work;
     }
-    if (sp_sched_embed_submit(h->sched, &w) != SP_OK) {
+    if (sp_sched_embed_submit(c->sched, &w) != SP_OK) {
         ret = sp_fail(c, 429, "requests", "rate_limit_exceeded", "Too many requests are waiting; retry later.");
         goto free_work;
     }
-    while (!sp_sched_embed_done(h->sched, &w)) {
+    while (!sp_sched_embed_done(c->sched, &w)) {
         if (!sp_conn_wait_on(c, w.efd)) {
-            sp_sched_embed_cancel(h->sched, &w);
+            sp_sched_embed_cancel(c->sched, &w);
             c->hung_up = true;
             ret = MHD_NO;
             goto free_work;
@@ -561,7 +597,7 @@ static enum MHD_Result sp_handle_embeddings(struct sp_conn *c)
     MHD_set_connection_option(c->con, MHD_CONNECTION_OPTION_TIMEOUT, SP_HTTP_IDLE_TIMEOUT_S);
     char *body = w.st == SP_OK && !w.shut_down ? (c->dialect->embed_body ? c->dialect->embed_body
                                                                          : sp_api_embed_body)(
-                                                     &r, h->model_id, out, lim.n_embd)
+                                                     &r, c->model_id, out, lim.n_embd)
                                                : NULL;
     if (body) {
         sp_metrics_count_tokens(h->metrics, r.n_total, 0, 0);
@@ -587,14 +623,18 @@ free_out:
 
 /* ---- other routes ---- */
 
-/* A route answered without the engine (routes.c names its handler). */
+/* A route answered without the engine (routes.c names its handler); a
+ * list of models, with a router, without a model of its own. */
 static enum MHD_Result sp_handle_info(struct sp_conn *c, const char *url)
 {
     struct sp_api_limits lim;
     struct sp_api_error err;
-    sp_http_limits(c->h, &lim);
-    struct sp_info_ctx ctx = {sp_sched_model(c->h->sched), c->h->model_id, c->h->cfg.aliases, c->h->cfg.n_aliases,
-                              &lim, url, c->body, c->n_body};
+    sp_api_limits_default(&lim);
+    if (c->sched)
+        sp_http_limits(c, &lim);
+    struct sp_info_ctx ctx = {c->sched ? sp_sched_model(c->sched) : NULL, c->model_id, NULL, 0, &lim, url,
+                              c->body, c->n_body, c->h->router};
+    ctx.n_aliases = sp_conn_aliases(c, &ctx.aliases);
     int status = 200;
     char *body = c->def->info(&ctx, &status, &err);
     return body ? sp_respond(c, status, "application/json", body, NULL, NULL) : sp_respond_error(c, &err);
@@ -691,16 +731,18 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
     }
     if (draining)
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
+    if (!(c->route == SP_ROUTE_INFO && c->def->lists && h->router) && !sp_conn_pick_model(c, &err))
+        return sp_respond_error(c, &err);
     switch (c->route) {
     case SP_ROUTE_INFO:
         return sp_handle_info(c, url);
     case SP_ROUTE_TOKENIZE: {
-        char *body = sp_api_tokenize(c->body, c->n_body, sp_sched_model(h->sched), &err);
+        char *body = sp_api_tokenize(c->body, c->n_body, sp_sched_model(c->sched), &err);
         return body ? sp_respond(c, 200, "application/json", body, NULL, NULL)
                     : sp_respond_error(c, &err);
     }
     case SP_ROUTE_DETOKENIZE: {
-        char *body = sp_api_detokenize(c->body, c->n_body, sp_sched_model(h->sched), &err);
+        char *body = sp_api_detokenize(c->body, c->n_body, sp_sched_model(c->sched), &err);
         return body ? sp_respond(c, 200, "application/json", body, NULL, NULL)
                     : sp_respond_error(c, &err);
     }
@@ -935,7 +977,7 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
     for (size_t i = 0; i < c->n_jobs; i++) {
         enum sp_job_state st = sp_job_state_of(c->jobs[i]);
         if (st != SP_JOB_DONE && st != SP_JOB_FAILED)
-            sp_sched_cancel(h->sched, c->jobs[i]);
+            sp_sched_cancel(c->sched, c->jobs[i]);
     }
     if (c->status) {
         int status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->status != 200
@@ -961,6 +1003,7 @@ static void sp_completed(void *cls, struct MHD_Connection *con, void **con_cls,
         h->n_active--;
         pthread_mutex_unlock(&h->mu);
     }
+    sp_router_release(h->router, c->held); /* after everything that used its model */
     free(c);
 }
 
@@ -1027,7 +1070,8 @@ static struct MHD_Daemon *sp_http_daemon(struct sp_http *h, unsigned limit)
 }
 
 sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg, const struct addrinfo *addrs,
-                        struct sp_sched *sched, struct sp_metrics *m, const char *model_id)
+                        struct sp_sched *sched, struct sp_router *router, struct sp_metrics *m,
+                        const char *model_id)
 {
     struct sp_http *h = calloc(1, sizeof *h);
     *out = NULL;
@@ -1035,8 +1079,9 @@ sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg
         return sp_error_set(SP_ERR_NOMEM, "http: out of memory");
     h->cfg = *cfg;
     h->sched = sched;
+    h->router = router;
     h->metrics = m;
-    h->model_id = strdup(model_id);
+    h->model_id = strdup(model_id ? model_id : "");
     snprintf(h->replica, sizeof h->replica, "%s", cfg->replica_id ? cfg->replica_id : "");
     pthread_mutex_init(&h->mu, NULL);
     if (!h->model_id) {

@@ -15,32 +15,32 @@ const struct sp_dialect sp_dialect_openai = {
 };
 
 static const struct sp_route_def sp_routes[] = {
-    {"/health", "GET", SP_ROUTE_HEALTH, false, 0, &sp_dialect_openai, NULL},
-    {"/health", "HEAD", SP_ROUTE_HEALTH, false, 0, &sp_dialect_openai, NULL}, /* MHD sends HEAD's headers only */
-    {"/v1/health", "GET", SP_ROUTE_HEALTH, false, 0, &sp_dialect_openai, NULL},
-    {"/v1/health", "HEAD", SP_ROUTE_HEALTH, false, 0, &sp_dialect_openai, NULL},
-    {"/metrics", "GET", SP_ROUTE_METRICS, false, 0, &sp_dialect_openai, NULL},
-    {"/v1/models", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_openai, sp_info_models},
-    {"/v1/models/", "GET", SP_ROUTE_INFO, true, 0, &sp_dialect_openai, sp_info_model},
-    {"/v1/completions", "POST", SP_ROUTE_GENERATE, false, SP_API_COMPLETIONS, &sp_dialect_openai, NULL},
-    {"/v1/chat/completions", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_openai, NULL},
-    {"/v1/embeddings", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_openai, NULL},
-    {"/tokenize", "POST", SP_ROUTE_TOKENIZE, false, 0, &sp_dialect_openai, NULL},
-    {"/detokenize", "POST", SP_ROUTE_DETOKENIZE, false, 0, &sp_dialect_openai, NULL},
+    {"/health", "GET", SP_ROUTE_HEALTH, false, 0, &sp_dialect_openai, NULL, false},
+    {"/health", "HEAD", SP_ROUTE_HEALTH, false, 0, &sp_dialect_openai, NULL, false}, /* MHD sends HEAD's headers only */
+    {"/v1/health", "GET", SP_ROUTE_HEALTH, false, 0, &sp_dialect_openai, NULL, false},
+    {"/v1/health", "HEAD", SP_ROUTE_HEALTH, false, 0, &sp_dialect_openai, NULL, false},
+    {"/metrics", "GET", SP_ROUTE_METRICS, false, 0, &sp_dialect_openai, NULL, false},
+    {"/v1/models", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_openai, sp_info_models, true},
+    {"/v1/models/", "GET", SP_ROUTE_INFO, true, 0, &sp_dialect_openai, sp_info_model, true},
+    {"/v1/completions", "POST", SP_ROUTE_GENERATE, false, SP_API_COMPLETIONS, &sp_dialect_openai, NULL, false},
+    {"/v1/chat/completions", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_openai, NULL, false},
+    {"/v1/embeddings", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_openai, NULL, false},
+    {"/tokenize", "POST", SP_ROUTE_TOKENIZE, false, 0, &sp_dialect_openai, NULL, false},
+    {"/detokenize", "POST", SP_ROUTE_DETOKENIZE, false, 0, &sp_dialect_openai, NULL, false},
     /* Anthropic's Messages (dialect_anthropic.c) */
-    {"/v1/messages", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_anthropic, NULL},
-    {"/v1/messages/count_tokens", "POST", SP_ROUTE_INFO, false, 0, &sp_dialect_anthropic, sp_anthropic_count_tokens},
+    {"/v1/messages", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_anthropic, NULL, false},
+    {"/v1/messages/count_tokens", "POST", SP_ROUTE_INFO, false, 0, &sp_dialect_anthropic, sp_anthropic_count_tokens, false},
     /* OpenAI's Responses (dialect_responses.c) */
-    {"/v1/responses", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_responses, NULL},
+    {"/v1/responses", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_responses, NULL, false},
     /* Ollama's (dialect_ollama.c); the route's kind tells chat from generate */
-    {"/api/chat", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_ollama, NULL},
-    {"/api/generate", "POST", SP_ROUTE_GENERATE, false, SP_API_COMPLETIONS, &sp_dialect_ollama, NULL},
-    {"/api/embed", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_ollama, NULL},
-    {"/api/embeddings", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_ollama_embeddings, NULL}, /* the older route */
-    {"/api/tags", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_tags},
-    {"/api/ps", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_ps},
-    {"/api/version", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_version},
-    {"/api/show", "POST", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_show},
+    {"/api/chat", "POST", SP_ROUTE_GENERATE, false, SP_API_CHAT, &sp_dialect_ollama, NULL, false},
+    {"/api/generate", "POST", SP_ROUTE_GENERATE, false, SP_API_COMPLETIONS, &sp_dialect_ollama, NULL, false},
+    {"/api/embed", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_ollama, NULL, false},
+    {"/api/embeddings", "POST", SP_ROUTE_EMBEDDINGS, false, 0, &sp_dialect_ollama_embeddings, NULL, false}, /* the older route */
+    {"/api/tags", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_tags, true},
+    {"/api/ps", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_ps, true},
+    {"/api/version", "GET", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_version, true},
+    {"/api/show", "POST", SP_ROUTE_INFO, false, 0, &sp_dialect_ollama, sp_ollama_show, false},
 };
 
 const struct sp_route_def *sp_route_find(const char *url, const char *method, bool *known_path)

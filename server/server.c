@@ -28,6 +28,8 @@ void sp_server_config_default(struct sp_server_config *c)
     c->sampling = (struct sp_server_sampling){NAN, NAN, NAN, NAN, INT32_MIN, INT32_MIN};
     c->drain_timeout_s = 60;
     c->max_retries = 4;
+    c->models_max = SP_SERVER_MODELS_MAX;
+    sp_model_params_default(&c->model_params);
 }
 
 bool sp_server_alias_valid(const char *name)
@@ -171,7 +173,7 @@ static sp_status sp_fit_connections(struct sp_server_config *c)
 }
 
 /* The id clients send as `model`: the file name without directory or .gguf. */
-static char *sp_model_id(const char *path)
+static char *sp_server_model_id(const char *path)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -181,18 +183,51 @@ static char *sp_model_id(const char *path)
     return strndup(base, n);
 }
 
+void sp_server_engine_params(const struct sp_server_config *c, struct sp_engine_params *ep)
+{
+    sp_engine_params_default(ep);
+    ep->n_threads = c->n_threads;
+    ep->n_ctx = c->n_ctx;
+    ep->n_parallel = c->n_parallel;
+    ep->kv_mem_mib = c->kv_mem_mib;
+    ep->cache_type_k = c->cache_type_k;
+    ep->cache_type_v = c->cache_type_v;
+    ep->spec = c->spec;
+    ep->spec_k = c->spec_k ? c->spec_k : ep->spec_k;
+    ep->spec_fixed = c->spec_fixed;
+    ep->draft_model = c->draft_model;
+    ep->spec_layers = c->spec_layers;
+}
+
+/* The line printed once the server listens. */
+static void sp_server_listening(const struct sp_server_config *c, struct sp_http *http, struct sp_sched *sched,
+                                struct sp_router *router, const char *model_id)
+{
+    const char *host = c->host ? c->host : "127.0.0.1";
+    bool v6 = strchr(host, ':') != NULL; /* an IPv6 address goes in brackets in a URL */
+    fprintf(stderr, "spindle: listening on http://%s%s%s:%d (replica '%s', ", v6 ? "[" : "", host, v6 ? "]" : "",
+            sp_http_port(http), c->replica_id);
+    if (router)
+        fprintf(stderr, "%zu models in '%s', at most %d loaded, %d parallel each)\n", sp_router_count(router),
+                c->models_dir ? c->models_dir : "the list", c->models_max, c->n_parallel);
+    else
+        fprintf(stderr, "model '%s', context %d tokens, %d parallel)\n", model_id, sp_sched_n_ctx(sched),
+                c->n_parallel);
+}
+
 sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cfg)
 {
     sp_status st;
     struct sp_metrics metrics;
     struct sp_sched *sched = NULL;
+    struct sp_router *router = NULL;
     struct sp_http *http = NULL;
     sp_engine *engine = NULL;
     sigset_t sigs, old_sigs;
-    sp_model_info info;
     struct sp_server_config c = *cfg;
     char replica[SP_REPLICA_ID_MAX + 1];
     struct addrinfo *addrs = NULL;
+    char *model_id = NULL;
 
     if (!c.replica_id) {
         sp_default_replica_id(replica);
@@ -201,33 +236,27 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     if (!sp_server_replica_id_valid(c.replica_id))
         return sp_error_set(SP_ERR_ARG, "replica id '%s' is not 1-%d characters of [A-Za-z0-9._:-]",
                             c.replica_id, SP_REPLICA_ID_MAX);
-    sp_model_info_get(model, &info);
-    char *model_id = sp_model_id(info.path);
-    if (!model_id)
-        return sp_error_set(SP_ERR_NOMEM, "server: out of memory");
+    if (model) {
+        sp_model_info info;
+        sp_model_info_get(model, &info);
+        if (!(model_id = sp_server_model_id(info.path)))
+            return sp_error_set(SP_ERR_NOMEM, "server: out of memory");
+    }
     /* A host that does not resolve is refused before the engine is made or anything is printed. */
     if ((st = sp_http_resolve(c.host ? c.host : "127.0.0.1", c.port, &addrs)) != SP_OK)
         goto free_id;
     if ((st = sp_fit_connections(&c)) != SP_OK)
         goto free_id;
-    struct sp_engine_params ep;
-    sp_engine_params_default(&ep);
-    ep.n_threads = cfg->n_threads;
-    ep.n_ctx = cfg->n_ctx;
-    ep.n_parallel = cfg->n_parallel;
-    ep.kv_mem_mib = cfg->kv_mem_mib;
-    ep.cache_type_k = cfg->cache_type_k;
-    ep.cache_type_v = cfg->cache_type_v;
-    ep.spec = cfg->spec;
-    ep.spec_k = cfg->spec_k ? cfg->spec_k : ep.spec_k;
-    ep.spec_fixed = cfg->spec_fixed;
-    ep.draft_model = cfg->draft_model;
-    ep.spec_layers = cfg->spec_layers;
     /* Everything that can refuse the configuration happens before the
      * port is bound: a server that listens can serve (a balancer's health
-     * check fails on a replica still loading as it would on a 503). */
-    if ((st = sp_engine_create(model, &ep, &engine)) != SP_OK)
-        goto free_id;
+     * check fails on a replica still loading as it would on a 503).  With
+     * --models-dir, each model loads on its first request instead. */
+    sp_metrics_init(&metrics, c.replica_id);
+    struct sp_engine_params ep;
+    sp_server_engine_params(&c, &ep);
+    if (model ? (st = sp_engine_create(model, &ep, &engine)) != SP_OK
+              : (st = sp_router_open(&router, &c, &metrics)) != SP_OK)
+        goto free_metrics;
 
     /* Every thread started below inherits this mask, so the stop signals
      * are only ever taken by sigwaitinfo()/sigtimedwait() here. */
@@ -235,24 +264,22 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     pthread_sigmask(SIG_BLOCK, &sigs, &old_sigs);
     signal(SIGPIPE, SIG_IGN);
 
-    sp_metrics_init(&metrics, c.replica_id);
-    if ((st = sp_sched_start(&sched, model, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics)) != SP_OK)
-        goto free_metrics; /* the scheduler freed the engine */
-    if ((st = sp_http_start(&http, &c, addrs, sched, &metrics, model_id)) != SP_OK)
+    if (model &&
+        (st = sp_sched_start(&sched, model, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics)) != SP_OK)
+        goto restore; /* the scheduler freed the engine */
+    if ((st = sp_http_start(&http, &c, addrs, sched, router, &metrics, model_id)) != SP_OK)
         goto stop_sched;
-    const char *host = c.host ? c.host : "127.0.0.1";
-    bool v6 = strchr(host, ':') != NULL; /* an IPv6 address goes in brackets in a URL */
-    fprintf(stderr,
-            "spindle: listening on http://%s%s%s:%d (replica '%s', model '%s', context %d tokens, %d parallel)\n",
-            v6 ? "[" : "", host, v6 ? "]" : "", sp_http_port(http), c.replica_id, model_id, sp_sched_n_ctx(sched),
-            c.n_parallel);
+    sp_server_listening(&c, http, sched, router, model_id);
     while (!sp_is_stop_signal(sigwaitinfo(&sigs, NULL)))
         ;
     sp_http_drain(http);
     fprintf(stderr, "spindle: draining: finishing %d request(s) in flight\n", sp_http_active(http));
     if (!sp_wait_idle(http, &sigs, c.drain_timeout_s)) {
         fprintf(stderr, "spindle: drain cut short: ending %d request(s) still in flight\n", sp_http_active(http));
-        sp_sched_abort(sched);
+        if (router)
+            sp_router_abort(router);
+        else
+            sp_sched_abort(sched);
         if (!sp_wait_idle(http, &sigs, SP_ABORT_GRACE_S))
             fprintf(stderr, "spindle: %d request(s) still sending; closing their connections\n",
                     sp_http_active(http));
@@ -261,10 +288,13 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     fprintf(stderr, "spindle: drained\n");
     sp_http_stop(http);
 stop_sched:
-    sp_sched_stop(sched);
-free_metrics:
-    sp_metrics_free(&metrics);
+    if (sched)
+        sp_sched_stop(sched);
+restore:
     pthread_sigmask(SIG_SETMASK, &old_sigs, NULL);
+free_metrics:
+    sp_router_close(router);
+    sp_metrics_free(&metrics);
 free_id:
     if (addrs)
         freeaddrinfo(addrs);

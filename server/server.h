@@ -327,15 +327,19 @@ void sp_listener_free(struct sp_listener *l);
 #define SP_HTTP_OVERFLOW 8u
 
 struct sp_http;
+struct sp_router;
 /* The addresses of host (a numeric IPv4/IPv6 address or a name getaddrinfo
  * resolves, in the order it returns them) with port, for sp_http_start;
  * the caller frees them with freeaddrinfo.  SP_ERR_ARG with the error set
  * (and *out NULL) when host does not resolve. */
 sp_status sp_http_resolve(const char *host, int port, struct addrinfo **out);
 /* Listens on the first of addrs that binds (SP_ERR_IO with the error set
- * when none does) and serves the API from it. */
+ * when none does) and serves the API from it: the one model of sched
+ * (named model_id), or with router (sched and model_id NULL) the model
+ * each request names. */
 sp_status sp_http_start(struct sp_http **out, const struct sp_server_config *cfg, const struct addrinfo *addrs,
-                        struct sp_sched *sched, struct sp_metrics *m, const char *model_id);
+                        struct sp_sched *sched, struct sp_router *router, struct sp_metrics *m,
+                        const char *model_id);
 int sp_http_port(const struct sp_http *h);
 /* New requests get 503 from now on. */
 void sp_http_drain(struct sp_http *h);
@@ -344,6 +348,53 @@ int sp_http_active(struct sp_http *h);
 /* Seconds since the last connection was accepted or request begun (1e9 if none). */
 double sp_http_quiet_s(struct sp_http *h);
 void sp_http_stop(struct sp_http *h);
+
+/* ---- router.c: the models of --models-dir, each loaded on demand ---- */
+
+struct sp_router;
+struct sp_router_model;
+/* Reads cfg->models_dir (SP_ERR_ARG when it is not a directory), or
+ * cfg->models_list; loads nothing yet.  Each model it loads gets an engine made as sp_server_run
+ * makes the one of -m (sp_server_engine_params) and a scheduler counting
+ * into m. */
+sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *cfg, struct sp_metrics *m);
+/* The models listed at the last read of the directory. */
+size_t sp_router_count(struct sp_router *r);
+/* The model `name` names (ID, or ID:latest as Ollama's clients send it),
+ * held (never unloaded) until sp_router_release: loaded first if it is not,
+ * the call blocking while it loads or waits for room under --models-max.
+ * NULL with *err set: 404 model_not_found, 500 model_load_failed (the
+ * file's one-line error), 503 shutting_down (sp_router_abort). */
+struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, struct sp_api_error *err);
+struct sp_sched *sp_router_sched(const struct sp_router_model *m);
+/* Its name: the file name without .gguf. */
+const char *sp_router_id(const struct sp_router_model *m);
+/* The request holding m is done (m NULL: nothing). */
+void sp_router_release(struct sp_router *r, struct sp_router_model *m);
+/* One model of the directory as the lists show it. */
+struct sp_router_entry {
+    char id[129];
+    const char *state; /* "unloaded", "loading" or "loaded" */
+    bool failed;       /* its last load failed: error says why */
+    char error[512];
+    uint64_t bytes;    /* the file's size */
+    int n_ctx;         /* loaded: its context per request; else 0 */
+};
+/* Reads the directory (or list) again and lists its models, sorted by
+ * name (*out malloc'd, *n entries). */
+sp_status sp_router_list(struct sp_router *r, struct sp_router_entry **out, size_t *n);
+/* The model a request body names (`model`, else Ollama's older `name`),
+ * copied into buf; false when it names none (or it does not fit). */
+bool sp_router_body_model(const char *body, size_t len, char *buf, size_t cap);
+/* The drain ran out of time: every loaded model's jobs end now
+ * (sp_sched_abort), and requests waiting for a model get 503. */
+void sp_router_abort(struct sp_router *r);
+/* Unloads every model and frees r (no request may hold one); NULL: nothing. */
+void sp_router_close(struct sp_router *r);
+
+/* server.c: the engine parameters of the configuration (threads, context,
+ * KV cache, speculative decoding), for each model served. */
+void sp_server_engine_params(const struct sp_server_config *c, struct sp_engine_params *ep);
 
 /* ---- reasoning.c: thinking between <think> and </think> ---- */
 

@@ -12,7 +12,8 @@
 
 #include "spindle.h"
 
-/* An OpenAI-compatible HTTP server over one model (/v1/completions,
+/* An OpenAI-compatible HTTP server over one model, or a directory of them
+ * (/v1/completions,
  * /v1/chat/completions, /v1/models, /tokenize, /detokenize, /health,
  * /metrics). */
 /* Sampling defaults given to the server; NAN (floats) or INT32_MIN (ints)
@@ -66,7 +67,23 @@ typedef struct sp_server_config {
      * each 1 to 128 printable ASCII characters; they must outlive the server */
     const char *const *aliases;
     size_t n_aliases;
+    /* many models (server/router.c): every DIR/NAME.gguf of models_dir is
+     * served as the model NAME, loaded on the first request naming it with
+     * model_params (its path aside), at most models_max loaded at once (the
+     * least recently used idle one unloaded first); sp_server_run's model is
+     * then NULL, and aliases are not used */
+    const char *models_dir;
+    int models_max;
+    sp_model_params model_params;
+    /* instead of reading models_dir (then only named in the log), the
+     * application's own list of models (the model store's): models_list
+     * calls add(ctx, name, path) once per model, on every reading (a
+     * request's thread, while the server's model list is locked) */
+    void (*models_list)(void *user, void (*add)(void *ctx, const char *name, const char *path), void *ctx);
+    void *models_user;
 } sp_server_config;
+/* The default models_max: llama-server's --models-max. */
+#define SP_SERVER_MODELS_MAX 4
 /* The most --alias names. */
 #define SP_SERVER_MAX_ALIASES 16
 /* Whether name can be an alias: 1 to 128 printable ASCII characters
@@ -75,7 +92,8 @@ bool sp_server_alias_valid(const char *name);
 /* 127.0.0.1:8080, 4 parallel, queue 64, 4 MiB bodies, 512 connections,
  * 30 s to receive a request, n <= 8, sampling
  * defaults not set, text log lines, replica id from the host name, drain
- * timeout 60 s, max_retries capped at 4. */
+ * timeout 60 s, max_retries capped at 4, no models_dir or models_list,
+ * models_max 4, model_params sp_model_params_default's. */
 void sp_server_config_default(sp_server_config *c);
 
 /* Whether id can name a replica: 1 to 64 characters of [A-Za-z0-9._:-]
@@ -89,7 +107,9 @@ bool sp_server_replica_id_valid(const char *id);
  * SP_OK.  Fails before listening when the engine cannot be made (SP_ERR_ARG,
  * SP_ERR_NOMEM, ...) or the address cannot be bound (SP_ERR_IO).  One line
  * goes to stderr when it listens and one when it drains.  The model must
- * outlive the call. */
+ * outlive the call.  With m NULL, the models of cfg->models_dir (or
+ * cfg->models_list) are served, loaded as requests name them (SP_ERR_ARG
+ * when models_dir is not a directory). */
 sp_status sp_server_run(const sp_model *m, const sp_server_config *cfg);
 
 #endif

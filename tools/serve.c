@@ -1,4 +1,4 @@
-/* spindle serve: flags -> sp_model_load + sp_server_config -> sp_server_run().
+/* spindle serve: flags -> sp_model_load (or --models-dir) + sp_server_config -> sp_server_run().
  * A model or configuration the server cannot run fails here, with one line
  * and exit status 2, before anything listens. */
 #include <errno.h>
@@ -16,7 +16,13 @@
 
 static const char sp_serve_usage[] =
     "usage: spindle serve -m MODEL [options]\n"
-    "  -m, --model PATH     GGUF model file, or a stored model's name (required)\n"
+    "       spindle serve [--models-dir DIR] [options]\n"
+    "  -m, --model PATH     GGUF model file, or a stored model's name\n"
+    "  --models-dir DIR     serve every DIR/NAME.gguf as the model NAME, each loaded on\n"
+    "                       the first request that names it; without -m or --models-dir,\n"
+    "                       every model of the store (spindle list) under its full name\n"
+    "  --models-max N       models loaded at once without -m (default 4); the least\n"
+    "                       recently used idle one is unloaded for another\n"
     "  --host HOST          address or host name to bind (default 127.0.0.1)\n"
     "  --port N             TCP port (default 8080; 0 picks a free one)\n"
     "  --parallel N         requests running at once (default 4)\n"
@@ -55,6 +61,23 @@ static const char sp_serve_usage[] =
     "sampling defaults for requests that leave a field unset (default: the model's\n"
     "recommendation from its GGUF metadata, else temp 0.8, top-k 40, top-p 0.95, min-p 0.05):\n"
     "  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n";
+
+/* The server's list of models without -m or --models-dir: every complete
+ * model of the store (root: user) under its full name ORG/REPO:QUANT. */
+static void sp_serve_store_list(void *user, void (*add)(void *ctx, const char *name, const char *path), void *ctx)
+{
+    struct sp_store_model *m = NULL;
+    size_t n = 0;
+    if (!sp_store_scan(user, &m, &n))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        char name[256];
+        sp_store_name_format(&m[i].name, name, sizeof name);
+        if (m[i].complete)
+            add(ctx, name, m[i].path);
+    }
+    sp_store_models_free(m, n);
+}
 
 static bool sp_parse_seconds(const char *s, double *out)
 {
@@ -149,6 +172,8 @@ int sp_tool_serve(int argc, char **argv)
     char key_buf[SP_SERVE_KEY_CAP];
     const char *aliases[SP_SERVER_MAX_ALIASES];
     const char *key_file = NULL;
+    char store_root[4096];
+    bool models_max_set = false;
     sp_server_config cfg;
     sp_model_params mp;
     struct sp_tool_spec spec;
@@ -184,6 +209,13 @@ int sp_tool_serve(int argc, char **argv)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(mp.path = sp_store_model_path(a, v)))
                 return 2;
+        } else if (!strcmp(a, "--models-dir")) {
+            cfg.models_dir = v;
+        } else if (!strcmp(a, "--models-max")) {
+            if (!sp_parse_long(v, 1, 1024, &n))
+                return sp_tool_fail("serve: --models-max wants 1..1024, got '%s'", v);
+            cfg.models_max = (int)n;
+            models_max_set = true;
         } else if (!strcmp(a, "--host")) {
             cfg.host = v;
         } else if (!strcmp(a, "--port")) {
@@ -285,8 +317,19 @@ int sp_tool_serve(int argc, char **argv)
             return sp_tool_fail("serve: unknown option '%s' (see spindle serve --help)", a);
         }
     }
-    if (!mp.path)
-        return sp_tool_fail("serve: -m MODEL is required (see spindle serve --help)");
+    if (mp.path && cfg.models_dir)
+        return sp_tool_fail("serve: give -m MODEL or --models-dir DIR, not both");
+    if (!mp.path && cfg.n_aliases)
+        return sp_tool_fail("serve: --alias names the model of -m; without it a model's name is its file's");
+    if (models_max_set && mp.path)
+        return sp_tool_fail("serve: --models-max goes with --models-dir or the store (no -m)");
+    if (!mp.path && !cfg.models_dir) {
+        if (!sp_store_root(store_root, sizeof store_root))
+            return 2;
+        cfg.models_dir = store_root; /* named in the log */
+        cfg.models_list = sp_serve_store_list;
+        cfg.models_user = store_root;
+    }
     if (!sp_serve_api_key(&cfg, key_file, key_buf, sizeof key_buf))
         return 2;
     mp.n_threads = cfg.n_threads;
@@ -301,7 +344,8 @@ int sp_tool_serve(int argc, char **argv)
     cfg.spec_fixed = ep.spec_fixed;
     cfg.draft_model = ep.draft_model;
     cfg.spec_layers = ep.spec_layers;
-    if (sp_model_load(&mp, &m) != SP_OK) {
+    cfg.model_params = mp;
+    if (mp.path && sp_model_load(&mp, &m) != SP_OK) {
         sp_tool_spec_free(&spec);
         return sp_tool_fail("%s", sp_error_message());
     }

@@ -34,16 +34,17 @@ class Server:
     """A running `spindle serve` subprocess."""
 
     def __init__(self, spindle_bin, model_path, *args, api_key=None, env=None, preexec_fn=None):
-        """api_key: passed as --api-key and sent by headers(); env: the
+        """model_path: given as -m (None: none, e.g. with --models-dir in
+        args); api_key: passed as --api-key and sent by headers(); env: the
         server's environment (default: this process's); preexec_fn: run in
         the child before exec (e.g. to lower a resource limit)."""
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.api_key = api_key
-        self.model_id = os.path.basename(model_path)
-        if self.model_id.endswith(".gguf"):
+        self.model_id = os.path.basename(model_path) if model_path else None
+        if self.model_id and self.model_id.endswith(".gguf"):
             self.model_id = self.model_id[:-5]
-        argv = [spindle_bin, "serve", "-m", model_path, "--port", str(self.port)]
+        argv = [spindle_bin, "serve"] + (["-m", model_path] if model_path else []) + ["--port", str(self.port)]
         argv += [str(a) for a in args]
         if api_key:
             argv += ["--api-key", api_key]

@@ -1,0 +1,437 @@
+/* The models of --models-dir (one per DIR/NAME.gguf, named NAME) or of the
+ * application's list (cfg->models_list: the model store's), each loaded on
+ * the first request that names it and given its own engine and scheduler
+ * thread (scheduler.c), as llama-server's router mode does.
+ *
+ * At most max_loaded models are loaded (or loading) at once; to load
+ * another, the least recently used one that no request holds is unloaded,
+ * and when every loaded model is in use the request waits until one is
+ * released.  A model loads on the thread of the request that needs it,
+ * with the router's lock released, so requests to other models go on
+ * meanwhile; requests for the model being loaded wait for that load.  A
+ * file that fails to load keeps its one-line error (listed, and answered
+ * to the requests naming it) until the file changes.
+ *
+ * The directory (or list) is read again whenever the models are listed and whenever
+ * a request needs a model that is not loaded: new files appear, a deleted
+ * file's model disappears from the list and is refused from then on (and
+ * unloaded once its last request is done).  A loaded model keeps serving
+ * what it loaded until it is unloaded, also when its file is replaced. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "server/server.h"
+
+/* The most models one directory lists; files past it are left out. */
+#define SP_ROUTER_MAX_MODELS 1024
+
+enum sp_router_state { SP_ROUTER_UNLOADED, SP_ROUTER_LOADING, SP_ROUTER_LOADED };
+
+static const char *const sp_router_state_names[] = {"unloaded", "loading", "loaded"};
+
+struct sp_router_model {
+    char *id;   /* the file name without .gguf */
+    char *path; /* its file (DIR/ID.gguf); changed only while no request holds it */
+    /* the file as last seen: a change clears error */
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+    bool seen, gone; /* seen in this scan; its file was gone at the last scan */
+    enum sp_router_state state;
+    sp_model *model;      /* LOADED */
+    struct sp_sched *sched;
+    int n_held;           /* requests using it or waiting for it */
+    double last_used;     /* sp_now() when a request last got it */
+    char *error;          /* the last load's error; NULL: none */
+};
+
+struct sp_router {
+    pthread_mutex_t mu; /* guards everything below but the immutable fields */
+    pthread_cond_t cv;  /* a load ended, a model was released, or the router aborted */
+    struct sp_server_config cfg;
+    struct sp_metrics *metrics;
+    char *dir; /* read when cfg.models_list is NULL */
+    int max_loaded;
+    bool aborted;
+    struct sp_router_model **models;
+    size_t n_models;
+};
+
+static struct sp_router_model *sp_router_find(struct sp_router *r, const char *id, size_t n)
+{
+    for (size_t i = 0; i < r->n_models; i++)
+        if (strlen(r->models[i]->id) == n && !memcmp(r->models[i]->id, id, n))
+            return r->models[i];
+    return NULL;
+}
+
+/* Stops its scheduler (nothing of it runs: no request holds it) and frees
+ * the model.  Under r->mu. */
+static void sp_router_unload(struct sp_router_model *e, const char *why)
+{
+    sp_sched_stop(e->sched);
+    sp_model_free(e->model);
+    e->sched = NULL;
+    e->model = NULL;
+    e->state = SP_ROUTER_UNLOADED;
+    fprintf(stderr, "spindle: unloaded model '%s' (%s)\n", e->id, why);
+}
+
+static void sp_router_model_free(struct sp_router_model *e)
+{
+    free(e->id);
+    free(e->path);
+    free(e->error);
+    free(e);
+}
+
+/* Drops e from the list when its file is gone and nothing holds it.
+ * Under r->mu. */
+static void sp_router_settle(struct sp_router *r, struct sp_router_model *e)
+{
+    if (!e->gone || e->n_held > 0)
+        return;
+    if (e->state == SP_ROUTER_LOADED)
+        sp_router_unload(e, "its file is gone");
+    for (size_t i = 0; i < r->n_models; i++) {
+        if (r->models[i] == e) {
+            r->models[i] = r->models[--r->n_models];
+            break;
+        }
+    }
+    sp_router_model_free(e);
+}
+
+/* One model of the directory or list: marks it seen, adds it when new
+ * (when there is room), and clears its error when the file changed.  A
+ * name that cannot be a model's (sp_server_alias_valid) or a path that is
+ * no file is passed over.  Under r->mu. */
+static void sp_router_see(void *ctx, const char *id, const char *path)
+{
+    struct sp_router *r = ctx;
+    struct stat st;
+    if (!sp_server_alias_valid(id) || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return;
+    struct sp_router_model *e = sp_router_find(r, id, strlen(id));
+    if (!e) {
+        if (r->n_models == SP_ROUTER_MAX_MODELS || !(e = calloc(1, sizeof *e)))
+            return;
+        if (!(e->id = strdup(id)) || !(e->path = strdup(path))) {
+            sp_router_model_free(e);
+            return;
+        }
+        r->models[r->n_models++] = e;
+    }
+    e->seen = true;
+    e->gone = false;
+    if (strcmp(e->path, path) && e->n_held == 0) { /* a list's model moved (loaders read path unlocked) */
+        char *p = strdup(path);
+        if (p) {
+            free(e->path);
+            e->path = p;
+        }
+    }
+    if (e->dev != st.st_dev || e->ino != st.st_ino || e->size != st.st_size ||
+        e->mtime.tv_sec != st.st_mtim.tv_sec || e->mtime.tv_nsec != st.st_mtim.tv_nsec) {
+        e->dev = st.st_dev;
+        e->ino = st.st_ino;
+        e->size = st.st_size;
+        e->mtime = st.st_mtim;
+        free(e->error);
+        e->error = NULL;
+    }
+}
+
+/* Every NAME.gguf of the directory, as the model NAME (a name starting
+ * with '.' is passed over). */
+static void sp_router_read_dir(struct sp_router *r)
+{
+    DIR *d = opendir(r->dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        const char *name = de->d_name;
+        size_t n = strlen(name);
+        if (name[0] == '.' || n <= 5 || n - 5 > 128 || strcmp(name + n - 5, ".gguf"))
+            continue;
+        char *id = strndup(name, n - 5), *path = NULL;
+        if (id && asprintf(&path, "%s/%s", r->dir, name) >= 0) {
+            sp_router_see(r, id, path);
+            free(path);
+        }
+        free(id);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* Reads the directory or list again: new models are added, a changed
+ * file's error is cleared, and a model no longer there is marked gone (and
+ * dropped when nothing holds it).  Under r->mu. */
+static void sp_router_scan(struct sp_router *r)
+{
+    for (size_t i = 0; i < r->n_models; i++)
+        r->models[i]->seen = false;
+    if (r->cfg.models_list)
+        r->cfg.models_list(r->cfg.models_user, sp_router_see, r);
+    else
+        sp_router_read_dir(r);
+    for (size_t i = r->n_models; i-- > 0;) {
+        struct sp_router_model *e = r->models[i];
+        if (!e->seen) {
+            e->gone = true;
+            sp_router_settle(r, e);
+        }
+    }
+}
+
+sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *cfg, struct sp_metrics *m)
+{
+    struct stat st;
+    *out = NULL;
+    if (!cfg->models_list && (stat(cfg->models_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+        return sp_error_set(SP_ERR_ARG, "--models-dir '%s' is not a directory", cfg->models_dir);
+    struct sp_router *r = calloc(1, sizeof *r);
+    if (!r || !(r->dir = strdup(cfg->models_dir ? cfg->models_dir : "")) ||
+        !(r->models = calloc(SP_ROUTER_MAX_MODELS, sizeof *r->models))) {
+        if (r)
+            free(r->dir);
+        free(r);
+        return sp_error_set(SP_ERR_NOMEM, "router: out of memory");
+    }
+    r->cfg = *cfg;
+    r->metrics = m;
+    r->max_loaded = cfg->models_max > 0 ? cfg->models_max : 1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    sp_router_scan(r);
+    *out = r;
+    return SP_OK;
+}
+
+size_t sp_router_count(struct sp_router *r)
+{
+    pthread_mutex_lock(&r->mu);
+    size_t n = r->n_models;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* Loads e's file into a model with its engine and scheduler (on the
+ * calling thread, without r->mu; e's path is immutable).  On failure the
+ * error is set and nothing is left. */
+static sp_status sp_router_load(struct sp_router *r, const struct sp_router_model *e, sp_model **model,
+                                struct sp_sched **sched)
+{
+    sp_model_params mp = r->cfg.model_params;
+    mp.path = e->path;
+    mp.n_threads = r->cfg.n_threads;
+    mp.progress = NULL; /* loads run side by side: a redrawn line would mix them */
+    struct sp_engine_params ep;
+    sp_server_engine_params(&r->cfg, &ep);
+    sp_engine *engine = NULL;
+    sp_status st = sp_model_load(&mp, model);
+    if (st == SP_OK && (st = sp_engine_create(*model, &ep, &engine)) == SP_OK)
+        st = sp_sched_start(sched, *model, engine, r->cfg.max_queue, r->cfg.n_parallel, &r->cfg.sampling,
+                            r->metrics); /* it frees the engine if it fails */
+    if (st != SP_OK) {
+        sp_model_free(*model);
+        *model = NULL;
+    }
+    return st;
+}
+
+/* Makes room for one more loaded model: true when there is (after
+ * unloading the least recently used idle one if need be), false when every
+ * loaded model is held.  Under r->mu. */
+static bool sp_router_make_room(struct sp_router *r)
+{
+    int used = 0;
+    struct sp_router_model *victim = NULL;
+    for (size_t i = 0; i < r->n_models; i++) {
+        struct sp_router_model *e = r->models[i];
+        used += e->state != SP_ROUTER_UNLOADED;
+        if (e->state == SP_ROUTER_LOADED && e->n_held == 0 && (!victim || e->last_used < victim->last_used))
+            victim = e;
+    }
+    if (used < r->max_loaded)
+        return true;
+    if (!victim)
+        return false;
+    char why[64];
+    snprintf(why, sizeof why, "least recently used; --models-max %d", r->max_loaded);
+    sp_router_unload(victim, why);
+    return true;
+}
+
+/* Loads e (held by the caller) into a free slot.  Under r->mu, released
+ * while the file loads. */
+static void sp_router_load_entry(struct sp_router *r, struct sp_router_model *e)
+{
+    e->state = SP_ROUTER_LOADING;
+    fprintf(stderr, "spindle: loading model '%s'\n", e->id);
+    pthread_mutex_unlock(&r->mu);
+    double t0 = sp_now();
+    sp_model *model = NULL;
+    struct sp_sched *sched = NULL;
+    sp_status st = sp_router_load(r, e, &model, &sched);
+    double dt = sp_now() - t0;
+    char *msg = st == SP_OK ? NULL : strdup(sp_error_message());
+    pthread_mutex_lock(&r->mu);
+    if (st == SP_OK) {
+        e->model = model;
+        e->sched = sched;
+        e->state = SP_ROUTER_LOADED;
+        fprintf(stderr, "spindle: loaded model '%s' in %.2f s\n", e->id, dt);
+    } else {
+        e->state = SP_ROUTER_UNLOADED;
+        free(e->error);
+        e->error = msg ? msg : strdup("out of memory");
+        fprintf(stderr, "spindle: model '%s' cannot be loaded: %s\n", e->id, e->error ? e->error : "out of memory");
+    }
+    pthread_cond_broadcast(&r->cv);
+}
+
+struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, struct sp_api_error *err)
+{
+    size_t n = strlen(name);
+    if (n > 7 && !strcmp(name + n - 7, ":latest"))
+        n -= 7; /* Ollama's clients add the tag */
+    pthread_mutex_lock(&r->mu);
+    struct sp_router_model *e = sp_router_find(r, name, n);
+    if (!e || e->gone || e->state == SP_ROUTER_UNLOADED) {
+        sp_router_scan(r);
+        e = sp_router_find(r, name, n);
+    }
+    if (!e || e->gone) {
+        pthread_mutex_unlock(&r->mu);
+        sp_api_fail(err, 404, "invalid_request_error", "model_not_found", "model",
+                    "The model '%.100s' does not exist (GET /v1/models lists the models served).", name);
+        return NULL;
+    }
+    e->n_held++;
+    for (;;) {
+        if (r->aborted) {
+            sp_api_fail(err, 503, "server_error", "shutting_down", NULL, "The server is shutting down.");
+            break;
+        }
+        if (e->state == SP_ROUTER_LOADED) {
+            e->last_used = sp_now();
+            pthread_mutex_unlock(&r->mu);
+            return e;
+        }
+        if (e->error) {
+            sp_api_fail(err, 500, "server_error", "model_load_failed", "model",
+                        "The model '%.100s' cannot be loaded: %.300s", e->id, e->error);
+            break;
+        }
+        if (e->state == SP_ROUTER_LOADING || !sp_router_make_room(r))
+            pthread_cond_wait(&r->cv, &r->mu);
+        else
+            sp_router_load_entry(r, e);
+    }
+    e->n_held--;
+    sp_router_settle(r, e);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+struct sp_sched *sp_router_sched(const struct sp_router_model *e)
+{
+    return e->sched;
+}
+
+const char *sp_router_id(const struct sp_router_model *e)
+{
+    return e->id;
+}
+
+void sp_router_release(struct sp_router *r, struct sp_router_model *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&r->mu);
+    e->n_held--;
+    e->last_used = sp_now();
+    sp_router_settle(r, e);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static int sp_router_entry_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct sp_router_entry *)a)->id, ((const struct sp_router_entry *)b)->id);
+}
+
+sp_status sp_router_list(struct sp_router *r, struct sp_router_entry **out, size_t *n)
+{
+    pthread_mutex_lock(&r->mu);
+    sp_router_scan(r);
+    struct sp_router_entry *v = calloc(r->n_models ? r->n_models : 1, sizeof *v);
+    *n = 0;
+    for (size_t i = 0; v && i < r->n_models; i++) {
+        const struct sp_router_model *e = r->models[i];
+        if (e->gone)
+            continue;
+        struct sp_router_entry *x = &v[(*n)++];
+        snprintf(x->id, sizeof x->id, "%s", e->id);
+        snprintf(x->error, sizeof x->error, "%s", e->error ? e->error : "");
+        x->state = sp_router_state_names[e->state];
+        x->failed = e->error != NULL;
+        x->bytes = (uint64_t)e->size;
+        x->n_ctx = e->sched ? sp_sched_n_ctx(e->sched) : 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    *out = v;
+    if (!v)
+        return sp_error_set(SP_ERR_NOMEM, "router: out of memory");
+    qsort(v, *n, sizeof *v, sp_router_entry_cmp);
+    return SP_OK;
+}
+
+bool sp_router_body_model(const char *body, size_t len, char *buf, size_t cap)
+{
+    json_t *root = body ? json_loadb(body, len, 0, NULL) : NULL;
+    json_t *name = json_object_get(root, "model");
+    if (!name)
+        name = json_object_get(root, "name"); /* Ollama's /api/show, older clients */
+    const char *s = json_string_value(name);
+    bool ok = s && s[0] && strlen(s) < cap;
+    if (ok)
+        memcpy(buf, s, strlen(s) + 1);
+    json_decref(root);
+    return ok;
+}
+
+void sp_router_abort(struct sp_router *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->aborted = true;
+    for (size_t i = 0; i < r->n_models; i++)
+        if (r->models[i]->state == SP_ROUTER_LOADED)
+            sp_sched_abort(r->models[i]->sched);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void sp_router_close(struct sp_router *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->n_models; i++) {
+        struct sp_router_model *e = r->models[i];
+        if (e->state == SP_ROUTER_LOADED)
+            sp_router_unload(e, "the server stops");
+        sp_router_model_free(e);
+    }
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r->models);
+    free(r->dir);
+    free(r);
+}

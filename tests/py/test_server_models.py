@@ -1,0 +1,223 @@
+"""`spindle serve --models-dir`: one server for every GGUF file of a
+directory, each model loaded on the first request that names it, at most
+--models-max loaded, the least recently used idle one unloaded first
+(server/router.c)."""
+import json
+import os
+import re
+import threading
+
+import pytest
+
+from server_util import Server, assert_openai_error
+
+# the same for the one-model servers that give the expected answers
+FLAGS = ("--ctx", "512", "--parallel", "2")
+PROMPTS = ["The capital of France is", "def fibonacci(n):"]
+MAX_TOKENS = 12
+
+
+def complete(server, model, prompt):
+    r = server.post("/v1/completions",
+                    {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] == model, body
+    return body["choices"][0]["text"]
+
+
+@pytest.fixture(scope="module")
+def expected(spindle_bin, smollm2_path, gemma3_path):
+    """Each model's greedy answers from a server of that model alone."""
+    out = {}
+    for key, path in (("smollm2", smollm2_path), ("gemma3", gemma3_path)):
+        s = Server(spindle_bin, path, *FLAGS)
+        try:
+            out[key] = {p: complete(s, s.model_id, p) for p in PROMPTS}
+        finally:
+            s.stop()
+    assert out["smollm2"] != out["gemma3"]  # so a request answered by the wrong model shows
+    return out
+
+
+@pytest.fixture
+def models_dir(tmp_path, smollm2_path, gemma3_path):
+    """Three models: SmolLM2, Gemma 3, and SmolLM2 again under another name."""
+    d = tmp_path / "models"
+    d.mkdir()
+    os.symlink(smollm2_path, d / "smollm2.gguf")
+    os.symlink(gemma3_path, d / "gemma3.gguf")
+    os.symlink(smollm2_path, d / "smol-copy.gguf")
+    return d
+
+
+# which one-model server's answers each model of models_dir gives
+SOURCE = {"smollm2": "smollm2", "gemma3": "gemma3", "smol-copy": "smollm2"}
+
+
+def listed(server):
+    r = server.get("/v1/models")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "list"
+    return {m["id"]: m for m in body["data"]}
+
+
+def serve_dir(spindle_bin, d, *args):
+    return Server(spindle_bin, None, "--models-dir", str(d), *FLAGS, *args)
+
+
+def test_three_models_two_loaded(spindle_bin, models_dir, expected):
+    s = serve_dir(spindle_bin, models_dir, "--models-max", "2")
+    try:
+        models = listed(s)
+        assert sorted(models) == sorted(SOURCE)
+        assert all(m["status"] == {"value": "unloaded"} for m in models.values()), models
+        tags = s.get("/api/tags").json()["models"]
+        assert sorted(t["name"] for t in tags) == sorted(SOURCE)
+
+        # every model at once, two prompts each: the third model waits for
+        # one of the first two to be idle, which is then unloaded
+        answers, errors = {}, []
+
+        def ask(model, prompt):
+            try:
+                answers[(model, prompt)] = complete(s, model, prompt)
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=ask, args=(m, p)) for m in SOURCE for p in PROMPTS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        for (model, prompt), text in answers.items():
+            assert text == expected[SOURCE[model]][prompt], (model, prompt)
+        assert len(answers) == len(SOURCE) * len(PROMPTS)
+
+        # round robin over three models in two places: every request after
+        # the second loads its model again
+        order = ["gemma3", "smollm2", "smol-copy"] * 2
+        for model in order:
+            assert complete(s, model, PROMPTS[0]) == expected[SOURCE[model]][PROMPTS[0]], model
+
+        models = listed(s)
+        loaded = sorted(m for m, e in models.items() if e["status"]["value"] == "loaded")
+        assert loaded == sorted(order[-2:])
+        assert all(models[m]["context_length"] == 512 for m in loaded)
+        assert sorted(m["name"] for m in s.get("/api/ps").json()["models"]) == loaded
+        log = s.log_text()
+        for model in SOURCE:
+            assert len(re.findall(r"loaded model '%s' in [0-9.]+ s" % re.escape(model), log)) >= 2, log
+        assert "least recently used; --models-max 2" in log
+    finally:
+        assert s.stop() == 0
+
+
+def test_routes_by_model_name(spindle_bin, models_dir, expected):
+    s = serve_dir(spindle_bin, models_dir, "--models-max", "1")
+    try:
+        err = assert_openai_error(s.post("/v1/completions", {"model": "nope", "prompt": "x"}), 404, "model")
+        assert err["code"] == "model_not_found"
+        err = assert_openai_error(s.post("/v1/completions", {"prompt": "x"}), 400, "model")
+        assert "GET /v1/models" in err["message"]
+        assert_openai_error(s.get("/v1/models/nope"), 404, "model")
+        # Ollama's clients add ":latest"
+        r = s.post("/api/generate", {"model": "gemma3:latest", "prompt": "Hi", "stream": False,
+                                     "options": {"num_predict": 4, "temperature": 0}})
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "gemma3"
+        one = s.get("/v1/models/gemma3").json()
+        assert one["id"] == "gemma3" and one["status"] == {"value": "loaded"}, one
+        r = s.post("/tokenize", {"model": "smollm2", "content": "Hello"})
+        assert r.status_code == 200 and r.json()["tokens"], r.text
+        r = s.post("/v1/chat/completions", {"model": "smol-copy", "max_tokens": 4, "temperature": 0,
+                                            "messages": [{"role": "user", "content": "Hi"}]})
+        assert r.status_code == 200 and r.json()["model"] == "smol-copy", r.text
+    finally:
+        assert s.stop() == 0
+
+
+def test_deleted_model_disappears(spindle_bin, models_dir, smollm2_path, expected):
+    s = serve_dir(spindle_bin, models_dir)
+    try:
+        assert complete(s, "smol-copy", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        os.unlink(models_dir / "smol-copy.gguf")
+        assert sorted(listed(s)) == ["gemma3", "smollm2"]
+        err = assert_openai_error(s.post("/v1/completions", {"model": "smol-copy", "prompt": "x"}), 404)
+        assert err["code"] == "model_not_found"
+        assert "unloaded model 'smol-copy' (its file is gone)" in s.log_text()
+        # a file added later is served too
+        os.symlink(smollm2_path, models_dir / "late.gguf")
+        assert "late" in listed(s)
+        assert complete(s, "late", PROMPTS[1]) == expected["smollm2"][PROMPTS[1]]
+    finally:
+        assert s.stop() == 0
+
+
+def test_bad_file_listed_with_its_error(spindle_bin, models_dir, smollm2_path, expected):
+    (models_dir / "garbage.gguf").write_bytes(b"this is not a model\n" * 100)
+    with open(smollm2_path, "rb") as f:
+        (models_dir / "cut.gguf").write_bytes(f.read(1 << 16))
+    s = serve_dir(spindle_bin, models_dir, "--models-max", "2")
+    try:
+        for name, words in (("garbage", "not a GGUF file"), ("cut", "cut.gguf")):
+            err = assert_openai_error(s.post("/v1/completions", {"model": name, "prompt": "x"}), 500, "model")
+            assert err["code"] == "model_load_failed" and words in err["message"], err
+            entry = listed(s)[name]
+            assert entry["status"]["value"] == "unloaded" and entry["status"]["failed"] is True, entry
+            assert entry["status"]["error"] and "\n" not in entry["status"]["error"], entry
+            assert entry["status"]["error"] in err["message"]
+        # the others serve, and the bad files hold no place among the two loaded
+        for model in ("smollm2", "gemma3"):
+            assert complete(s, model, PROMPTS[0]) == expected[SOURCE[model]][PROMPTS[0]]
+        assert "unloaded model" not in s.log_text()
+        # a file that is fixed loads
+        os.unlink(models_dir / "garbage.gguf")
+        os.symlink(smollm2_path, models_dir / "garbage.gguf")
+        assert complete(s, "garbage", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        assert "failed" not in listed(s)["garbage"]["status"]
+    finally:
+        assert s.stop() == 0
+
+
+def test_serves_the_store_without_m(spindle_bin, run_spindle, tmp_path, smollm2_path, expected):
+    """No -m and no --models-dir: the models of `spindle pull`'s store, under
+    their full names (a store written here as pull writes it)."""
+    root = tmp_path / "store"
+    d = root / "hf.co" / "test-org" / "SmolLM2-GGUF" / "Q4_1"
+    d.mkdir(parents=True)
+    os.symlink(smollm2_path, d / "smol.gguf")
+    files = [{"name": "smol.gguf", "hub_path": "smol.gguf", "size": os.path.getsize(smollm2_path),
+              "sha256": "0" * 64}]
+    (d / "manifest.json").write_text(json.dumps({
+        "name": "test-org/SmolLM2-GGUF:Q4_1", "repo": "test-org/SmolLM2-GGUF", "quant": "Q4_1",
+        "source": "test", "revision": "main", "files": files, "pulled": "2026-01-01T00:00:00Z"}))
+    env = dict(os.environ, SPINDLE_MODELS=str(root))
+    name = "test-org/SmolLM2-GGUF:Q4_1"
+    s = Server(spindle_bin, None, *FLAGS, env=env)
+    try:
+        assert sorted(listed(s)) == [name]
+        assert complete(s, name, PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        r = run_spindle("rm", name, env=env)
+        assert r.returncode == 0, r
+        assert listed(s) == {}
+        assert_openai_error(s.post("/v1/completions", {"model": name, "prompt": "x"}), 404, "model")
+    finally:
+        assert s.stop() == 0
+
+
+def test_models_dir_flags(run_spindle, models_dir, smollm2_path, tmp_path):
+    cases = [
+        (["--models-dir", str(tmp_path / "none")], "is not a directory"),
+        (["--models-dir", str(models_dir), "-m", smollm2_path], "not both"),
+        (["--models-dir", str(models_dir), "--alias", "x"], "--alias"),
+        (["--alias", "x"], "--alias"),
+        (["-m", smollm2_path, "--models-max", "2"], "--models-max goes with --models-dir"),
+        (["--models-dir", str(models_dir), "--models-max", "0"], "--models-max wants"),
+    ]
+    for args, words in cases:
+        r = run_spindle("serve", "--port", "0", *args)
+        assert r.returncode == 2, (args, r)
+        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
