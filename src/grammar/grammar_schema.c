@@ -241,7 +241,8 @@ static void value_lit(struct sc *c, struct sp_gstr *o, const json_t *v)
     if (obj) {
         json_object_foreach((json_t *)v, k, e) {
             json_t *key = json_string(k);
-            sp_gstr_addf(o, i++ ? "%s\",\"%s" : "", c->w, c->w);
+            if (i++)
+                sp_gstr_addf(o, "%s\",\"%s", c->w, c->w);
             if (key)
                 json_lit(o, key);
             else
@@ -252,7 +253,8 @@ static void value_lit(struct sc *c, struct sp_gstr *o, const json_t *v)
         }
     } else {
         json_array_foreach(v, i, e) {
-            sp_gstr_addf(o, i ? "%s\",\"%s" : "", c->w, c->w);
+            if (i)
+                sp_gstr_addf(o, "%s\",\"%s", c->w, c->w);
             value_lit(c, o, e);
         }
     }
