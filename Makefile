@@ -298,13 +298,13 @@ FUZZ_CFLAGS  := -O1 -g $(ARCH) -fsanitize=fuzzer-no-link,address,undefined -fno-
 FUZZ_SERVER := build-fuzz/spindle-server.a
 fuzz-lib:
 	$(MAKE) CC=$(FUZZ_CC) BUILD=build-fuzz CFLAGS="$(FUZZ_CFLAGS)" build-fuzz/libspindle.a \
-	    $(SERVER_SRC:%.c=build-fuzz/obj/%.o)
+	    $(SERVER_SRC:%.c=build-fuzz/obj/%.o) build-fuzz/obj/gen/webui_assets.o
 	@rm -f $(FUZZ_SERVER)
-	$(AR) rcs $(FUZZ_SERVER) $(SERVER_SRC:%.c=build-fuzz/obj/%.o)
+	$(AR) rcs $(FUZZ_SERVER) $(SERVER_SRC:%.c=build-fuzz/obj/%.o) build-fuzz/obj/gen/webui_assets.o
 
 build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c fuzz-lib
 	$(FUZZ_CC) $(CFLAGS_BASE) -Isrc -I. $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_SERVER) \
-	    build-fuzz/libspindle.a $(LDLIBS)
+	    build-fuzz/libspindle.a $(LDLIBS) $(APP_LIBS)
 
 fuzz-build: $(FUZZ_BIN)
 
