@@ -141,3 +141,15 @@ char *sp_read_file(const char *path, size_t *len)
     }
     return buf;
 }
+
+void sp_tool_bytes(uint64_t n, char *buf, size_t cap)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+}

@@ -11,18 +11,6 @@
 #include "store.h"
 #include "tools.h"
 
-static void sp_models_size(uint64_t n, char *buf, size_t cap)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-}
-
 /* spindle list: one line per stored model, NAME QUANT SIZE PATH, sorted by
  * name; a model whose files are missing says so. */
 int sp_tool_list(int argc, char **argv)
@@ -58,7 +46,7 @@ int sp_tool_list(int argc, char **argv)
     for (size_t i = 0; i < n; i++) {
         char repo[256], size[32];
         snprintf(repo, sizeof repo, "%s/%s", m[i].name.org, m[i].name.repo);
-        sp_models_size(m[i].bytes, size, sizeof size);
+        sp_tool_bytes(m[i].bytes, size, sizeof size);
         printf("%-*s  %-*s  %10s  %s%s\n", w_name, repo, w_quant, m[i].name.quant, size, m[i].path,
                m[i].complete ? "" : "  (files missing: pull it again)");
     }
@@ -95,7 +83,7 @@ int sp_tool_rm(int argc, char **argv)
     if (!hit)
         goto done;
     sp_store_name_format(&hit->name, name, sizeof name);
-    sp_models_size(hit->bytes, size, sizeof size);
+    sp_tool_bytes(hit->bytes, size, sizeof size);
     rc = 1;
     lock = open(hit->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {

@@ -76,18 +76,6 @@ static double sp_pull_now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void sp_pull_bytes(uint64_t n, char *buf, size_t cap)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-}
-
 static void sp_pull_step(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sp_pull_step(const char *fmt, ...)
 {
@@ -120,9 +108,9 @@ static void sp_pull_meter_draw(void *ctx, uint64_t have)
     m->last = now;
     char got[32], all[32], rate[32], left[32] = "";
     double bps = now > m->t0 ? (double)(have - m->from) / (now - m->t0) : 0;
-    sp_pull_bytes(have, got, sizeof got);
-    sp_pull_bytes(m->size, all, sizeof all);
-    sp_pull_bytes((uint64_t)bps, rate, sizeof rate);
+    sp_tool_bytes(have, got, sizeof got);
+    sp_tool_bytes(m->size, all, sizeof all);
+    sp_tool_bytes((uint64_t)bps, rate, sizeof rate);
     if (bps > 0 && have < m->size) {
         double s = (double)(m->size - have) / bps;
         if (s >= 3600)
@@ -653,8 +641,8 @@ static int sp_pull_space(struct sp_pull *p)
     }
     if (statvfs(p->dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
         char a[32], b[32];
-        sp_pull_bytes(need, a, sizeof a);
-        sp_pull_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, b, sizeof b);
+        sp_tool_bytes(need, a, sizeof a);
+        sp_tool_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, b, sizeof b);
         sp_tool_fail("pull: not enough space in %s: the download needs %s, %s is free", p->dir, a, b);
         return SP_PULL_FATAL;
     }
@@ -710,7 +698,7 @@ static int sp_pull_fetch_all(struct sp_pull *p)
     uint64_t total = 0;
     for (size_t i = 0; i < p->n_files; i++)
         total += p->files[i].size;
-    sp_pull_bytes(total, total_s, sizeof total_s);
+    sp_tool_bytes(total, total_s, sizeof total_s);
     sp_pull_step("hf.co/%s from %s (revision %.12s): %zu file%s, %s", name, p->endpoint, p->revision, p->n_files,
                  p->n_files == 1 ? "" : "s", total_s);
     rc = sp_pull_space(p);

@@ -9,6 +9,8 @@
 
 #include "spindle.h"
 
+/* n bytes as "512 B", "1.5 MiB" ... into buf (args.c). */
+void sp_tool_bytes(uint64_t n, char *buf, size_t cap);
 int sp_tool_run(int argc, char **argv);
 int sp_tool_info(int argc, char **argv);
 int sp_tool_logits(int argc, char **argv);
