@@ -159,7 +159,7 @@ def _refused(run_spindle, tmp_path, *args, expect):
     assert set(os.listdir(tmp_path)) == before
 
 
-def test_bad_input(tmp_path, run_spindle, text_path, smollm2_path, kl_base):
+def test_bad_input(tmp_path, run_spindle, text_path, smollm2_path):
     short = tmp_path / "short.txt"
     short.write_text("In the beginning.")
     _refused(run_spindle, tmp_path, "perplexity", "-m", smollm2_path, "-f", short, expect="one window needs")
@@ -167,15 +167,22 @@ def test_bad_input(tmp_path, run_spindle, text_path, smollm2_path, kl_base):
              expect="cannot read")
     _refused(run_spindle, tmp_path, "perplexity", "-m", smollm2_path, "-f", text_path, "--ctx", "128",
              "--kl-divergence-base", tmp_path / "nodir" / "x.kl", expect="cannot create")
+    # A base of one 64-token window (the shared 3-window f16 base costs
+    # minutes under ASan; these refusals only read its header and size).
+    base = tmp_path / "base.kl"
+    r = run_spindle("perplexity", "-m", smollm2_path, "-f", text_path, "--ctx", "64", "--chunks", "1",
+                    "--kl-divergence-base", base)
+    assert r.returncode == 0, r.stderr
+    assert os.path.getsize(base) == 48 + 31 * 49152 * 2  # the scored half of the window
     cut = tmp_path / "cut.kl"
-    with open(kl_base, "rb") as f:
+    with open(base, "rb") as f:
         cut.write_bytes(f.read(1 << 20))
-    _refused(run_spindle, tmp_path, "perplexity", "-m", smollm2_path, "-f", text_path, "--ctx", "256",
+    _refused(run_spindle, tmp_path, "perplexity", "-m", smollm2_path, "-f", text_path, "--ctx", "64",
              "--kl-divergence-base", cut, "--kl-divergence", expect="truncated")
     other = tmp_path / "other.txt"
     with open(text_path, "rb") as f:
         other.write_bytes(f.read()[200000:])
-    _refused(run_spindle, tmp_path, "perplexity", "-m", smollm2_path, "-f", other, "--ctx", "256",
-             "--kl-divergence-base", kl_base, "--kl-divergence", expect="another text")
+    _refused(run_spindle, tmp_path, "perplexity", "-m", smollm2_path, "-f", other, "--ctx", "64",
+             "--kl-divergence-base", base, "--kl-divergence", expect="another text")
     _refused(run_spindle, tmp_path, "imatrix", "-m", smollm2_path, "-f", text_path, "--chunks", "1", "--ctx", "64",
              "-o", tmp_path / "nodir" / "x.imatrix", expect="cannot create")
