@@ -128,6 +128,17 @@ static const char *const RE_QWEN35[] = {
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"
     "| ?[^" WS "\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+",
     NULL};
+/* Tekken (Mistral): words split at case changes.  A letter outside
+ * [a-z] counts as upper case and one outside [A-Z] as lower case (a
+ * non-ASCII letter as both), which is how llama.cpp runs tekken's split
+ * (its \p{Lu}/\p{Ll} classes narrowed to ASCII) and so how the GGUF's
+ * merges were checked against it. */
+#define TEKKEN_UP "(?:(?=\\p{L})[^a-z])"
+#define TEKKEN_LO "(?:(?=\\p{L})[^A-Z])"
+static const char *const RE_TEKKEN[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?" TEKKEN_UP "*" TEKKEN_LO "+|[^\\r\\n\\p{L}\\p{N}]?" TEKKEN_UP "+" TEKKEN_LO "*"
+    "|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+",
+    NULL};
 static const char *const RE_GPT2[] = {GPT2_RE, NULL};
 static const char *const RE_STARCODER[] = {"\\p{N}", GPT2_RE, NULL};
 static const char *const RE_FALCON[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_RE, "[0-9][0-9][0-9]", NULL};
@@ -177,6 +188,7 @@ static const struct pre_def PRE_DEFS[] = {
     {"command-r|smollm", RE_STARCODER, 0},
     {"qwen2|deepseek-r1-qwen|kormo|hunyuan", RE_QWEN2, 0},
     {"qwen35", RE_QWEN35, 0},
+    {"tekken", RE_TEKKEN, SP_PRE_IGNORE_MERGES | SP_PRE_ADD_BOS},
     {"stablelm2|megrez", RE_QWEN2, CLEAN},
     {"poro-chat", RE_BLOOM, 0},
     {"bloom|gpt3-finnish", RE_BLOOM, CLEAN},
@@ -188,7 +200,7 @@ static const struct pre_def PRE_DEFS[] = {
 
 /* llama.cpp knows these but they need splitters not implemented here. */
 static const char *const PRE_UNSUPPORTED =
-    "deepseek-v3|tekken|chameleon|gpt-4o|llama4|superbpe|bailingmoe|bailingmoe2|llada-moe|"
+    "deepseek-v3|chameleon|gpt-4o|llama4|superbpe|bailingmoe|bailingmoe2|llada-moe|"
     "seed-coder|hunyuan-dense|kimi-k2|grok-2|afmoe|minimax-m2";
 
 static bool name_in(const char *list, const char *name)

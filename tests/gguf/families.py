@@ -141,11 +141,12 @@ FAMILIES = {
     "smollm3": dict(arch="smollm3", vocab="gpt-2", pre="llama-bpe", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
                     head_dim=64, n_ff=512, ctx=4096, rope_base=5000000.0, tied=True, seed=1105),
     # mistral3 (Ministral 3): Llama's block with YaRN RoPE scaling and
-    # Llama 4's attention temperature, keys as the converter writes them;
+    # Llama 4's attention temperature, keys as the converter writes them,
+    # and its BPE vocabulary's tekken split (tokenizer.ggml.pre);
     # yarn = (factor, original context, beta_fast, beta_slow, log multiplier
     # (0: the converter's apply_scale)), a short original context so the
     # prompts cross two temperature steps (positions 32 and 64)
-    "mistral3": dict(arch="mistral3", vocab="llama-spm", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+    "mistral3": dict(arch="mistral3", vocab="gpt-2", pre="tekken", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
                      head_dim=128, n_ff=512, ctx=4096, rope_base=1000000.0, tied=True,
                      yarn=(4.0, 32, 32.0, 1.0, 0.0), attn_temp=0.1, seed=1106),
     # granite (Granite 3.x, dense): Llama's block with Granite's embedding,
@@ -692,7 +693,7 @@ def build_family(name, out_dir, types=TYPES, trailing_ones=False):
     paths = {}
     for t in types:
         path = os.path.join(out_dir, "%s-%s%s.gguf" % (name, t, "-ones" if trailing_ones else ""))
-        tmp = path + ".tmp"
+        tmp = "%s.%d.tmp" % (path, os.getpid())  # pytest workers may write the same (identical) file at once
         b.write(tmp, t, trailing_ones)
         os.replace(tmp, path)
         paths[t] = path

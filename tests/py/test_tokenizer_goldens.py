@@ -1,6 +1,9 @@
 """spindle tokenize must give llama.cpp's ids for every corpus string.
 
 Goldens: tests/goldens/tokenizer-<model>.json (scripts/goldens/tokenizer.py).
+"tekken" is the mistral3 family's F32 file (tests/gguf/families.py): a BPE
+vocabulary under Mistral's tekken split, made with
+`scripts/goldens/tokenizer.py tekken=build/families/mistral3-f32.gguf`.
 Binary: $SPINDLE (as scripts/run-tests sets it), $SP_SPINDLE, or build/spindle.  Models: `scripts/fetch-model NAME`,
 or $SP_MODEL_SMOLLM2 / $SP_MODEL_GEMMA3 when set.
 """
@@ -16,6 +19,9 @@ MODELS = {"smollm2-135m": "SP_MODEL_SMOLLM2", "gemma3-270m": "SP_MODEL_GEMMA3"}
 
 
 def model_path(name):
+    if name == TEKKEN:
+        from test_families import model_path as family_path
+        return family_path("mistral3", "f32")
     env = os.environ.get(MODELS[name])
     if env:
         return env
@@ -37,12 +43,13 @@ def tokenize(model, text, special):
     return [int(x) for x in line.split()] if line else []
 
 
-CASES = [(m, i) for m in MODELS for i in range(len(goldens(m)))]
+TEKKEN = "tekken"
+CASES = [(m, i) for m in list(MODELS) + [TEKKEN] for i in range(len(goldens(m)))]
 
 
 @pytest.fixture(scope="module")
 def paths():
-    return {m: model_path(m) for m in MODELS}
+    return {m: model_path(m) for m in list(MODELS) + [TEKKEN]}
 
 
 @pytest.mark.parametrize("model,index", CASES)
