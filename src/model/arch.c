@@ -189,6 +189,13 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "glm4", /* GLM-4-0414 (dense): sandwich norms, gate and up fused, partial RoPE on pairs */
+        .ffn_act = SP_FFN_SILU,
+        .post_norms = true,
+        .ffn_fused = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -331,6 +331,13 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
     if ((m->arch->granite || m->arch->nope) && (st = sp_hp_pos(m, "attention.scale", &hp->attn_scale)))
         return st;
+    if (!m->arch->mrope_text) { /* M-RoPE rotates halves by sections: not this family's RoPE */
+        char key[128];
+        sp_key(m, "rope.dimension_sections", key, sizeof key);
+        if (sp_gguf_find(&m->gguf, key))
+            return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': M-RoPE sections (a vision model's RoPE) are not "
+                                "supported in %s", key, a);
+    }
     if (m->arch->mrope_text && (st = sp_model_mrope(m)))
         return st;
     return SP_OK;
@@ -415,6 +422,12 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
                             "and context_length must be > 0", a);
     if (hp->n_layer > 4096)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.block_count': %u layers is implausible", a, hp->n_layer);
+    uint32_t n_nextn = 0; /* multi-token-prediction layers, counted in block_count but not run */
+    if ((st = sp_hp_u32(m, "nextn_predict_layers", false, &n_nextn)))
+        return st;
+    if (n_nextn)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.nextn_predict_layers': %u multi-token-prediction layers "
+                            "(not supported)", a, n_nextn);
     if (ar->no_ffn && ar->kinds != SP_KINDS_KV_FF)
         hp->n_ff = 0; /* no feed-forward: the key is a placeholder */
     if (!(hp->eps > 0.0f && hp->eps < 1.0f))

@@ -149,6 +149,12 @@ FAMILIES = {
     "mistral3": dict(arch="mistral3", vocab="gpt-2", pre="tekken", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
                      head_dim=128, n_ff=512, ctx=4096, rope_base=1000000.0, tied=True,
                      yarn=(4.0, 32, 32.0, 1.0, 0.0), attn_temp=0.1, seed=1106),
+    # glm4 (GLM-4-0414): q/k/v biases, norms after attention and after the
+    # feed-forward as well as before, ffn_up holding gate then up, RoPE on
+    # adjacent pairs of the first half of each head
+    "glm4": dict(arch="glm4", vocab="gpt-2", pre="glm4", n_embd=256, n_layer=2, n_head=4, n_head_kv=2,
+                 head_dim=64, n_ff=512, ctx=4096, rope_base=10000.0, rope_dims=32, tied=False, qkv_bias=True,
+                 post_norms=True, ffn_fused=True, seed=1110),
     # granite (Granite 3.x, dense): Llama's block with Granite's embedding,
     # residual, attention and logit scales,
     # RoPE on (rope.scaling.finetuned absent)
@@ -549,7 +555,7 @@ class Builder:
         if Q != E:
             self.key("attention.key_length", D, VT.UINT32)
             self.key("attention.value_length", D, VT.UINT32)
-        self.key("rope.dimension_count", D, VT.UINT32)
+        self.key("rope.dimension_count", s.get("rope_dims", D), VT.UINT32)
         self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
         if s.get("norm") == "layer":
             self.key("attention.layer_norm_epsilon", 1e-5, VT.FLOAT32)
@@ -644,7 +650,7 @@ class Builder:
                     self.mat(p + "ffn_gate_shexp.weight", sf, E)
                     self.mat(p + "ffn_up_shexp.weight", sf, E)
                     self.mat(p + "ffn_down_shexp.weight", E, sf)
-            elif s.get("fused"):
+            elif s.get("fused") or s.get("ffn_fused"):
                 self.mat(p + "ffn_up.weight", 2 * F, E)
                 self.mat(p + "ffn_down.weight", E, F)
             else:

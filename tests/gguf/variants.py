@@ -135,6 +135,10 @@ def variant_list():
         lambda m: m.del_kv("llama.embedding_length"))
     add("embedding_length_wrong_type", "llama.embedding_length", lambda m: m.set_kv("llama.embedding_length", T_STR, "64"))
     add("unsupported_architecture", "not supported", lambda m: m.set_kv("general.architecture", T_STR, "gptj"))
+    add("mrope_sections", "M-RoPE sections (a vision model's RoPE) are not supported in llama",
+        lambda m: m.set_kv("llama.rope.dimension_sections", T_ARR, (T_I32, [8, 8, 8, 0])))
+    add("nextn_layers", "nextn_predict_layers': 1 multi-token-prediction layers",
+        lambda m: m.set_kv("llama.nextn_predict_layers", T_U32, 1))
     add("tensor_wrong_shape", "tensor 'blk.0.attn_q.weight': shape",
         lambda m: m.tensor("blk.0.attn_q.weight").update(dims=[32, 128]))
     add("tensor_missing", "tensor 'blk.1.ffn_down.weight': missing",
@@ -142,7 +146,7 @@ def variant_list():
     # architecture families: refusals name the key, tensor or layout, and what runs
     add("unsupported_architecture_lists_families", "(supported: llama, gemma3, gemma2, qwen2, qwen3, phi3, qwen2moe, "
         "qwen3moe, olmoe, mamba2, lfm2, granitehybrid, nemotron_h, qwen35, smollm3, mistral3, granite, cohere2, "
-        "exaone4, bert)",
+        "exaone4, glm4, bert)",
         lambda m: m.set_kv("general.architecture", T_STR, "mamba"))
     add("rope_scaling_yarn", "rope scaling 'yarn' is not supported (supported: none, linear, longrope)",
         lambda m: m.set_kv("llama.rope.scaling.type", T_STR, "yarn"))

@@ -200,6 +200,7 @@ FEATURES = {
     "cohere2": ["RoPE adjacent pairs", "no RoPE on the global layers (1 of 4, NoPE)", "logits x 0.25",
                 "parallel attention and feed-forward", "LayerNorm without bias", "sliding window 16 on 3 of 4 layers"],
     "exaone4": ["RoPE halves (NEOX)", "no pre-norms", "QK-norm (per head)", "post-norms"],
+    "glm4": ["RoPE adjacent pairs", "QKV bias", "post-norms", "fused gate-up"],
     "nemotron_h": ["Mamba-2 on 2 of 5 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
                    "feed-forward alone on 2 layers (ReLU^2, no gate)", "no position encoding in attention (NoPE)"],
 }
