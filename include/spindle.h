@@ -106,7 +106,7 @@ typedef int32_t sp_token;
 typedef struct spindle_model sp_model;
 
 typedef struct sp_model_params {
-    const char *path;   /* the GGUF file (required) */
+    const char *path;   /* the GGUF file, or any part of a split model (required) */
     int n_threads;      /* compute threads of engines made from this model
                            (sp_engine_params.n_threads 0); <= 0: one per core */
     bool use_mmap;      /* true: map the file (weights stay in the page cache);
@@ -197,6 +197,17 @@ typedef struct sp_isa_info {
     const char *ops;       /* norms, RoPE, activations */
 } sp_isa_info;
 SP_API void sp_isa_info_get(sp_isa_info *out);
+
+/* The model's files: 1, or the parts of a split model in order (llama.cpp's
+ * gguf-split names them NAME-00001-of-0000N.gguf ...; the first holds the
+ * metadata, the tensors are spread over them).  sp_model_info's file_bytes
+ * and n_tensors count them all. */
+SP_API uint32_t sp_model_n_files(const sp_model *m);
+/* File i (i < sp_model_n_files): its path (valid while m is), size and how
+ * many tensors it holds; any out pointer may be NULL.  SP_ERR_ARG past the
+ * last file. */
+SP_API sp_status sp_model_file_get(const sp_model *m, uint32_t i, const char **path, uint64_t *n_bytes,
+                                   uint64_t *n_tensors);
 
 /* One tensor of the file. */
 typedef struct sp_tensor_info {

@@ -89,6 +89,15 @@ int sp_tool_info(int argc, char **argv)
     sp_model_info_get(m, &in);
     printf("file:            %s (%.1f MiB, GGUF v%u, %llu tensors, %llu keys)\n", mp.path, in.file_bytes / 1048576.0,
            in.gguf_version, (unsigned long long)in.n_tensors, (unsigned long long)in.n_meta);
+    for (uint32_t i = 0, n = sp_model_n_files(m); n > 1 && i < n; i++) {
+        const char *path;
+        uint64_t bytes, n_tensors;
+        char label[32];
+        if (sp_model_file_get(m, i, &path, &bytes, &n_tensors) != SP_OK)
+            break;
+        snprintf(label, sizeof label, "part %u of %u:", i + 1, n);
+        printf("%-17s%s (%.1f MiB, %llu tensors)\n", label, path, bytes / 1048576.0, (unsigned long long)n_tensors);
+    }
     printf("architecture:    %s\n", in.architecture);
     printf("layers:          %u\n", in.n_layer);
     printf("embedding:       %u\n", in.n_embd);

@@ -7,10 +7,11 @@
 const $ = (id) => document.getElementById(id);
 const SETTINGS = ["temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens", "seed"];
 const STORE = { convs: "spindle.conversations", current: "spindle.current",
-                settings: "spindle.settings", key: "spindle.apiKey" };
+                settings: "spindle.settings", key: "spindle.apiKey", model: "spindle.model" };
 
 const state = {
-  model: null,          // /v1/models entry
+  models: [],           // GET /v1/models' entries
+  model: null,          // the one requests name
   convs: [],            // [{id, title, messages: [{role, content, explain?, stats?}]}]
   current: null,        // id of the conversation shown
   controller: null,     // AbortController of the answer being streamed
@@ -42,16 +43,46 @@ function headers() {
 
 // ---- server ----
 
+// The models the server serves: with more than one (--models-dir, or the
+// model store's), a selector picks the one requests name, remembered in
+// localStorage; with one, its name.
 async function fetchModel() {
   const r = await fetch("/v1/models", { headers: headers() });
   if (r.status === 401) { askKey(apiKey() ? "That key was refused." : ""); return; }
   if (r.status === 503) { setTimeout(fetchModel, 1000); return; }
   const body = await r.json();
-  state.model = body.data[0];
-  $("model-name").textContent = state.model.id;
-  $("ctx-size").textContent = state.model.context_length;
-  const d = state.model.sampling_defaults || {};
-  for (const k of SETTINGS) if (d[k] !== undefined) $("set-" + k).placeholder = d[k];
+  state.models = body.data || [];
+  const pick = $("model-pick");
+  pick.textContent = "";
+  for (const m of state.models) {
+    const o = document.createElement("option");
+    o.value = o.textContent = m.id;
+    pick.appendChild(o);
+  }
+  // a one-model server lists its --alias names too (entries without a
+  // router status): one model, no choice
+  const many = state.models.length > 1 && state.models.some((m) => m.status);
+  pick.classList.toggle("hidden", !many);
+  $("model-name").classList.toggle("hidden", many);
+  const want = state.model ? state.model.id : load(STORE.model, null);
+  useModel(state.models.find((m) => m.id === want) || state.models[0] || null);
+}
+
+function useModel(m) {
+  state.model = m;
+  $("model-name").textContent = m ? m.id : "none";
+  if (m) $("model-pick").value = m.id;
+  // a model of a --models-dir server tells its context once it is loaded
+  $("ctx-size").textContent = m && m.context_length ? m.context_length : "…";
+  const d = (m && m.sampling_defaults) || {};
+  for (const k of SETTINGS) $("set-" + k).placeholder = d[k] !== undefined ? d[k] : (k === "seed" ? "random" : "");
+}
+
+function pickModel() {
+  const m = state.models.find((x) => x.id === $("model-pick").value);
+  if (!m) return;
+  localStorage.setItem(STORE.model, JSON.stringify(m.id));
+  useModel(m);
 }
 
 function askKey(msg) {
@@ -260,6 +291,7 @@ function requestBody(messages) {
 }
 
 function setBusy(busy) {
+  $("model-pick").disabled = busy;
   $("send").classList.toggle("hidden", busy);
   $("stop").classList.toggle("hidden", !busy);
   $("input").disabled = busy;
@@ -337,6 +369,7 @@ async function answer() {
   saveConvs();
   render();
   $("input").focus();
+  if (state.models.length > 1) fetchModel(); // the answering model's context, now it is loaded
 }
 
 function send() {
@@ -379,6 +412,7 @@ function init() {
   $("settings-btn").onclick = () => $("settings").classList.toggle("hidden");
   $("settings-close").onclick = () => $("settings").classList.add("hidden");
   $("new-chat").onclick = () => { if (!state.controller) newConv(); };
+  $("model-pick").onchange = pickModel;
   $("send").onclick = send;
   $("stop").onclick = () => { if (state.controller) state.controller.abort(); };
   $("input").addEventListener("keydown", (e) => {

@@ -8,6 +8,7 @@
 
 #include "core/mmap.h"
 #include "gguf/gguf.h"
+#include "gguf/split.h"
 #include "spindle.h"
 
 /* sp_model: the weights (the model room's struct sp_model) and the
@@ -17,6 +18,7 @@ struct spindle_model {
     struct sp_model *weights;   /* NULL when vocab_only */
     struct sp_mapping map;      /* vocab_only: the file */
     struct sp_gguf gguf;        /* vocab_only: its parsed header */
+    struct sp_gguf_parts parts; /* vocab_only: a split model's other parts */
     struct sp_vocab *vocab;
     char *path;
     char *arch;                 /* general.architecture, or NULL */

@@ -40,6 +40,12 @@ static const struct sp_gguf *sp_api_gguf(const sp_model *m)
     return m->weights ? &m->weights->gguf : &m->gguf;
 }
 
+static const struct sp_gguf_parts *sp_api_parts(const sp_model *m, const struct sp_mapping **first)
+{
+    *first = m->weights ? &m->weights->map : &m->map;
+    return m->weights ? &m->weights->parts : &m->parts;
+}
+
 sp_status sp_model_load(const sp_model_params *p, sp_model **out)
 {
     sp_status st;
@@ -58,7 +64,7 @@ sp_status sp_model_load(const sp_model_params *p, sp_model **out)
     m->n_threads = p->n_threads;
     pthread_mutex_init(&m->grammar_mu, NULL);
     unsigned flags = (p->use_mmap ? 0 : SP_MAP_READ) | (p->use_mlock ? SP_MAP_LOCK : 0);
-    st = p->vocab_only ? sp_model_open_gguf(&m->map, &m->gguf, p->path, flags)
+    st = p->vocab_only ? sp_model_open_gguf(&m->map, &m->gguf, &m->parts, p->path, flags)
                        : sp_model_open(&m->weights, p->path, flags,
                                        &(struct sp_progress){p->progress, p->progress_user});
     if (st == SP_OK && m->weights && p->private_copy)
@@ -99,6 +105,7 @@ void sp_model_free(sp_model *m)
     sp_model_close(m->weights);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
+    sp_gguf_parts_free(&m->parts);
     free(m->arch);
     free(m->path);
     free(m);
@@ -140,7 +147,11 @@ void sp_model_info_get(const sp_model *m, sp_model_info *o)
     o->gguf_version = g->version;
     o->n_tensors = g->n_tensors;
     o->n_meta = g->n_kv;
-    o->file_bytes = g->size;
+    for (uint32_t i = 0; i < sp_model_n_files(m); i++) {
+        uint64_t bytes = 0;
+        sp_model_file_get(m, i, NULL, &bytes, NULL);
+        o->file_bytes += bytes;
+    }
     o->n_vocab = sp_vocab_size(m->vocab);
     o->bos = sp_vocab_bos(m->vocab);
     o->eos = sp_vocab_eos(m->vocab);
@@ -172,6 +183,32 @@ void sp_model_info_get(const sp_model *m, sp_model_info *o)
     o->n_packed = w->n_packed;
     o->packed_bytes = w->packed_bytes;
     o->features = w->features;
+}
+
+uint32_t sp_model_n_files(const sp_model *m)
+{
+    const struct sp_mapping *first;
+    return sp_api_parts(m, &first)->n + 1;
+}
+
+sp_status sp_model_file_get(const sp_model *m, uint32_t i, const char **path, uint64_t *n_bytes, uint64_t *n_tensors)
+{
+    const struct sp_mapping *first;
+    const struct sp_gguf_parts *parts = sp_api_parts(m, &first);
+    const struct sp_gguf *g = sp_api_gguf(m);
+    const struct sp_mapping *f = sp_gguf_parts_map(parts, first, i);
+    if (!f)
+        return sp_error_set(SP_ERR_ARG, "file %u: the model has %u", i, parts->n + 1);
+    if (path)
+        *path = parts->paths[i];
+    if (n_bytes)
+        *n_bytes = f->size;
+    if (n_tensors) {
+        *n_tensors = 0;
+        for (uint64_t k = 0; k < g->n_tensors; k++)
+            *n_tensors += g->tensors[k].part == i;
+    }
+    return SP_OK;
 }
 
 sp_status sp_model_tensor_get(const sp_model *m, uint64_t i, sp_tensor_info *o)

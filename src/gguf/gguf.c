@@ -453,6 +453,38 @@ void sp_gguf_free(struct sp_gguf *g)
     memset(g, 0, sizeof *g);
 }
 
+sp_status sp_gguf_append(struct sp_gguf *g, const struct sp_gguf *more, uint32_t part)
+{
+    struct sp_gguf_private *priv = g->priv_;
+    uint64_t n, cap, *slots;
+    char show[80];
+    if (!priv || !sp_add_u64(g->n_tensors, more->n_tensors, &n) || n > SIZE_MAX / 2 / sizeof *g->tensors)
+        return sp_error_set(SP_ERR_FORMAT, "%llu tensors more than %llu: too many",
+                            (unsigned long long)more->n_tensors, (unsigned long long)g->n_tensors);
+    struct sp_gguf_tensor *t = realloc(g->tensors, (n ? n : 1) * sizeof *t);
+    if (!t)
+        return sp_error_set(SP_ERR_NOMEM, "gguf: no memory for %llu tensors", (unsigned long long)n);
+    g->tensors = t; /* the old entries stay as they were */
+    cap = sp_gguf_index_cap(n);
+    if (!(slots = calloc(cap, sizeof *slots)))
+        return sp_error_set(SP_ERR_NOMEM, "gguf: no memory for the name index");
+    for (uint64_t i = 0; i < more->n_tensors; i++) {
+        t[g->n_tensors + i] = more->tensors[i];
+        t[g->n_tensors + i].part = part;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        if (!sp_gguf_insert(slots, cap - 1, t, sizeof *t, offsetof(struct sp_gguf_tensor, name), i)) {
+            free(slots);
+            return sp_error_set(SP_ERR_FORMAT, "tensor '%s': in two files of the model",
+                                sp_gguf_show(t[i].name, show, sizeof show));
+        }
+    free(priv->t_slots);
+    priv->t_slots = slots;
+    priv->t_mask = cap - 1;
+    g->n_tensors = n;
+    return SP_OK;
+}
+
 const struct sp_gguf_kv *sp_gguf_find(const struct sp_gguf *g, const char *key)
 {
     const struct sp_gguf_private *priv = g->priv_;

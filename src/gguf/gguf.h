@@ -63,6 +63,7 @@ struct sp_gguf_tensor {
     uint64_t offset;              /* relative to the data section */
     uint64_t nbytes;
     const void *data;             /* view into the buffer */
+    uint32_t part;                /* the buffer: 0 for g's own, i for the i-th sp_gguf_append */
 };
 
 struct sp_gguf {
@@ -81,6 +82,13 @@ struct sp_gguf {
 /* Parses `buf` (`size` bytes; borrowed).  On failure *g is left freed. */
 sp_status sp_gguf_init(struct sp_gguf *g, const void *buf, size_t size);
 void sp_gguf_free(struct sp_gguf *g);
+
+/* Appends the tensors of `more` (another file of the same model: a
+ * gguf-split part, parsed; borrowed, it must outlive g) to g's table with
+ * part `part`: g->tensors, n_tensors and sp_gguf_tensor_find then cover
+ * both, each tensor's data a view into its own buffer.  SP_ERR_FORMAT
+ * naming the tensor when a name is already in g (g is then unchanged). */
+sp_status sp_gguf_append(struct sp_gguf *g, const struct sp_gguf *more, uint32_t part);
 
 /* Lookup by exact key / tensor name (NULL when absent). */
 const struct sp_gguf_kv *sp_gguf_find(const struct sp_gguf *g, const char *key);

@@ -10,21 +10,63 @@
 #include <sys/mman.h>
 
 #include "core/error.h"
+#include "gguf/split.h"
 #include "kernels/scan.h"
 #include "quant/quant.h"
 
-sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const char *path, unsigned map_flags)
+sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, struct sp_gguf_parts *parts,
+                             const char *path, unsigned map_flags)
 {
+    sp_quant_init();
+    if (parts)
+        return sp_gguf_split_open(map, g, parts, path, map_flags);
     sp_status st = sp_mapping_init(map, path, map_flags);
     if (st != SP_OK)
         return st;
-    sp_quant_init();
     st = sp_gguf_init(g, map->data, map->size);
     if (st != SP_OK) {
         sp_error_wrap(st, "%s", path);
         sp_mapping_free(map);
     }
     return st;
+}
+
+/* File i of the model (0: the first; NULL past the last). */
+static struct sp_mapping *sp_model_map(struct sp_model *m, uint32_t i)
+{
+    return i == 0 ? &m->map : i <= m->parts.n ? &m->parts.maps[i - 1] : NULL;
+}
+
+/* Where p lies in the model's files taken as one (file i's bytes after file
+ * i - 1's): the offsets of struct sp_span in m->repacked.  False: in none. */
+static bool sp_model_file_offset(struct sp_model *m, const void *p, size_t *off)
+{
+    const struct sp_mapping *f;
+    size_t base = 0;
+    for (uint32_t i = 0; (f = sp_model_map(m, i)); base += f->size, i++)
+        if (f->data && (const uint8_t *)p >= f->data && (const uint8_t *)p < f->data + f->size) {
+            *off = base + (size_t)((const uint8_t *)p - f->data);
+            return true;
+        }
+    return false;
+}
+
+/* The inverse: a pointer to offset `off` of the files taken as one. */
+static const uint8_t *sp_model_file_ptr(struct sp_model *m, size_t off)
+{
+    const struct sp_mapping *f;
+    for (uint32_t i = 0; (f = sp_model_map(m, i)); off -= f->size, i++)
+        if (off < f->size)
+            return f->data + off;
+    return NULL;
+}
+
+/* sp_mapping_drop on whichever file holds [p, p + len). */
+static void sp_model_drop(struct sp_model *m, const void *p, size_t len)
+{
+    const struct sp_mapping *f;
+    for (uint32_t i = 0; (f = sp_model_map(m, i)); i++)
+        sp_mapping_drop(f, p, len);
 }
 
 /* Loading state beside the model: which tensors were taken (a file's
@@ -1005,10 +1047,10 @@ static sp_status sp_model_repack(struct sp_model *m, const struct sp_progress *p
         if (!pt)
             continue;
         sp_type_get(pt)->pack(t->data, t->row_bytes, dst, t->ne0, t->ne1);
-        m->repacked[m->n_packed] = (struct sp_span){(size_t)((const uint8_t *)t->data - m->map.data),
-                                                    t->row_bytes * (size_t)t->ne1};
+        m->repacked[m->n_packed] = (struct sp_span){0, t->row_bytes * (size_t)t->ne1};
+        sp_model_file_offset(m, t->data, &m->repacked[m->n_packed].off); /* a view into a file */
         /* a tied head's embedding rows map back in one page at a time */
-        sp_mapping_drop(&m->map, t->data, t->row_bytes * (size_t)t->ne1);
+        sp_model_drop(m, t->data, t->row_bytes * (size_t)t->ne1);
         t->type = pt;
         t->data = dst;
         dst += (t->row_bytes * (size_t)t->ne1 + 63) / 64 * 64;
@@ -1163,11 +1205,11 @@ static sp_status sp_model_copy_plan(struct sp_model *m)
     uint64_t skipped = 0;
     m->n_skip = 0;
     for (uint32_t i = 0; i < m->n_packed; i++) {
-        const uint8_t *p = m->map.data + m->repacked[i].off;
+        const uint8_t *p = sp_model_file_ptr(m, m->repacked[i].off);
         bool shared = false;
+        size_t at;
         for (size_t k = 0; k < n && !shared; k++)
-            shared = (const uint8_t *)mats[k]->data >= m->map.data &&
-                     (const uint8_t *)mats[k]->data < m->map.data + m->map.size &&
+            shared = mats[k]->data && sp_model_file_offset(m, mats[k]->data, &at) &&
                      sp_overlaps(mats[k], p, m->repacked[i].len);
         if (!shared) {
             skipped += m->repacked[i].len;
@@ -1175,7 +1217,7 @@ static sp_status sp_model_copy_plan(struct sp_model *m)
         }
     }
     free(mats);
-    m->copy_bytes = m->map.size > skipped ? m->map.size - skipped : 0;
+    m->copy_bytes = m->file_bytes > skipped ? m->file_bytes - skipped : 0;
     return SP_OK;
 }
 
@@ -1190,9 +1232,10 @@ sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_fl
     m = calloc(1, sizeof *m);
     if (!m)
         return sp_error_set(SP_ERR_NOMEM, "model: no memory");
-    if ((st = sp_model_open_gguf(&m->map, &m->gguf, path, map_flags)) != SP_OK)
+    if ((st = sp_model_open_gguf(&m->map, &m->gguf, &m->parts, path, map_flags)) != SP_OK)
         goto free_model;
-    m->file_bytes = m->map.size;
+    for (uint32_t i = 0; sp_model_map(m, i); i++)
+        m->file_bytes += sp_model_map(m, i)->size;
     ld.m = m;
     ld.used = calloc(m->gguf.n_tensors ? m->gguf.n_tensors : 1, 1);
     if (!ld.used) {
@@ -1224,7 +1267,10 @@ sp_status sp_model_open(struct sp_model **out, const char *path, unsigned map_fl
      * section once more, so what stays resident is what the forward pass
      * reads in place (it maps back as it is read), whatever state the page
      * cache was in.  Locked pages stay. */
-    sp_mapping_drop(&m->map, m->map.data + m->gguf.data_offset, m->map.size - m->gguf.data_offset);
+    for (uint32_t i = 0; i <= m->parts.n; i++) {
+        const struct sp_gguf *g = i ? &m->parts.g[i - 1] : &m->gguf;
+        sp_mapping_drop(sp_model_map(m, i), g->base + g->data_offset, g->size - g->data_offset);
+    }
     *out = m;
     return SP_OK;
 
@@ -1238,6 +1284,7 @@ fail:
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
+    sp_gguf_parts_free(&m->parts);
 free_model:
     free(m);
     return st;
@@ -1254,6 +1301,7 @@ void sp_model_close(struct sp_model *m)
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
+    sp_gguf_parts_free(&m->parts);
     free(m);
 }
 
@@ -1261,7 +1309,22 @@ const char *sp_model_chat_format(const struct sp_model *m) { return m->arch->cha
 
 sp_status sp_model_detach(struct sp_model *m, bool lock)
 {
-    return sp_mapping_detach(&m->map, m->repacked, m->n_skip, lock);
+    struct sp_span *skip = malloc((m->n_skip ? m->n_skip : 1) * sizeof *skip);
+    struct sp_mapping *f;
+    sp_status st = SP_OK;
+    size_t base = 0;
+    if (!skip)
+        return sp_error_set(SP_ERR_NOMEM, "model: no memory");
+    /* each file with the repacked spans inside it, as offsets into it */
+    for (uint32_t i = 0; st == SP_OK && (f = sp_model_map(m, i)); base += f->size, i++) {
+        size_t n = 0;
+        for (uint32_t k = 0; k < m->n_skip; k++)
+            if (m->repacked[k].off >= base && m->repacked[k].off - base < f->size)
+                skip[n++] = (struct sp_span){m->repacked[k].off - base, m->repacked[k].len};
+        st = sp_mapping_detach(f, skip, n, lock);
+    }
+    free(skip);
+    return st;
 }
 
 void sp_model_features(const struct sp_model *m, char *buf, size_t size)

@@ -16,6 +16,7 @@
 #include "core/mmap.h"
 #include "core/progress.h"
 #include "gguf/gguf.h"
+#include "gguf/split.h"
 #include "kernels/kernels.h"
 
 enum sp_ffn_act { SP_FFN_SILU, SP_FFN_GELU, SP_FFN_RELU2 /* relu(x)^2, plain feed-forwards only */ };
@@ -194,8 +195,9 @@ struct sp_layer {
 struct sp_model {
     const struct sp_arch *arch;
     struct sp_hparams hp;
-    struct sp_mapping map;
-    struct sp_gguf gguf;
+    struct sp_mapping map;     /* the file, or the first part of a split model */
+    struct sp_gguf gguf;       /* its header; the tensor table covers every part */
+    struct sp_gguf_parts parts; /* a split model's other parts */
     struct sp_tensor tok_embd, out_norm, output;
     struct sp_tensor pos_embd, tok_types, embd_norm, embd_norm_b; /* abs_pos families (else data NULL) */
     const float *rope_freqs, *rope_long, *rope_short; /* [n_rot / 2] rope factors (NULL: none) */
@@ -241,7 +243,10 @@ const float *sp_model_rope_factors(const struct sp_model *m, int n_ctx);
 const char *sp_model_chat_format(const struct sp_model *m);
 
 /* Opens the file for its vocabulary only (no architecture checks): for
- * `tokenize` on vocabulary-only files. */
-sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, const char *path, unsigned map_flags);
+ * `tokenize` on vocabulary-only files.  With `parts`, a split model's
+ * parts too (gguf/split.h: *g's tensor table covers them all; free with
+ * sp_gguf_parts_free); NULL: `path` alone, whatever its keys say. */
+sp_status sp_model_open_gguf(struct sp_mapping *map, struct sp_gguf *g, struct sp_gguf_parts *parts,
+                             const char *path, unsigned map_flags);
 
 #endif

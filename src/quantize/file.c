@@ -67,6 +67,7 @@ struct sp_qrun {
     sp_quantize_stats *stats;
     struct sp_mapping map;
     struct sp_gguf g;
+    struct sp_gguf_parts parts; /* a split input's other parts */
     bool have_g;
     uint64_t *order;
     uint32_t *types;
@@ -188,7 +189,7 @@ static sp_status sp_qrun_all(struct sp_qrun *q)
     const sp_quantize_params *p = q->p;
     sp_status st;
     uint64_t done = 0, total = 0;
-    if ((st = sp_model_open_gguf(&q->map, &q->g, q->in_path, 0)) != SP_OK)
+    if ((st = sp_model_open_gguf(&q->map, &q->g, &q->parts, q->in_path, 0)) != SP_OK)
         return st;
     q->have_g = true;
     q->types = calloc(q->g.n_tensors ? q->g.n_tensors : 1, sizeof *q->types);
@@ -276,6 +277,7 @@ sp_status sp_model_quantize(const char *in_path, const char *out_path, const sp_
     if (q.have_g) {
         sp_gguf_free(&q.g);
         sp_mapping_free(&q.map);
+        sp_gguf_parts_free(&q.parts);
     }
     return st;
 }

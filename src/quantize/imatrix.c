@@ -119,7 +119,7 @@ sp_status sp_imatrix_load(struct sp_imatrix **out, const char *path)
     struct sp_mapping map;
     struct sp_gguf g;
     *out = NULL;
-    sp_status st = sp_model_open_gguf(&map, &g, path, 0);
+    sp_status st = sp_model_open_gguf(&map, &g, NULL, path, 0);
     if (st != SP_OK)
         return st;
     struct sp_imatrix *im = calloc(1, sizeof *im);

@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gguf"))
+import ggufsplit  # noqa: E402
 from ggufgen import Model  # noqa: E402
 
 REPO = "tiny/Tiny-GGUF"
@@ -366,6 +367,28 @@ def test_a_cut_download_resumes_in_the_same_run(sp, hub, store, tiny_repo, range
     ranges = [h.get("Range") for _, h in hub.requests("/blob/")]
     assert ranges == [None, "bytes=%d-" % (len(data) // 2)]
     assert files_under(model_dir(store)) == ["Tiny-Q4_K_M.gguf", "manifest.json"]
+
+
+def test_pulled_split_model_runs_by_name(sp, hub, store, tmp_path):
+    """A split model pulled whole loads from its name: every part (ggufsplit:
+    gguf-split's layout), answering as the single file does."""
+    single = tmp_path / "single.gguf"
+    single.write_bytes(gguf_bytes(2))
+    files = {}
+    for i, part in enumerate(ggufsplit.plan(str(single), 3)):
+        p = tmp_path / ggufsplit.part_name("Split-Q8_0", i, 3)
+        ggufsplit.write_part(str(p), part)
+        files[p.name] = p.read_bytes()
+    hub.add("org/Split-GGUF", files)
+    r = sp("pull", "org/Split-GGUF:Q8_0")
+    assert r.returncode == 0, r.stderr
+    r = sp("info", "-m", "Split-GGUF:Q8_0")
+    assert r.returncode == 0, r.stderr
+    assert len([ln for ln in r.stdout.splitlines() if ln.startswith("part ")]) == 3, r.stdout
+    args = ("-p", "hello", "-n", "6", "--temp", "0", "--ignore-eos")
+    by_name, by_file = sp("run", "-m", "org/Split-GGUF:Q8_0", *args), sp("run", "-m", single, *args)
+    assert by_name.returncode == 0 and by_file.returncode == 0, (by_name.stderr, by_file.stderr)
+    assert by_name.stdout == by_file.stdout
 
 
 def test_a_split_set_cut_in_its_second_part(sp, hub, store):

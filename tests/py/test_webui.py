@@ -2,7 +2,8 @@
 Chromium (Debian's chromium and chromium-driver) driven by selenium.  The
 server runs with --api-key: the page itself is served without it, asks for
 it, and the API refuses requests without it.  A screenshot of each state is
-saved under build/webui/ (the README shows one of them)."""
+saved under build/webui/ (the README shows one of them).  The model picker
+runs on a --models-dir server of two models, without a key."""
 import json
 import os
 import time
@@ -12,6 +13,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from conftest import ROOT
 from server_util import Server, wait_for
@@ -202,3 +204,53 @@ def test_conversations_kept_and_regenerate(browser):
     d.find_elements(By.CSS_SELECTOR, "#conv-list li span")[1].click()
     wait_for(lambda: len(d.find_elements(By.CSS_SELECTOR, ".msg")) == 4, 10, "the first conversation")
     shot(d, "5-conversations")
+
+
+def test_model_picker_with_two_models(tmp_path, spindle_bin, smollm2_path, gemma3_path):
+    """A --models-dir server of two models: the page offers both, the picked
+    one answers (its greedy answer, not the other's) and stays picked after
+    a reload; a one-model server shows its name instead (above)."""
+    d = tmp_path / "models"
+    d.mkdir()
+    os.symlink(smollm2_path, d / "smollm2.gguf")
+    os.symlink(gemma3_path, d / "gemma3.gguf")
+    s = Server(spindle_bin, None, "--models-dir", str(d), "--ctx", "512", "--models-max", "2")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1280,900"):
+        opts.add_argument(a)
+    b = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    try:
+        b.get(s.url + "/")
+        pick = wait_for(lambda: (lambda e: e if e.is_displayed() else None)(b.find_element(By.ID, "model-pick")),
+                        30, "the model selector")
+        assert not b.find_element(By.ID, "model-name").is_displayed()
+        ids = [o.get_attribute("value") for o in pick.find_elements(By.TAG_NAME, "option")]
+        assert sorted(ids) == ["gemma3", "smollm2"]
+        first = pick.get_attribute("value")
+        other = ids[1] if first == ids[0] else ids[0]
+        Select(pick).select_by_value(other)
+        assert js(b, "return localStorage.getItem('spindle.model')") == json.dumps(other)
+        set_field(b, "temperature", 0)
+        set_field(b, "max_tokens", 12)
+        send(b, "Say hello.")
+        wait_for(lambda: last_answer(b) and not busy(b), 120, "the answer")
+        got = js(b, "const c = JSON.parse(localStorage.getItem('spindle.conversations'));"
+                    "const m = c[0].messages; return m[m.length - 1].content")
+        want = {}
+        for model in ids:
+            r = s.post("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Say hello."}],
+                                                "temperature": 0, "max_tokens": 12})
+            assert r.status_code == 200, r.text
+            want[model] = r.json()["choices"][0]["message"]["content"]
+        assert want[other] != want[first]  # so an answer from the wrong model shows
+        assert got == want[other], (got, want)
+        shot(b, "6-model-picker")
+        b.refresh()
+        pick = wait_for(lambda: (lambda e: e if e.is_displayed() else None)(b.find_element(By.ID, "model-pick")),
+                        30, "the model selector after a reload")
+        assert pick.get_attribute("value") == other
+    finally:
+        b.quit()
+        assert s.stop() == 0, s.log_text()[-2000:]
