@@ -16,10 +16,17 @@
  * a request needs a model that is not loaded: new files appear, a deleted
  * file's model disappears from the list and is refused from then on (and
  * unloaded once its last request is done).  A loaded model keeps serving
- * what it loaded until it is unloaded, also when its file is replaced. */
+ * what it loaded until it is unloaded, also when its file is replaced.
+ *
+ * A loaded model that no request holds is unloaded once it has been idle
+ * for its keep-alive (--keep-alive, or the idle time the last request that
+ * got it asked for: Ollama's keep_alive; < 0: never), by the router's
+ * reaper thread, which sleeps until the next model's time is up. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,13 +54,17 @@ struct sp_router_model {
     sp_model *model;      /* LOADED */
     struct sp_sched *sched;
     int n_held;           /* requests using it or waiting for it */
-    double last_used;     /* sp_now() when a request last got it */
+    double last_used;     /* sp_now() when a request last got or released it */
+    double keep_alive;    /* idle seconds before it is unloaded (< 0: never) */
     char *error;          /* the last load's error; NULL: none */
 };
 
 struct sp_router {
     pthread_mutex_t mu; /* guards everything below but the immutable fields */
     pthread_cond_t cv;  /* a load ended, a model was released, or the router aborted */
+    pthread_cond_t reap_cv; /* a model was released, or the router closes (the reaper waits on it) */
+    pthread_t reaper;
+    bool reaper_started, closing;
     struct sp_server_config cfg;
     struct sp_metrics *metrics;
     char *dir; /* read when cfg.models_list is NULL */
@@ -189,6 +200,70 @@ static void sp_router_scan(struct sp_router *r)
     }
 }
 
+/* sp_now()'s time t (CLOCK_MONOTONIC) for pthread_cond_timedwait. */
+static struct timespec sp_router_deadline(double t)
+{
+    struct timespec ts;
+    double sec = floor(t);
+    ts.tv_sec = (time_t)sec;
+    ts.tv_nsec = (long)((t - sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* When e's keep-alive unloads it (INFINITY: never, or not now: it is held
+ * or not loaded).  Under r->mu. */
+static double sp_router_expiry(const struct sp_router_model *e)
+{
+    if (e->state != SP_ROUTER_LOADED || e->n_held > 0 || e->keep_alive < 0)
+        return INFINITY;
+    return e->last_used + e->keep_alive;
+}
+
+/* The reaper: unloads each idle model whose keep-alive is up, then sleeps
+ * until the next one's is (or until a model is released). */
+static void *sp_router_reap(void *arg)
+{
+    struct sp_router *r = arg;
+    pthread_mutex_lock(&r->mu);
+    while (!r->closing) {
+        double now = sp_now(), next = INFINITY;
+        for (size_t i = 0; i < r->n_models; i++) {
+            struct sp_router_model *e = r->models[i];
+            double at = sp_router_expiry(e);
+            if (at <= now) {
+                char why[96];
+                snprintf(why, sizeof why, "idle for its keep-alive of %g s", e->keep_alive);
+                sp_router_unload(e, why);
+                pthread_cond_broadcast(&r->cv);
+            } else if (at < next) {
+                next = at;
+            }
+        }
+        if (isinf(next)) {
+            pthread_cond_wait(&r->reap_cv, &r->mu);
+        } else {
+            struct timespec ts = sp_router_deadline(next);
+            pthread_cond_timedwait(&r->reap_cv, &r->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* The conditions wait on CLOCK_MONOTONIC (sp_now's clock). */
+static void sp_router_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *cfg, struct sp_metrics *m)
 {
     struct stat st;
@@ -207,8 +282,19 @@ sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *
     r->metrics = m;
     r->max_loaded = cfg->models_max > 0 ? cfg->models_max : 1;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    sp_router_cond_init(&r->cv);
+    sp_router_cond_init(&r->reap_cv);
     sp_router_scan(r);
+    /* the reaper takes no signal: the server's thread waits for them */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    r->reaper_started = pthread_create(&r->reaper, NULL, sp_router_reap, r) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!r->reaper_started) {
+        sp_router_close(r);
+        return sp_error_set(SP_ERR_NOMEM, "router: cannot start its thread");
+    }
     *out = r;
     return SP_OK;
 }
@@ -296,21 +382,33 @@ static void sp_router_load_entry(struct sp_router *r, struct sp_router_model *e)
     pthread_cond_broadcast(&r->cv);
 }
 
-struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, struct sp_api_error *err)
+/* The model name names (ID or ID:latest), the directory read again when
+ * it is not loaded; NULL with a 404 in *err.  Under r->mu. */
+static struct sp_router_model *sp_router_lookup(struct sp_router *r, const char *name, struct sp_api_error *err)
 {
     size_t n = strlen(name);
     if (n > 7 && !strcmp(name + n - 7, ":latest"))
         n -= 7; /* Ollama's clients add the tag */
-    pthread_mutex_lock(&r->mu);
     struct sp_router_model *e = sp_router_find(r, name, n);
     if (!e || e->gone || e->state == SP_ROUTER_UNLOADED) {
         sp_router_scan(r);
         e = sp_router_find(r, name, n);
     }
     if (!e || e->gone) {
-        pthread_mutex_unlock(&r->mu);
         sp_api_fail(err, 404, "invalid_request_error", "model_not_found", "model",
                     "The model '%.100s' does not exist (GET /v1/models lists the models served).", name);
+        return NULL;
+    }
+    return e;
+}
+
+struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, double keep_alive,
+                                          struct sp_api_error *err)
+{
+    pthread_mutex_lock(&r->mu);
+    struct sp_router_model *e = sp_router_lookup(r, name, err);
+    if (!e) {
+        pthread_mutex_unlock(&r->mu);
         return NULL;
     }
     e->n_held++;
@@ -321,6 +419,7 @@ struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name,
         }
         if (e->state == SP_ROUTER_LOADED) {
             e->last_used = sp_now();
+            e->keep_alive = isnan(keep_alive) ? r->cfg.keep_alive_s : keep_alive;
             pthread_mutex_unlock(&r->mu);
             return e;
         }
@@ -360,7 +459,24 @@ void sp_router_release(struct sp_router *r, struct sp_router_model *e)
     e->last_used = sp_now();
     sp_router_settle(r, e);
     pthread_cond_broadcast(&r->cv);
+    pthread_cond_signal(&r->reap_cv);
     pthread_mutex_unlock(&r->mu);
+}
+
+sp_status sp_router_unload_idle(struct sp_router *r, const char *name, struct sp_api_error *err)
+{
+    pthread_mutex_lock(&r->mu);
+    struct sp_router_model *e = sp_router_lookup(r, name, err);
+    if (e) {
+        e->keep_alive = 0;
+        e->last_used = sp_now();
+        if (e->state == SP_ROUTER_LOADED && e->n_held == 0) {
+            sp_router_unload(e, "keep_alive 0");
+            pthread_cond_broadcast(&r->cv);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return e ? SP_OK : SP_ERR_ARG;
 }
 
 static int sp_router_entry_cmp(const void *a, const void *b)
@@ -385,6 +501,10 @@ sp_status sp_router_list(struct sp_router *r, struct sp_router_entry **out, size
         x->failed = e->error != NULL;
         x->bytes = (uint64_t)e->size;
         x->n_ctx = e->sched ? sp_sched_n_ctx(e->sched) : 0;
+        double at = sp_router_expiry(e);
+        x->expires_in = e->state != SP_ROUTER_LOADED || e->keep_alive < 0 ? -1
+                        : e->n_held > 0                                   ? e->keep_alive
+                                                                           : fmax(0, at - sp_now());
     }
     pthread_mutex_unlock(&r->mu);
     *out = v;
@@ -423,6 +543,13 @@ void sp_router_close(struct sp_router *r)
 {
     if (!r)
         return;
+    if (r->reaper_started) {
+        pthread_mutex_lock(&r->mu);
+        r->closing = true;
+        pthread_cond_signal(&r->reap_cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->reaper, NULL);
+    }
     for (size_t i = 0; i < r->n_models; i++) {
         struct sp_router_model *e = r->models[i];
         if (e->state == SP_ROUTER_LOADED)
@@ -430,6 +557,7 @@ void sp_router_close(struct sp_router *r)
         sp_router_model_free(e);
     }
     pthread_cond_destroy(&r->cv);
+    pthread_cond_destroy(&r->reap_cv);
     pthread_mutex_destroy(&r->mu);
     free(r->models);
     free(r->dir);

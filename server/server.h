@@ -363,9 +363,17 @@ size_t sp_router_count(struct sp_router *r);
 /* The model `name` names (ID, or ID:latest as Ollama's clients send it),
  * held (never unloaded) until sp_router_release: loaded first if it is not,
  * the call blocking while it loads or waits for room under --models-max.
- * NULL with *err set: 404 model_not_found, 500 model_load_failed (the
- * file's one-line error), 503 shutting_down (sp_router_abort). */
-struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, struct sp_api_error *err);
+ * keep_alive: its idle time from now on (seconds; < 0: never unloaded for
+ * idleness; NAN: the server's --keep-alive).  NULL with *err set: 404
+ * model_not_found, 500 model_load_failed (the file's one-line error), 503
+ * shutting_down (sp_router_abort). */
+struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, double keep_alive,
+                                          struct sp_api_error *err);
+/* Ollama's keep_alive 0 without a prompt: the model `name` names is
+ * unloaded now, or when its last request ends if one holds it (and stays
+ * loaded if a request gets it meanwhile).  SP_ERR_ARG with a 404 in *err
+ * when there is no such model. */
+sp_status sp_router_unload_idle(struct sp_router *r, const char *name, struct sp_api_error *err);
 struct sp_sched *sp_router_sched(const struct sp_router_model *m);
 /* Its name: the file name without .gguf. */
 const char *sp_router_id(const struct sp_router_model *m);
@@ -379,6 +387,8 @@ struct sp_router_entry {
     char error[512];
     uint64_t bytes;    /* the file's size */
     int n_ctx;         /* loaded: its context per request; else 0 */
+    double expires_in; /* loaded: seconds until its keep-alive unloads it (its whole keep-alive
+                          while a request holds it); -1: never, or not loaded */
 };
 /* Reads the directory (or list) again and lists its models, sorted by
  * name (*out malloc'd, *n entries). */

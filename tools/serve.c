@@ -23,6 +23,10 @@ static const char sp_serve_usage[] =
     "                       every model of the store (spindle list) under its full name\n"
     "  --models-max N       models loaded at once without -m (default 4); the least\n"
     "                       recently used idle one is unloaded for another\n"
+    "  --keep-alive T       without -m, how long a model stays loaded with no request:\n"
+    "                       seconds or a duration (30s, 5m, 1h; default 5m; 0: unload\n"
+    "                       after each request; negative: forever); Ollama's keep_alive\n"
+    "                       field sets it for the model it names from that request on\n"
     "  --host HOST          address or host name to bind (default 127.0.0.1)\n"
     "  --port N             TCP port (default 8080; 0 picks a free one)\n"
     "  --parallel N         requests running at once (default 4)\n"
@@ -173,7 +177,7 @@ int sp_tool_serve(int argc, char **argv)
     const char *aliases[SP_SERVER_MAX_ALIASES];
     const char *key_file = NULL;
     char store_root[4096];
-    bool models_max_set = false;
+    bool models_max_set = false, keep_alive_set = false;
     sp_server_config cfg;
     sp_model_params mp;
     struct sp_tool_spec spec;
@@ -216,6 +220,11 @@ int sp_tool_serve(int argc, char **argv)
                 return sp_tool_fail("serve: --models-max wants 1..1024, got '%s'", v);
             cfg.models_max = (int)n;
             models_max_set = true;
+        } else if (!strcmp(a, "--keep-alive")) {
+            if (!sp_server_duration_parse(v, &cfg.keep_alive_s))
+                return sp_tool_fail("serve: --keep-alive wants seconds or a duration such as 30s, 5m or 1h, got '%s'",
+                                    v);
+            keep_alive_set = true;
         } else if (!strcmp(a, "--host")) {
             cfg.host = v;
         } else if (!strcmp(a, "--port")) {
@@ -323,6 +332,8 @@ int sp_tool_serve(int argc, char **argv)
         return sp_tool_fail("serve: --alias names the model of -m; without it a model's name is its file's");
     if (models_max_set && mp.path)
         return sp_tool_fail("serve: --models-max goes with --models-dir or the store (no -m)");
+    if (keep_alive_set && mp.path)
+        return sp_tool_fail("serve: --keep-alive goes with --models-dir or the store (no -m: that model stays loaded)");
     if (!mp.path && !cfg.models_dir) {
         if (!sp_store_root(store_root, sizeof store_root))
             return 2;

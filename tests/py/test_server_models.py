@@ -2,6 +2,7 @@
 directory, each model loaded on the first request that names it, at most
 --models-max loaded, the least recently used idle one unloaded first
 (server/router.c)."""
+import datetime
 import json
 import os
 import re
@@ -9,7 +10,7 @@ import threading
 
 import pytest
 
-from server_util import Server, assert_openai_error
+from server_util import Server, assert_openai_error, wait_for
 
 # the same for the one-model servers that give the expected answers
 FLAGS = ("--ctx", "512", "--parallel", "2")
@@ -182,6 +183,74 @@ def test_bad_file_listed_with_its_error(spindle_bin, models_dir, smollm2_path, e
         assert s.stop() == 0
 
 
+def loaded(server):
+    """The loaded models, as /api/ps lists them ({name: entry})."""
+    r = server.get("/api/ps")
+    assert r.status_code == 200, r.text
+    return {m["name"]: m for m in r.json()["models"]}
+
+
+def generate(server, model, **extra):
+    body = {"model": model, "prompt": "Hi", "stream": False, "options": {"num_predict": 2, "temperature": 0}}
+    body.update(extra)
+    r = server.post("/api/generate", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_keep_alive_unloads_idle_models(spindle_bin, models_dir):
+    """--keep-alive 1s unloads a model a second after its last request; a
+    request's keep_alive sets its model's own (-1: forever, "1h"); keep_alive
+    0 with no prompt unloads at once, and no prompt only loads."""
+    s = serve_dir(spindle_bin, models_dir, "--keep-alive", "1s")
+    try:
+        generate(s, "gemma3", keep_alive=-1)
+        generate(s, "smollm2")
+        wait_for(lambda: sorted(loaded(s)) == ["gemma3"], timeout=30, what="smollm2 unloaded for idleness")
+        assert "unloaded model 'smollm2' (idle for its keep-alive of 1 s)" in s.log_text()
+        assert listed(s)["smollm2"]["status"] == {"value": "unloaded"}
+        assert loaded(s)["gemma3"]["expires_at"].startswith("2318"), loaded(s)
+        # a per-request keep_alive replaces the server's for that model
+        generate(s, "smol-copy", keep_alive="1h")
+        ps = loaded(s)
+        assert sorted(ps) == ["gemma3", "smol-copy"], ps
+        at = datetime.datetime.fromisoformat(ps["smol-copy"]["expires_at"][:26] + "+00:00")
+        left = (at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        assert 3000 < left <= 3600, ps
+        # a request with no prompt only loads (Ollama's preload) ...
+        r = s.post("/api/generate", {"model": "smollm2", "keep_alive": "1h"})
+        assert r.status_code == 200 and r.json()["done_reason"] == "load" and r.json()["response"] == "", r.text
+        assert "smollm2" in loaded(s)
+        # ... and with keep_alive 0 unloads at once (chat: no messages)
+        r = s.post("/api/chat", {"model": "gemma3:latest", "messages": [], "keep_alive": 0})
+        assert r.status_code == 200, r.text
+        assert r.json()["done_reason"] == "unload" and r.json()["message"]["content"] == "", r.text
+        r = s.post("/api/generate", {"model": "smol-copy", "keep_alive": "0s"})
+        assert r.status_code == 200 and r.json()["done_reason"] == "unload", r.text
+        assert sorted(loaded(s)) == ["smollm2"]
+        # keep_alive 0 on a request with a prompt: unloaded once it is answered
+        generate(s, "gemma3", keep_alive=0)
+        wait_for(lambda: "gemma3" not in loaded(s), timeout=30, what="gemma3 unloaded after its request")
+        # bad values: Ollama's error shape
+        for bad in ("soon", "5 m", True, [1]):
+            r = s.post("/api/generate", {"model": "smollm2", "prompt": "Hi", "keep_alive": bad})
+            assert r.status_code == 400 and "keep_alive" in r.json()["error"], (bad, r.text)
+        r = s.post("/api/generate", {"model": "nope", "keep_alive": 0})
+        assert r.status_code == 404 and "nope" in r.json()["error"], r.text
+    finally:
+        assert s.stop() == 0
+
+
+def test_keep_alive_zero_unloads_after_each_request(spindle_bin, models_dir, expected):
+    s = serve_dir(spindle_bin, models_dir, "--keep-alive", "0")
+    try:
+        assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        wait_for(lambda: loaded(s) == {}, timeout=30, what="smollm2 unloaded after its request")
+        assert "unloaded model 'smollm2' (idle for its keep-alive of 0 s)" in s.log_text()
+    finally:
+        assert s.stop() == 0
+
+
 def test_serves_the_store_without_m(spindle_bin, run_spindle, tmp_path, smollm2_path, expected):
     """No -m and no --models-dir: the models of `spindle pull`'s store, under
     their full names (a store written here as pull writes it)."""
@@ -216,6 +285,9 @@ def test_models_dir_flags(run_spindle, models_dir, smollm2_path, tmp_path):
         (["--alias", "x"], "--alias"),
         (["-m", smollm2_path, "--models-max", "2"], "--models-max goes with --models-dir"),
         (["--models-dir", str(models_dir), "--models-max", "0"], "--models-max wants"),
+        (["-m", smollm2_path, "--keep-alive", "5m"], "--keep-alive goes with --models-dir"),
+        (["--models-dir", str(models_dir), "--keep-alive", "5 minutes"], "--keep-alive wants"),
+        (["--models-dir", str(models_dir), "--keep-alive", "1x"], "--keep-alive wants"),
     ]
     for args, words in cases:
         r = run_spindle("serve", "--port", "0", *args)
