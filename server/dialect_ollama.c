@@ -864,7 +864,8 @@ static char *sp_ollama_router_list(const struct sp_info_ctx *ctx, bool running, 
             sp_dialect_time_in(when, sizeof when, v[i].expires_in);
         json_object_set_new(e, running ? "expires_at" : "modified_at",
                             json_string(running && v[i].expires_in < 0 ? "2318-01-01T00:00:00Z" : when));
-        json_object_set_new(e, "size", json_integer((json_int_t)v[i].bytes));
+        /* /api/ps: the memory it holds, as Ollama's */
+        json_object_set_new(e, "size", json_integer((json_int_t)(running && v[i].mem ? v[i].mem : v[i].bytes)));
         json_object_set_new(e, "digest", json_string(""));
         json_object_set_new(d, "format", json_string("gguf"));
         json_object_set_new(e, "details", d);

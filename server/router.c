@@ -21,7 +21,14 @@
  * A loaded model that no request holds is unloaded once it has been idle
  * for its keep-alive (--keep-alive, or the idle time the last request that
  * got it asked for: Ollama's keep_alive; < 0: never), by the router's
- * reaper thread, which sleeps until the next model's time is up. */
+ * reaper thread, which sleeps until the next model's time is up.
+ *
+ * With --memory-budget, the loaded (and loading) models' memory stays
+ * within it: each model counts what its engine holds (sp_router_mem,
+ * measured when it loads; before its first load, its file's size), and
+ * the least recently used idle models are unloaded to make room.  A model
+ * that needs more than the whole budget is refused (507) and listed with
+ * that error. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <jansson.h>
@@ -56,6 +63,10 @@ struct sp_router_model {
     int n_held;           /* requests using it or waiting for it */
     double last_used;     /* sp_now() when a request last got or released it */
     double keep_alive;    /* idle seconds before it is unloaded (< 0: never) */
+    uint64_t mem;         /* its engine's memory at its last load (sp_router_mem); 0: not measured */
+    uint64_t counted;     /* LOADING or LOADED: its part of --memory-budget (mem, or while it
+                             is first measured the file's size) */
+    bool too_big;         /* error says it needs more than --memory-budget */
     char *error;          /* the last load's error; NULL: none */
 };
 
@@ -69,6 +80,7 @@ struct sp_router {
     struct sp_metrics *metrics;
     char *dir; /* read when cfg.models_list is NULL */
     int max_loaded;
+    uint64_t budget; /* --memory-budget in bytes; 0: none */
     bool aborted;
     struct sp_router_model **models;
     size_t n_models;
@@ -156,6 +168,8 @@ static void sp_router_see(void *ctx, const char *id, const char *path)
         e->mtime = st.st_mtim;
         free(e->error);
         e->error = NULL;
+        e->too_big = false;
+        e->mem = 0;
     }
 }
 
@@ -281,6 +295,7 @@ sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *
     r->cfg = *cfg;
     r->metrics = m;
     r->max_loaded = cfg->models_max > 0 ? cfg->models_max : 1;
+    r->budget = cfg->memory_budget;
     pthread_mutex_init(&r->mu, NULL);
     sp_router_cond_init(&r->cv);
     sp_router_cond_init(&r->reap_cv);
@@ -307,11 +322,21 @@ size_t sp_router_count(struct sp_router *r)
     return n;
 }
 
+/* An engine's memory as `spindle info` counts it: weights, KV cache and
+ * scratch, and the recurrent state and its snapshots (allocated as
+ * requests start, so counted from the start). */
+static uint64_t sp_router_mem(const sp_engine *engine)
+{
+    sp_engine_stats es;
+    sp_engine_stats_get(engine, &es);
+    return es.mem_weights + es.mem_kv + es.mem_scratch + es.mem_state + es.mem_state_snapshots;
+}
+
 /* Loads e's file into a model with its engine and scheduler (on the
- * calling thread, without r->mu; e's path is immutable).  On failure the
- * error is set and nothing is left. */
+ * calling thread, without r->mu; e's path is immutable); *mem its memory
+ * (sp_router_mem).  On failure the error is set and nothing is left. */
 static sp_status sp_router_load(struct sp_router *r, const struct sp_router_model *e, sp_model **model,
-                                struct sp_sched **sched)
+                                struct sp_sched **sched, uint64_t *mem)
 {
     sp_model_params mp = r->cfg.model_params;
     mp.path = e->path;
@@ -321,9 +346,11 @@ static sp_status sp_router_load(struct sp_router *r, const struct sp_router_mode
     sp_server_engine_params(&r->cfg, &ep);
     sp_engine *engine = NULL;
     sp_status st = sp_model_load(&mp, model);
-    if (st == SP_OK && (st = sp_engine_create(*model, &ep, &engine)) == SP_OK)
+    if (st == SP_OK && (st = sp_engine_create(*model, &ep, &engine)) == SP_OK) {
+        *mem = sp_router_mem(engine);
         st = sp_sched_start(sched, *model, engine, r->cfg.max_queue, r->cfg.n_parallel, &r->cfg.sampling,
                             r->metrics); /* it frees the engine if it fails */
+    }
     if (st != SP_OK) {
         sp_model_free(*model);
         *model = NULL;
@@ -331,40 +358,78 @@ static sp_status sp_router_load(struct sp_router *r, const struct sp_router_mode
     return st;
 }
 
-/* Makes room for one more loaded model: true when there is (after
- * unloading the least recently used idle one if need be), false when every
- * loaded model is held.  Under r->mu. */
-static bool sp_router_make_room(struct sp_router *r)
+/* What loading e counts against --memory-budget: its measured memory, or
+ * before its first load its file's size (the weights; the KV cache and
+ * scratch are known once it is loaded). */
+static uint64_t sp_router_need(const struct sp_router_model *e)
 {
-    int used = 0;
-    struct sp_router_model *victim = NULL;
-    for (size_t i = 0; i < r->n_models; i++) {
-        struct sp_router_model *e = r->models[i];
-        used += e->state != SP_ROUTER_UNLOADED;
-        if (e->state == SP_ROUTER_LOADED && e->n_held == 0 && (!victim || e->last_used < victim->last_used))
-            victim = e;
-    }
-    if (used < r->max_loaded)
-        return true;
-    if (!victim)
-        return false;
-    char why[64];
-    snprintf(why, sizeof why, "least recently used; --models-max %d", r->max_loaded);
-    sp_router_unload(victim, why);
-    return true;
+    return e->mem ? e->mem : (uint64_t)e->size;
 }
 
-/* Loads e (held by the caller) into a free slot.  Under r->mu, released
- * while the file loads. */
+/* Makes room for e (not loaded) beside the other loaded or loading models:
+ * fewer than --models-max of them, and with --memory-budget their memory
+ * and e's need within it, unloading the least recently used idle ones as
+ * needed.  False when the models that would have to go are held.  Under
+ * r->mu. */
+static bool sp_router_make_room(struct sp_router *r, const struct sp_router_model *e, uint64_t need)
+{
+    for (;;) {
+        int used = 0;
+        uint64_t bytes = 0;
+        struct sp_router_model *victim = NULL;
+        for (size_t i = 0; i < r->n_models; i++) {
+            struct sp_router_model *x = r->models[i];
+            if (x == e || x->state == SP_ROUTER_UNLOADED)
+                continue;
+            used++;
+            bytes += x->counted;
+            if (x->state == SP_ROUTER_LOADED && x->n_held == 0 && (!victim || x->last_used < victim->last_used))
+                victim = x;
+        }
+        bool over_count = used >= r->max_loaded, over_bytes = r->budget && bytes + need > r->budget;
+        if (!over_count && !over_bytes)
+            return true;
+        if (!victim)
+            return false;
+        char why[96];
+        if (over_count)
+            snprintf(why, sizeof why, "least recently used; --models-max %d", r->max_loaded);
+        else
+            snprintf(why, sizeof why, "least recently used; --memory-budget %.1f MiB", r->budget / 1048576.0);
+        sp_router_unload(victim, why);
+        pthread_cond_broadcast(&r->cv);
+    }
+}
+
+/* Marks e as needing more than the budget (its error from now on).  Under r->mu. */
+static void sp_router_too_big(struct sp_router *r, struct sp_router_model *e, uint64_t need)
+{
+    char *msg = NULL;
+    if (asprintf(&msg, "it needs %.1f MiB of memory (weights, KV cache and scratch%s), more than --memory-budget "
+                       "%.1f MiB", need / 1048576.0, e->mem ? "" : ": its file alone", r->budget / 1048576.0) < 0)
+        msg = NULL;
+    free(e->error);
+    e->error = msg ? msg : strdup("it needs more memory than --memory-budget");
+    e->too_big = true;
+    fprintf(stderr, "spindle: model '%s' cannot be loaded: %s\n", e->id, e->error ? e->error : "too big");
+}
+
+/* Loads e (held by the caller, with room made for it).  Under r->mu,
+ * released while the file loads.  With --memory-budget, a model whose
+ * measured memory turns out not to fit is unloaded again: marked too big
+ * when it cannot fit alone, else left to wait for room (its need now
+ * known) when the idle models are not enough to make it. */
 static void sp_router_load_entry(struct sp_router *r, struct sp_router_model *e)
 {
     e->state = SP_ROUTER_LOADING;
+    e->counted = sp_router_need(e);
     fprintf(stderr, "spindle: loading model '%s'\n", e->id);
     pthread_mutex_unlock(&r->mu);
     double t0 = sp_now();
     sp_model *model = NULL;
     struct sp_sched *sched = NULL;
-    sp_status st = sp_router_load(r, e, &model, &sched);
+    uint64_t mem = 0;
+    sp_status st = sp_router_load(r, e, &model, &sched, &mem);
     double dt = sp_now() - t0;
     char *msg = st == SP_OK ? NULL : strdup(sp_error_message());
     pthread_mutex_lock(&r->mu);
@@ -372,7 +437,14 @@ static void sp_router_load_entry(struct sp_router *r, struct sp_router_model *e)
         e->model = model;
         e->sched = sched;
         e->state = SP_ROUTER_LOADED;
-        fprintf(stderr, "spindle: loaded model '%s' in %.2f s\n", e->id, dt);
+        e->mem = e->counted = mem;
+        fprintf(stderr, "spindle: loaded model '%s' in %.2f s (%.1f MiB)\n", e->id, dt, mem / 1048576.0);
+        if (r->budget && mem > r->budget) {
+            sp_router_unload(e, "more than --memory-budget");
+            sp_router_too_big(r, e, mem);
+        } else if (r->budget && !sp_router_make_room(r, e, mem)) {
+            sp_router_unload(e, "no room under --memory-budget while the other models are in use; it waits");
+        }
     } else {
         e->state = SP_ROUTER_UNLOADED;
         free(e->error);
@@ -423,12 +495,14 @@ struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name,
             pthread_mutex_unlock(&r->mu);
             return e;
         }
+        if (e->state == SP_ROUTER_UNLOADED && !e->error && r->budget && sp_router_need(e) > r->budget)
+            sp_router_too_big(r, e, sp_router_need(e));
         if (e->error) {
-            sp_api_fail(err, 500, "server_error", "model_load_failed", "model",
-                        "The model '%.100s' cannot be loaded: %.300s", e->id, e->error);
+            sp_api_fail(err, e->too_big ? 507 : 500, "server_error", e->too_big ? "model_too_large" : "model_load_failed",
+                        "model", "The model '%.100s' cannot be loaded: %.300s", e->id, e->error);
             break;
         }
-        if (e->state == SP_ROUTER_LOADING || !sp_router_make_room(r))
+        if (e->state == SP_ROUTER_LOADING || !sp_router_make_room(r, e, sp_router_need(e)))
             pthread_cond_wait(&r->cv, &r->mu);
         else
             sp_router_load_entry(r, e);
@@ -500,6 +574,7 @@ sp_status sp_router_list(struct sp_router *r, struct sp_router_entry **out, size
         x->state = sp_router_state_names[e->state];
         x->failed = e->error != NULL;
         x->bytes = (uint64_t)e->size;
+        x->mem = e->mem;
         x->n_ctx = e->sched ? sp_sched_n_ctx(e->sched) : 0;
         double at = sp_router_expiry(e);
         x->expires_in = e->state != SP_ROUTER_LOADED || e->keep_alive < 0 ? -1

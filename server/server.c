@@ -253,10 +253,13 @@ static void sp_server_listening(const struct sp_server_config *c, struct sp_http
     bool v6 = strchr(host, ':') != NULL; /* an IPv6 address goes in brackets in a URL */
     fprintf(stderr, "spindle: listening on http://%s%s%s:%d (replica '%s', ", v6 ? "[" : "", host, v6 ? "]" : "",
             sp_http_port(http), c->replica_id);
+    char budget[64] = "";
+    if (c->memory_budget)
+        snprintf(budget, sizeof budget, ", memory budget %.1f MiB", c->memory_budget / 1048576.0);
     if (router)
-        fprintf(stderr, "%zu models in '%s', at most %d loaded, %d parallel each, keep-alive %g s)\n",
-                sp_router_count(router), c->models_dir ? c->models_dir : "the list", c->models_max, c->n_parallel,
-                c->keep_alive_s);
+        fprintf(stderr, "%zu models in '%s', at most %d loaded%s, %d parallel each, keep-alive %g s)\n",
+                sp_router_count(router), c->models_dir ? c->models_dir : "the list", c->models_max, budget,
+                c->n_parallel, c->keep_alive_s);
     else
         fprintf(stderr, "model '%s', context %d tokens, %d parallel)\n", model_id, sp_sched_n_ctx(sched),
                 c->n_parallel);

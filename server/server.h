@@ -362,11 +362,12 @@ sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *
 size_t sp_router_count(struct sp_router *r);
 /* The model `name` names (ID, or ID:latest as Ollama's clients send it),
  * held (never unloaded) until sp_router_release: loaded first if it is not,
- * the call blocking while it loads or waits for room under --models-max.
- * keep_alive: its idle time from now on (seconds; < 0: never unloaded for
- * idleness; NAN: the server's --keep-alive).  NULL with *err set: 404
- * model_not_found, 500 model_load_failed (the file's one-line error), 503
- * shutting_down (sp_router_abort). */
+ * the call blocking while it loads or waits for room under --models-max
+ * and --memory-budget.  keep_alive: its idle time from now on (seconds;
+ * < 0: never unloaded for idleness; NAN: the server's --keep-alive).  NULL
+ * with *err set: 404 model_not_found, 500 model_load_failed (the file's
+ * one-line error), 507 model_too_large (it needs more than
+ * --memory-budget), 503 shutting_down (sp_router_abort). */
 struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, double keep_alive,
                                           struct sp_api_error *err);
 /* Ollama's keep_alive 0 without a prompt: the model `name` names is
@@ -386,6 +387,7 @@ struct sp_router_entry {
     bool failed;       /* its last load failed: error says why */
     char error[512];
     uint64_t bytes;    /* the file's size */
+    uint64_t mem;      /* its memory when last loaded (weights, KV cache, scratch); 0: never loaded */
     int n_ctx;         /* loaded: its context per request; else 0 */
     double expires_in; /* loaded: seconds until its keep-alive unloads it (its whole keep-alive
                           while a request holds it); -1: never, or not loaded */

@@ -77,6 +77,8 @@ typedef struct sp_server_config {
     double keep_alive_s;    /* how long a loaded model no request holds stays loaded
                                (Ollama's keep_alive; a request may set its model's);
                                0: unloaded when its last request ends; < 0: forever */
+    uint64_t memory_budget; /* bytes the loaded models' engines may hold together
+                               (weights, KV cache, scratch); 0: no limit */
     sp_model_params model_params;
     /* instead of reading models_dir (then only named in the log), the
      * application's own list of models (the model store's): models_list

@@ -251,6 +251,49 @@ def test_keep_alive_zero_unloads_after_each_request(spindle_bin, models_dir, exp
         assert s.stop() == 0
 
 
+def test_memory_budget(spindle_bin, models_dir, smollm2_path, expected):
+    """--memory-budget 250M (with FLAGS: SmolLM2 holds about 132 MiB,
+    Gemma 3 about 290 MiB, its file 241 MiB): one SmolLM2 fits, two do not,
+    so loading the second unloads the first; Gemma 3 loads once, is
+    measured, and is refused (507) from then on."""
+    s = serve_dir(spindle_bin, models_dir, "--memory-budget", "250M")
+    try:
+        assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        ps = loaded(s)
+        assert list(ps) == ["smollm2"] and ps["smollm2"]["size"] > os.path.getsize(smollm2_path), ps
+        assert complete(s, "smol-copy", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        assert list(loaded(s)) == ["smol-copy"]
+        assert "unloaded model 'smollm2' (least recently used; --memory-budget 250.0 MiB)" in s.log_text()
+        # both at once: one waits for the other to be done
+        answers, errors = {}, []
+
+        def ask(model):
+            try:
+                answers[model] = complete(s, model, PROMPTS[1])
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=ask, args=(m,)) for m in ("smollm2", "smol-copy")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert answers == {m: expected["smollm2"][PROMPTS[1]] for m in ("smollm2", "smol-copy")}
+        assert len(loaded(s)) == 1
+        for _ in range(2):
+            err = assert_openai_error(s.post("/v1/completions", {"model": "gemma3", "prompt": "x"}), 507, "model")
+            assert err["code"] == "model_too_large", err
+            assert re.search(r"needs 2[0-9][0-9]\.[0-9] MiB of memory .*more than --memory-budget 250\.0 MiB",
+                             err["message"]), err
+        entry = listed(s)["gemma3"]
+        assert entry["status"]["failed"] is True and "--memory-budget" in entry["status"]["error"], entry
+        assert s.log_text().count("loading model 'gemma3'") == 1
+        assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+    finally:
+        assert s.stop() == 0
+
+
 def test_serves_the_store_without_m(spindle_bin, run_spindle, tmp_path, smollm2_path, expected):
     """No -m and no --models-dir: the models of `spindle pull`'s store, under
     their full names (a store written here as pull writes it)."""
@@ -288,6 +331,9 @@ def test_models_dir_flags(run_spindle, models_dir, smollm2_path, tmp_path):
         (["-m", smollm2_path, "--keep-alive", "5m"], "--keep-alive goes with --models-dir"),
         (["--models-dir", str(models_dir), "--keep-alive", "5 minutes"], "--keep-alive wants"),
         (["--models-dir", str(models_dir), "--keep-alive", "1x"], "--keep-alive wants"),
+        (["-m", smollm2_path, "--memory-budget", "8G"], "--memory-budget goes with --models-dir"),
+        (["--models-dir", str(models_dir), "--memory-budget", "8X"], "--memory-budget wants"),
+        (["--models-dir", str(models_dir), "--memory-budget", "0"], "--memory-budget wants"),
     ]
     for args, words in cases:
         r = run_spindle("serve", "--port", "0", *args)
