@@ -282,6 +282,20 @@ static bool sp_conn_wait(struct sp_conn *c)
     return sp_conn_wait_on(c, c->job->efd);
 }
 
+/* Whether c's client has hung up, without blocking (a half-close that
+ * still waits for its answer is not; sp_conn_half_closed). */
+static bool sp_conn_gone(void *ctx)
+{
+    struct sp_conn *c = ctx;
+    int fd = sp_conn_fd(c);
+    struct pollfd p = {.fd = fd, .events = c->half_closed ? 0 : POLLRDHUP};
+    if (fd < 0 || poll(&p, 1, 0) <= 0)
+        return false;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
+        return true;
+    return (p.revents & POLLRDHUP) && !sp_conn_half_closed(c, fd);
+}
+
 /* The stop check of the grammar compiles a request's parse runs on this
  * thread (sp_grammar_stop_when, polled every 65,536 steps of work): stop
  * once the client has left, or the server drains (the request would be
@@ -292,14 +306,8 @@ static bool sp_conn_stop_compile(void *ctx)
     pthread_mutex_lock(&c->h->mu);
     c->compile_drain = c->h->draining;
     pthread_mutex_unlock(&c->h->mu);
-    int fd = sp_conn_fd(c);
-    struct pollfd p = {.fd = fd, .events = c->half_closed ? 0 : POLLRDHUP};
-    if (fd >= 0 && poll(&p, 1, 0) > 0) {
-        if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
-            c->compile_gone = true;
-        else if (p.revents & POLLRDHUP)
-            c->compile_gone = !sp_conn_half_closed(c, fd);
-    }
+    if (sp_conn_gone(c))
+        c->compile_gone = true;
     return c->compile_drain || c->compile_gone;
 }
 
@@ -464,8 +472,10 @@ static bool sp_conn_pick_model(struct sp_conn *c, struct sp_api_error *err)
         return sp_router_unload_idle(h->router, name, err) == SP_OK;
     }
     c->only_load = only_load;
-    if (!(c->held = sp_router_acquire(h->router, name, keep_alive, err)))
+    if (!(c->held = sp_router_acquire(h->router, name, keep_alive, sp_conn_gone, c, err))) {
+        c->hung_up = err->http_status == 499;
         return false;
+    }
     c->sched = sp_router_sched(c->held);
     c->model_id = sp_router_id(c->held);
     return true;
@@ -746,7 +756,7 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
     if (draining)
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
     if (!(c->route == SP_ROUTE_INFO && c->def->lists && h->router) && !sp_conn_pick_model(c, &err))
-        return sp_respond_error(c, &err);
+        return c->hung_up ? MHD_NO : sp_respond_error(c, &err);
     if (c->only_load) {
         char name[256];
         if (!sp_router_body_model(c->body, c->n_body, name, sizeof name))

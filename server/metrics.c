@@ -111,6 +111,13 @@ void sp_metrics_set_connections(struct sp_metrics *m, uint64_t open, uint64_t ga
     pthread_mutex_unlock(&m->mu);
 }
 
+void sp_metrics_add_waiting(struct sp_metrics *m, int delta)
+{
+    pthread_mutex_lock(&m->mu);
+    m->waiting_for_model += (uint64_t)(int64_t)delta;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* A growable text buffer; on allocation failure it stops growing and the
  * render returns NULL. */
 struct sp_text {
@@ -217,6 +224,9 @@ char *sp_metrics_render(struct sp_metrics *m)
                      m->running);
     sp_render_scalar(&t, "spindle_requests_queued", "gauge", "Requests waiting for admission.",
                      m->queued);
+    sp_render_scalar(&t, "spindle_requests_waiting_for_model", "gauge",
+                     "Requests waiting for their model to load, or for room to load it (--models-dir).",
+                     m->waiting_for_model);
     const struct sp_engine_stats *e = &m->engine;
     uint32_t free_blocks = e->kv_blocks_total >= e->kv_blocks_used
                                ? e->kv_blocks_total - e->kv_blocks_used

@@ -474,8 +474,30 @@ static struct sp_router_model *sp_router_lookup(struct sp_router *r, const char 
     return e;
 }
 
+/* How often a request waiting for its model checks whether its client is gone. */
+#define SP_ROUTER_GONE_CHECK_S 0.2
+
+/* Waits for the router's state to change; true when the client of the
+ * waiting request has gone meanwhile (checked every SP_ROUTER_GONE_CHECK_S).
+ * *counted: the request is counted in spindle_requests_waiting_for_model.
+ * Under r->mu. */
+static bool sp_router_wait(struct sp_router *r, bool (*gone)(void *), void *ctx, bool *counted)
+{
+    if (!*counted) {
+        *counted = true;
+        sp_metrics_add_waiting(r->metrics, 1);
+    }
+    if (!gone) {
+        pthread_cond_wait(&r->cv, &r->mu);
+        return false;
+    }
+    struct timespec ts = sp_router_deadline(sp_now() + SP_ROUTER_GONE_CHECK_S);
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    return gone(ctx);
+}
+
 struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, double keep_alive,
-                                          struct sp_api_error *err)
+                                          bool (*gone)(void *), void *ctx, struct sp_api_error *err)
 {
     pthread_mutex_lock(&r->mu);
     struct sp_router_model *e = sp_router_lookup(r, name, err);
@@ -484,6 +506,7 @@ struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name,
         return NULL;
     }
     e->n_held++;
+    bool counted = false;
     for (;;) {
         if (r->aborted) {
             sp_api_fail(err, 503, "server_error", "shutting_down", NULL, "The server is shutting down.");
@@ -493,6 +516,8 @@ struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name,
             e->last_used = sp_now();
             e->keep_alive = isnan(keep_alive) ? r->cfg.keep_alive_s : keep_alive;
             pthread_mutex_unlock(&r->mu);
+            if (counted)
+                sp_metrics_add_waiting(r->metrics, -1);
             return e;
         }
         if (e->state == SP_ROUTER_UNLOADED && !e->error && r->budget && sp_router_need(e) > r->budget)
@@ -502,15 +527,20 @@ struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name,
                         "model", "The model '%.100s' cannot be loaded: %.300s", e->id, e->error);
             break;
         }
-        if (e->state == SP_ROUTER_LOADING || !sp_router_make_room(r, e, sp_router_need(e)))
-            pthread_cond_wait(&r->cv, &r->mu);
-        else
+        if (e->state != SP_ROUTER_LOADING && sp_router_make_room(r, e, sp_router_need(e))) {
             sp_router_load_entry(r, e);
+        } else if (sp_router_wait(r, gone, ctx, &counted)) {
+            fprintf(stderr, "spindle: a request waiting for model '%s' is cancelled: its client hung up\n", e->id);
+            sp_api_fail(err, 499, "invalid_request_error", "client_closed_request", NULL, "The client hung up.");
+            break;
+        }
     }
     e->n_held--;
     sp_router_settle(r, e);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    if (counted)
+        sp_metrics_add_waiting(r->metrics, -1);
     return NULL;
 }
 

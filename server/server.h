@@ -71,6 +71,7 @@ struct sp_metrics {
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
     struct sp_histogram ttft, itl;
     uint64_t running, queued;
+    uint64_t waiting_for_model; /* requests waiting for their model to load or for room (router.c) */
     struct sp_engine_stats engine;
     uint64_t conns_open, conns_gave_way, conns_timed_out;
 };
@@ -86,6 +87,7 @@ void sp_metrics_observe_itl(struct sp_metrics *m, double seconds);
 void sp_metrics_set_load(struct sp_metrics *m, const struct sp_engine_stats *st,
                          uint64_t running, uint64_t queued);
 void sp_metrics_set_connections(struct sp_metrics *m, uint64_t open, uint64_t gave_way, uint64_t timed_out);
+void sp_metrics_add_waiting(struct sp_metrics *m, int delta);
 /* The text exposition format; malloc'd. */
 char *sp_metrics_render(struct sp_metrics *m);
 
@@ -367,9 +369,11 @@ size_t sp_router_count(struct sp_router *r);
  * < 0: never unloaded for idleness; NAN: the server's --keep-alive).  NULL
  * with *err set: 404 model_not_found, 500 model_load_failed (the file's
  * one-line error), 507 model_too_large (it needs more than
- * --memory-budget), 503 shutting_down (sp_router_abort). */
+ * --memory-budget), 503 shutting_down (sp_router_abort), 499 (nothing to
+ * answer) when gone(ctx) says the client left while the request waited
+ * for room (gone NULL: never asked). */
 struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, double keep_alive,
-                                          struct sp_api_error *err);
+                                          bool (*gone)(void *), void *ctx, struct sp_api_error *err);
 /* Ollama's keep_alive 0 without a prompt: the model `name` names is
  * unloaded now, or when its last request ends if one holds it (and stays
  * loaded if a request gets it meanwhile).  SP_ERR_ARG with a 404 in *err

@@ -6,8 +6,10 @@ import datetime
 import json
 import os
 import re
+import socket
 import threading
 
+import httpx
 import pytest
 
 from server_util import Server, assert_openai_error, wait_for
@@ -290,6 +292,39 @@ def test_memory_budget(spindle_bin, models_dir, smollm2_path, expected):
         assert entry["status"]["failed"] is True and "--memory-budget" in entry["status"]["error"], entry
         assert s.log_text().count("loading model 'gemma3'") == 1
         assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+    finally:
+        assert s.stop() == 0
+
+
+def test_waiter_that_hangs_up_leaves(spindle_bin, models_dir, expected):
+    """--models-max 1: while a stream holds SmolLM2, a request for Gemma 3
+    waits for room; its client hangs up, and it leaves the wait (logged,
+    counted as cancelled): Gemma 3 is never loaded."""
+    s = serve_dir(spindle_bin, models_dir, "--models-max", "1")
+    try:
+        body = {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": True,
+                "temperature": 0, "stream": True}
+        with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=300) as holder:
+            assert holder.status_code == 200
+            lines = holder.iter_lines()  # kept: dropping it closes the stream
+            next(lines)  # SmolLM2 is loaded and held
+            waiter = socket.create_connection(("127.0.0.1", s.port))
+            req = json.dumps({"model": "gemma3", "prompt": "Hi", "max_tokens": 4}).encode()
+            waiter.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n%s" % (len(req), req))
+            wait_for(lambda: s.metrics()["spindle_requests_waiting_for_model"] == 1, timeout=30,
+                     what="the request for gemma3 to wait")
+            waiter.close()
+            wait_for(lambda: "a request waiting for model 'gemma3' is cancelled: its client hung up" in s.log_text(),
+                     timeout=30, what="the waiter to leave")
+            m = s.metrics()
+            assert m["spindle_requests_waiting_for_model"] == 0
+            assert m['spindle_requests_unanswered_total{outcome="cancelled"}'] == 1, m
+            del lines
+        # the holder is gone too: SmolLM2 serves on, and nobody loaded Gemma 3
+        assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        assert listed(s)["gemma3"]["status"] == {"value": "unloaded"}
+        assert "loading model 'gemma3'" not in s.log_text()
     finally:
         assert s.stop() == 0
 
