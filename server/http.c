@@ -742,6 +742,8 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
         if (draining)
             return sp_respond(c, 503, "application/json", strdup("{\"status\":\"draining\"}"),
                               NULL, NULL);
+        if (h->router && !sp_router_servable(h->router)) /* no file, or none loads */
+            return sp_respond(c, 503, "application/json", strdup("{\"status\":\"no_model\"}"), NULL, NULL);
         return sp_respond(c, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL, NULL);
     case SP_ROUTE_METRICS: {
         uint64_t open, gave_way, timed_out;

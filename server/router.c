@@ -349,7 +349,7 @@ static sp_status sp_router_load(struct sp_router *r, const struct sp_router_mode
     if (st == SP_OK && (st = sp_engine_create(*model, &ep, &engine)) == SP_OK) {
         *mem = sp_router_mem(engine);
         st = sp_sched_start(sched, *model, engine, r->cfg.max_queue, r->cfg.n_parallel, &r->cfg.sampling,
-                            r->metrics); /* it frees the engine if it fails */
+                            r->metrics, e->id); /* it frees the engine if it fails */
     }
     if (st != SP_OK) {
         sp_model_free(*model);
@@ -581,6 +581,17 @@ sp_status sp_router_unload_idle(struct sp_router *r, const char *name, struct sp
     }
     pthread_mutex_unlock(&r->mu);
     return e ? SP_OK : SP_ERR_ARG;
+}
+
+bool sp_router_servable(struct sp_router *r)
+{
+    pthread_mutex_lock(&r->mu);
+    sp_router_scan(r);
+    bool any = false;
+    for (size_t i = 0; i < r->n_models && !any; i++)
+        any = !r->models[i]->gone && !r->models[i]->error;
+    pthread_mutex_unlock(&r->mu);
+    return any;
 }
 
 static int sp_router_entry_cmp(const void *a, const void *b)

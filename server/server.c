@@ -315,7 +315,7 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     signal(SIGPIPE, SIG_IGN);
 
     if (model &&
-        (st = sp_sched_start(&sched, model, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics)) != SP_OK)
+        (st = sp_sched_start(&sched, model, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics, NULL)) != SP_OK)
         goto restore; /* the scheduler freed the engine */
     if ((st = sp_http_start(&http, &c, addrs, sched, router, &metrics, model_id)) != SP_OK)
         goto stop_sched;

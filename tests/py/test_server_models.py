@@ -329,6 +329,46 @@ def test_waiter_that_hangs_up_leaves(spindle_bin, models_dir, expected):
         assert s.stop() == 0
 
 
+def test_metrics_per_model_and_health(spindle_bin, models_dir, smollm2_path, expected):
+    """With several models, each engine's gauges and counters carry
+    model="NAME" (escaped), a model's lines leave with it, the process's
+    resident memory is one line; /health is 503 once no model can be served."""
+    os.symlink(smollm2_path, models_dir / 'q"uote.gguf')
+    s = serve_dir(spindle_bin, models_dir, "--models-max", "2")
+    try:
+        m = s.metrics()
+        assert not [k for k in m if k.startswith("spindle_kv_blocks_total")], m
+        assert m["spindle_memory_resident_bytes"] > 0
+        for model in ("gemma3", 'q"uote'):
+            r = s.post("/v1/completions", {"model": model, "prompt": PROMPTS[0], "max_tokens": 3, "temperature": 0})
+            assert r.status_code == 200, r.text
+        m = s.metrics()
+        for name in ("spindle_kv_blocks_total", "spindle_memory_weights_bytes", "spindle_requests_running",
+                     "spindle_prefix_cache_hits_total", "spindle_spec_drafted_tokens_total"):
+            assert name not in m, name  # no unlabelled line beside the models'
+            assert name + '{model="gemma3"}' in m and name + '{model="q\\"uote"}' in m, (name, m)
+        assert m['spindle_memory_weights_bytes{model="gemma3"}'] > m['spindle_memory_weights_bytes{model="q\\"uote"}']
+        assert m['spindle_kv_blocks_total{model="gemma3"}'] > 0
+        assert s.get("/health").status_code == 200
+        # gemma3 unloaded: its lines go
+        r = s.post("/api/generate", {"model": "gemma3", "keep_alive": 0})
+        assert r.status_code == 200 and r.json()["done_reason"] == "unload", r.text
+        m = s.metrics()
+        assert 'spindle_kv_blocks_total{model="gemma3"}' not in m and 'spindle_kv_blocks_total{model="q\\"uote"}' in m
+        # no file left that loads: /health 503
+        for f in models_dir.iterdir():
+            f.unlink()
+        (models_dir / "bad.gguf").write_bytes(b"not a model")
+        assert s.get("/health").status_code == 200  # not tried yet
+        assert s.post("/v1/completions", {"model": "bad", "prompt": "x"}).status_code == 500
+        r = s.get("/health")
+        assert r.status_code == 503 and r.json() == {"status": "no_model"}, r.text
+        os.symlink(smollm2_path, models_dir / "smollm2.gguf")
+        assert s.get("/health").status_code == 200
+    finally:
+        assert s.stop() == 0
+
+
 def test_serves_the_store_without_m(spindle_bin, run_spindle, tmp_path, smollm2_path, expected):
     """No -m and no --models-dir: the models of `spindle pull`'s store, under
     their full names (a store written here as pull writes it)."""
