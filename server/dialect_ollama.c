@@ -860,10 +860,11 @@ static char *sp_ollama_router_list(const struct sp_info_ctx *ctx, bool running, 
         json_t *e = json_object(), *d = json_object();
         json_object_set_new(e, "name", json_string(v[i].id));
         json_object_set_new(e, "model", json_string(v[i].id));
-        if (running && v[i].expires_in >= 0)
+        bool forever = v[i].expires_in < 0 || v[i].expires_in >= 1e10; /* as Ollama's: year 2318 */
+        if (running && !forever)
             sp_dialect_time_in(when, sizeof when, v[i].expires_in);
         json_object_set_new(e, running ? "expires_at" : "modified_at",
-                            json_string(running && v[i].expires_in < 0 ? "2318-01-01T00:00:00Z" : when));
+                            json_string(running && forever ? "2318-01-01T00:00:00Z" : when));
         /* /api/ps: the memory it holds, as Ollama's */
         json_object_set_new(e, "size", json_integer((json_int_t)(running && v[i].mem ? v[i].mem : v[i].bytes)));
         json_object_set_new(e, "digest", json_string(""));

@@ -233,8 +233,18 @@ def test_keep_alive_unloads_idle_models(spindle_bin, models_dir):
         # keep_alive 0 on a request with a prompt: unloaded once it is answered
         generate(s, "gemma3", keep_alive=0)
         wait_for(lambda: "gemma3" not in loaded(s), timeout=30, what="gemma3 unloaded after its request")
+        # Ollama's forms: a Go duration, seconds as a string or a number, negative: forever
+        for ka, hours in (("1h30m", 1.5), ("5400", 1.5), (5400.0, 1.5), ("90m0.5s", 1.5), ("-1m", None)):
+            generate(s, "smollm2", keep_alive=ka)
+            at = loaded(s)["smollm2"]["expires_at"]
+            if hours is None:
+                assert at.startswith("2318"), (ka, at)
+            else:
+                left = (datetime.datetime.fromisoformat(at[:26] + "+00:00") -
+                        datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+                assert 5000 < left <= 5401, (ka, at)
         # bad values: Ollama's error shape
-        for bad in ("soon", "5 m", True, [1]):
+        for bad in ("soon", "5 m", "1h-5m", "", "m", True, [1], {"s": 1}):
             r = s.post("/api/generate", {"model": "smollm2", "prompt": "Hi", "keep_alive": bad})
             assert r.status_code == 400 and "keep_alive" in r.json()["error"], (bad, r.text)
         r = s.post("/api/generate", {"model": "nope", "keep_alive": 0})
