@@ -128,6 +128,15 @@ struct sp_dialect {
                              struct sp_api_error *err);
     char *(*embed_body)(const struct sp_api_embed_request *r, const char *model, const float *vecs,
                         int n_embd);
+    /* The idle time a request asks for its model (Ollama's keep_alive):
+     * *secs in seconds (< 0: forever; NAN: none asked for), and *only_load:
+     * a generation request (route SP_ROUTE_GENERATE of kind) that asks for
+     * nothing but loading or unloading its model (Ollama's empty prompt or
+     * messages).  A bad value is a 400 in *err.  NULL: the dialect has none. */
+    sp_status (*keep_alive)(const char *body, size_t len, enum sp_route route, enum sp_api_kind kind,
+                            double *secs, bool *only_load, struct sp_api_error *err);
+    /* The answer to an only_load request (malloc'd; NULL: out of memory). */
+    char *(*load_body)(const char *model, enum sp_api_kind kind, bool unloaded);
 };
 
 extern const struct sp_dialect sp_dialect_openai, sp_dialect_anthropic, sp_dialect_ollama,
@@ -186,6 +195,8 @@ const char *sp_dialect_string(const json_t *obj, const char *key, const char *pa
                               struct sp_api_error *err);
 /* The time now as RFC 3339 UTC with nanoseconds (Ollama's created_at). */
 void sp_dialect_time(char *buf, size_t cap);
+/* The same, `seconds` from now (0..1e10). */
+void sp_dialect_time_in(char *buf, size_t cap, double seconds);
 /* A tool call's arguments (JSON text) as an object (NULL: out of memory);
  * text that is not an object gives {}. */
 json_t *sp_dialect_args(const char *text);

@@ -2,6 +2,7 @@
  * fields against the dialect's rules, spindle's extensions, running the
  * translated request through the one parser with the dialect's field
  * names in its errors. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,9 +120,19 @@ const char *sp_dialect_string(const json_t *obj, const char *key, const char *pa
 
 void sp_dialect_time(char *buf, size_t cap)
 {
+    sp_dialect_time_in(buf, cap, 0);
+}
+
+void sp_dialect_time_in(char *buf, size_t cap, double seconds)
+{
     struct timespec ts;
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
+    if (seconds > 0 && seconds < 1e10) {
+        double ns = (double)ts.tv_nsec + (seconds - floor(seconds)) * 1e9;
+        ts.tv_sec += (time_t)floor(seconds) + (time_t)(ns / 1e9);
+        ts.tv_nsec = (long)fmod(ns, 1e9);
+    }
     gmtime_r(&ts.tv_sec, &tm);
     char day[32];
     strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);

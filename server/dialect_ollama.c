@@ -18,10 +18,15 @@
  *   /api/generate: system, prompt      a system and a user message; raw: the prompt as it is
  *   logprobs, top_logprobs             each token's logprob and its top alternatives
  *                                      (top_logprobs needs logprobs)
- *   keep_alive                         a label (the model stays loaded)
+ *   keep_alive                         with several models (--models-dir): how long the
+ *                                      model stays loaded once idle (router.c); a
+ *                                      request with no prompt (no messages) only loads
+ *                                      the model, or with keep_alive 0 unloads it; with
+ *                                      one model a label (it stays loaded)
  *   /api/embeddings (the older route): prompt -> {"embedding": [...]}
  * A model name may carry Ollama's ":latest" tag.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -714,6 +719,52 @@ static char *sp_ollama_embeddings_body(const struct sp_api_embed_request *r, con
     return sp_json_dump_free(o);
 }
 
+/* keep_alive: seconds (a number) or a duration string (Go's "5m", or a
+ * number of seconds), negative: forever; null or absent: none. */
+static sp_status sp_ollama_keep_alive(const char *body, size_t len, enum sp_route route, enum sp_api_kind kind,
+                                      double *secs, bool *only_load, struct sp_api_error *err)
+{
+    *secs = NAN;
+    *only_load = false;
+    json_t *root = sp_dialect_load(body, len, err);
+    if (!root)
+        return SP_ERR_ARG;
+    json_t *ka = json_object_get(root, "keep_alive");
+    sp_status st = SP_OK;
+    if (json_is_number(ka) && isfinite(json_number_value(ka)))
+        *secs = json_number_value(ka) < 0 ? -1 : json_number_value(ka);
+    else if (ka && !json_is_null(ka) && !(json_is_string(ka) && sp_server_duration_parse(json_string_value(ka), secs)))
+        st = sp_bad(err, "keep_alive", "expected a number of seconds or a duration such as \"5m\" (negative: forever).");
+    if (route == SP_ROUTE_GENERATE) {
+        json_t *what = json_object_get(root, kind == SP_API_COMPLETIONS ? "prompt" : "messages");
+        *only_load = !what || json_is_null(what) || (json_is_string(what) && !json_string_value(what)[0]) ||
+                     (json_is_array(what) && !json_array_size(what));
+    }
+    json_decref(root);
+    return st;
+}
+
+/* Ollama's answer to a request that only loads or unloads its model. */
+static char *sp_ollama_load_body(const char *model, enum sp_api_kind kind, bool unloaded)
+{
+    char when[64];
+    sp_dialect_time(when, sizeof when);
+    json_t *o = json_object();
+    json_object_set_new(o, "model", json_string(model));
+    json_object_set_new(o, "created_at", json_string(when));
+    if (kind == SP_API_COMPLETIONS) {
+        json_object_set_new(o, "response", json_string(""));
+    } else {
+        json_t *msg = json_object();
+        json_object_set_new(msg, "role", json_string("assistant"));
+        json_object_set_new(msg, "content", json_string(""));
+        json_object_set_new(o, "message", msg);
+    }
+    json_object_set_new(o, "done", json_true());
+    json_object_set_new(o, "done_reason", json_string(unloaded ? "unload" : "load"));
+    return sp_json_dump_free(o);
+}
+
 const struct sp_dialect sp_dialect_ollama = {
     .name = "ollama",
     .parse = sp_ollama_parse,
@@ -722,6 +773,8 @@ const struct sp_dialect sp_dialect_ollama = {
     .resp = &sp_ollama_ops,
     .embed_parse = sp_ollama_embed_parse,
     .embed_body = sp_ollama_embed_body,
+    .keep_alive = sp_ollama_keep_alive,
+    .load_body = sp_ollama_load_body,
 };
 
 /* Ollama's, with the older embeddings route's shapes. */
@@ -733,6 +786,8 @@ const struct sp_dialect sp_dialect_ollama_embeddings = {
     .resp = &sp_ollama_ops,
     .embed_parse = sp_ollama_embeddings_parse,
     .embed_body = sp_ollama_embeddings_body,
+    .keep_alive = sp_ollama_keep_alive,
+    .load_body = sp_ollama_load_body,
 };
 
 
@@ -805,9 +860,13 @@ static char *sp_ollama_router_list(const struct sp_info_ctx *ctx, bool running, 
         json_t *e = json_object(), *d = json_object();
         json_object_set_new(e, "name", json_string(v[i].id));
         json_object_set_new(e, "model", json_string(v[i].id));
+        bool forever = v[i].expires_in < 0 || v[i].expires_in >= 1e10; /* as Ollama's: year 2318 */
+        if (running && !forever)
+            sp_dialect_time_in(when, sizeof when, v[i].expires_in);
         json_object_set_new(e, running ? "expires_at" : "modified_at",
-                            json_string(running ? "2318-01-01T00:00:00Z" : when));
-        json_object_set_new(e, "size", json_integer((json_int_t)v[i].bytes));
+                            json_string(running && forever ? "2318-01-01T00:00:00Z" : when));
+        /* /api/ps: the memory it holds, as Ollama's */
+        json_object_set_new(e, "size", json_integer((json_int_t)(running && v[i].mem ? v[i].mem : v[i].bytes)));
         json_object_set_new(e, "digest", json_string(""));
         json_object_set_new(d, "format", json_string("gguf"));
         json_object_set_new(e, "details", d);

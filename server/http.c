@@ -27,6 +27,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <math.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -69,6 +70,7 @@ struct sp_conn {
     struct sp_sched *sched; /* the model that answers (sp_conn_pick_model); NULL: none yet */
     const char *model_id;   /* its name */
     struct sp_router_model *held; /* with a router: the model held for this request */
+    int only_load;       /* with a router, Ollama's request with no prompt: 1 load, 2 unload its model */
     enum sp_route route;
     const struct sp_route_def *def;   /* the route's row (routes.c); NULL for an unknown route */
     const struct sp_dialect *dialect; /* the API whose shapes answer (never NULL) */
@@ -280,6 +282,20 @@ static bool sp_conn_wait(struct sp_conn *c)
     return sp_conn_wait_on(c, c->job->efd);
 }
 
+/* Whether c's client has hung up, without blocking (a half-close that
+ * still waits for its answer is not; sp_conn_half_closed). */
+static bool sp_conn_gone(void *ctx)
+{
+    struct sp_conn *c = ctx;
+    int fd = sp_conn_fd(c);
+    struct pollfd p = {.fd = fd, .events = c->half_closed ? 0 : POLLRDHUP};
+    if (fd < 0 || poll(&p, 1, 0) <= 0)
+        return false;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
+        return true;
+    return (p.revents & POLLRDHUP) && !sp_conn_half_closed(c, fd);
+}
+
 /* The stop check of the grammar compiles a request's parse runs on this
  * thread (sp_grammar_stop_when, polled every 65,536 steps of work): stop
  * once the client has left, or the server drains (the request would be
@@ -290,14 +306,8 @@ static bool sp_conn_stop_compile(void *ctx)
     pthread_mutex_lock(&c->h->mu);
     c->compile_drain = c->h->draining;
     pthread_mutex_unlock(&c->h->mu);
-    int fd = sp_conn_fd(c);
-    struct pollfd p = {.fd = fd, .events = c->half_closed ? 0 : POLLRDHUP};
-    if (fd >= 0 && poll(&p, 1, 0) > 0) {
-        if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
-            c->compile_gone = true;
-        else if (p.revents & POLLRDHUP)
-            c->compile_gone = !sp_conn_half_closed(c, fd);
-    }
+    if (sp_conn_gone(c))
+        c->compile_gone = true;
     return c->compile_drain || c->compile_gone;
 }
 
@@ -435,11 +445,18 @@ static void sp_http_limits(struct sp_conn *c, struct sp_api_limits *lim)
 
 /* Sets the model that answers c: the one served, or with --models-dir the
  * one its body names, loaded if it must be (router.c) and held until the
- * request completes.  False when there is none: *err says why. */
+ * request completes, its idle time the one the request asks for (the
+ * dialect's keep_alive); an Ollama request with no prompt only loads it or
+ * unloads it (c->only_load).  False when there is none: *err says why. */
 static bool sp_conn_pick_model(struct sp_conn *c, struct sp_api_error *err)
 {
     struct sp_http *h = c->h;
-    if (!h->router) {
+    double keep_alive = NAN;
+    bool only_load = false;
+    if (c->dialect->keep_alive && (c->route == SP_ROUTE_GENERATE || c->route == SP_ROUTE_EMBEDDINGS) &&
+        c->dialect->keep_alive(c->body, c->n_body, c->route, c->def->kind, &keep_alive, &only_load, err) != SP_OK)
+        return false;
+    if (!h->router) { /* the one model stays loaded: keep_alive is a label */
         c->sched = h->sched;
         c->model_id = h->model_id;
         return true;
@@ -450,8 +467,15 @@ static bool sp_conn_pick_model(struct sp_conn *c, struct sp_api_error *err)
                     "This server serves several models: name one in 'model' (GET /v1/models lists them).");
         return false;
     }
-    if (!(c->held = sp_router_acquire(h->router, name, err)))
+    if (only_load && keep_alive == 0) {
+        c->only_load = 2;
+        return sp_router_unload_idle(h->router, name, err) == SP_OK;
+    }
+    c->only_load = only_load;
+    if (!(c->held = sp_router_acquire(h->router, name, keep_alive, sp_conn_gone, c, err))) {
+        c->hung_up = err->http_status == 499;
         return false;
+    }
     c->sched = sp_router_sched(c->held);
     c->model_id = sp_router_id(c->held);
     return true;
@@ -718,6 +742,8 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
         if (draining)
             return sp_respond(c, 503, "application/json", strdup("{\"status\":\"draining\"}"),
                               NULL, NULL);
+        if (h->router && !sp_router_servable(h->router)) /* no file, or none loads */
+            return sp_respond(c, 503, "application/json", strdup("{\"status\":\"no_model\"}"), NULL, NULL);
         return sp_respond(c, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL, NULL);
     case SP_ROUTE_METRICS: {
         uint64_t open, gave_way, timed_out;
@@ -732,7 +758,17 @@ static enum MHD_Result sp_dispatch(struct sp_conn *c, const char *url)
     if (draining)
         return sp_fail(c, 503, "server_error", "shutting_down", "The server is shutting down.");
     if (!(c->route == SP_ROUTE_INFO && c->def->lists && h->router) && !sp_conn_pick_model(c, &err))
-        return sp_respond_error(c, &err);
+        return c->hung_up ? MHD_NO : sp_respond_error(c, &err);
+    if (c->only_load) {
+        char name[256];
+        if (!sp_router_body_model(c->body, c->n_body, name, sizeof name))
+            name[0] = '\0';
+        size_t n = strlen(name);
+        if (n > 7 && !strcmp(name + n - 7, ":latest"))
+            name[n - 7] = '\0';
+        return sp_respond(c, 200, "application/json", c->dialect->load_body(name, c->def->kind, c->only_load == 2),
+                          NULL, NULL);
+    }
     switch (c->route) {
     case SP_ROUTE_INFO:
         return sp_handle_info(c, url);

@@ -26,6 +26,7 @@ void sp_metrics_init(struct sp_metrics *m, const char *replica)
 
 void sp_metrics_free(struct sp_metrics *m)
 {
+    free(m->engines);
     pthread_mutex_destroy(&m->mu);
 }
 
@@ -91,14 +92,49 @@ void sp_metrics_observe_itl(struct sp_metrics *m, double seconds)
     pthread_mutex_unlock(&m->mu);
 }
 
-void sp_metrics_set_load(struct sp_metrics *m, const struct sp_engine_stats *st,
+int sp_metrics_engine_add(struct sp_metrics *m, const char *model)
+{
+    pthread_mutex_lock(&m->mu);
+    int slot = -1;
+    for (size_t i = 0; i < m->n_engines && slot < 0; i++)
+        if (!m->engines[i].used)
+            slot = (int)i;
+    if (slot < 0 && m->n_engines < SP_METRICS_MAX_ENGINES) {
+        struct sp_metrics_engine *v = realloc(m->engines, (m->n_engines + 1) * sizeof *v);
+        if (v) {
+            m->engines = v;
+            slot = (int)m->n_engines++;
+        }
+    }
+    if (slot >= 0) {
+        struct sp_metrics_engine *x = &m->engines[slot];
+        memset(x, 0, sizeof *x);
+        x->used = true;
+        snprintf(x->model, sizeof x->model, "%s", model ? model : "");
+    }
+    pthread_mutex_unlock(&m->mu);
+    return slot;
+}
+
+void sp_metrics_engine_remove(struct sp_metrics *m, int slot)
+{
+    pthread_mutex_lock(&m->mu);
+    if (slot >= 0 && (size_t)slot < m->n_engines)
+        m->engines[slot].used = false;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void sp_metrics_set_load(struct sp_metrics *m, int slot, const struct sp_engine_stats *st,
                          uint64_t running, uint64_t queued)
 {
     pthread_mutex_lock(&m->mu);
-    if (st)
-        m->engine = *st;
-    m->running = running;
-    m->queued = queued;
+    if (slot >= 0 && (size_t)slot < m->n_engines) {
+        struct sp_metrics_engine *x = &m->engines[slot];
+        if (st)
+            x->engine = *st;
+        x->running = running;
+        x->queued = queued;
+    }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -108,6 +144,13 @@ void sp_metrics_set_connections(struct sp_metrics *m, uint64_t open, uint64_t ga
     m->conns_open = open;
     m->conns_gave_way = gave_way;
     m->conns_timed_out = timed_out;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void sp_metrics_add_waiting(struct sp_metrics *m, int delta)
+{
+    pthread_mutex_lock(&m->mu);
+    m->waiting_for_model += (uint64_t)(int64_t)delta;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -171,6 +214,93 @@ static void sp_render_scalar(struct sp_text *t, const char *name, const char *ty
     sp_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
 }
 
+/* The gauges and counters of each model's engine, in this order (and the
+ * process's resident memory among them). */
+static const struct {
+    const char *name, *type, *help;
+    bool process; /* one line for the process (sp_process_memory) */
+} sp_engine_metrics[] = {
+    {"spindle_requests_running", "gauge", "Requests admitted to the engine.", false},
+    {"spindle_requests_queued", "gauge", "Requests waiting for admission.", false},
+    {"spindle_kv_blocks_total", "gauge", "KV cache blocks in the pool.", false},
+    {"spindle_kv_blocks_used", "gauge", "KV cache blocks held by running requests.", false},
+    {"spindle_kv_blocks_free", "gauge",
+     "KV cache blocks not held by running requests (idle cached ones included).", false},
+    {"spindle_kv_blocks_cached", "gauge", "Idle KV cache blocks kept for prefix reuse.", false},
+    {"spindle_prefix_cache_hits_total", "counter", "Requests that reused cached prefix blocks.", false},
+    {"spindle_prefix_cache_tokens_reused_total", "counter", "Prompt tokens reused from the prefix cache.", false},
+    {"spindle_memory_weights_bytes", "gauge",
+     "Model weights in memory (repacked copies and file data read in place).", false},
+    {"spindle_memory_kv_bytes", "gauge", "KV cache pool and sliding-window rings.", false},
+    {"spindle_memory_state_bytes", "gauge",
+     "Linear layers' recurrent state, a slot per parallel request (0 without linear layers).", false},
+    {"spindle_state_bytes_per_sequence", "gauge", "One sequence's recurrent state slot (0 without linear layers).",
+     false},
+    {"spindle_state_slots_used", "gauge", "Recurrent state slots held by sequences.", false},
+    {"spindle_state_snapshots", "gauge", "Prefix-cache snapshots of recurrent state held.", false},
+    {"spindle_memory_state_snapshots_bytes", "gauge", "Budget of the prefix cache's recurrent-state snapshots.",
+     false},
+    {"spindle_memory_scratch_bytes", "gauge", "Forward scratch, logits and step buffers.", false},
+    {"spindle_memory_resident_bytes", "gauge", "Resident memory of the process.", true},
+    {"spindle_spec_drafted_tokens_total", "counter", "Speculative decoding: draft tokens verified.", false},
+    {"spindle_spec_accepted_tokens_total", "counter", "Speculative decoding: draft tokens the model kept.", false},
+};
+
+/* x's value of sp_engine_metrics[k]. */
+static unsigned long long sp_engine_metric(const struct sp_metrics_engine *x, size_t k)
+{
+    const struct sp_engine_stats *e = &x->engine;
+    const unsigned long long v[] = {
+        x->running, x->queued, e->kv_blocks_total, e->kv_blocks_used,
+        e->kv_blocks_total >= e->kv_blocks_used ? e->kv_blocks_total - e->kv_blocks_used : 0,
+        e->kv_blocks_cached, e->prefix_hits, e->prefix_tokens_reused, e->mem_weights, e->mem_kv, e->mem_state,
+        e->state_bytes_per_seq, e->state_slots_used, e->state_snapshots, e->mem_state_snapshots, e->mem_scratch,
+        0, e->spec_drafted, e->spec_accepted,
+    };
+    _Static_assert(sizeof v / sizeof v[0] == sizeof sp_engine_metrics / sizeof sp_engine_metrics[0],
+                   "a value per engine metric");
+    return v[k];
+}
+
+/* A label value: backslash and double quote escaped (a model's name is
+ * printable ASCII without spaces: sp_server_alias_valid). */
+static void sp_label_escape(char *dst, size_t cap, const char *src)
+{
+    size_t n = 0;
+    for (; *src && n + 2 < cap; src++) {
+        if (*src == '"' || *src == '\\')
+            dst[n++] = '\\';
+        dst[n++] = *src;
+    }
+    dst[n] = '\0';
+}
+
+/* sp_engine_metrics[k]: a line per engine, labelled model="NAME" for the
+ * models of a router (the one model of -m has no label). */
+static void sp_render_engines(struct sp_text *t, const struct sp_metrics *m, size_t k)
+{
+    const char *name = sp_engine_metrics[k].name;
+    sp_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, sp_engine_metrics[k].help, name,
+                   sp_engine_metrics[k].type);
+    if (sp_engine_metrics[k].process) {
+        uint64_t rss = 0, peak = 0;
+        sp_process_memory(&rss, &peak);
+        sp_text_printf(t, "%s %llu\n", name, (unsigned long long)rss);
+        return;
+    }
+    for (size_t i = 0; i < m->n_engines; i++) {
+        const struct sp_metrics_engine *x = &m->engines[i];
+        if (!x->used)
+            continue;
+        char label[2 * sizeof x->model];
+        sp_label_escape(label, sizeof label, x->model);
+        if (x->model[0])
+            sp_text_printf(t, "%s{model=\"%s\"} %llu\n", name, label, sp_engine_metric(x, k));
+        else
+            sp_text_printf(t, "%s %llu\n", name, sp_engine_metric(x, k));
+    }
+}
+
 char *sp_metrics_render(struct sp_metrics *m)
 {
     struct sp_text t = {.s = malloc(4096), .cap = 4096};
@@ -213,50 +343,11 @@ char *sp_metrics_render(struct sp_metrics *m)
                        "spindle_connections_closed_by_server_total{reason=\"gave_way\"} %llu\n"
                        "spindle_connections_closed_by_server_total{reason=\"recv_timeout\"} %llu\n",
                    (unsigned long long)m->conns_gave_way, (unsigned long long)m->conns_timed_out);
-    sp_render_scalar(&t, "spindle_requests_running", "gauge", "Requests admitted to the engine.",
-                     m->running);
-    sp_render_scalar(&t, "spindle_requests_queued", "gauge", "Requests waiting for admission.",
-                     m->queued);
-    const struct sp_engine_stats *e = &m->engine;
-    uint32_t free_blocks = e->kv_blocks_total >= e->kv_blocks_used
-                               ? e->kv_blocks_total - e->kv_blocks_used
-                               : 0;
-    sp_render_scalar(&t, "spindle_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
-                     e->kv_blocks_total);
-    sp_render_scalar(&t, "spindle_kv_blocks_used", "gauge",
-                     "KV cache blocks held by running requests.", e->kv_blocks_used);
-    sp_render_scalar(&t, "spindle_kv_blocks_free", "gauge",
-                     "KV cache blocks not held by running requests (idle cached ones "
-                     "included).", free_blocks);
-    sp_render_scalar(&t, "spindle_kv_blocks_cached", "gauge",
-                     "Idle KV cache blocks kept for prefix reuse.", e->kv_blocks_cached);
-    sp_render_scalar(&t, "spindle_prefix_cache_hits_total", "counter",
-                     "Requests that reused cached prefix blocks.", e->prefix_hits);
-    sp_render_scalar(&t, "spindle_prefix_cache_tokens_reused_total", "counter",
-                     "Prompt tokens reused from the prefix cache.", e->prefix_tokens_reused);
-    sp_render_scalar(&t, "spindle_memory_weights_bytes", "gauge",
-                     "Model weights in memory (repacked copies and file data read in place).", e->mem_weights);
-    sp_render_scalar(&t, "spindle_memory_kv_bytes", "gauge", "KV cache pool and sliding-window rings.",
-                     e->mem_kv);
-    sp_render_scalar(&t, "spindle_memory_state_bytes", "gauge",
-                     "Linear layers' recurrent state, a slot per parallel request (0 without linear layers).",
-                     e->mem_state);
-    sp_render_scalar(&t, "spindle_state_bytes_per_sequence", "gauge",
-                     "One sequence's recurrent state slot (0 without linear layers).", e->state_bytes_per_seq);
-    sp_render_scalar(&t, "spindle_state_slots_used", "gauge", "Recurrent state slots held by sequences.",
-                     e->state_slots_used);
-    sp_render_scalar(&t, "spindle_state_snapshots", "gauge", "Prefix-cache snapshots of recurrent state held.",
-                     e->state_snapshots);
-    sp_render_scalar(&t, "spindle_memory_state_snapshots_bytes", "gauge",
-                     "Budget of the prefix cache's recurrent-state snapshots.", e->mem_state_snapshots);
-    sp_render_scalar(&t, "spindle_memory_scratch_bytes", "gauge", "Forward scratch, logits and step buffers.",
-                     e->mem_scratch);
-    sp_render_scalar(&t, "spindle_memory_resident_bytes", "gauge", "Resident memory of the process.",
-                     e->mem_resident);
-    sp_render_scalar(&t, "spindle_spec_drafted_tokens_total", "counter",
-                     "Speculative decoding: draft tokens verified.", e->spec_drafted);
-    sp_render_scalar(&t, "spindle_spec_accepted_tokens_total", "counter",
-                     "Speculative decoding: draft tokens the model kept.", e->spec_accepted);
+    sp_render_scalar(&t, "spindle_requests_waiting_for_model", "gauge",
+                     "Requests waiting for their model to load, or for room to load it (--models-dir).",
+                     m->waiting_for_model);
+    for (size_t k = 0; k < sizeof sp_engine_metrics / sizeof sp_engine_metrics[0]; k++)
+        sp_render_engines(&t, m, k);
     pthread_mutex_unlock(&m->mu);
     if (t.failed) {
         free(t.s);

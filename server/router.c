@@ -16,11 +16,25 @@
  * a request needs a model that is not loaded: new files appear, a deleted
  * file's model disappears from the list and is refused from then on (and
  * unloaded once its last request is done).  A loaded model keeps serving
- * what it loaded until it is unloaded, also when its file is replaced. */
+ * what it loaded until it is unloaded, also when its file is replaced.
+ *
+ * A loaded model that no request holds is unloaded once it has been idle
+ * for its keep-alive (--keep-alive, or the idle time the last request that
+ * got it asked for: Ollama's keep_alive; < 0: never), by the router's
+ * reaper thread, which sleeps until the next model's time is up.
+ *
+ * With --memory-budget, the loaded (and loading) models' memory stays
+ * within it: each model counts what its engine holds (sp_router_mem,
+ * measured when it loads; before its first load, its file's size), and
+ * the least recently used idle models are unloaded to make room.  A model
+ * that needs more than the whole budget is refused (507) and listed with
+ * that error. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +62,26 @@ struct sp_router_model {
     sp_model *model;      /* LOADED */
     struct sp_sched *sched;
     int n_held;           /* requests using it or waiting for it */
-    double last_used;     /* sp_now() when a request last got it */
+    double last_used;     /* sp_now() when a request last got or released it */
+    double keep_alive;    /* idle seconds before it is unloaded (< 0: never) */
+    uint64_t mem;         /* its engine's memory at its last load (sp_router_mem); 0: not measured */
+    uint64_t counted;     /* LOADING or LOADED: its part of --memory-budget (mem, or while it
+                             is first measured the file's size) */
+    bool too_big;         /* error says it needs more than --memory-budget */
     char *error;          /* the last load's error; NULL: none */
 };
 
 struct sp_router {
     pthread_mutex_t mu; /* guards everything below but the immutable fields */
     pthread_cond_t cv;  /* a load ended, a model was released, or the router aborted */
+    pthread_cond_t reap_cv; /* a model was released, or the router closes (the reaper waits on it) */
+    pthread_t reaper;
+    bool reaper_started, closing;
     struct sp_server_config cfg;
     struct sp_metrics *metrics;
     char *dir; /* read when cfg.models_list is NULL */
     int max_loaded;
+    uint64_t budget; /* --memory-budget in bytes; 0: none */
     bool aborted;
     struct sp_router_model **models;
     size_t n_models;
@@ -146,6 +169,8 @@ static void sp_router_see(void *ctx, const char *id, const char *path)
         e->mtime = st.st_mtim;
         free(e->error);
         e->error = NULL;
+        e->too_big = false;
+        e->mem = 0;
     }
 }
 
@@ -206,6 +231,70 @@ static void sp_router_scan(struct sp_router *r)
     }
 }
 
+/* sp_now()'s time t (CLOCK_MONOTONIC) for pthread_cond_timedwait. */
+static struct timespec sp_router_deadline(double t)
+{
+    struct timespec ts;
+    double sec = floor(t);
+    ts.tv_sec = (time_t)sec;
+    ts.tv_nsec = (long)((t - sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* When e's keep-alive unloads it (INFINITY: never, or not now: it is held
+ * or not loaded).  Under r->mu. */
+static double sp_router_expiry(const struct sp_router_model *e)
+{
+    if (e->state != SP_ROUTER_LOADED || e->n_held > 0 || e->keep_alive < 0)
+        return INFINITY;
+    return e->last_used + e->keep_alive;
+}
+
+/* The reaper: unloads each idle model whose keep-alive is up, then sleeps
+ * until the next one's is (or until a model is released). */
+static void *sp_router_reap(void *arg)
+{
+    struct sp_router *r = arg;
+    pthread_mutex_lock(&r->mu);
+    while (!r->closing) {
+        double now = sp_now(), next = INFINITY;
+        for (size_t i = 0; i < r->n_models; i++) {
+            struct sp_router_model *e = r->models[i];
+            double at = sp_router_expiry(e);
+            if (at <= now) {
+                char why[96];
+                snprintf(why, sizeof why, "idle for its keep-alive of %g s", e->keep_alive);
+                sp_router_unload(e, why);
+                pthread_cond_broadcast(&r->cv);
+            } else if (at < next) {
+                next = at;
+            }
+        }
+        if (isinf(next)) {
+            pthread_cond_wait(&r->reap_cv, &r->mu);
+        } else {
+            struct timespec ts = sp_router_deadline(next);
+            pthread_cond_timedwait(&r->reap_cv, &r->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* The conditions wait on CLOCK_MONOTONIC (sp_now's clock). */
+static void sp_router_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *cfg, struct sp_metrics *m)
 {
     struct stat st;
@@ -223,9 +312,21 @@ sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *
     r->cfg = *cfg;
     r->metrics = m;
     r->max_loaded = cfg->models_max > 0 ? cfg->models_max : 1;
+    r->budget = cfg->memory_budget;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    sp_router_cond_init(&r->cv);
+    sp_router_cond_init(&r->reap_cv);
     sp_router_scan(r);
+    /* the reaper takes no signal: the server's thread waits for them */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    r->reaper_started = pthread_create(&r->reaper, NULL, sp_router_reap, r) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!r->reaper_started) {
+        sp_router_close(r);
+        return sp_error_set(SP_ERR_NOMEM, "router: cannot start its thread");
+    }
     *out = r;
     return SP_OK;
 }
@@ -238,11 +339,21 @@ size_t sp_router_count(struct sp_router *r)
     return n;
 }
 
+/* An engine's memory as `spindle info` counts it: weights, KV cache and
+ * scratch, and the recurrent state and its snapshots (allocated as
+ * requests start, so counted from the start). */
+static uint64_t sp_router_mem(const sp_engine *engine)
+{
+    sp_engine_stats es;
+    sp_engine_stats_get(engine, &es);
+    return es.mem_weights + es.mem_kv + es.mem_scratch + es.mem_state + es.mem_state_snapshots;
+}
+
 /* Loads e's file into a model with its engine and scheduler (on the
- * calling thread, without r->mu; e's path is immutable).  On failure the
- * error is set and nothing is left. */
+ * calling thread, without r->mu; e's path is immutable); *mem its memory
+ * (sp_router_mem).  On failure the error is set and nothing is left. */
 static sp_status sp_router_load(struct sp_router *r, const struct sp_router_model *e, sp_model **model,
-                                struct sp_sched **sched)
+                                struct sp_sched **sched, uint64_t *mem)
 {
     sp_model_params mp = r->cfg.model_params;
     mp.path = e->path;
@@ -252,9 +363,11 @@ static sp_status sp_router_load(struct sp_router *r, const struct sp_router_mode
     sp_server_engine_params(&r->cfg, &ep);
     sp_engine *engine = NULL;
     sp_status st = sp_model_load(&mp, model);
-    if (st == SP_OK && (st = sp_engine_create(*model, &ep, &engine)) == SP_OK)
+    if (st == SP_OK && (st = sp_engine_create(*model, &ep, &engine)) == SP_OK) {
+        *mem = sp_router_mem(engine);
         st = sp_sched_start(sched, *model, engine, r->cfg.max_queue, r->cfg.n_parallel, &r->cfg.sampling,
-                            r->metrics); /* it frees the engine if it fails */
+                            r->metrics, e->id); /* it frees the engine if it fails */
+    }
     if (st != SP_OK) {
         sp_model_free(*model);
         *model = NULL;
@@ -262,40 +375,78 @@ static sp_status sp_router_load(struct sp_router *r, const struct sp_router_mode
     return st;
 }
 
-/* Makes room for one more loaded model: true when there is (after
- * unloading the least recently used idle one if need be), false when every
- * loaded model is held.  Under r->mu. */
-static bool sp_router_make_room(struct sp_router *r)
+/* What loading e counts against --memory-budget: its measured memory, or
+ * before its first load its file's size (the weights; the KV cache and
+ * scratch are known once it is loaded). */
+static uint64_t sp_router_need(const struct sp_router_model *e)
 {
-    int used = 0;
-    struct sp_router_model *victim = NULL;
-    for (size_t i = 0; i < r->n_models; i++) {
-        struct sp_router_model *e = r->models[i];
-        used += e->state != SP_ROUTER_UNLOADED;
-        if (e->state == SP_ROUTER_LOADED && e->n_held == 0 && (!victim || e->last_used < victim->last_used))
-            victim = e;
-    }
-    if (used < r->max_loaded)
-        return true;
-    if (!victim)
-        return false;
-    char why[64];
-    snprintf(why, sizeof why, "least recently used; --models-max %d", r->max_loaded);
-    sp_router_unload(victim, why);
-    return true;
+    return e->mem ? e->mem : (uint64_t)e->size;
 }
 
-/* Loads e (held by the caller) into a free slot.  Under r->mu, released
- * while the file loads. */
+/* Makes room for e (not loaded) beside the other loaded or loading models:
+ * fewer than --models-max of them, and with --memory-budget their memory
+ * and e's need within it, unloading the least recently used idle ones as
+ * needed.  False when the models that would have to go are held.  Under
+ * r->mu. */
+static bool sp_router_make_room(struct sp_router *r, const struct sp_router_model *e, uint64_t need)
+{
+    for (;;) {
+        int used = 0;
+        uint64_t bytes = 0;
+        struct sp_router_model *victim = NULL;
+        for (size_t i = 0; i < r->n_models; i++) {
+            struct sp_router_model *x = r->models[i];
+            if (x == e || x->state == SP_ROUTER_UNLOADED)
+                continue;
+            used++;
+            bytes += x->counted;
+            if (x->state == SP_ROUTER_LOADED && x->n_held == 0 && (!victim || x->last_used < victim->last_used))
+                victim = x;
+        }
+        bool over_count = used >= r->max_loaded, over_bytes = r->budget && bytes + need > r->budget;
+        if (!over_count && !over_bytes)
+            return true;
+        if (!victim)
+            return false;
+        char why[96];
+        if (over_count)
+            snprintf(why, sizeof why, "least recently used; --models-max %d", r->max_loaded);
+        else
+            snprintf(why, sizeof why, "least recently used; --memory-budget %.1f MiB", r->budget / 1048576.0);
+        sp_router_unload(victim, why);
+        pthread_cond_broadcast(&r->cv);
+    }
+}
+
+/* Marks e as needing more than the budget (its error from now on).  Under r->mu. */
+static void sp_router_too_big(struct sp_router *r, struct sp_router_model *e, uint64_t need)
+{
+    char *msg = NULL;
+    if (asprintf(&msg, "it needs %.1f MiB of memory (weights, KV cache and scratch%s), more than --memory-budget "
+                       "%.1f MiB", need / 1048576.0, e->mem ? "" : ": its file alone", r->budget / 1048576.0) < 0)
+        msg = NULL;
+    free(e->error);
+    e->error = msg ? msg : strdup("it needs more memory than --memory-budget");
+    e->too_big = true;
+    fprintf(stderr, "spindle: model '%s' cannot be loaded: %s\n", e->id, e->error ? e->error : "too big");
+}
+
+/* Loads e (held by the caller, with room made for it).  Under r->mu,
+ * released while the file loads.  With --memory-budget, a model whose
+ * measured memory turns out not to fit is unloaded again: marked too big
+ * when it cannot fit alone, else left to wait for room (its need now
+ * known) when the idle models are not enough to make it. */
 static void sp_router_load_entry(struct sp_router *r, struct sp_router_model *e)
 {
     e->state = SP_ROUTER_LOADING;
+    e->counted = sp_router_need(e);
     fprintf(stderr, "spindle: loading model '%s'\n", e->id);
     pthread_mutex_unlock(&r->mu);
     double t0 = sp_now();
     sp_model *model = NULL;
     struct sp_sched *sched = NULL;
-    sp_status st = sp_router_load(r, e, &model, &sched);
+    uint64_t mem = 0;
+    sp_status st = sp_router_load(r, e, &model, &sched, &mem);
     double dt = sp_now() - t0;
     char *msg = st == SP_OK ? NULL : strdup(sp_error_message());
     pthread_mutex_lock(&r->mu);
@@ -303,7 +454,14 @@ static void sp_router_load_entry(struct sp_router *r, struct sp_router_model *e)
         e->model = model;
         e->sched = sched;
         e->state = SP_ROUTER_LOADED;
-        fprintf(stderr, "spindle: loaded model '%s' in %.2f s\n", e->id, dt);
+        e->mem = e->counted = mem;
+        fprintf(stderr, "spindle: loaded model '%s' in %.2f s (%.1f MiB)\n", e->id, dt, mem / 1048576.0);
+        if (r->budget && mem > r->budget) {
+            sp_router_unload(e, "more than --memory-budget");
+            sp_router_too_big(r, e, mem);
+        } else if (r->budget && !sp_router_make_room(r, e, mem)) {
+            sp_router_unload(e, "no room under --memory-budget while the other models are in use; it waits");
+        }
     } else {
         e->state = SP_ROUTER_UNLOADED;
         free(e->error);
@@ -313,24 +471,59 @@ static void sp_router_load_entry(struct sp_router *r, struct sp_router_model *e)
     pthread_cond_broadcast(&r->cv);
 }
 
-struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, struct sp_api_error *err)
+/* The model name names (ID or ID:latest), the directory read again when
+ * it is not loaded; NULL with a 404 in *err.  Under r->mu. */
+static struct sp_router_model *sp_router_lookup(struct sp_router *r, const char *name, struct sp_api_error *err)
 {
     size_t n = strlen(name);
     if (n > 7 && !strcmp(name + n - 7, ":latest"))
         n -= 7; /* Ollama's clients add the tag */
-    pthread_mutex_lock(&r->mu);
     struct sp_router_model *e = sp_router_find(r, name, n);
     if (!e || e->gone || e->state == SP_ROUTER_UNLOADED) {
         sp_router_scan(r);
         e = sp_router_find(r, name, n);
     }
     if (!e || e->gone) {
-        pthread_mutex_unlock(&r->mu);
         sp_api_fail(err, 404, "invalid_request_error", "model_not_found", "model",
                     "The model '%.100s' does not exist (GET /v1/models lists the models served).", name);
         return NULL;
     }
+    return e;
+}
+
+/* How often a request waiting for its model checks whether its client is gone. */
+#define SP_ROUTER_GONE_CHECK_S 0.2
+
+/* Waits for the router's state to change; true when the client of the
+ * waiting request has gone meanwhile (checked every SP_ROUTER_GONE_CHECK_S).
+ * *counted: the request is counted in spindle_requests_waiting_for_model.
+ * Under r->mu. */
+static bool sp_router_wait(struct sp_router *r, bool (*gone)(void *), void *ctx, bool *counted)
+{
+    if (!*counted) {
+        *counted = true;
+        sp_metrics_add_waiting(r->metrics, 1);
+    }
+    if (!gone) {
+        pthread_cond_wait(&r->cv, &r->mu);
+        return false;
+    }
+    struct timespec ts = sp_router_deadline(sp_now() + SP_ROUTER_GONE_CHECK_S);
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    return gone(ctx);
+}
+
+struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, double keep_alive,
+                                          bool (*gone)(void *), void *ctx, struct sp_api_error *err)
+{
+    pthread_mutex_lock(&r->mu);
+    struct sp_router_model *e = sp_router_lookup(r, name, err);
+    if (!e) {
+        pthread_mutex_unlock(&r->mu);
+        return NULL;
+    }
     e->n_held++;
+    bool counted = false;
     for (;;) {
         if (r->aborted) {
             sp_api_fail(err, 503, "server_error", "shutting_down", NULL, "The server is shutting down.");
@@ -338,23 +531,33 @@ struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name,
         }
         if (e->state == SP_ROUTER_LOADED) {
             e->last_used = sp_now();
+            e->keep_alive = isnan(keep_alive) ? r->cfg.keep_alive_s : keep_alive;
             pthread_mutex_unlock(&r->mu);
+            if (counted)
+                sp_metrics_add_waiting(r->metrics, -1);
             return e;
         }
+        if (e->state == SP_ROUTER_UNLOADED && !e->error && r->budget && sp_router_need(e) > r->budget)
+            sp_router_too_big(r, e, sp_router_need(e));
         if (e->error) {
-            sp_api_fail(err, 500, "server_error", "model_load_failed", "model",
-                        "The model '%.100s' cannot be loaded: %.300s", e->id, e->error);
+            sp_api_fail(err, e->too_big ? 507 : 500, "server_error", e->too_big ? "model_too_large" : "model_load_failed",
+                        "model", "The model '%.100s' cannot be loaded: %.300s", e->id, e->error);
             break;
         }
-        if (e->state == SP_ROUTER_LOADING || !sp_router_make_room(r))
-            pthread_cond_wait(&r->cv, &r->mu);
-        else
+        if (e->state != SP_ROUTER_LOADING && sp_router_make_room(r, e, sp_router_need(e))) {
             sp_router_load_entry(r, e);
+        } else if (sp_router_wait(r, gone, ctx, &counted)) {
+            fprintf(stderr, "spindle: a request waiting for model '%s' is cancelled: its client hung up\n", e->id);
+            sp_api_fail(err, 499, "invalid_request_error", "client_closed_request", NULL, "The client hung up.");
+            break;
+        }
     }
     e->n_held--;
     sp_router_settle(r, e);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    if (counted)
+        sp_metrics_add_waiting(r->metrics, -1);
     return NULL;
 }
 
@@ -377,7 +580,35 @@ void sp_router_release(struct sp_router *r, struct sp_router_model *e)
     e->last_used = sp_now();
     sp_router_settle(r, e);
     pthread_cond_broadcast(&r->cv);
+    pthread_cond_signal(&r->reap_cv);
     pthread_mutex_unlock(&r->mu);
+}
+
+sp_status sp_router_unload_idle(struct sp_router *r, const char *name, struct sp_api_error *err)
+{
+    pthread_mutex_lock(&r->mu);
+    struct sp_router_model *e = sp_router_lookup(r, name, err);
+    if (e) {
+        e->keep_alive = 0;
+        e->last_used = sp_now();
+        if (e->state == SP_ROUTER_LOADED && e->n_held == 0) {
+            sp_router_unload(e, "keep_alive 0");
+            pthread_cond_broadcast(&r->cv);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return e ? SP_OK : SP_ERR_ARG;
+}
+
+bool sp_router_servable(struct sp_router *r)
+{
+    pthread_mutex_lock(&r->mu);
+    sp_router_scan(r);
+    bool any = false;
+    for (size_t i = 0; i < r->n_models && !any; i++)
+        any = !r->models[i]->gone && !r->models[i]->error;
+    pthread_mutex_unlock(&r->mu);
+    return any;
 }
 
 static int sp_router_entry_cmp(const void *a, const void *b)
@@ -401,7 +632,12 @@ sp_status sp_router_list(struct sp_router *r, struct sp_router_entry **out, size
         x->state = sp_router_state_names[e->state];
         x->failed = e->error != NULL;
         x->bytes = (uint64_t)e->size;
+        x->mem = e->mem;
         x->n_ctx = e->sched ? sp_sched_n_ctx(e->sched) : 0;
+        double at = sp_router_expiry(e);
+        x->expires_in = e->state != SP_ROUTER_LOADED || e->keep_alive < 0 ? -1
+                        : e->n_held > 0                                   ? e->keep_alive
+                                                                           : fmax(0, at - sp_now());
     }
     pthread_mutex_unlock(&r->mu);
     *out = v;
@@ -440,6 +676,13 @@ void sp_router_close(struct sp_router *r)
 {
     if (!r)
         return;
+    if (r->reaper_started) {
+        pthread_mutex_lock(&r->mu);
+        r->closing = true;
+        pthread_cond_signal(&r->reap_cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->reaper, NULL);
+    }
     for (size_t i = 0; i < r->n_models; i++) {
         struct sp_router_model *e = r->models[i];
         if (e->state == SP_ROUTER_LOADED)
@@ -447,6 +690,7 @@ void sp_router_close(struct sp_router *r)
         sp_router_model_free(e);
     }
     pthread_cond_destroy(&r->cv);
+    pthread_cond_destroy(&r->reap_cv);
     pthread_mutex_destroy(&r->mu);
     free(r->models);
     free(r->dir);

@@ -23,6 +23,7 @@
 
 struct sp_sched {
     struct sp_metrics *metrics;
+    int metrics_slot;   /* its gauges in metrics (sp_metrics_engine_add) */
     struct sp_server_sampling overrides;
     int max_queue;
     int n_parallel;
@@ -508,7 +509,7 @@ static void *sp_sched_main(void *arg)
         if (s->run_head && sp_engine_step(e) < 0)
             fprintf(stderr, "spindle serve: engine step failed: %s\n", sp_error_message());
         sp_engine_stats_get(e, &stats);
-        sp_metrics_set_load(s->metrics, &stats, s->n_running, n_queued);
+        sp_metrics_set_load(s->metrics, s->metrics_slot, &stats, s->n_running, n_queued);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -517,7 +518,7 @@ static void *sp_sched_main(void *arg)
 
 sp_status sp_sched_start(struct sp_sched **out, const sp_model *model, sp_engine *e, int max_queue, int n_parallel,
                          const struct sp_server_sampling *sampling,
-                         struct sp_metrics *m)
+                         struct sp_metrics *m, const char *label)
 {
     struct sp_sched *s = calloc(1, sizeof *s);
     *out = NULL;
@@ -541,8 +542,9 @@ sp_status sp_sched_start(struct sp_sched **out, const sp_model *model, sp_engine
     }
     struct sp_engine_stats stats;
     sp_engine_stats_get(e, &stats);
-    sp_metrics_set_load(m, &stats, 0, 0);
     s->metrics = m;
+    s->metrics_slot = sp_metrics_engine_add(m, label);
+    sp_metrics_set_load(m, s->metrics_slot, &stats, 0, 0);
     s->max_queue = max_queue;
     s->n_parallel = n_parallel > 0 ? n_parallel : 1;
     pthread_mutex_init(&s->mu, NULL);
@@ -555,6 +557,7 @@ sp_status sp_sched_start(struct sp_sched **out, const sp_model *model, sp_engine
         pthread_cond_destroy(&s->e_cv);
         pthread_mutex_destroy(&s->mu);
         sp_grammar_cache_free(s->gcache);
+        sp_metrics_engine_remove(m, s->metrics_slot);
         sp_engine_free(e);
         free(s);
         return sp_error_set(SP_ERR_NOMEM, "scheduler: cannot start a thread: %s", strerror(rc));
@@ -691,6 +694,7 @@ void sp_sched_stop(struct sp_sched *s)
     if (s->thread_started)
         pthread_join(s->thread, NULL);
     sp_engine_free(s->engine);
+    sp_metrics_engine_remove(s->metrics, s->metrics_slot);
     sp_grammar_cache_free(s->gcache);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->e_cv);

@@ -29,7 +29,53 @@ void sp_server_config_default(struct sp_server_config *c)
     c->drain_timeout_s = 60;
     c->max_retries = 4;
     c->models_max = SP_SERVER_MODELS_MAX;
+    c->keep_alive_s = SP_SERVER_KEEP_ALIVE_S;
     sp_model_params_default(&c->model_params);
+}
+
+bool sp_server_duration_parse(const char *s, double *out)
+{
+    static const struct {
+        const char *unit;
+        double seconds;
+    } units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"\xc2\xb5s", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
+    if (!s || !*s)
+        return false;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (*end == '\0' && end != s && isfinite(v)) { /* a number of seconds */
+        *out = v < 0 ? -1 : v;
+        return true;
+    }
+    const char *p = s;
+    bool neg = *p == '-';
+    if (*p == '-' || *p == '+')
+        p++;
+    double total = 0;
+    do {
+        if (!(*p >= '0' && *p <= '9') && *p != '.')
+            return false;
+        v = strtod(p, &end);
+        if (end == p || !isfinite(v))
+            return false;
+        p = end;
+        size_t best = 0, k = 0;
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+            size_t n = strlen(units[i].unit);
+            if (n > best && !strncmp(p, units[i].unit, n)) {
+                best = n;
+                k = i;
+            }
+        }
+        if (!best)
+            return false;
+        total += v * units[k].seconds;
+        p += best;
+    } while (*p);
+    if (!isfinite(total))
+        return false;
+    *out = neg && total > 0 ? -1 : total;
+    return true;
 }
 
 bool sp_server_alias_valid(const char *name)
@@ -207,9 +253,13 @@ static void sp_server_listening(const struct sp_server_config *c, struct sp_http
     bool v6 = strchr(host, ':') != NULL; /* an IPv6 address goes in brackets in a URL */
     fprintf(stderr, "spindle: listening on http://%s%s%s:%d (replica '%s', ", v6 ? "[" : "", host, v6 ? "]" : "",
             sp_http_port(http), c->replica_id);
+    char budget[64] = "";
+    if (c->memory_budget)
+        snprintf(budget, sizeof budget, ", memory budget %.1f MiB", c->memory_budget / 1048576.0);
     if (router)
-        fprintf(stderr, "%zu models in '%s', at most %d loaded, %d parallel each)\n", sp_router_count(router),
-                c->models_dir ? c->models_dir : "the list", c->models_max, c->n_parallel);
+        fprintf(stderr, "%zu models in '%s', at most %d loaded%s, %d parallel each, keep-alive %g s)\n",
+                sp_router_count(router), c->models_dir ? c->models_dir : "the list", c->models_max, budget,
+                c->n_parallel, c->keep_alive_s);
     else
         fprintf(stderr, "model '%s', context %d tokens, %d parallel)\n", model_id, sp_sched_n_ctx(sched),
                 c->n_parallel);
@@ -265,7 +315,7 @@ sp_status sp_server_run(const sp_model *model, const struct sp_server_config *cf
     signal(SIGPIPE, SIG_IGN);
 
     if (model &&
-        (st = sp_sched_start(&sched, model, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics)) != SP_OK)
+        (st = sp_sched_start(&sched, model, engine, c.max_queue, c.n_parallel, &c.sampling, &metrics, NULL)) != SP_OK)
         goto restore; /* the scheduler freed the engine */
     if ((st = sp_http_start(&http, &c, addrs, sched, router, &metrics, model_id)) != SP_OK)
         goto stop_sched;

@@ -62,6 +62,16 @@ enum sp_outcome {
 /* The outcome's label value ("cancelled", ...). */
 const char *sp_outcome_name(enum sp_outcome o);
 
+/* One engine's gauges (a scheduler's), labelled by its model's name with
+ * several models. */
+struct sp_metrics_engine {
+    bool used;
+    char model[129]; /* "": the one model of -m (no label) */
+    struct sp_engine_stats engine;
+    uint64_t running, queued;
+};
+#define SP_METRICS_MAX_ENGINES 1025
+
 struct sp_metrics {
     pthread_mutex_t mu;
     char replica[SP_REPLICA_ID_MAX + 1];
@@ -70,8 +80,9 @@ struct sp_metrics {
     uint64_t unanswered[SP_OUTCOME_N];
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
     struct sp_histogram ttft, itl;
-    uint64_t running, queued;
-    struct sp_engine_stats engine;
+    uint64_t waiting_for_model; /* requests waiting for their model to load or for room (router.c) */
+    struct sp_metrics_engine *engines; /* a slot per scheduler (sp_metrics_engine_add) */
+    size_t n_engines;
     uint64_t conns_open, conns_gave_way, conns_timed_out;
 };
 /* replica: a valid replica id (sp_server_replica_id_valid), copied. */
@@ -83,9 +94,15 @@ void sp_metrics_count_tokens(struct sp_metrics *m, uint64_t prompt, uint64_t cac
                              uint64_t generated);
 void sp_metrics_observe_ttft(struct sp_metrics *m, double seconds);
 void sp_metrics_observe_itl(struct sp_metrics *m, double seconds);
-void sp_metrics_set_load(struct sp_metrics *m, const struct sp_engine_stats *st,
+/* A slot for one engine's gauges (model NULL or "": unlabelled); -1 when
+ * none can be had (its gauges are then left out).  Removed when the engine
+ * goes, its lines with it. */
+int sp_metrics_engine_add(struct sp_metrics *m, const char *model);
+void sp_metrics_engine_remove(struct sp_metrics *m, int slot);
+void sp_metrics_set_load(struct sp_metrics *m, int slot, const struct sp_engine_stats *st,
                          uint64_t running, uint64_t queued);
 void sp_metrics_set_connections(struct sp_metrics *m, uint64_t open, uint64_t gave_way, uint64_t timed_out);
+void sp_metrics_add_waiting(struct sp_metrics *m, int delta);
 /* The text exposition format; malloc'd. */
 char *sp_metrics_render(struct sp_metrics *m);
 
@@ -175,9 +192,10 @@ double sp_now(void);
 
 struct sp_sched;
 /* Starts the scheduler thread, which owns `e` from then on (and frees it in
- * sp_sched_stop, also when starting fails). */
+ * sp_sched_stop, also when starting fails).  label: the model's name on its
+ * gauges in m (NULL: none, the one model of -m). */
 sp_status sp_sched_start(struct sp_sched **out, const sp_model *model, sp_engine *e, int max_queue, int n_parallel,
-                         const struct sp_server_sampling *sampling, struct sp_metrics *m);
+                         const struct sp_server_sampling *sampling, struct sp_metrics *m, const char *label);
 /* The model served (the engine's); immutable, safe to read from any thread. */
 const sp_model *sp_sched_model(const struct sp_sched *s);
 /* Grammars bound to it, kept by their text for the requests that repeat
@@ -360,12 +378,26 @@ struct sp_router_model;
 sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *cfg, struct sp_metrics *m);
 /* The models listed at the last read of the directory. */
 size_t sp_router_count(struct sp_router *r);
+/* Reads the directory (or list) again: whether any model of it can be
+ * served (is loaded, or has not failed to load since its file changed). */
+bool sp_router_servable(struct sp_router *r);
 /* The model `name` names (ID, or ID:latest as Ollama's clients send it),
  * held (never unloaded) until sp_router_release: loaded first if it is not,
- * the call blocking while it loads or waits for room under --models-max.
- * NULL with *err set: 404 model_not_found, 500 model_load_failed (the
- * file's one-line error), 503 shutting_down (sp_router_abort). */
-struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, struct sp_api_error *err);
+ * the call blocking while it loads or waits for room under --models-max
+ * and --memory-budget.  keep_alive: its idle time from now on (seconds;
+ * < 0: never unloaded for idleness; NAN: the server's --keep-alive).  NULL
+ * with *err set: 404 model_not_found, 500 model_load_failed (the file's
+ * one-line error), 507 model_too_large (it needs more than
+ * --memory-budget), 503 shutting_down (sp_router_abort), 499 (nothing to
+ * answer) when gone(ctx) says the client left while the request waited
+ * for room (gone NULL: never asked). */
+struct sp_router_model *sp_router_acquire(struct sp_router *r, const char *name, double keep_alive,
+                                          bool (*gone)(void *), void *ctx, struct sp_api_error *err);
+/* Ollama's keep_alive 0 without a prompt: the model `name` names is
+ * unloaded now, or when its last request ends if one holds it (and stays
+ * loaded if a request gets it meanwhile).  SP_ERR_ARG with a 404 in *err
+ * when there is no such model. */
+sp_status sp_router_unload_idle(struct sp_router *r, const char *name, struct sp_api_error *err);
 struct sp_sched *sp_router_sched(const struct sp_router_model *m);
 /* Its name: the file name without .gguf. */
 const char *sp_router_id(const struct sp_router_model *m);
@@ -378,7 +410,10 @@ struct sp_router_entry {
     bool failed;       /* its last load failed: error says why */
     char error[512];
     uint64_t bytes;    /* the file's size */
+    uint64_t mem;      /* its memory when last loaded (weights, KV cache, scratch); 0: never loaded */
     int n_ctx;         /* loaded: its context per request; else 0 */
+    double expires_in; /* loaded: seconds until its keep-alive unloads it (its whole keep-alive
+                          while a request holds it); -1: never, or not loaded */
 };
 /* Reads the directory (or list) again and lists its models, sorted by
  * name (*out malloc'd, *n entries). */

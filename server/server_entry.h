@@ -74,6 +74,11 @@ typedef struct sp_server_config {
      * then NULL, and aliases are not used */
     const char *models_dir;
     int models_max;
+    double keep_alive_s;    /* how long a loaded model no request holds stays loaded
+                               (Ollama's keep_alive; a request may set its model's);
+                               0: unloaded when its last request ends; < 0: forever */
+    uint64_t memory_budget; /* bytes the loaded models' engines may hold together
+                               (weights, KV cache, scratch); 0: no limit */
     sp_model_params model_params;
     /* instead of reading models_dir (then only named in the log), the
      * application's own list of models (the model store's): models_list
@@ -84,6 +89,12 @@ typedef struct sp_server_config {
 } sp_server_config;
 /* The default models_max: llama-server's --models-max. */
 #define SP_SERVER_MODELS_MAX 4
+/* The default keep_alive_s: Ollama's 5 minutes. */
+#define SP_SERVER_KEEP_ALIVE_S 300.0
+/* A keep-alive as Ollama takes it: a number of seconds ("300", "0.5") or a
+ * Go duration ("30s", "5m", "1h30m", "500ms"); negative: forever (*out -1).
+ * False when s is neither. */
+bool sp_server_duration_parse(const char *s, double *out);
 /* The most --alias names. */
 #define SP_SERVER_MAX_ALIASES 16
 /* Whether name can be an alias: 1 to 128 printable ASCII characters
@@ -93,7 +104,7 @@ bool sp_server_alias_valid(const char *name);
  * 30 s to receive a request, n <= 8, sampling
  * defaults not set, text log lines, replica id from the host name, drain
  * timeout 60 s, max_retries capped at 4, no models_dir or models_list,
- * models_max 4, model_params sp_model_params_default's. */
+ * models_max 4, keep_alive_s 300, model_params sp_model_params_default's. */
 void sp_server_config_default(sp_server_config *c);
 
 /* Whether id can name a replica: 1 to 64 characters of [A-Za-z0-9._:-]

@@ -23,6 +23,14 @@ static const char sp_serve_usage[] =
     "                       every model of the store (spindle list) under its full name\n"
     "  --models-max N       models loaded at once without -m (default 4); the least\n"
     "                       recently used idle one is unloaded for another\n"
+    "  --keep-alive T       without -m, how long a model stays loaded with no request:\n"
+    "                       seconds or a duration (30s, 5m, 1h; default 5m; 0: unload\n"
+    "                       after each request; negative: forever); Ollama's keep_alive\n"
+    "                       field sets it for the model it names from that request on\n"
+    "  --memory-budget SIZE without -m, the most memory the loaded models may hold\n"
+    "                       together (weights, KV cache, scratch as spindle info counts\n"
+    "                       them; bytes, or with K, M, G, T: 8G, 512M); the least\n"
+    "                       recently used idle ones are unloaded to make room\n"
     "  --host HOST          address or host name to bind (default 127.0.0.1)\n"
     "  --port N             TCP port (default 8080; 0 picks a free one)\n"
     "  --parallel N         requests running at once (default 4)\n"
@@ -100,6 +108,34 @@ static bool sp_parse_float(const char *s, double lo, double hi, float *out)
     return true;
 }
 
+/* A size in bytes: a whole number, or with K, M, G or T (powers of 1024;
+ * "KiB", "KB" and the like too), at least 1 and at most 2^60. */
+static bool sp_parse_size(const char *s, uint64_t *out)
+{
+    static const char *const units = "KMGT";
+    char *end = NULL;
+    errno = 0;
+    if (!s || !(*s >= '0' && *s <= '9'))
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return false;
+    unsigned shift = 0;
+    if (*end) {
+        const char *u = strchr(units, end[0] & ~0x20);
+        if (!u || !*u)
+            return false;
+        shift = 10u * (unsigned)(u - units + 1);
+        end++;
+        if (!strcmp(end, "iB") || !strcmp(end, "B") || !strcmp(end, "b"))
+            end += strlen(end);
+    }
+    if (*end || v == 0 || v > (1ULL << 60) >> shift)
+        return false;
+    *out = (uint64_t)v << shift;
+    return true;
+}
+
 static bool sp_parse_long(const char *s, long lo, long hi, long *out)
 {
     char *end = NULL;
@@ -173,7 +209,7 @@ int sp_tool_serve(int argc, char **argv)
     const char *aliases[SP_SERVER_MAX_ALIASES];
     const char *key_file = NULL;
     char store_root[4096];
-    bool models_max_set = false;
+    bool models_max_set = false, keep_alive_set = false, budget_set = false;
     sp_server_config cfg;
     sp_model_params mp;
     struct sp_tool_spec spec;
@@ -216,6 +252,15 @@ int sp_tool_serve(int argc, char **argv)
                 return sp_tool_fail("serve: --models-max wants 1..1024, got '%s'", v);
             cfg.models_max = (int)n;
             models_max_set = true;
+        } else if (!strcmp(a, "--keep-alive")) {
+            if (!sp_server_duration_parse(v, &cfg.keep_alive_s))
+                return sp_tool_fail("serve: --keep-alive wants seconds or a duration such as 30s, 5m or 1h, got '%s'",
+                                    v);
+            keep_alive_set = true;
+        } else if (!strcmp(a, "--memory-budget")) {
+            if (!sp_parse_size(v, &cfg.memory_budget))
+                return sp_tool_fail("serve: --memory-budget wants a size such as 8G or 512M, got '%s'", v);
+            budget_set = true;
         } else if (!strcmp(a, "--host")) {
             cfg.host = v;
         } else if (!strcmp(a, "--port")) {
@@ -323,6 +368,10 @@ int sp_tool_serve(int argc, char **argv)
         return sp_tool_fail("serve: --alias names the model of -m; without it a model's name is its file's");
     if (models_max_set && mp.path)
         return sp_tool_fail("serve: --models-max goes with --models-dir or the store (no -m)");
+    if (budget_set && mp.path)
+        return sp_tool_fail("serve: --memory-budget goes with --models-dir or the store (no -m)");
+    if (keep_alive_set && mp.path)
+        return sp_tool_fail("serve: --keep-alive goes with --models-dir or the store (no -m: that model stays loaded)");
     if (!mp.path && !cfg.models_dir) {
         if (!sp_store_root(store_root, sizeof store_root))
             return 2;

@@ -9,6 +9,7 @@
  * and link this file with -fsanitize=fuzzer; run
  *   ./fuzz_request tests/fuzz/corpus/request
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             free(dialects[k]->error_body(&err));
         }
+    }
+    /* Ollama's keep_alive (the router's idle time): a 400 or a time, never NaN when given */
+    {
+        struct sp_api_error kerr;
+        double secs = 0;
+        bool only_load = false;
+        memset(&kerr, 0, sizeof kerr);
+        sp_status st = sp_dialect_ollama.keep_alive((const char *)data, size, SP_ROUTE_GENERATE,
+                                                    size % 2 ? SP_API_CHAT : SP_API_COMPLETIONS, &secs, &only_load,
+                                                    &kerr);
+        if (st == SP_OK ? !(isnan(secs) || secs >= 0 || secs == -1) : kerr.http_status != 400)
+            abort();
+        if (st != SP_OK)
+            free(sp_dialect_ollama.error_body(&kerr));
     }
     struct sp_api_embed_limits el = {"minilm", 384, 64, 256, NULL, 0};
     struct sp_api_embed_request er;

@@ -2,14 +2,17 @@
 directory, each model loaded on the first request that names it, at most
 --models-max loaded, the least recently used idle one unloaded first
 (server/router.c)."""
+import datetime
 import json
 import os
 import re
+import socket
 import threading
 
+import httpx
 import pytest
 
-from server_util import Server, assert_openai_error
+from server_util import Server, assert_openai_error, wait_for
 
 # the same for the one-model servers that give the expected answers
 FLAGS = ("--ctx", "512", "--parallel", "2")
@@ -182,6 +185,200 @@ def test_bad_file_listed_with_its_error(spindle_bin, models_dir, smollm2_path, e
         assert s.stop() == 0
 
 
+def loaded(server):
+    """The loaded models, as /api/ps lists them ({name: entry})."""
+    r = server.get("/api/ps")
+    assert r.status_code == 200, r.text
+    return {m["name"]: m for m in r.json()["models"]}
+
+
+def generate(server, model, **extra):
+    body = {"model": model, "prompt": "Hi", "stream": False, "options": {"num_predict": 2, "temperature": 0}}
+    body.update(extra)
+    r = server.post("/api/generate", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_keep_alive_unloads_idle_models(spindle_bin, models_dir):
+    """--keep-alive 1s unloads a model a second after its last request; a
+    request's keep_alive sets its model's own (-1: forever, "1h"); keep_alive
+    0 with no prompt unloads at once, and no prompt only loads."""
+    s = serve_dir(spindle_bin, models_dir, "--keep-alive", "1s")
+    try:
+        generate(s, "gemma3", keep_alive=-1)
+        generate(s, "smollm2")
+        wait_for(lambda: sorted(loaded(s)) == ["gemma3"], timeout=30, what="smollm2 unloaded for idleness")
+        assert "unloaded model 'smollm2' (idle for its keep-alive of 1 s)" in s.log_text()
+        assert listed(s)["smollm2"]["status"] == {"value": "unloaded"}
+        assert loaded(s)["gemma3"]["expires_at"].startswith("2318"), loaded(s)
+        # a per-request keep_alive replaces the server's for that model
+        generate(s, "smol-copy", keep_alive="1h")
+        ps = loaded(s)
+        assert sorted(ps) == ["gemma3", "smol-copy"], ps
+        at = datetime.datetime.fromisoformat(ps["smol-copy"]["expires_at"][:26] + "+00:00")
+        left = (at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        assert 3000 < left <= 3600, ps
+        # a request with no prompt only loads (Ollama's preload) ...
+        r = s.post("/api/generate", {"model": "smollm2", "keep_alive": "1h"})
+        assert r.status_code == 200 and r.json()["done_reason"] == "load" and r.json()["response"] == "", r.text
+        assert "smollm2" in loaded(s)
+        # ... and with keep_alive 0 unloads at once (chat: no messages)
+        r = s.post("/api/chat", {"model": "gemma3:latest", "messages": [], "keep_alive": 0})
+        assert r.status_code == 200, r.text
+        assert r.json()["done_reason"] == "unload" and r.json()["message"]["content"] == "", r.text
+        r = s.post("/api/generate", {"model": "smol-copy", "keep_alive": "0s"})
+        assert r.status_code == 200 and r.json()["done_reason"] == "unload", r.text
+        assert sorted(loaded(s)) == ["smollm2"]
+        # keep_alive 0 on a request with a prompt: unloaded once it is answered
+        generate(s, "gemma3", keep_alive=0)
+        wait_for(lambda: "gemma3" not in loaded(s), timeout=30, what="gemma3 unloaded after its request")
+        # Ollama's forms: a Go duration, seconds as a string or a number, negative: forever
+        for ka, hours in (("1h30m", 1.5), ("5400", 1.5), (5400.0, 1.5), ("90m0.5s", 1.5), ("-1m", None)):
+            generate(s, "smollm2", keep_alive=ka)
+            at = loaded(s)["smollm2"]["expires_at"]
+            if hours is None:
+                assert at.startswith("2318"), (ka, at)
+            else:
+                left = (datetime.datetime.fromisoformat(at[:26] + "+00:00") -
+                        datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+                assert 5000 < left <= 5401, (ka, at)
+        # bad values: Ollama's error shape
+        for bad in ("soon", "5 m", "1h-5m", "", "m", True, [1], {"s": 1}):
+            r = s.post("/api/generate", {"model": "smollm2", "prompt": "Hi", "keep_alive": bad})
+            assert r.status_code == 400 and "keep_alive" in r.json()["error"], (bad, r.text)
+        r = s.post("/api/generate", {"model": "nope", "keep_alive": 0})
+        assert r.status_code == 404 and "nope" in r.json()["error"], r.text
+    finally:
+        assert s.stop() == 0
+
+
+def test_keep_alive_zero_unloads_after_each_request(spindle_bin, models_dir, expected):
+    s = serve_dir(spindle_bin, models_dir, "--keep-alive", "0")
+    try:
+        assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        wait_for(lambda: loaded(s) == {}, timeout=30, what="smollm2 unloaded after its request")
+        assert "unloaded model 'smollm2' (idle for its keep-alive of 0 s)" in s.log_text()
+    finally:
+        assert s.stop() == 0
+
+
+def test_memory_budget(spindle_bin, models_dir, smollm2_path, expected):
+    """--memory-budget 250M (with FLAGS: SmolLM2 holds about 132 MiB,
+    Gemma 3 about 290 MiB, its file 241 MiB): one SmolLM2 fits, two do not,
+    so loading the second unloads the first; Gemma 3 loads once, is
+    measured, and is refused (507) from then on."""
+    s = serve_dir(spindle_bin, models_dir, "--memory-budget", "250M")
+    try:
+        assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        ps = loaded(s)
+        assert list(ps) == ["smollm2"] and ps["smollm2"]["size"] > os.path.getsize(smollm2_path), ps
+        assert complete(s, "smol-copy", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        assert list(loaded(s)) == ["smol-copy"]
+        assert "unloaded model 'smollm2' (least recently used; --memory-budget 250.0 MiB)" in s.log_text()
+        # both at once: one waits for the other to be done
+        answers, errors = {}, []
+
+        def ask(model):
+            try:
+                answers[model] = complete(s, model, PROMPTS[1])
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=ask, args=(m,)) for m in ("smollm2", "smol-copy")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert answers == {m: expected["smollm2"][PROMPTS[1]] for m in ("smollm2", "smol-copy")}
+        assert len(loaded(s)) == 1
+        for _ in range(2):
+            err = assert_openai_error(s.post("/v1/completions", {"model": "gemma3", "prompt": "x"}), 507, "model")
+            assert err["code"] == "model_too_large", err
+            assert re.search(r"needs 2[0-9][0-9]\.[0-9] MiB of memory .*more than --memory-budget 250\.0 MiB",
+                             err["message"]), err
+        entry = listed(s)["gemma3"]
+        assert entry["status"]["failed"] is True and "--memory-budget" in entry["status"]["error"], entry
+        assert s.log_text().count("loading model 'gemma3'") == 1
+        assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+    finally:
+        assert s.stop() == 0
+
+
+def test_waiter_that_hangs_up_leaves(spindle_bin, models_dir, expected):
+    """--models-max 1: while a stream holds SmolLM2, a request for Gemma 3
+    waits for room; its client hangs up, and it leaves the wait (logged,
+    counted as cancelled): Gemma 3 is never loaded."""
+    s = serve_dir(spindle_bin, models_dir, "--models-max", "1")
+    try:
+        body = {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": True,
+                "temperature": 0, "stream": True}
+        with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=300) as holder:
+            assert holder.status_code == 200
+            lines = holder.iter_lines()  # kept: dropping it closes the stream
+            next(lines)  # SmolLM2 is loaded and held
+            waiter = socket.create_connection(("127.0.0.1", s.port))
+            req = json.dumps({"model": "gemma3", "prompt": "Hi", "max_tokens": 4}).encode()
+            waiter.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n%s" % (len(req), req))
+            wait_for(lambda: s.metrics()["spindle_requests_waiting_for_model"] == 1, timeout=30,
+                     what="the request for gemma3 to wait")
+            waiter.close()
+            wait_for(lambda: "a request waiting for model 'gemma3' is cancelled: its client hung up" in s.log_text(),
+                     timeout=30, what="the waiter to leave")
+            m = s.metrics()
+            assert m["spindle_requests_waiting_for_model"] == 0
+            assert m['spindle_requests_unanswered_total{outcome="cancelled"}'] == 1, m
+            del lines
+        # the holder is gone too: SmolLM2 serves on, and nobody loaded Gemma 3
+        assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        assert listed(s)["gemma3"]["status"] == {"value": "unloaded"}
+        assert "loading model 'gemma3'" not in s.log_text()
+    finally:
+        assert s.stop() == 0
+
+
+def test_metrics_per_model_and_health(spindle_bin, models_dir, smollm2_path, expected):
+    """With several models, each engine's gauges and counters carry
+    model="NAME" (escaped), a model's lines leave with it, the process's
+    resident memory is one line; /health is 503 once no model can be served."""
+    os.symlink(smollm2_path, models_dir / 'q"uote.gguf')
+    s = serve_dir(spindle_bin, models_dir, "--models-max", "2")
+    try:
+        m = s.metrics()
+        assert not [k for k in m if k.startswith("spindle_kv_blocks_total")], m
+        assert m["spindle_memory_resident_bytes"] > 0
+        for model in ("gemma3", 'q"uote'):
+            r = s.post("/v1/completions", {"model": model, "prompt": PROMPTS[0], "max_tokens": 3, "temperature": 0})
+            assert r.status_code == 200, r.text
+        m = s.metrics()
+        for name in ("spindle_kv_blocks_total", "spindle_memory_weights_bytes", "spindle_requests_running",
+                     "spindle_prefix_cache_hits_total", "spindle_spec_drafted_tokens_total"):
+            assert name not in m, name  # no unlabelled line beside the models'
+            assert name + '{model="gemma3"}' in m and name + '{model="q\\"uote"}' in m, (name, m)
+        assert m['spindle_memory_weights_bytes{model="gemma3"}'] > m['spindle_memory_weights_bytes{model="q\\"uote"}']
+        assert m['spindle_kv_blocks_total{model="gemma3"}'] > 0
+        assert s.get("/health").status_code == 200
+        # gemma3 unloaded: its lines go
+        r = s.post("/api/generate", {"model": "gemma3", "keep_alive": 0})
+        assert r.status_code == 200 and r.json()["done_reason"] == "unload", r.text
+        m = s.metrics()
+        assert 'spindle_kv_blocks_total{model="gemma3"}' not in m and 'spindle_kv_blocks_total{model="q\\"uote"}' in m
+        # no file left that loads: /health 503
+        for f in models_dir.iterdir():
+            f.unlink()
+        (models_dir / "bad.gguf").write_bytes(b"not a model")
+        assert s.get("/health").status_code == 200  # not tried yet
+        assert s.post("/v1/completions", {"model": "bad", "prompt": "x"}).status_code == 500
+        r = s.get("/health")
+        assert r.status_code == 503 and r.json() == {"status": "no_model"}, r.text
+        os.symlink(smollm2_path, models_dir / "smollm2.gguf")
+        assert s.get("/health").status_code == 200
+    finally:
+        assert s.stop() == 0
+
+
 def test_serves_the_store_without_m(spindle_bin, run_spindle, tmp_path, smollm2_path, expected):
     """No -m and no --models-dir: the models of `spindle pull`'s store, under
     their full names (a store written here as pull writes it)."""
@@ -216,6 +413,12 @@ def test_models_dir_flags(run_spindle, models_dir, smollm2_path, tmp_path):
         (["--alias", "x"], "--alias"),
         (["-m", smollm2_path, "--models-max", "2"], "--models-max goes with --models-dir"),
         (["--models-dir", str(models_dir), "--models-max", "0"], "--models-max wants"),
+        (["-m", smollm2_path, "--keep-alive", "5m"], "--keep-alive goes with --models-dir"),
+        (["--models-dir", str(models_dir), "--keep-alive", "5 minutes"], "--keep-alive wants"),
+        (["--models-dir", str(models_dir), "--keep-alive", "1x"], "--keep-alive wants"),
+        (["-m", smollm2_path, "--memory-budget", "8G"], "--memory-budget goes with --models-dir"),
+        (["--models-dir", str(models_dir), "--memory-budget", "8X"], "--memory-budget wants"),
+        (["--models-dir", str(models_dir), "--memory-budget", "0"], "--memory-budget wants"),
     ]
     for args, words in cases:
         r = run_spindle("serve", "--port", "0", *args)
