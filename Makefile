@@ -250,7 +250,10 @@ asan:
 # embedding path, its cancellation and the drain's 503 still run here.
 # test_file_descriptor_limit runs the server under
 # `ulimit -n 64`, which ASan's own descriptors and slower start do not fit;
-# the plain build and TSan run it.  The build is -O2: the
+# the plain build and TSan run it.  The linear families' draft-model roll
+# back runs on qwen3next alone (the others' state rolls back through the
+# same memory code), and test_hybrid skips qwen35moe (qwen35's layers with
+# qwen2moe's experts, both covered).  The build is -O2: the
 # same checks, about 1.2x faster than -O1.
 ASAN_PYTEST_ARGS ?= -k "not (test_goldens and (gemma3 or teacher or long)) and not test_smollm2_matches_llama_cpp \
     and not test_perplexity_matches_llama_cpp and not test_imatrix_brings_q3_closer and not test_info_predicts \
@@ -258,7 +261,8 @@ ASAN_PYTEST_ARGS ?= -k "not (test_goldens and (gemma3 or teacher or long)) and n
     and not (test_families and (test_tokens_and_logits_at_every_position or test_greedy_continuation) and not long) \
     and not ((test_tools or test_structured or test_speculative or test_embed) and gemma3) \
     and not test_file_descriptor_limit and not test_drain_delivers_finished_vectors \
-    and not test_streams_go_on_while_a_large_batch_is_embedded"
+    and not test_streams_go_on_while_a_large_batch_is_embedded \
+    and not (test_draft_rollback_keeps_greedy_exact and not qwen3next) and not (test_hybrid and qwen35moe)"
 test-asan: asan
 	@PYTEST_ADDOPTS='$(ASAN_PYTEST_ARGS)' ASAN_OPTIONS=detect_leaks=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 scripts/run-tests build-asan
