@@ -256,7 +256,10 @@ asan:
 # the plain build and TSan run it.  Of the split-model tests the whole-model
 # comparisons (quantizing twice, greedy runs and full logits: the same
 # forward pass over the same bytes) are the plain build's; loading the
-# parts, info, serving and the refusals run here.  The build is -O2: the
+# parts, info, serving and the refusals run here.  The linear families'
+# draft-model roll back runs on qwen3next alone (the others' state rolls
+# back through the same memory code), and test_hybrid skips qwen35moe
+# (qwen35's layers with qwen2moe's experts, both covered).  The build is -O2: the
 # same checks, about 1.2x faster than -O1.
 ASAN_PYTEST_ARGS ?= -k "not (test_goldens and (gemma3 or teacher or long)) and not test_smollm2_matches_llama_cpp \
     and not test_perplexity_matches_llama_cpp and not test_imatrix_brings_q3_closer and not test_info_predicts \
@@ -266,7 +269,8 @@ ASAN_PYTEST_ARGS ?= -k "not (test_goldens and (gemma3 or teacher or long)) and n
     and not ((test_tools or test_structured or test_speculative or test_embed) and gemma3) \
     and not test_file_descriptor_limit and not test_drain_delivers_finished_vectors \
     and not test_streams_go_on_while_a_large_batch_is_embedded \
-    and not test_quantize_reads_the_parts and not test_split_runs_as_the_single_file"
+    and not test_quantize_reads_the_parts and not test_split_runs_as_the_single_file \
+    and not (test_draft_rollback_keeps_greedy_exact and not qwen3next) and not (test_hybrid and qwen35moe)"
 test-asan: asan
 	@PYTEST_ADDOPTS='$(ASAN_PYTEST_ARGS)' ASAN_OPTIONS=detect_leaks=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 scripts/run-tests build-asan

@@ -142,6 +142,39 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "qwen35moe", /* Qwen3.5 MoE: qwen35's layers with experts and a gated shared expert */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .linear = SP_MIXER_DELTA,
+        .kinds = SP_KINDS_INTERVAL,
+        .q_gate = true,
+        .ffn_norm_post = true,
+        .mrope_text = true,
+        .moe = SP_MOE_REQUIRED,
+        .moe_norm = true,
+        .moe_ff_key = true,
+        .shared_expert = true,
+        .chat_format = "chatml",
+    },
+    {
+        .name = "qwen3next", /* Qwen3-Next: as qwen35moe, RoPE halves without M-RoPE sections, and the
+                                delta rule's value heads grouped by key head */
+        .ffn_act = SP_FFN_SILU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .linear = SP_MIXER_DELTA,
+        .kinds = SP_KINDS_INTERVAL,
+        .q_gate = true,
+        .ffn_norm_post = true,
+        .dn_grouped = true,
+        .moe = SP_MOE_REQUIRED,
+        .moe_norm = true,
+        .moe_ff_key = true,
+        .shared_expert = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "smollm3", /* SmolLM3: Llama with RoPE left out of every 4th layer */
         .ffn_act = SP_FFN_SILU,
         .nope_interval = 4,

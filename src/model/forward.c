@@ -721,13 +721,14 @@ sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_
             sp_fwd_ssm(m, mem, s, pool, b, il);
             sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, hp->ssm_inner, T, s->tmp, E);
         } else if (L->mixer == SP_MIXER_DELTA) {
-            /* q, k, v; z; beta; alpha: one row of s->lin each */
+            /* q, k, v; z; beta; alpha (or beta and alpha fused): one row of s->lin */
             const struct sp_tensor *w3[3] = {&L->dn_qkv, &L->dn_z, &L->dn_beta};
-            const size_t CONV = (size_t)L->dn_qkv.ne1, VD = (size_t)L->dn_z.ne1, NV = (size_t)L->dn_beta.ne1;
+            const size_t CONV = (size_t)L->dn_qkv.ne1, VD = (size_t)L->dn_z.ne1, NB = (size_t)L->dn_beta.ne1;
             float *o3[3] = {s->lin, s->lin + CONV, s->lin + CONV + VD};
             const size_t st3[3] = {s->lin_stride, s->lin_stride, s->lin_stride};
             sp_fwd_mm_multi(s, pool, &cache, 3, w3, s->h, E, T, o3, st3);
-            sp_fwd_mm(s, pool, &cache, &L->dn_alpha, s->h, E, T, s->lin + CONV + VD + NV, s->lin_stride);
+            if (L->dn_alpha.data)
+                sp_fwd_mm(s, pool, &cache, &L->dn_alpha, s->h, E, T, s->lin + CONV + VD + NB, s->lin_stride);
             sp_fwd_delta(m, mem, s, pool, b, il);
             sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, VD, T, s->tmp, E);
         } else if (L->mixer == SP_MIXER_MLP) {

@@ -397,7 +397,8 @@ void sp_fwd_shortconv(const struct sp_model *m, const struct sp_memory *mem, str
  * A value head's state S (key width x value width) follows, per position,
  * S = e^(g_p) S; u_p = beta_p (v_p - S^T k_p); S += k_p u_p^T; o_p = S^T q_p
  * / sqrt(value width), with q and k L2-normalized and value head h reading
- * key head h % key heads (ggml's gated_delta_net).  Within the chunk of
+ * key head h % key heads (ggml's gated_delta_net; Qwen3-Next's grouped
+ * heads: key head h / (value heads / key heads)).  Within the chunk of
  * grid point g, with L_p = g_g + ... + g_p,
  *
  *     u_p = beta_p (v_p - e^(L_p) S_g^T k_p - sum_(r = g .. p-1) e^(L_p - L_r) (k_r . k_p) u_r)
@@ -416,6 +417,7 @@ struct sp_dn_job {
     struct sp_forward_scratch *s;
     const struct sp_forward_batch *b;
     struct sp_dn_dims d;
+    bool grouped; /* the family's dn_grouped */
     int phase; /* 0: convolution, norms, beta, g; 1: k.k and k.q; 2: the heads; 3: gated norm */
 };
 
@@ -455,12 +457,17 @@ static void sp_dn_prep(const struct sp_dn_job *j, int t)
         for (int i = 0; i < d->dk; i++)
             x[i] *= scale;
     }
-    const float *beta = lin + d->conv + d->vd, *alpha = beta + d->nv;
+    /* the projection's betas and alphas in groups of r heads, each group's
+     * betas then its alphas: n = value heads (ssm_beta, ssm_alpha), or
+     * value heads per key head (ssm_ba) */
+    const int n = j->grouped ? d->nv / d->nk : d->nv;
+    const float *ba = lin + d->conv + d->vd;
     const float *bias = j->L->ssm_dt_b.data, *A = j->L->ssm_a.data;
     float *ob = in + d->conv, *og = ob + d->nv;
     for (int h = 0; h < d->nv; h++) {
-        ob[h] = 1.0f / (1.0f + expf(-beta[h]));
-        float v = alpha[h] + bias[h];
+        const float *beta = ba + (size_t)(h / n) * 2 * n + h % n;
+        ob[h] = 1.0f / (1.0f + expf(-beta[0]));
+        float v = beta[n] + bias[h];
         og[h] = (v > 20.0f ? v : logf(1.0f + expf(v))) * A[h];
     }
 }
@@ -490,7 +497,7 @@ static void sp_dn_dots(const struct sp_dn_job *j, int t)
 static void sp_dn_head(const struct sp_dn_job *j, const struct sp_fwd_run *r, int h)
 {
     const struct sp_dn_dims *d = &j->d;
-    const int kh = h % d->nk, i_b = d->conv + h, i_g = i_b + d->nv, i_l = i_g + d->nv;
+    const int kh = j->grouped ? h / (d->nv / d->nk) : h % d->nk, i_b = d->conv + h, i_g = i_b + d->nv, i_l = i_g + d->nv;
     const size_t u_off = (size_t)d->conv + 3 * (size_t)d->nv + (size_t)h * d->dv, head = (size_t)h * d->dk * d->dv;
     const float scale = 1.0f / sqrtf((float)d->dv);
     const float *xs[C_], *ks[C_];
@@ -567,7 +574,8 @@ static void sp_dn_run_fn(void *arg, int ith, int nth)
 void sp_fwd_delta(const struct sp_model *m, const struct sp_memory *mem, struct sp_forward_scratch *s,
                   struct sp_pool *pool, const struct sp_forward_batch *b, uint32_t il)
 {
-    struct sp_dn_job j = {.m = m, .L = &m->layers[il], .s = s, .b = b, .d = sp_dn_dims(&m->hp)};
+    struct sp_dn_job j = {.m = m, .L = &m->layers[il], .s = s, .b = b, .d = sp_dn_dims(&m->hp),
+                         .grouped = m->arch->dn_grouped};
     for (int i = 0; i < s->n_runs; i++)
         s->runs[i].v = sp_memory_state_view(mem, s->runs[i].seq, il);
     for (j.phase = 0; j.phase < 3; j.phase++)

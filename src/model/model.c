@@ -775,7 +775,7 @@ static sp_status sp_model_shortconv(struct sp_loader *ld, uint32_t il)
     return SP_OK;
 }
 
-/* A Qwen3.5 gated delta rule (linear attention). */
+/* A Qwen3.5 / Qwen3-Next gated delta rule (linear attention). */
 static sp_status sp_model_delta(struct sp_loader *ld, uint32_t il)
 {
     struct sp_model *m = ld->m;
@@ -786,10 +786,18 @@ static sp_status sp_model_delta(struct sp_loader *ld, uint32_t il)
     const int64_t conv_ne[2] = {hp->ssm_conv, CONV};
     char name[96];
     sp_status st;
+    snprintf(name, sizeof name, "blk.%u.ssm_in.weight", il);
+    if (sp_gguf_tensor_find(&m->gguf, name)) /* older conversions: q, k, v, z interleaved per key head */
+        return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%s': a fused q/k/v/z projection is not supported (a "
+                            "current llama.cpp converter writes attn_qkv and attn_gate instead)", name);
     SP_T(L->dn_qkv, "attn_qkv.weight", E, CONV, true);
     SP_T(L->dn_z, "attn_gate.weight", E, VD, true);
-    SP_T(L->dn_beta, "ssm_beta.weight", E, NV, true);
-    SP_T(L->dn_alpha, "ssm_alpha.weight", E, NV, true);
+    if (m->arch->dn_grouped) {
+        SP_T(L->dn_beta, "ssm_ba.weight", E, 2 * NV, true);
+    } else {
+        SP_T(L->dn_beta, "ssm_beta.weight", E, NV, true);
+        SP_T(L->dn_alpha, "ssm_alpha.weight", E, NV, true);
+    }
     SP_T(L->ssm_out, "ssm_out.weight", VD, E, true);
     const struct {
         struct sp_tensor *t;
@@ -1353,6 +1361,8 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
     if (hp->n_linear && ar->linear == SP_MIXER_DELTA)
         SP_F("gated delta rule on %u of %u layers (%u value heads x %u, %u key heads, convolution %u)", hp->n_linear,
              hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_groups, hp->ssm_conv);
+    if (hp->n_linear && ar->dn_grouped)
+        SP_F("value heads grouped by key head");
     if (ar->q_gate)
         SP_F("gated attention (sigmoid)");
     if (hp->n_linear && ar->linear == SP_MIXER_CONV)

@@ -107,6 +107,10 @@ struct sp_arch {
     bool q_gate;               /* attn_q gives each head's query then its gate: the attention output
                                   times sigmoid(gate) (Qwen3.5) */
     bool ffn_norm_post;        /* the feed-forward's norm is stored as post_attention_norm (Qwen3.5) */
+    bool dn_grouped;           /* the delta rule's value heads grouped by key head (Qwen3-Next): value head h
+                                  reads key head h / (value heads / key heads) (else h % key heads), and
+                                  beta and alpha come fused in ssm_ba, per key head its value
+                                  heads' betas then their alphas (else ssm_beta, ssm_alpha) */
     bool mrope_text;           /* rope.dimension_sections (M-RoPE) required; text positions are equal in
                                   every section, so it rotates as RoPE halves */
     bool nope_global;          /* with a sliding window: the global (full-attention) layers attend
@@ -183,7 +187,8 @@ struct sp_layer {
      * transposed to [taps][n_embd] (copied at load), out_proj */
     struct sp_tensor sc_in, sc_conv, sc_out;
     /* Qwen3.5 gated delta rule: attn_qkv [n_embd -> q, k, v], attn_gate (z),
-     * ssm_beta and ssm_alpha [n_embd -> value heads]; ssm_conv (transposed),
+     * ssm_beta and ssm_alpha [n_embd -> value heads] (dn_grouped: dn_beta is
+     * ssm_ba [n_embd -> 2 x value heads], dn_alpha absent); ssm_conv (transposed),
      * ssm_dt_b, ssm_a, ssm_norm [value width] and ssm_out above */
     struct sp_tensor dn_qkv, dn_z, dn_beta, dn_alpha;
     enum sp_mixer mixer;

@@ -136,6 +136,18 @@ FAMILIES = {
     "qwen35": dict(arch="qwen35", vocab="gpt-2", pre="qwen35", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
                    head_dim=128, n_rot=64, n_ff=512, ctx=4096, rope_base=10000000.0, tied=False,
                    delta=(4, 2, 4, 64), seed=1104),
+    # qwen35moe (Qwen3.5 MoE): qwen35's layers with 8 experts (2 used,
+    # weights renormalized) and a shared expert scaled by a sigmoid gate
+    "qwen35moe": dict(arch="qwen35moe", vocab="gpt-2", pre="qwen35", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
+                      head_dim=128, n_rot=64, n_ff=512, ctx=4096, rope_base=10000000.0, tied=False,
+                      delta=(4, 2, 4, 64), experts=(8, 2, 128), shared_ff=256, seed=1110),
+    # qwen3next (Qwen3-Next): as qwen35moe, but RoPE halves without M-RoPE
+    # sections, value heads grouped by key head (value head h reads key
+    # head h // 2) and beta and alpha fused in ssm_ba (per key head
+    # its 2 betas then its 2 alphas), as its converter writes them
+    "qwen3next": dict(arch="qwen3next", vocab="gpt-2", pre="qwen2", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
+                      head_dim=128, n_rot=64, n_ff=512, ctx=4096, rope_base=10000000.0, tied=False,
+                      delta=(4, 2, 4, 64), experts=(8, 2, 128), shared_ff=256, seed=1111),
     # smollm3 (SmolLM3): Llama's block, RoPE on adjacent pairs except every
     # 4th layer (llama.cpp's fixed step), here layer 3 of 4 (NoPE)
     "smollm3": dict(arch="smollm3", vocab="gpt-2", pre="llama-bpe", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
@@ -448,15 +460,18 @@ class Builder:
                 self.mat(p + "ffn_down.weight", E, F)
 
     def build_qwen35(self, vocab_kv, n_vocab):
-        """Qwen3.5 as its converter writes it: ssm.* for the delta rule
-        (inner_size = value heads x width, state_size = width, time_step_rank
-        = value heads, group_count = key heads), full_attention_interval,
-        rope.dimension_sections, the attention's query and gate in attn_q,
-        the feed-forward's norm as post_attention_norm."""
+        """Qwen3.5 (and Qwen3.5 MoE, Qwen3-Next) as its converter writes it:
+        ssm.* for the delta rule (inner_size = value heads x width,
+        state_size = width, time_step_rank = value heads, group_count = key
+        heads), full_attention_interval, rope.dimension_sections (not
+        Qwen3-Next's), the attention's query and gate in attn_q, the
+        feed-forward's norm as post_attention_norm; the MoE families' experts
+        and gated shared expert; Qwen3-Next's ssm_ba."""
         s = self.s
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         dc, nk, nv, w = s["delta"]
         KD, VD = nk * w, nv * w
+        n_exp, n_used, ff_exp = s.get("experts", (0, 0, 0))
         self.key("context_length", s["ctx"], VT.UINT32)
         self.key("embedding_length", E, VT.UINT32)
         self.key("block_count", L, VT.UINT32)
@@ -466,7 +481,8 @@ class Builder:
         self.key("attention.key_length", D, VT.UINT32)
         self.key("attention.value_length", D, VT.UINT32)
         self.key("rope.dimension_count", s["n_rot"], VT.UINT32)
-        self.key("rope.dimension_sections", [11, 11, 10, 0], VT.ARRAY, VT.INT32)
+        if s["arch"] != "qwen3next":
+            self.key("rope.dimension_sections", [11, 11, 10, 0], VT.ARRAY, VT.INT32)
         self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
         self.key("attention.layer_norm_rms_epsilon", 1e-6, VT.FLOAT32)
         self.key("full_attention_interval", 4, VT.UINT32)
@@ -475,6 +491,11 @@ class Builder:
         self.key("ssm.state_size", w, VT.UINT32)
         self.key("ssm.time_step_rank", nv, VT.UINT32)
         self.key("ssm.group_count", nk, VT.UINT32)
+        if n_exp:
+            self.key("expert_count", n_exp, VT.UINT32)
+            self.key("expert_used_count", n_used, VT.UINT32)
+            self.key("expert_feed_forward_length", ff_exp, VT.UINT32)
+            self.key("expert_shared_feed_forward_length", s["shared_ff"], VT.UINT32)
         self.kv += [tuple(x) for x in vocab_kv]
         self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
         self.vec("output_norm.weight", E)
@@ -497,14 +518,28 @@ class Builder:
                 self.arr(p + "ssm_conv1d.weight", (conv, dc), lambda rng: rng.standard_normal((conv, dc)) * 0.5)
                 self.arr(p + "ssm_dt.bias", (nv,), lambda rng: rng.uniform(-1.0, 1.0, nv))
                 self.arr(p + "ssm_a", (nv,), lambda rng: -np.exp(rng.uniform(math.log(0.05), math.log(1.0), nv)))
-                self.mat(p + "ssm_beta.weight", nv, E)
-                self.mat(p + "ssm_alpha.weight", nv, E)
+                if s["arch"] == "qwen3next":
+                    self.mat(p + "ssm_ba.weight", 2 * nv, E)
+                else:
+                    self.mat(p + "ssm_beta.weight", nv, E)
+                    self.mat(p + "ssm_alpha.weight", nv, E)
                 self.vec(p + "ssm_norm.weight", w)
                 self.mat(p + "ssm_out.weight", E, VD)
             self.vec(p + "post_attention_norm.weight", E)
-            self.mat(p + "ffn_gate.weight", F, E)
-            self.mat(p + "ffn_up.weight", F, E)
-            self.mat(p + "ffn_down.weight", E, F)
+            if n_exp:
+                sf = s["shared_ff"]
+                self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=2.0, kind="f32")
+                self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E)
+                self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E)
+                self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp)
+                self.vec(p + "ffn_gate_inp_shexp.weight", E, mean=0.0, spread=0.2)
+                self.mat(p + "ffn_gate_shexp.weight", sf, E)
+                self.mat(p + "ffn_up_shexp.weight", sf, E)
+                self.mat(p + "ffn_down_shexp.weight", E, sf)
+            else:
+                self.mat(p + "ffn_gate.weight", F, E)
+                self.mat(p + "ffn_up.weight", F, E)
+                self.mat(p + "ffn_down.weight", E, F)
 
     def build_mamba2(self, vocab_kv, n_vocab):
         s = self.s
@@ -542,7 +577,7 @@ class Builder:
             return self.build_granitehybrid(vocab_kv, n_vocab)
         if arch == "nemotron_h":
             return self.build_nemotron_h(vocab_kv, n_vocab)
-        if arch == "qwen35":
+        if arch in ("qwen35", "qwen35moe", "qwen3next"):
             return self.build_qwen35(vocab_kv, n_vocab)
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         Q, KV = H * D, HKV * D

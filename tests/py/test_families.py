@@ -32,7 +32,9 @@ discontinuity: a token whose router scores its k-th and (k+1)-th experts
 almost equally takes one or the other depending on that noise, and its
 logits then differ by up to ~2 (measured: 4 of the 1,554 positions of the
 eight quantized MoE files moved by 0.7 to 2.0, one of them beyond the
-bound, never two in one prompt; at F32 none).  One
+bound, never two in one prompt; of the 1,480 of the four quantized
+qwen35moe and qwen3next files, 4 missed the bounds, never two in one
+prompt; at F32 none).  One
 position per prompt of those copies may therefore miss the bounds; the
 f32 copies, where routing agrees exactly, may not.
 """
@@ -193,6 +195,13 @@ FEATURES = {
                       "no position encoding in attention (NoPE)", "scales: embeddings 0.5, residuals 0.75, logits 1/4"],
     "qwen35": ["gated delta rule on 3 of 4 layers (4 value heads x 64, 2 key heads, convolution 4)",
                "gated attention (sigmoid)", "QK-norm (per head)", "RoPE halves (NEOX)"],
+    "qwen35moe": ["gated delta rule on 3 of 4 layers (4 value heads x 64, 2 key heads, convolution 4)",
+                  "gated attention (sigmoid)", "RoPE halves (NEOX)",
+                  "8 experts (2 used, softmax router, weights renormalized, width 128) + shared expert"],
+    "qwen3next": ["gated delta rule on 3 of 4 layers (4 value heads x 64, 2 key heads, convolution 4)",
+                  "value heads grouped by key head",
+                  "gated attention (sigmoid)", "RoPE halves (NEOX)",
+                  "8 experts (2 used, softmax router, weights renormalized, width 128) + shared expert"],
     "smollm3": ["RoPE adjacent pairs", "no RoPE on 1 of 4 layers (NoPE every 4 layers)"],
     "mistral3": ["RoPE adjacent pairs", "YaRN RoPE scaling 4 (original context 32, beta 32/1, attention factor 1.13863)",
                  "attention temperature 0.1 per 32 positions"],

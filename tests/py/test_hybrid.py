@@ -166,6 +166,27 @@ def test_self_speculation_is_refused(fam, run_spindle):
     assert "linear (recurrent) layers" in r.stderr and "ngram" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("fam", LINEAR)
+def test_draft_rollback_keeps_greedy_exact(fam, run_spindle):
+    """Speculative decoding with an attention draft model of the same
+    vocabulary (the qwen2 test model, whose guesses the linear model rejects)
+    rolls the state back after every rejected draft, across grid points (an
+    80-token prompt and 60 tokens, 5 drafts a step): each step's token and
+    logprobs are those of plain decoding, bit for bit."""
+    path, prompt = model_path(fam, "q8_0"), _prompts(fam)[3]
+    args = ("run", "-m", path, "-p", prompt, "-n", 60, "--temp", 0, "--json", "--logprobs", 3)
+    plain = run_spindle(*args)
+    spec = run_spindle(*args, "--spec", "draft", "--draft-model", model_path("qwen2", "q8_0"), "--spec-fixed",
+                       "--spec-k", 5)
+    assert plain.returncode == 0 and spec.returncode == 0, plain.stderr + spec.stderr
+    a, b = plain.json(), spec.json()
+    assert b["usage"]["prompt_tokens"] > GRID and len(b["tokens"]) == 60
+    assert [(t["id"], t["logprob"], t["top_logprobs"]) for t in b["tokens"]] == \
+           [(t["id"], t["logprob"], t["top_logprobs"]) for t in a["tokens"]]
+    s = b["speculative"]
+    assert s["source"] == "draft" and s["drafted"] > 0 and s["accepted"] < s["drafted"], s
+
+
 def _variant(tmp_path, fam, edit):
     """The family's q8_0 file with one thing changed by edit(builder)."""
     b = families.Builder(fam, dict(families.FAMILIES[fam]), seed=7)
@@ -194,6 +215,9 @@ REFUSALS = [
     ("granitehybrid", lambda b: (b.key("expert_count", 4, families.VT.UINT32),
                                  b.key("expert_used_count", 2, families.VT.UINT32)),
      "has no mixture-of-experts layers"),
+    ("qwen3next", lambda b: b.mat("blk.0.ssm_in.weight", 2 * 128 + 2 * 256, 256),
+     "blk.0.ssm_in.weight': a fused q/k/v/z projection is not supported"),
+    ("qwen35moe", lambda b: _set_key(b, "expert_count", 0), "expert_count': 0, but expert_used_count is 2"),
 ]
 
 
