@@ -316,7 +316,7 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
         sp_key(m, "attention.head_count_kv", key, sizeof key);
         for (uint32_t il = 0; il < hp->n_layer; il++) {
             uint32_t n = 0;
-            if ((st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer, true, &n)))
+            if ((st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer_all, true, &n)))
                 return st;
             if (n && most && n != most)
                 return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': %u and %u KV heads in different layers", key,
@@ -413,20 +413,37 @@ static sp_status sp_model_ssm_hparams(struct sp_model *m)
     return SP_OK;
 }
 
+/* block_count counts nextn_predict_layers multi-token-prediction layers
+ * at its end, as llama.cpp reads it: the network runs the others; those
+ * layers' tensors are left in the file (a draft head spindle does not
+ * use), and per-layer arrays hold block_count entries. */
+static sp_status sp_model_nextn(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    uint32_t n_nextn = 0;
+    sp_status st = sp_hp_u32(m, "nextn_predict_layers", false, &n_nextn);
+    if (st != SP_OK)
+        return st;
+    if (hp->n_layer_all && n_nextn >= hp->n_layer_all)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.nextn_predict_layers': %u of %u layers, expected fewer",
+                            m->arch->name, n_nextn, hp->n_layer_all);
+    hp->n_layer = hp->n_layer_all - n_nextn;
+    return SP_OK;
+}
+
 /* Nemotron-H: feed_forward_length per layer (0: not a feed-forward
  * layer); every feed-forward layer as wide. */
 static sp_status sp_model_ff_layers(struct sp_model *m)
 {
     struct sp_hparams *hp = &m->hp;
     char key[128];
-    sp_key(m, "block_count", key, sizeof key);
-    sp_status st = sp_gguf_get_u32(&m->gguf, key, true, &hp->n_layer);
-    if (st != SP_OK || hp->n_layer == 0 || hp->n_layer > 4096)
-        return st;
+    sp_status st;
+    if (hp->n_layer == 0 || hp->n_layer > 4096)
+        return SP_OK; /* refused by the caller */
     sp_key(m, "feed_forward_length", key, sizeof key);
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         uint32_t n = 0;
-        if ((st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer, true, &n)))
+        if ((st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer_all, true, &n)))
             return st;
         if (n && hp->n_ff && n != hp->n_ff)
             return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s': %u and %u wide feed-forward layers", key, hp->n_ff,
@@ -448,7 +465,7 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     *swa_pattern = 1;
     if ((st = sp_hp_u32(m, "context_length", true, &hp->n_ctx_train)) ||
         (st = sp_hp_u32(m, "embedding_length", true, &hp->n_embd)) ||
-        (st = sp_hp_u32(m, "block_count", true, &hp->n_layer)) ||
+        (st = sp_hp_u32(m, "block_count", true, &hp->n_layer_all)) || (st = sp_model_nextn(m)) ||
         (ar->kinds != SP_KINDS_KV_FF && (st = sp_hp_u32(m, "feed_forward_length", !ar->no_ffn, &hp->n_ff))) ||
         (ar->kinds == SP_KINDS_KV_FF && (st = sp_model_ff_layers(m))) ||
         (ar->nope && (st = sp_hp_f32(m, "attention.layer_norm_epsilon", true, &hp->eps))) ||
@@ -458,18 +475,11 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
         (st = sp_hp_f32(m, "rope.freq_base", false, &hp->rope_base)) ||
         (st = sp_hp_u32(m, "pooling_type", false, &hp->pooling)))
         return st;
-    if (hp->n_embd == 0 || hp->n_layer == 0 || (hp->n_ff == 0 && !ar->no_ffn) || hp->n_ctx_train == 0 ||
-        hp->n_layer > 4096)
+    if (hp->n_embd == 0 || hp->n_layer == 0 || (hp->n_ff == 0 && !ar->no_ffn) || hp->n_ctx_train == 0)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.*': embedding_length, block_count, feed_forward_length "
                             "and context_length must be > 0", a);
-    if (hp->n_layer > 4096)
-        return sp_error_set(SP_ERR_FORMAT, "key '%s.block_count': %u layers is implausible", a, hp->n_layer);
-    uint32_t n_nextn = 0; /* multi-token-prediction layers, counted in block_count but not run */
-    if ((st = sp_hp_u32(m, "nextn_predict_layers", false, &n_nextn)))
-        return st;
-    if (n_nextn)
-        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.nextn_predict_layers': %u multi-token-prediction layers "
-                            "(not supported)", a, n_nextn);
+    if (hp->n_layer_all > 4096)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.block_count': %u layers is implausible", a, hp->n_layer_all);
     if (ar->no_ffn && ar->kinds != SP_KINDS_KV_FF)
         hp->n_ff = 0; /* no feed-forward: the key is a placeholder */
     if (!(hp->eps > 0.0f && hp->eps < 1.0f))
@@ -841,7 +851,7 @@ static sp_status sp_model_mixer(struct sp_model *m, uint32_t il, enum sp_mixer *
         char key[128];
         uint32_t n = 0;
         sp_key(m, "attention.head_count_kv", key, sizeof key);
-        sp_status st = sp_gguf_get_u32_at(&m->gguf, key, il, m->hp.n_layer, true, &n);
+        sp_status st = sp_gguf_get_u32_at(&m->gguf, key, il, m->hp.n_layer_all, true, &n);
         if (st != SP_OK)
             return st;
         *out = n ? SP_MIXER_ATTN : ar->linear;
@@ -850,7 +860,7 @@ static sp_status sp_model_mixer(struct sp_model *m, uint32_t il, enum sp_mixer *
         char key[128];
         uint32_t n = 0;
         sp_key(m, "feed_forward_length", key, sizeof key);
-        sp_status st = sp_gguf_get_u32_at(&m->gguf, key, il, m->hp.n_layer, true, &n);
+        sp_status st = sp_gguf_get_u32_at(&m->gguf, key, il, m->hp.n_layer_all, true, &n);
         if (st != SP_OK)
             return st;
         *out = n ? SP_MIXER_MLP : ar->linear;
@@ -990,6 +1000,13 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
             continue;
         struct sp_gguf_str n = g->tensors[i].name;
         bool part = n.len > 4 && memcmp(n.ptr, "blk.", 4) == 0;
+        if (part && ld->m->hp.n_layer < ld->m->hp.n_layer_all) { /* a multi-token-prediction layer's: not run */
+            uint64_t il = 0;
+            size_t k = 4;
+            for (; k < n.len && k < 12 && n.ptr[k] >= '0' && n.ptr[k] <= '9'; k++)
+                il = il * 10 + (uint64_t)(n.ptr[k] - '0');
+            part = !(k > 4 && k < n.len && n.ptr[k] == '.' && il >= ld->m->hp.n_layer && il < ld->m->hp.n_layer_all);
+        }
         for (size_t k = 0; k < sizeof globals / sizeof globals[0]; k++)
             part = part || sp_gguf_str_eq(n, globals[k]);
         if (part)

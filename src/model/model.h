@@ -136,6 +136,8 @@ void sp_arch_list(char *buf, size_t size, bool (*keep)(const struct sp_arch *));
 
 struct sp_hparams {
     uint32_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
+    uint32_t n_layer_all;      /* block_count: the n_layer run, then nextn_predict_layers
+                                  multi-token-prediction layers (not run) */
     uint32_t n_head, n_head_kv, head_dim, n_rot;
     uint32_t n_swa;            /* sliding window; 0 = none */
     float rope_base, rope_freq_scale, eps, attn_scale;

@@ -137,8 +137,8 @@ def variant_list():
     add("unsupported_architecture", "not supported", lambda m: m.set_kv("general.architecture", T_STR, "gptj"))
     add("mrope_sections", "M-RoPE sections (a vision model's RoPE) are not supported in llama",
         lambda m: m.set_kv("llama.rope.dimension_sections", T_ARR, (T_I32, [8, 8, 8, 0])))
-    add("nextn_layers", "nextn_predict_layers': 1 multi-token-prediction layers",
-        lambda m: m.set_kv("llama.nextn_predict_layers", T_U32, 1))
+    add("nextn_layers_all", "nextn_predict_layers': 2 of 2 layers, expected fewer",
+        lambda m: m.set_kv("llama.nextn_predict_layers", T_U32, 2))
     add("tensor_wrong_shape", "tensor 'blk.0.attn_q.weight': shape",
         lambda m: m.tensor("blk.0.attn_q.weight").update(dims=[32, 128]))
     add("tensor_missing", "tensor 'blk.1.ffn_down.weight': missing",

@@ -60,3 +60,22 @@ def test_missing_file(run_spindle, tmp_path):
     r = run_spindle("info", "-m", str(tmp_path / "nope.gguf"))
     assert r.returncode == 2
     assert "nope.gguf" in r.stderr and "No such file" in r.stderr
+
+
+def test_multi_token_prediction_layers_are_not_run(tmp_path, run_spindle):
+    """block_count counts nextn_predict_layers trailing layers (a draft
+    head): the model is the layers before them, whatever those hold."""
+    plain = _write(tmp_path, "plain", Model(seed=5, n_layer=2).build())
+    m = Model(seed=5, n_layer=3)  # layers 0 and 1 drawn as in the plain model's
+    m.set_kv("llama.nextn_predict_layers", variants.T_U32, 1)
+    m.add_tensor("blk.2.nextn.eh_proj.weight", [128, 64])
+    mtp = _write(tmp_path, "mtp", m.build())
+    args = ("-p", "hello world", "--from", 0, "--top", 5)
+    a, b = run_spindle("logits", "-m", plain, *args), run_spindle("logits", "-m", mtp, *args)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout
+    info = run_spindle("info", "-m", mtp)
+    assert info.returncode == 0 and "layers:          2" in info.stdout, info.stdout
+    m.set_kv("llama.nextn_predict_layers", variants.T_U32, 0)  # then layer 2 runs and its extra tensor is refused
+    r = run_spindle("info", "-m", _write(tmp_path, "mtp0", m.build()))
+    assert r.returncode == 2 and "blk.2.nextn.eh_proj.weight" in r.stderr, r.stderr
