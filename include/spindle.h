@@ -377,6 +377,15 @@ typedef enum sp_spec_kind {
 SP_API const char *sp_spec_kind_name(sp_spec_kind k);
 SP_API sp_status sp_spec_kind_parse(const char *name, sp_spec_kind *out);
 
+/* A compute thread pool that several engines share (sp_engine_params.threads):
+ * their forward passes take turns on its threads, first come, first served,
+ * so models loaded side by side compute on n_threads cores, not on n_threads
+ * per model.  n_threads <= 0: one per online core.  Free it after every engine
+ * that uses it. */
+typedef struct sp_pool sp_threads;
+SP_API sp_status sp_threads_create(int n_threads, sp_threads **out);
+SP_API void sp_threads_free(sp_threads *t);
+
 typedef struct sp_engine_params {
     int n_threads;       /* compute threads; 0: the model's n_threads */
     int n_ctx;           /* per-request context limit; 0: the model's training
@@ -405,6 +414,9 @@ typedef struct sp_engine_params {
                             outlive the engine */
     int spec_layers;     /* SP_SPEC_SELF: layers of the draft, 1..n_layer - 1
                             (default n_layer / 2) */
+    sp_threads *threads; /* NULL: the engine's own n_threads threads; else a
+                            shared pool (n_threads is then its size), which
+                            must outlive the engine */
 } sp_engine_params;
 
 /* Every field takes the default its comment names (spec_k 8, the rest 0). */

@@ -82,6 +82,7 @@ struct sp_router {
     char *dir; /* read when cfg.models_list is NULL */
     int max_loaded;
     uint64_t budget; /* --memory-budget in bytes; 0: none */
+    sp_threads *threads; /* the compute threads every model's engine shares */
     bool aborted;
     struct sp_router_model **models;
     size_t n_models;
@@ -313,6 +314,13 @@ sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *
     r->metrics = m;
     r->max_loaded = cfg->models_max > 0 ? cfg->models_max : 1;
     r->budget = cfg->memory_budget;
+    sp_status ts = sp_threads_create(cfg->n_threads, &r->threads);
+    if (ts != SP_OK) {
+        free(r->models);
+        free(r->dir);
+        free(r);
+        return ts;
+    }
     pthread_mutex_init(&r->mu, NULL);
     sp_router_cond_init(&r->cv);
     sp_router_cond_init(&r->reap_cv);
@@ -361,6 +369,7 @@ static sp_status sp_router_load(struct sp_router *r, const struct sp_router_mode
     mp.progress = NULL; /* loads run side by side: a redrawn line would mix them */
     struct sp_engine_params ep;
     sp_server_engine_params(&r->cfg, &ep);
+    ep.threads = r->threads; /* models take turns on the cores instead of each spinning up its own threads */
     sp_engine *engine = NULL;
     sp_status st = sp_model_load(&mp, model);
     if (st == SP_OK && (st = sp_engine_create(*model, &ep, &engine)) == SP_OK) {
@@ -692,6 +701,7 @@ void sp_router_close(struct sp_router *r)
     pthread_cond_destroy(&r->cv);
     pthread_cond_destroy(&r->reap_cv);
     pthread_mutex_destroy(&r->mu);
+    sp_threads_free(r->threads);
     free(r->models);
     free(r->dir);
     free(r);

@@ -5,6 +5,7 @@
 
 #include "api/api_internal.h"
 #include "core/error.h"
+#include "core/pool.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,6 +28,15 @@ sp_status sp_engine_create(const sp_model *m, const sp_engine_params *p, sp_engi
         return sp_error_set(SP_ERR_ARG, "%s: loaded with vocab_only: it cannot draft", d->path);
     return sp_engine_init(out, m->weights, m->vocab, &ep, d ? d->weights : NULL, d ? d->vocab : NULL);
 }
+
+sp_status sp_threads_create(int n_threads, sp_threads **out)
+{
+    if (!out)
+        return sp_error_set(SP_ERR_ARG, "sp_threads_create: out is NULL");
+    return sp_pool_init_shared(out, n_threads);
+}
+
+void sp_threads_free(sp_threads *t) { sp_pool_free(t); }
 
 sp_status sp_request_submit_text(sp_engine *e, const char *text, size_t len, bool parse_special,
                                  const sp_gen_params *gp, sp_event_fn fn, void *user, sp_request **out)

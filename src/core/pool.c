@@ -50,6 +50,11 @@ struct sp_pool {
     _Atomic bool stop;
     pthread_mutex_t mu;
     pthread_cond_t wake;
+    /* shared pools: whose turn it is (sp_pool_hold), in ticket order */
+    bool shared;
+    pthread_mutex_t turn_mu;
+    pthread_cond_t turn_cv;
+    uint64_t turn_next, turn_now;
 };
 
 /* Runs the chunks of run `g` that thread `self` can claim: its own ones
@@ -128,6 +133,8 @@ sp_status sp_pool_init(struct sp_pool **out, int n_threads)
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
+    pthread_mutex_init(&p->turn_mu, NULL);
+    pthread_cond_init(&p->turn_cv, NULL);
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
     p->claims = aligned_alloc(64, sizeof *p->claims * (size_t)SP_POOL_MAX_SPLIT * (size_t)n_threads);
     if (!p->workers || !p->claims)
@@ -151,6 +158,8 @@ free_pool:
     free(p->claims);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->turn_mu);
+    pthread_cond_destroy(&p->turn_cv);
     free(p);
     return sp_error_set(SP_ERR_NOMEM, "thread pool: no memory");
 }
@@ -167,12 +176,43 @@ void sp_pool_free(struct sp_pool *p)
         pthread_join(p->workers[i - 1].thread, NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->turn_mu);
+    pthread_cond_destroy(&p->turn_cv);
     free(p->workers);
     free(p->claims);
     free(p);
 }
 
 int sp_pool_size(const struct sp_pool *p) { return p->n; }
+
+sp_status sp_pool_init_shared(struct sp_pool **out, int n_threads)
+{
+    sp_status st = sp_pool_init(out, n_threads);
+    if (st == SP_OK)
+        (*out)->shared = true;
+    return st;
+}
+
+void sp_pool_hold(struct sp_pool *p)
+{
+    if (!p->shared)
+        return;
+    pthread_mutex_lock(&p->turn_mu);
+    uint64_t mine = p->turn_next++;
+    while (p->turn_now != mine)
+        pthread_cond_wait(&p->turn_cv, &p->turn_mu);
+    pthread_mutex_unlock(&p->turn_mu);
+}
+
+void sp_pool_release(struct sp_pool *p)
+{
+    if (!p->shared)
+        return;
+    pthread_mutex_lock(&p->turn_mu);
+    p->turn_now++;
+    pthread_cond_broadcast(&p->turn_cv);
+    pthread_mutex_unlock(&p->turn_mu);
+}
 
 void sp_pool_run(struct sp_pool *p, sp_pool_fn fn, void *arg)
 {

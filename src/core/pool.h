@@ -17,7 +17,8 @@
  * forward pass issues hundreds of runs back to back) and then sleep on a
  * condition variable, so an idle engine costs no CPU.
  *
- * Only one thread (the engine's owner) may call sp_pool_run at a time.
+ * Only one thread may call sp_pool_run at a time: the engine's owner, or,
+ * in a pool several engines share, the one whose turn it is (sp_pool_hold).
  */
 #ifndef SP_CORE_POOL_H
 #define SP_CORE_POOL_H
@@ -31,6 +32,13 @@ typedef void (*sp_pool_fn)(void *arg, int ith, int nth);
 /* n_threads <= 0: one per online core. */
 sp_status sp_pool_init(struct sp_pool **out, int n_threads);
 void sp_pool_free(struct sp_pool *p);
+/* A pool several engines share (sp_threads_create): a forward pass holds
+ * it for all its runs, sp_pool_hold waiting first come, first served until
+ * the passes before it release it.  On a pool of sp_pool_init, holding is
+ * free (its one engine never waits). */
+sp_status sp_pool_init_shared(struct sp_pool **out, int n_threads);
+void sp_pool_hold(struct sp_pool *p);
+void sp_pool_release(struct sp_pool *p);
 int sp_pool_size(const struct sp_pool *p);
 /* Chunks per run for a pool of n_threads (1 for a single thread). */
 static inline int sp_pool_chunks_for(int n_threads) { return n_threads > 1 ? n_threads : 1; }

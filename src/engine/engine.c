@@ -139,7 +139,10 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
         e->n_out_max += (p->spec_k > 0 && p->spec_k <= SP_SPEC_K_MAX ? p->spec_k : 8) * 8;
     if (e->n_out_max > e->n_batch)
         e->n_out_max = e->n_batch;
-    if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
+    e->pool_owned = !p->threads;
+    if (p->threads)
+        e->pool = p->threads;
+    else if ((st = sp_pool_init(&e->pool, p->n_threads)) != SP_OK)
         goto free_engine;
     if ((st = sp_engine_memory_new(e, p)) != SP_OK)
         goto free_pool;
@@ -173,7 +176,8 @@ sp_status sp_engine_init(struct sp_engine **out, const struct sp_model *m, const
 free_mem:
     sp_memory_free(e->mem);
 free_pool:
-    sp_pool_free(e->pool);
+    if (e->pool_owned)
+        sp_pool_free(e->pool);
 free_engine:
     free(e);
     return st;
@@ -199,7 +203,8 @@ void sp_engine_free(struct sp_engine *e)
     sp_engine_spec_free(e);
     sp_forward_scratch_free(&e->fs);
     sp_memory_free(e->mem);
-    sp_pool_free(e->pool);
+    if (e->pool_owned)
+        sp_pool_free(e->pool);
     free(e);
 }
 

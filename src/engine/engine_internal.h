@@ -105,6 +105,7 @@ struct sp_engine {
     const struct sp_model *model;   /* borrowed */
     const struct sp_vocab *vocab;   /* borrowed */
     struct sp_pool *pool;
+    bool pool_owned;             /* made for this engine (else a shared sp_threads pool) */
     struct sp_memory *mem;
     struct sp_forward_scratch fs;
     int n_ctx, n_batch, n_parallel, n_out_max;

@@ -643,8 +643,20 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
     sp_fwd_mm(s, pool, cache, &L->wo, s->att, Q, T, s->tmp, E);
 }
 
+static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem, struct sp_forward_scratch *s,
+                                 struct sp_pool *pool, const struct sp_forward_batch *b, float *logits);
+
 sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_forward_scratch *s,
                      struct sp_pool *pool, const struct sp_forward_batch *b, float *logits)
+{
+    sp_pool_hold(pool); /* a pool other engines share: this pass's turn */
+    sp_status st = sp_forward_held(m, mem, s, pool, b, logits);
+    sp_pool_release(pool);
+    return st;
+}
+
+static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem, struct sp_forward_scratch *s,
+                                 struct sp_pool *pool, const struct sp_forward_batch *b, float *logits)
 {
     const struct sp_hparams *hp = &m->hp;
     const struct sp_arch *ar = m->arch;

@@ -83,7 +83,8 @@ void sp_forward_state_layer(const struct sp_model *m, uint32_t il, struct sp_sta
  * into its sequence's blocks at its position, and the linear layers'
  * state into its sequence's slot.  logits NULL: no output head;
  * the out tokens' final-normed hidden states (what the head would read) are
- * left in sp_forward_hidden(s) until the next call (embeddings). */
+ * left in sp_forward_hidden(s) until the next call (embeddings).  Holds
+ * the pool (sp_pool_hold) for the whole pass. */
 sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_forward_scratch *s,
                      struct sp_pool *pool, const struct sp_forward_batch *b, float *logits);
 

@@ -424,3 +424,28 @@ def test_models_dir_flags(run_spindle, models_dir, smollm2_path, tmp_path):
         r = run_spindle("serve", "--port", "0", *args)
         assert r.returncode == 2, (args, r)
         assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+
+
+def test_models_share_one_compute_pool(spindle_bin, models_dir, expected):
+    """Every loaded model computes on the same --threads threads (their
+    forward passes take turns): a second loaded model adds its scheduler's
+    thread, not another pool of workers."""
+    s = serve_dir(spindle_bin, models_dir, "--threads", "4", "--models-max", "3")
+    try:
+        tasks = lambda: len(os.listdir("/proc/%d/task" % s.proc.pid))  # noqa: E731
+        assert complete(s, "smollm2", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        one = tasks()
+        assert complete(s, "smol-copy", PROMPTS[0]) == expected["smollm2"][PROMPTS[0]]
+        two = tasks()
+        assert two - one == 1, (one, two)  # with a pool per model: 1 + 3 workers
+        # both models at once, answers as from servers of their own
+        out = {}
+        ts = [threading.Thread(target=lambda m=m, p=p: out.__setitem__((m, p), complete(s, m, p)))
+              for m in ("smollm2", "smol-copy") for p in PROMPTS]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert out == {(m, p): expected["smollm2"][p] for m in ("smollm2", "smol-copy") for p in PROMPTS}
+    finally:
+        s.stop()

@@ -34,7 +34,7 @@ class EngineParams(Structure):
     _fields_ = [("n_threads", c_int), ("n_ctx", c_int), ("n_parallel", c_int), ("kv_mem_mib", c_size_t),
                 ("n_batch", c_int), ("swa_full", c_bool), ("n_outputs", c_int), ("cache_type_k", c_int),
                 ("cache_type_v", c_int), ("spec", c_int), ("spec_k", c_int), ("spec_fixed", c_bool),
-                ("draft_model", c_void_p), ("spec_layers", c_int)]
+                ("draft_model", c_void_p), ("spec_layers", c_int), ("threads", c_void_p)]
 
 
 class LogitBias(Structure):
