@@ -53,6 +53,7 @@ struct sp_toolcall_msg {
     const char *role, *content;
     const json_t *tool_calls;
     const char *tool_call_id, *name;
+    const char *reasoning_content; /* or NULL */
 };
 
 /* Messages and tools ready for sp_chat_render_opts; owns its strings. */
@@ -60,6 +61,7 @@ struct sp_toolcall_prompt {
     struct sp_chat_msg *msgs;
     size_t n;
     char *tools;        /* JSON text for the template's `tools`, or NULL */
+    const char *reasoning_alias; /* sp_chat_opts.reasoning_alias for this format */
     char **owned;
     size_t n_owned;
 };

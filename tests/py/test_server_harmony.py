@@ -1,0 +1,107 @@
+"""gpt-oss's Harmony format through the server: SmolLM2 copied with gpt-oss's
+chat template (tests/goldens/chat/openai-gpt-oss-120b.json; its vocabulary
+has none of Harmony's special tokens, so they are plain text here, as the
+server's parsers read them).  A grammar (spindle's extension) makes the
+output known: the analysis channel is reasoning_content and the final
+channel content, whole and streamed; reasoning_format none leaves the
+messages as written.  With tools, a named call is read from its header
+(" to=functions.NAME ...<|message|>") and its arguments from the body;
+reasoning_content in the conversation reaches the template."""
+import json
+import os
+
+import pytest
+
+from server_util import Server, gguf_with_chat_template
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = "<|channel|>analysis<|message|>I reason.<|end|><|start|>assistant<|channel|>final<|message|>Paris."
+Q = [{"role": "user", "content": "What is the capital of France?"}]
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Rome"]}},
+        "required": ["city"], "additionalProperties": False}}}
+
+
+@pytest.fixture(scope="module")
+def server(spindle_bin, smollm2_path, tmp_path_factory):
+    with open(os.path.join(ROOT, "tests", "goldens", "chat", "openai-gpt-oss-120b.json"), encoding="utf-8") as f:
+        template = json.load(f)["template"]
+    path = str(tmp_path_factory.mktemp("harmony") / "SmolLM2-harmony.gguf")
+    gguf_with_chat_template(smollm2_path, path, template)
+    s = Server(spindle_bin, path, "--parallel", "2", "--ctx", "2048")
+    yield s
+    assert s.stop() == 0, s.log_text()[-2000:]
+
+
+def chat(server, **kw):
+    kw.setdefault("messages", Q)
+    kw.setdefault("max_tokens", 60)
+    kw.setdefault("temperature", 0)
+    r = server.post("/v1/chat/completions", kw, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_channels_split_into_reasoning_and_content(server):
+    grammar = "root ::= %s" % json.dumps(OUT)
+    msg = chat(server, grammar=grammar)["choices"][0]["message"]
+    assert msg["reasoning_content"] == "I reason." and msg["content"] == "Paris."
+    chunks = list(server.openai().chat.completions.create(model=server.model_id, messages=Q, max_tokens=60,
+                                                          temperature=0, stream=True,
+                                                          extra_body={"grammar": grammar}))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    thought = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+    text = "".join(d.content or "" for d in deltas)
+    assert thought == "I reason." and text == "Paris."
+    kinds = ["r" if getattr(d, "reasoning_content", None) else "c" for d in deltas
+             if d.content or getattr(d, "reasoning_content", None)]
+    assert len(kinds) > 2 and kinds == sorted(kinds, reverse=True)  # several deltas, reasoning first
+    # reasoning_format none: the messages as the model wrote them
+    msg = chat(server, grammar=grammar, reasoning_format="none")["choices"][0]["message"]
+    assert msg["content"] == OUT and "reasoning_content" not in msg
+
+
+def test_reasoning_content_and_effort_reach_the_template(server):
+    base = chat(server, max_tokens=1)["usage"]["prompt_tokens"]
+    turn = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, Q[0]]
+    no_thinking = chat(server, messages=turn, max_tokens=1)["usage"]["prompt_tokens"]
+    # an earlier turn's reasoning is dropped by the template; a tool call's is kept
+    turn[1]["reasoning_content"] = "Greet back."
+    assert chat(server, messages=turn, max_tokens=1)["usage"]["prompt_tokens"] == no_thinking
+    call = [Q[0], {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "21 C"}]
+    plain = chat(server, messages=call, tools=[WEATHER], max_tokens=1)["usage"]["prompt_tokens"]
+    call[1]["reasoning_content"] = "Need the weather first."
+    thought = chat(server, messages=call, tools=[WEATHER], max_tokens=1)["usage"]["prompt_tokens"]
+    assert thought > plain + 4
+    assert chat(server, max_tokens=1, reasoning_effort="high")["usage"]["prompt_tokens"] == base
+    r = server.post("/v1/chat/completions", dict(messages=[Q[0], {"role": "assistant", "content": "x",
+                                                                  "reasoning_content": 3}], max_tokens=1))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[1].reasoning_content", r.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_named_tool_call(server, stream):
+    kw = dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}},
+              max_tokens=200)
+    if not stream:
+        r = chat(server, **kw)
+        c = r["choices"][0]
+        calls = c["message"].get("tool_calls") or []
+        assert c["finish_reason"] == "tool_calls" and len(calls) == 1, r
+        assert calls[0]["function"]["name"] == "get_weather" and calls[0]["id"].startswith("call_")
+        assert list(json.loads(calls[0]["function"]["arguments"]).items()) in ([("city", "Paris")], [("city", "Rome")])
+        assert not c["message"]["content"], r  # the header before the recipient is no answer
+        return
+    name, args, finish = "", "", None
+    for chunk in server.openai().chat.completions.create(model=server.model_id, messages=Q, temperature=0,
+                                                         stream=True, **kw):
+        for ch in chunk.choices:
+            for d in ch.delta.tool_calls or []:
+                name += d.function.name or "" if d.function else ""
+                args += d.function.arguments or "" if d.function else ""
+            finish = ch.finish_reason or finish
+    assert finish == "tool_calls" and name == "get_weather" and json.loads(args)["city"] in ("Paris", "Rome")
