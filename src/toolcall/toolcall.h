@@ -4,7 +4,8 @@
  * A format (a row of the table in format.c) says how a model writes its
  * calls: Hermes/Qwen `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`,
  * Llama 3 `{"name": ..., "parameters": ...}`, Mistral
- * `[TOOL_CALLS][{"name": ..., "arguments": ..., "id": ...}]`, and plain JSON
+ * `[TOOL_CALLS][{"name": ..., "arguments": ..., "id": ...}]`, Harmony
+ * (gpt-oss) ` to=functions.NAME ...<|message|>{...}`, and plain JSON
  * objects for templates that know no tools.  It is chosen from the chat
  * template's source.  For the native formats the template receives the
  * tools, the assistant's tool_calls and the tool results as they are; for

@@ -138,6 +138,24 @@ int main(void)
     struct flat fl;
     run(longer, true, NULL, &fl);
     CHECK(fl.n == sizeof longer && fl.s[0] == 'T' && !strcmp(fl.s + 1, longer), "long text: %.20s (%zu)", fl.s, fl.n);
+    /* outputs of random pieces: read byte by byte as whole */
+    static const char *const pieces[] = {"<|channel|>analysis", "<|channel|>final", "<|channel|>commentary", "<|message|>",
+                                         "<|end|>", "<|start|>assistant", "<|call|>", "<|return|>", " to=functions.",
+                                         "get_time", "{\"tz\":\"x\"}", "<|", "<", "|>", "a", " "};
+    uint32_t rng = 12345;
+    for (int k = 0; k < 400; k++) {
+        char out[1024];
+        size_t n = 0;
+        int len = 1 + (int)((rng = rng * 1103515245u + 12345u) >> 16) % 30;
+        for (int j = 0; j < len; j++) {
+            const char *p = pieces[((rng = rng * 1103515245u + 12345u) >> 16) % (sizeof pieces / sizeof pieces[0])];
+            n += (size_t)snprintf(out + n, sizeof out - n, "%s", p);
+        }
+        struct flat whole, bytes;
+        run(out, false, k & 1 ? tc : NULL, &whole);
+        run(out, true, k & 1 ? tc : NULL, &bytes);
+        CHECK(!strcmp(whole.s, bytes.s), "random %d [%s]: whole [%s], byte by byte [%s]", k, out, whole.s, bytes.s);
+    }
     sp_toolcall_free(tc);
     json_decref(tools);
     return sp_check_report("test_reasoning");
