@@ -242,11 +242,14 @@ static sp_status sp_harmony_feed(struct sp_think *t, const char *s, size_t n, bo
         st = t->part == HP_HEAD ? sp_harmony_head(t, s, n, &i, fn, u) : sp_harmony_message_body(t, s, n, &i, fn, u);
     if (st != SP_OK || !last)
         return st;
-    /* the end: a header never finished is the answer's text, unless it is
-     * only the next message's opening */
-    static const char opening[] = "<|start|>assistant";
-    bool opening_only = t->n_head <= sizeof opening - 1 && !memcmp(opening, t->head, t->n_head);
-    if (t->part == HP_HEAD && !opening_only)
+    /* the end: a header never finished (cut by max_tokens) is dropped;
+     * text that began no header is the answer's */
+    size_t k = 0;
+    while (k < t->n_head && sp_think_space(t->head[k]))
+        k++;
+    bool header = (t->n_head - k >= 2 && !memcmp(t->head + k, "<|", 2)) ||
+                  (t->n_head - k >= 3 && !memcmp(t->head + k, "to=", 3));
+    if (t->part == HP_HEAD && !header)
         st = fn(u, false, t->head, t->n_head);
     else if (t->part != HP_HEAD)
         st = sp_harmony_body(t, t->tag, t->n_tag, fn, u);

@@ -105,3 +105,26 @@ def test_named_tool_call(server, stream):
                 args += d.function.arguments or "" if d.function else ""
             finish = ch.finish_reason or finish
     assert finish == "tool_calls" and name == "get_weather" and json.loads(args)["city"] in ("Paris", "Rome")
+
+
+def test_thinking_budget_closes_the_analysis_message(server):
+    """Anthropic's thinking.budget_tokens bounds the analysis message: after that many tokens <|end|> is
+    forced and the final message follows (the grammar lets the analysis run on; SmolLM2 ends it
+    itself after 6 words)."""
+    import anthropic
+    c = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+    grammar = ('root ::= "<|channel|>analysis<|message|>" [a-z ]+ '
+               '"<|end|><|start|>assistant<|channel|>final<|message|>Paris."')
+    extra = {"temperature": 0, "grammar": grammar}
+    free = c.messages.create(model=server.model_id, max_tokens=80, messages=Q, extra_body=extra)
+    assert [(b.type, getattr(b, "text", None)) for b in free.content] == [("thinking", None), ("text", "Paris.")]
+    m = c.messages.create(model=server.model_id, max_tokens=80, messages=Q, extra_body=extra,
+                          thinking={"type": "enabled", "budget_tokens": 3})
+    assert [(b.type, getattr(b, "text", None)) for b in m.content] == [("thinking", None), ("text", "Paris.")]
+    assert m.content[0].thinking and free.content[0].thinking.startswith(m.content[0].thinking)
+    assert len(m.content[0].thinking) < len(free.content[0].thinking)
+    # cut by max_tokens inside the next message's header: the header is no answer
+    cut = c.messages.create(model=server.model_id, max_tokens=free.usage.output_tokens - 6, messages=Q,
+                            extra_body=extra)
+    assert cut.content[0].thinking == free.content[0].thinking and cut.stop_reason == "max_tokens"
+    assert not "".join(b.text for b in cut.content if b.type == "text"), cut.content
