@@ -260,7 +260,7 @@ static sp_status harmony_grammar(const struct sp_toolcall *tc, char **gbnf)
     for (size_t i = first; i < last && st == SP_OK; i++) {
         st = sp_grammar_from_schema_as(tc->fn[i].params, strlen(tc->fn[i].params), "args", false, &args[i]);
         if (st == SP_OK)
-            need += 2 * strlen(args[i]) + 2 * strlen(tc->fn[i].name) + 64; /* a prefix per rule name at most */
+            need += 9 * strlen(args[i]) + 2 * strlen(tc->fn[i].name) + 64; /* a prefix of 8 or fewer per name at most */
     }
     char *out = st == SP_OK ? malloc(need) : NULL;
     if (st == SP_OK && !out)
