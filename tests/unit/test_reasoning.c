@@ -139,7 +139,8 @@ int main(void)
     run(longer, true, NULL, &fl);
     CHECK(fl.n == sizeof longer && fl.s[0] == 'T' && !strcmp(fl.s + 1, longer), "long text: %.20s (%zu)", fl.s, fl.n);
     /* outputs of random pieces: read byte by byte as whole */
-    static const char *const pieces[] = {"<|channel|>analysis", "<|channel|>final", "<|channel|>commentary", "<|message|>",
+    static const char *const pieces[] = {"<|channel|>analysis", "<|channel|>final", "<|channel|>commentary",
+                                         "<|message|>",
                                          "<|end|>", "<|start|>assistant", "<|call|>", "<|return|>", " to=functions.",
                                          "get_time", "{\"tz\":\"x\"}", "<|", "<", "|>", "a", " "};
     uint32_t rng = 12345;

@@ -116,8 +116,8 @@ static const struct parse_case parse_cases[] = {
      true},
     {"harmony", "\"auto\"", true, "Let me check. to=functions.get_weather<|channel|>commentary json<|message|>"
      "{\"city\": \"Paris\"}<|call|>", "T0:Let me check.|C0:get_weather|A0:{\"city\": \"Paris\"}", false, true},
-    {"harmony", "\"auto\"", true, " to=functions.f <|constrain|>json<|message|>{\"a\":1}<|call|> to=functions.get_weather "
-     "<|constrain|>json<|message|>{\"city\":\"x}\\\"\"}<|call|>",
+    {"harmony", "\"auto\"", true, " to=functions.f <|constrain|>json<|message|>{\"a\":1}<|call|> "
+     "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"x}\\\"\"}<|call|>",
      "C0:f|A0:{\"a\":1}|C1:get_weather|A1:{\"city\":\"x}\\\"\"}", false, true},
     {"harmony", "\"auto\"", true, "Say to=functions or to=functions.<|message|>{}", "T0:Say to=functions or "
      "to=functions.<|message|>{}", false, true},
