@@ -870,7 +870,7 @@ char *sp_ollama_show(const struct sp_info_ctx *ctx, int *status, struct sp_api_e
         json_object_set_new(info, key, json_integer(mi.n_layer));
         json_array_append_new(caps, json_string("completion"));
         json_array_append_new(caps, json_string("tools"));
-        if (tmpl && strstr(tmpl, "<think>"))
+        if (sp_think_mode_for(ctx->model, NULL, 0) != SP_THINK_OFF) /* the template thinks (<think>, Harmony) */
             json_array_append_new(caps, json_string("thinking"));
         json_object_set_new(o, "modelfile", json_string(""));
         json_object_set_new(o, "parameters", json_string(""));

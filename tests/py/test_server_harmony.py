@@ -81,6 +81,9 @@ def test_reasoning_content_and_effort_reach_the_template(server):
     r = server.post("/v1/chat/completions", dict(messages=[Q[0], {"role": "assistant", "content": "x",
                                                                   "reasoning_content": 3}], max_tokens=1))
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[1].reasoning_content", r.text
+    # Ollama's capabilities name thinking for a Harmony template
+    show = server.post("/api/show", {"model": server.model_id})
+    assert show.status_code == 200 and "thinking" in show.json()["capabilities"], show.text
 
 
 @pytest.mark.parametrize("stream", [False, True])
