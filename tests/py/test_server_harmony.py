@@ -131,3 +131,35 @@ def test_thinking_budget_closes_the_analysis_message(server):
                             extra_body=extra)
     assert cut.content[0].thinking == free.content[0].thinking and cut.stop_reason == "max_tokens"
     assert not "".join(b.text for b in cut.content if b.type == "text"), cut.content
+
+
+def test_other_apis_hand_back_thinking(server):
+    """Anthropic's thinking blocks and Ollama's message thinking in an assistant turn with a tool call
+    reach gpt-oss's template (its analysis message before the call): a longer prompt than without."""
+    import anthropic
+    c = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+    tools = [{"name": "get_weather", "description": "Current weather in a city.",
+              "input_schema": WEATHER["function"]["parameters"]}]
+
+    def count(blocks):
+        msgs = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": blocks + [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                                            "input": {"city": "Paris"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "21 C"}]}]
+        return c.messages.count_tokens(model=server.model_id, messages=msgs, tools=tools).input_tokens
+    plain = count([])
+    assert count([{"type": "thinking", "thinking": "Need the weather first.", "signature": ""}]) > plain + 4
+    assert count([{"type": "redacted_thinking", "data": "xyz"}]) == plain
+
+    def ollama(thinking):
+        m = {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather",
+                                                                            "arguments": {"city": "Paris"}}}]}
+        if thinking:
+            m["thinking"] = thinking
+        body = {"model": server.model_id, "stream": False, "options": {"num_predict": 1, "temperature": 0},
+                "tools": [WEATHER], "messages": [{"role": "user", "content": "Weather in Paris?"}, m,
+                                                 {"role": "tool", "tool_name": "get_weather", "content": "21 C"}]}
+        r = server.post("/api/chat", body, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()["prompt_eval_count"]
+    assert ollama("Need the weather first.") > ollama(None) + 4
