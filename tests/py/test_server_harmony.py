@@ -163,3 +163,21 @@ def test_other_apis_hand_back_thinking(server):
         assert r.status_code == 200, r.text
         return r.json()["prompt_eval_count"]
     assert ollama("Need the weather first.") > ollama(None) + 4
+
+
+def test_responses_reasoning_items_reach_the_template(server):
+    """A Responses reasoning item before a function_call is that turn's reasoning_content."""
+    def tokens(reasoning):
+        items = [{"role": "user", "content": "Weather in Paris?"}]
+        if reasoning:
+            items.append({"type": "reasoning", "id": "rs_1", "summary": [],
+                          "content": [{"type": "reasoning_text", "text": reasoning}]})
+        items += [{"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                   "arguments": "{\"city\": \"Paris\"}"},
+                  {"type": "function_call_output", "call_id": "call_1", "output": "21 C"}]
+        tools = [dict(WEATHER["function"], type="function")]
+        r = server.post("/v1/responses", {"model": server.model_id, "input": items, "tools": tools,
+                                          "max_output_tokens": 16, "temperature": 0}, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["input_tokens"]
+    assert tokens("Need the weather first.") > tokens(None) + 4
