@@ -126,6 +126,9 @@ static const struct parse_case parse_cases[] = {
      "<|end|><|start|>assistant<|channel|>commentary|C0:f|A0:{\"a\":2}", true, true},
     {"harmony", "\"required\"", true, " to=functions.f<|channel|>commentary <|constrain|>json<|message|>{\"a\":-1}",
      "C0:f|A0:{\"a\":-1}", false, false},
+    {"harmony", "\"required\"", true, "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant "
+     "to=functions.f<|channel|>commentary json<|message|>{\"a\":4}", "T0:<|channel|>commentary<|message|>Checking.<|end|>"
+     "<|start|>assistant|C0:f|A0:{\"a\":4}", true, true},
     {"harmony", "\"required\"", true, "<|channel|>final<|message|>No call.", "T0:<|channel|>final<|message|>No call.",
      false, false},
     {"harmony", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", true,
