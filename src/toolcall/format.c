@@ -246,9 +246,11 @@ static size_t gbnf_prefixed(char *o, size_t cap, const char *g, const char *pre)
     return n;
 }
 
-/* From the output's start (analysis and preamble messages, then the call) or, lazily,
- * from the trigger: the recipient, the function's name, the rest of the
- * header and its arguments.  <|call|> is the model's end of generation,
+/* From the output's start (analysis messages, then the call; no preamble:
+ * a model that begins "<|channel|>commentary" for the call could go on with
+ * a preamble instead, and write it until max_tokens) or, lazily, from the
+ * trigger: the recipient, the function's name, the rest of the header and
+ * its arguments.  <|call|> is the model's end of generation,
  * never text, so the grammar ends with the arguments. */
 static sp_status harmony_grammar(const struct sp_toolcall *tc, char **gbnf)
 {
@@ -272,8 +274,8 @@ static sp_status harmony_grammar(const struct sp_toolcall *tc, char **gbnf)
         for (size_t i = first; i < last; i++)
             n += (size_t)snprintf(out + n, need - n, "%s tc-f%zu", i > first ? " |" : "", i);
         n += (size_t)snprintf(out + n, need - n,
-                              " )\ntc-pre ::= \"<|channel|>\" ( \"analysis\" | \"commentary\" ) \"<|message|>\" "
-                              "( [^<] | \"<\" [^|] )* \"<|end|><|start|>assistant\"\n"
+                              " )\ntc-pre ::= \"<|channel|>analysis<|message|>\" ( [^<] | \"<\" [^|] )* "
+                              "\"<|end|><|start|>assistant\"\n"
                               "tc-head ::= ( \"<|channel|>\" ( \"commentary\" | \"analysis\" ) )? "
                               "( \" \" \"<|constrain|>\"? \"json\" | \"<|constrain|>json\" )? \"<|message|>\"\n");
         for (size_t i = first; i < last; i++) {

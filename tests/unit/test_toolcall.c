@@ -128,7 +128,7 @@ static const struct parse_case parse_cases[] = {
      "C0:f|A0:{\"a\":-1}", false, false},
     {"harmony", "\"required\"", true, "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant "
      "to=functions.f<|channel|>commentary json<|message|>{\"a\":4}",
-     "T0:<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant|C0:f|A0:{\"a\":4}", true, true},
+     "T0:<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant|C0:f|A0:{\"a\":4}", false, true},
     {"harmony", "\"required\"", true, "<|channel|>final<|message|>No call.", "T0:<|channel|>final<|message|>No call.",
      false, false},
     {"harmony", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", true,
