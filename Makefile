@@ -131,9 +131,13 @@ $(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(INC_$(firstword $(subst /, ,$*))) $(FLAGS_$(notdir $*)) -c $< -o $@
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libspindle.a tests/unit/check.h tests/unit/check_isa.h
+# A unit test of an application's part links that part's objects too
+# (TEST_OBJ_name; the application's headers are found from the root).
+TEST_OBJ_test_reasoning := $(BUILD)/obj/server/reasoning.o
+.SECONDEXPANSION:
+$(BUILD)/tests/%: tests/unit/%.c $$(TEST_OBJ_$$*) $(BUILD)/libspindle.a tests/unit/check.h tests/unit/check_isa.h
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -Isrc -Itests/unit -o $@ $< $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Isrc -I. -Itests/unit -o $@ $< $(TEST_OBJ_$*) $(BUILD)/libspindle.a $(LDFLAGS) $(LDLIBS)
 
 tests: $(TEST_BIN)
 

@@ -288,6 +288,10 @@ typedef struct sp_chat_msg {
     const char *tool_calls;
     const char *tool_call_id;
     const char *name;
+    /* An assistant turn's reasoning (OpenAI-compatible servers'
+     * reasoning_content): the template's message.reasoning_content, and
+     * gpt-oss's message.thinking; NULL leaves it out. */
+    const char *reasoning_content;
 } sp_chat_msg;
 
 /* The template this model's chats use (the file's, or the built-in one);

@@ -8,7 +8,7 @@
  *   messages: text blocks              message content
  *             tool_use (assistant)     tool_calls (input as arguments)
  *             tool_result (user)       a tool message per result, before the user's text
- *             thinking (assistant)     dropped (templates drop past thinking)
+ *             thinking (assistant)     the message's reasoning_content (joined; redacted: none)
  *   max_tokens, stop_sequences         max_tokens, stop
  *   temperature, top_p, top_k          the same
  *   tools, tool_choice                 function tools; auto / any (required) / tool (named) / none,
@@ -84,6 +84,7 @@ static sp_status sp_blocks_text(const json_t *content, const char *param, char *
 struct sp_blocks {
     json_t *parts, *calls, *results;
     bool assistant;
+    json_t *thinking;   /* an assistant turn's thinking blocks' text, joined (the message's reasoning_content) */
 };
 
 static sp_status sp_block_text(const json_t *b, const char *param, struct sp_blocks *o, struct sp_api_error *err)
@@ -97,11 +98,26 @@ static sp_status sp_block_text(const json_t *b, const char *param, struct sp_blo
     return json_array_append_new(o->parts, part) ? SP_ERR_NOMEM : SP_OK;
 }
 
-/* Past thinking: templates drop it. */
+/* Past thinking: the message's reasoning_content (templates that keep it,
+ * gpt-oss's before a tool call, read it; the others drop it). */
 static sp_status sp_block_thinking(const json_t *b, const char *param, struct sp_blocks *o, struct sp_api_error *err)
 {
-    (void)b;
-    return o->assistant ? SP_OK : sp_bad(err, param, "Invalid '%s': thinking blocks belong to assistant turns%s.", "");
+    if (!o->assistant)
+        return sp_bad(err, param, "Invalid '%s': thinking blocks belong to assistant turns%s.", "");
+    json_t *t = json_object_get(b, "thinking");
+    if (!json_is_string(t) || !json_string_length(t)) /* redacted_thinking: nothing to read */
+        return SP_OK;
+    if (!o->thinking)
+        return (o->thinking = json_deep_copy(t)) ? SP_OK : SP_ERR_NOMEM;
+    size_t n = json_string_length(o->thinking), m = json_string_length(t);
+    char *s = malloc(n + m + 1);
+    if (!s)
+        return SP_ERR_NOMEM;
+    memcpy(s, json_string_value(o->thinking), n);
+    memcpy(s + n, json_string_value(t), m);
+    int bad = json_string_setn_nocheck(o->thinking, s, n + m);
+    free(s);
+    return bad ? SP_ERR_NOMEM : SP_OK;
 }
 
 static sp_status sp_block_tool_use(const json_t *b, const char *param, struct sp_blocks *o, struct sp_api_error *err)
@@ -195,7 +211,7 @@ static sp_status sp_anthropic_messages(const json_t *root, json_t *msgs, struct 
             return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "messages",
                                "A final assistant message (a prefill to continue) is not supported by this server.");
         json_t *parts = json_array(), *calls = json_array(), *results = json_array();
-        struct sp_blocks blocks = {parts, calls, results, assistant};
+        struct sp_blocks blocks = {parts, calls, results, assistant, NULL};
         sp_status st = SP_OK;
         if (json_is_string(content)) {
             json_t *part = json_object();
@@ -217,8 +233,11 @@ static sp_status sp_anthropic_messages(const json_t *root, json_t *msgs, struct 
             json_object_set(o, "content", json_array_size(parts) || !assistant ? parts : json_null());
             if (json_array_size(calls))
                 json_object_set(o, "tool_calls", calls);
+            if (blocks.thinking)
+                json_object_set(o, "reasoning_content", blocks.thinking);
             json_array_append_new(msgs, o);
         }
+        json_decref(blocks.thinking);
         json_decref(parts);
         json_decref(calls);
         json_decref(results);

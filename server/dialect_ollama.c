@@ -13,6 +13,7 @@
  *     options (num_thread, num_gpu, use_mmap, ...)                     labels
  *   format "json" / a JSON schema      response_format json_object / json_schema
  *   think (true, false, "low", ...)    the template's enable_thinking (and reasoning_effort)
+ *   messages[].thinking (assistant)    the message's reasoning_content
  *   tools, messages[].tool_calls,      OpenAI's tools; calls get ids, a tool message answers
  *     tool messages (tool_name)        the first unanswered call of its name (else the next one)
  *   /api/generate: system, prompt      a system and a user message; raw: the prompt as it is
@@ -270,6 +271,9 @@ static sp_status sp_ollama_messages(const json_t *m, json_t *msgs, struct sp_api
             json_object_set(o, "content", content);
         else
             json_object_set_new(o, "content", json_string(""));
+        json_t *thinking = json_object_get(msg, "thinking");
+        if (role && !strcmp(role, "assistant") && json_is_string(thinking) && json_string_length(thinking))
+            json_object_set(o, "reasoning_content", thinking); /* templates that keep it read it */
         if (calls && !json_is_null(calls) && json_array_size(calls)) {
             json_t *oc = json_array();
             json_object_set_new(o, "tool_calls", oc);
@@ -929,7 +933,7 @@ char *sp_ollama_show(const struct sp_info_ctx *ctx, int *status, struct sp_api_e
         json_object_set_new(info, key, json_integer(mi.n_layer));
         json_array_append_new(caps, json_string("completion"));
         json_array_append_new(caps, json_string("tools"));
-        if (tmpl && strstr(tmpl, "<think>"))
+        if (sp_think_mode_for(ctx->model, NULL, 0) != SP_THINK_OFF) /* the template thinks (<think>, Harmony) */
             json_array_append_new(caps, json_string("thinking"));
         json_object_set_new(o, "modelfile", json_string(""));
         json_object_set_new(o, "parameters", json_string(""));

@@ -7,7 +7,8 @@
  *   input (a string, or items)         messages: role items with input_text/output_text
  *                                      parts; function_call items an assistant turn's
  *                                      tool_calls; function_call_output items tool
- *                                      messages; reasoning items dropped
+ *                                      messages; a reasoning item's text the next
+ *                                      assistant turn's reasoning_content
  *   instructions                       the first, system message
  *   max_output_tokens, temperature, top_p, parallel_tool_calls   the same
  *   text.format (text, json_object, json_schema)   response_format
@@ -84,6 +85,10 @@ static sp_status sp_item_message(const json_t *it, const char *param, json_t *ms
     sp_status st = sp_responses_content(json_object_get(it, "content"), param, &content, err);
     if (st != SP_OK)
         return st;
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    if (!strcmp(role, "assistant") && json_is_null(json_object_get(last, "content")) &&
+        json_object_get(last, "reasoning_content") && !json_object_get(last, "tool_calls"))
+        return json_object_set_new(last, "content", content) ? SP_ERR_NOMEM : SP_OK; /* the reasoning's turn */
     json_t *m = json_object();
     json_object_set_new(m, "role", json_string(role));
     json_object_set_new(m, "content", content);
@@ -133,14 +138,33 @@ static sp_status sp_item_output(const json_t *it, const char *param, json_t *msg
     return json_array_append_new(msgs, m) ? SP_ERR_NOMEM : SP_OK;
 }
 
-/* Past reasoning: templates drop it. */
+/* Past reasoning (its reasoning_text parts) opens an assistant turn as its
+ * reasoning_content, which the message or calls after it join; templates
+ * that keep past thinking read it (gpt-oss's before a tool call). */
 static sp_status sp_item_reasoning(const json_t *it, const char *param, json_t *msgs, struct sp_api_error *err)
 {
-    (void)it;
+    json_t *content = json_object_get(it, "content");
+    size_t n = 0, o = 0;
     (void)param;
-    (void)msgs;
     (void)err;
-    return SP_OK;
+    for (size_t k = 0; k < json_array_size(content); k++)
+        n += json_string_length(json_object_get(json_array_get(content, k), "text"));
+    if (!n)
+        return SP_OK;
+    char *text = malloc(n + 1);
+    if (!text)
+        return SP_ERR_NOMEM;
+    for (size_t k = 0; k < json_array_size(content); k++) {
+        json_t *t = json_object_get(json_array_get(content, k), "text");
+        memcpy(text + o, json_string_value(t), json_string_length(t));
+        o += json_string_length(t);
+    }
+    json_t *m = json_object();
+    json_object_set_new(m, "role", json_string("assistant"));
+    json_object_set_new(m, "content", json_null());
+    json_object_set_new(m, "reasoning_content", json_stringn_nocheck(text, n));
+    free(text);
+    return json_array_append_new(msgs, m) ? SP_ERR_NOMEM : SP_OK;
 }
 
 static const struct {

@@ -438,18 +438,32 @@ enum sp_think_mode {
     SP_THINK_START,   /* the output may open a block at its start */
     SP_THINK_INSIDE,  /* the prompt opened the block: the output starts in it */
     SP_THINK_AFTER,   /* the block is over (or never opened) */
+    SP_THINK_HARMONY, /* gpt-oss's messages: the analysis channel is the reasoning */
 };
+#define SP_THINK_HEAD 192 /* Harmony: the longest message header read */
 struct sp_think {
     enum sp_think_mode mode;
     unsigned matched;  /* bytes of a tag matched so far (held) */
     char space[16];    /* SP_THINK_START: whitespace before a possible tag (held) */
     unsigned n_space;
     bool trim;         /* drop whitespace before the next text */
+    /* SP_THINK_HARMONY: the message being read */
+    int part;                 /* its header, or the kind of its body (reasoning.c) */
+    char head[SP_THINK_HEAD]; /* the header up to <|message|> (held) */
+    unsigned n_head;
+    char tag[16];             /* body: the start of a possible <|end|>, <|call|>, <|return|>, <|start|> (held) */
+    unsigned n_tag;
 };
 void sp_think_init(struct sp_think *t, enum sp_think_mode mode);
 typedef sp_status (*sp_think_fn)(void *user, bool reasoning, const char *text, size_t len);
 /* Splits the next piece of output into reasoning and answer, in order, for
- * fn; `last`: the output ends here (held bytes are released). */
+ * fn; `last`: the output ends here (held bytes are released).
+ * SP_THINK_HARMONY reads gpt-oss's messages (header<|message|>body<|end|>,
+ * the next one after <|start|>assistant): an analysis message's body is
+ * reasoning, a final or commentary one's the answer, and a message to a
+ * recipient (a tool call) goes to the answer from its " to=" on, header
+ * and body as written, for the tool-call parser; the tokens between are
+ * dropped. */
 sp_status sp_think_feed(struct sp_think *t, const char *text, size_t len, bool last, sp_think_fn fn, void *user);
 
 /* ---- sse.c: response bodies and stream chunks ---- */

@@ -406,14 +406,15 @@ static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root, s
     return sp_parse_one_prompt(r, batch ? json_array_get(p, item) : p, model, lim, err);
 }
 
-/* A message's fields: role, content, name, tool_calls and tool_call_id are
- * read; refusal, annotations, audio and function_call, which OpenAI's own
+/* A message's fields: role, content, name, tool_calls, tool_call_id and
+ * reasoning_content (an assistant turn's reasoning, as llama-server reads it)
+ * are read; refusal, annotations, audio and function_call, which OpenAI's own
  * answers carry and clients echo back, are accepted as labels when null (or
  * an empty annotations list).  Anything else is a 400 naming the field, as
  * sp_check_fields answers for the request's own fields. */
 static sp_status sp_check_message_fields(const json_t *msg, size_t i, struct sp_api_error *err)
 {
-    static const char *const read[] = {"role", "content", "name", "tool_calls", "tool_call_id"};
+    static const char *const read[] = {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"};
     static const char *const labels[] = {"refusal", "annotations", "audio", "function_call"};
     const char *key;
     json_t *v;
@@ -523,6 +524,14 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
             goto free_msgs;
         if ((st = sp_api_message_tools(msg, i, &msgs[i], err)) != SP_OK)
             goto free_msgs;
+        json_t *reasoning = json_object_get(msg, "reasoning_content");
+        if (reasoning && !json_is_null(reasoning) && !json_is_string(reasoning)) {
+            snprintf(param, sizeof param, "messages[%zu].reasoning_content", i);
+            st = sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", param,
+                             "Invalid type for '%s': expected a string.", param);
+            goto free_msgs;
+        }
+        msgs[i].reasoning_content = json_string_value(reasoning);
         json_t *content = json_object_get(msg, "content");
         snprintf(param, sizeof param, "messages[%zu].content", i);
         if (json_is_string(content)) {

@@ -17,11 +17,19 @@ conversations.  Writes one tests/goldens/chat/NAME.json per template:
      {"name": ..., "messages": [{"role":..,"content":..}], "add_generation_prompt": bool,
       "bos_token": .., "eos_token": .., "output": "<text>"  |  "error": "<message>"}]}
 
-`tools` and `documents` are left undefined there.  The tool-use goldens go to
+`tools` and `documents` are left undefined there.  Templates in the Harmony
+format (gpt-oss: they write "<|channel|>") also get tests/goldens/chat-harmony/NAME.json:
+conversations as an OpenAI client sends them (content null beside tool_calls,
+reasoning_content, arguments as JSON text) with tools and template variables
+(reasoning_effort), each rendered from the messages llama.cpp hands the
+template (common_chat_msg::to_json_oaicompat and common/parsers/gpt-oss.cpp:
+content "" for none, reasoning_content only when not empty and copied to
+`thinking`, content dropped beside reasoning and tool calls, arguments as
+objects).  The tool-use goldens go to
 tests/goldens/chat-tools/NAME.json, same shape, each case with "tools" too:
 conversations with tool definitions, assistant messages with tool_calls
 (arguments as objects, as HF documents) and tool results.
-Usage: scripts/goldens/chat.py [--models DIR] [--templates DIR] [--out DIR] [--tools-out DIR]
+Usage: scripts/goldens/chat.py [--models DIR] [--templates DIR] [--out DIR] [--tools-out DIR] [--harmony-out DIR]
 """
 import argparse
 import json
@@ -164,6 +172,90 @@ TOOL_CONVS = [
 ]
 
 
+RICH_TOOLS = TOOLS + [
+    {"type": "function", "function": {
+        "name": "search", "description": "Search the catalogue.",
+        "parameters": {"type": "object", "properties": {
+            "terms": {"type": "array", "items": {"type": "string"}, "description": "Words to find"},
+            "limit": {"type": "integer", "default": 10},
+            "exact": {"type": "boolean"},
+            "sort": {"type": "string", "enum": ["price", "date"], "default": "date"},
+            "range": {"type": "object", "properties": {"lo": {"type": "number"}, "hi": {"type": "number"}},
+                      "required": ["lo"]},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
+            "owner": {"type": "string", "nullable": True},
+            "id": {"oneOf": [{"type": "string"}, {"type": "integer"}]}},
+            "required": ["terms"]}}},
+    {"type": "function", "function": {
+        "name": "ping", "description": "Checks the service.",
+        "parameters": {"type": "object", "properties": {}}}},
+]
+CALL1_API = {"id": "call00001", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}
+RESULT1 = {"role": "tool", "tool_call_id": "call00001", "content": "{\"temperature\": 21}"}
+HARMONY_CONVS = [
+    ("effort_high", [SYS, ASK], TOOLS, {"reasoning_effort": "high"}),
+    ("developer_low", [{"role": "developer", "content": "Answer in French."},
+                       {"role": "user", "content": "Hi"}], None, {"reasoning_effort": "low"}),
+    ("thinking_history", [{"role": "user", "content": "Why?"},
+                          {"role": "assistant", "content": "Because.", "reasoning_content": "Let me see."},
+                          {"role": "user", "content": "Thanks"}], None, None),
+    ("thinking_last", [{"role": "user", "content": "Why?"},
+                       {"role": "assistant", "content": "Because.", "reasoning_content": "Let me see."}], None, None),
+    ("tool_thinking", [SYS, ASK, {"role": "assistant", "content": None, "reasoning_content": "Need the weather.",
+                                  "tool_calls": [CALL1_API]}, RESULT1], TOOLS, None),
+    ("tool_then_final", [ASK, {"role": "assistant", "content": None, "tool_calls": [CALL1_API]}, RESULT1,
+                         {"role": "assistant", "content": "It is 21 C."},
+                         {"role": "user", "content": "Thanks"}], TOOLS, {"reasoning_effort": "medium"}),
+    ("tool_content_analysis", [ASK, {"role": "assistant", "content": "Checking the weather.",
+                                     "tool_calls": [CALL1_API]}, RESULT1], TOOLS, None),
+    ("rich_tools", [ASK], RICH_TOOLS, {"reasoning_effort": "low"}),
+]
+
+
+def llama_cpp_harmony_messages(msgs):
+    """The messages llama.cpp's server hands gpt-oss's template."""
+    out = []
+    for m in msgs:
+        j = {"role": m["role"], "content": m.get("content") or ""}
+        if m.get("reasoning_content"):
+            j["reasoning_content"] = m["reasoning_content"]
+        for k in ("name", "tool_call_id"):
+            if m.get(k):
+                j[k] = m[k]
+        if m.get("tool_calls"):
+            j["tool_calls"] = [{"id": c["id"], "type": "function",
+                                "function": {"name": c["function"]["name"],
+                                             "arguments": json.loads(c["function"]["arguments"])}}
+                               for c in m["tool_calls"]]
+        if "reasoning_content" in j:
+            j["thinking"] = j["reasoning_content"]
+            if j.get("tool_calls"):
+                del j["content"]
+        out.append(j)
+    return out
+
+
+def render_harmony(env, src):
+    tmpl = env.from_string(src)
+    cases = []
+    for name, msgs, tools, variables in HARMONY_CONVS:
+        for agp in (True, False):
+            case = {"name": "%s/agp=%d" % (name, agp), "messages": msgs, "add_generation_prompt": agp}
+            extra = dict(variables or {})
+            if tools is not None:
+                case["tools"] = extra["tools"] = tools
+            if variables:
+                case["vars"] = variables
+            try:
+                case["output"] = tmpl.render(messages=llama_cpp_harmony_messages(msgs), add_generation_prompt=agp,
+                                             bos_token="", eos_token="", **extra)
+            except Exception as e:  # noqa: BLE001 - any failure is the expected result
+                case["error"] = "%s: %s" % (type(e).__name__, e)
+            cases.append(case)
+    return cases
+
+
 def render_cases(env, src, convs=CONVS, tools=None):
     tmpl = env.from_string(src)
     cases = []
@@ -203,6 +295,7 @@ def main():
                     help="more .jinja templates (Gemma 3 / Qwen3 style), rendered as extra-NAME")
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "goldens", "chat"))
     ap.add_argument("--tools-out", default=os.path.join(ROOT, "tests", "goldens", "chat-tools"))
+    ap.add_argument("--harmony-out", default=os.path.join(ROOT, "tests", "goldens", "chat-harmony"))
     args = ap.parse_args()
     env = make_env()
     label = "llama.cpp models/templates/ (llama-cpp-python 0.3.36 sdist): "
@@ -241,6 +334,9 @@ def main():
     for name, src, origin in sources:
         write(args.out, name, src, origin, render_cases(env, src))
         write(args.tools_out, name, src, origin, render_cases(env, src, TOOL_CONVS, TOOLS))
+        if "<|channel|>" in src:
+            os.makedirs(args.harmony_out, exist_ok=True)
+            write(args.harmony_out, name, src, origin, render_harmony(env, src))
 
 
 if __name__ == "__main__":

@@ -395,10 +395,10 @@ const char *sp_model_chat_template(const sp_model *m)
 sp_status sp_model_chat_apply(const sp_model *m, const sp_chat_msg *msgs, size_t n, bool add_generation_prompt,
                               char **text)
 {
-    return sp_chat_prompt_text(m->vocab, sp_api_chat_format(m), msgs, n, NULL, NULL, add_generation_prompt, text);
+    return sp_chat_prompt_text(m->vocab, sp_api_chat_format(m), msgs, n, NULL, NULL, NULL, add_generation_prompt, text);
 }
 
 sp_status sp_model_chat_tokenize(const sp_model *m, const sp_chat_msg *msgs, size_t n, sp_token **out, size_t *n_out)
 {
-    return sp_chat_prompt(m->vocab, sp_api_chat_format(m), msgs, n, NULL, NULL, out, n_out);
+    return sp_chat_prompt(m->vocab, sp_api_chat_format(m), msgs, n, NULL, NULL, NULL, out, n_out);
 }

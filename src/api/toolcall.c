@@ -67,12 +67,14 @@ sp_status sp_toolcall_chat_tokenize_vars(const sp_model *m, const sp_toolcall *t
         snprintf(what, sizeof what, "messages[%zu].tool_calls", i);
         st = sp_api_json(msgs[i].tool_calls, what, &calls);
         tm[i] = (struct sp_toolcall_msg){.role = msgs[i].role, .content = msgs[i].content, .tool_calls = calls,
-                                         .tool_call_id = msgs[i].tool_call_id, .name = msgs[i].name};
+                                         .tool_call_id = msgs[i].tool_call_id, .name = msgs[i].name,
+                                         .reasoning_content = msgs[i].reasoning_content};
     }
     if (st == SP_OK)
         st = sp_toolcall_prompt(sp_api_toolcall_format(m), tc, tm, n, &tp);
     if (st == SP_OK)
-        st = sp_chat_prompt(m->vocab, sp_api_chat_format(m), tp.msgs, tp.n, tp.tools, vars, out, n_out);
+        st = sp_chat_prompt(m->vocab, sp_api_chat_format(m), tp.msgs, tp.n, tp.tools, vars, tp.reasoning_alias, out,
+                            n_out);
     sp_toolcall_prompt_free(&tp);
     for (size_t i = 0; tm && i < n; i++)
         json_decref((json_t *)tm[i].tool_calls);

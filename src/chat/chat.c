@@ -117,9 +117,9 @@ static int json_text_val(struct jctx *c, const char *text, const char *what, str
     return r;
 }
 
-static int setup_message(struct jctx *c, const struct sp_chat_msg *m, struct jval *out)
+static int setup_message(struct jctx *c, const struct sp_chat_msg *m, const char *alias, struct jval *out)
 {
-    struct jdict *d = jdict_new(c, 5);
+    struct jdict *d = jdict_new(c, 7);
     struct jval role, content, v;
     if (!d || str_val(c, m->role ? m->role : "", &role) || str_val(c, m->content, &content) ||
         jdict_set(c, d, jv_strn("role", 4), role) || jdict_set(c, d, jv_strn("content", 7), content))
@@ -130,6 +130,12 @@ static int setup_message(struct jctx *c, const struct sp_chat_msg *m, struct jva
     if (m->tool_call_id && (str_val(c, m->tool_call_id, &v) || jdict_set(c, d, jv_strn("tool_call_id", 12), v)))
         return -1;
     if (m->name && (str_val(c, m->name, &v) || jdict_set(c, d, jv_strn("name", 4), v)))
+        return -1;
+    if (m->reasoning_content && (str_val(c, m->reasoning_content, &v) ||
+                                 jdict_set(c, d, jv_strn("reasoning_content", 17), v)))
+        return -1;
+    if (m->reasoning_content && alias && (str_val(c, m->reasoning_content, &v) ||
+                                          jdict_set(c, d, jv_strn(alias, strlen(alias)), v)))
         return -1;
     out->t = JV_DICT;
     out->u.d = d;
@@ -184,7 +190,7 @@ static int setup_globals(struct jctx *c, const struct sp_chat_msg *msgs, size_t 
     if (!l)
         return -1;
     for (size_t i = 0; i < n_msgs; i++)
-        if (setup_message(c, &msgs[i], &l->v[l->n++]))
+        if (setup_message(c, &msgs[i], o->reasoning_alias, &l->v[l->n++]))
             return -1;
     v.t = JV_LIST;
     v.u.l = l;
@@ -259,7 +265,7 @@ sp_status sp_chat_render_at(const char *tmpl, const struct sp_chat_msg *msgs, si
                             bool add_generation_prompt, const char *bos_token,
                             const char *eos_token, int64_t now_unix, char **out)
 {
-    struct sp_chat_opts o = {add_generation_prompt, bos_token, eos_token, now_unix, NULL, NULL};
+    struct sp_chat_opts o = {add_generation_prompt, bos_token, eos_token, now_unix, NULL, NULL, NULL};
     return sp_chat_render_opts(tmpl, msgs, n_msgs, &o, out);
 }
 

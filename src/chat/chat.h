@@ -5,7 +5,8 @@
  * template when the file has none.
  *
  * Globals seen by the template: messages (list of {role, content} dicts,
- * with tool_calls, tool_call_id and name where given), tools (when given),
+ * with tool_calls, tool_call_id, name and reasoning_content where given),
+ * tools (when given),
  * add_generation_prompt, bos_token, eos_token, raise_exception(msg),
  * strftime_now(fmt), namespace(...), range(...).  `documents` is
  * undefined.
@@ -40,6 +41,8 @@ struct sp_chat_opts {
     const char *vars;    /* JSON text of an object whose keys become globals
                             (HF's template kwargs: enable_thinking, ...), or
                             NULL; the names above are reserved */
+    const char *reasoning_alias; /* a message's reasoning_content also under this
+                                    key (gpt-oss's template reads "thinking"), or NULL */
 };
 
 /* Renders tmpl for msgs[0..n_msgs) with *o (see sp_chat_render).  Also
@@ -80,16 +83,18 @@ const char *sp_chat_template_for(const struct sp_vocab *v, const char *arch_form
 
 /* Renders msgs (with the assistant's opening when add_generation_prompt)
  * and the model's BOS/EOS texts; tools: JSON text of the tools array the
- * template receives, or NULL; vars: sp_chat_opts.vars.  *text is malloc'd. */
+ * template receives, or NULL; vars and reasoning_alias: sp_chat_opts's.
+ * *text is malloc'd. */
 sp_status sp_chat_prompt_text(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs,
-                              size_t n, const char *tools, const char *vars, bool add_generation_prompt,
-                              char **text);
+                              size_t n, const char *tools, const char *vars, const char *reasoning_alias,
+                              bool add_generation_prompt, char **text);
 
 /* Renders and tokenizes with special tokens recognised; BOS is added
  * unless the template already wrote it.  *out is malloc'd.  The one path
  * from chat messages to prompt tokens (`spindle run --chat` and the
  * server's /v1/chat/completions). */
 sp_status sp_chat_prompt(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs, size_t n,
-                         const char *tools, const char *vars, sp_token **out, size_t *n_out);
+                         const char *tools, const char *vars, const char *reasoning_alias, sp_token **out,
+                         size_t *n_out);
 
 #endif

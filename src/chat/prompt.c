@@ -53,11 +53,11 @@ static char *sp_chat_token_text(const struct sp_vocab *v, sp_token t)
 }
 
 sp_status sp_chat_prompt_text(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs,
-                              size_t n, const char *tools, const char *vars, bool add_generation_prompt,
-                              char **text)
+                              size_t n, const char *tools, const char *vars, const char *reasoning_alias,
+                              bool add_generation_prompt, char **text)
 {
     char *bos = sp_chat_token_text(v, sp_vocab_bos(v)), *eos = sp_chat_token_text(v, sp_vocab_eos(v));
-    struct sp_chat_opts o = {add_generation_prompt, bos, eos, -1, tools, vars};
+    struct sp_chat_opts o = {add_generation_prompt, bos, eos, -1, tools, vars, reasoning_alias};
     sp_status st = bos && eos ? sp_chat_render_opts(sp_chat_template_for(v, arch_format), msgs, n, &o, text)
                               : sp_error_set(SP_ERR_NOMEM, "chat: no memory");
     free(bos);
@@ -66,12 +66,13 @@ sp_status sp_chat_prompt_text(const struct sp_vocab *v, const char *arch_format,
 }
 
 sp_status sp_chat_prompt(const struct sp_vocab *v, const char *arch_format, const struct sp_chat_msg *msgs, size_t n,
-                         const char *tools, const char *vars, sp_token **out, size_t *n_out)
+                         const char *tools, const char *vars, const char *reasoning_alias, sp_token **out,
+                         size_t *n_out)
 {
     char *text = NULL, bos[512];
     *out = NULL;
     *n_out = 0;
-    sp_status st = sp_chat_prompt_text(v, arch_format, msgs, n, tools, vars, true, &text);
+    sp_status st = sp_chat_prompt_text(v, arch_format, msgs, n, tools, vars, reasoning_alias, true, &text);
     if (st != SP_OK)
         return st;
     /* The template may write the BOS text itself: then do not add another. */

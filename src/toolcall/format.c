@@ -9,19 +9,34 @@
 #include "grammar/grammar.h"
 #include "toolcall/toolcall_internal.h"
 
+struct sp_toolcall_parser;
+static sp_status json_grammar(const struct sp_toolcall *tc, char **gbnf);
+static sp_status harmony_grammar(const struct sp_toolcall *tc, char **gbnf);
+static void json_byte(struct sp_toolcall_parser *p, char c);
+static void harmony_byte(struct sp_toolcall_parser *p, char c);
+
 /* Checked in order; the last row (no marker) is the fallback for templates
- * that know no tools.  Markers are what each family's template writes. */
+ * that know no tools.  Markers are what each family's template writes.
+ * Harmony (gpt-oss): the calls are messages of the commentary channel,
+ *   [<|channel|>commentary] to=functions.NAME[<|channel|>commentary] [<|constrain|>]json<|message|>{ARGS}<|call|>
+ * whose analysis messages before them server/reasoning.c takes out; the
+ * parser reads the rest from the recipient on (" to=functions."). */
 static const struct sp_toolcall_format formats[] = {
+    {.name = "harmony", .marker = "<|channel|>", .native = true, .begin = "", .open = "", .close = "", .sep = "",
+     .end = "", .args_key = "arguments", .trigger = " to=functions.", .parallel = false, .text_first = true,
+     .empty_content = true, .reasoning_alias = "thinking", .grammar = harmony_grammar, .byte = harmony_byte},
     {.name = "mistral", .marker = "[TOOL_CALLS]", .native = true, .begin = "[TOOL_CALLS][", .open = "",
      .close = "", .sep = ", ", .end = "]", .args_key = "arguments", .trigger = "[TOOL_CALLS]", .id_len = 9,
-     .parallel = true, .call_id = true},
+     .parallel = true, .call_id = true, .grammar = json_grammar, .byte = json_byte},
     {.name = "hermes", .marker = "<tool_call>", .native = true, .begin = "", .open = "<tool_call>\n",
      .close = "\n</tool_call>", .sep = "\n", .end = "", .args_key = "arguments", .trigger = "<tool_call>",
-     .parallel = true},
+     .parallel = true, .grammar = json_grammar, .byte = json_byte},
     {.name = "llama3", .marker = "\"parameters\": dictionary of argument name", .native = true, .begin = "",
-     .open = "", .close = "", .sep = "", .end = "", .args_key = "parameters", .trigger = "{\"name\""},
+     .open = "", .close = "", .sep = "", .end = "", .args_key = "parameters", .trigger = "{\"name\"",
+     .grammar = json_grammar, .byte = json_byte},
     {.name = "json", .marker = NULL, .native = false, .begin = "", .open = "", .close = "", .sep = "\n",
-     .end = "", .args_key = "arguments", .trigger = "{\"name\"", .parallel = true},
+     .end = "", .args_key = "arguments", .trigger = "{\"name\"", .parallel = true, .grammar = json_grammar,
+     .byte = json_byte},
 };
 #define N_FORMATS (sizeof formats / sizeof formats[0])
 
@@ -144,6 +159,15 @@ sp_status sp_toolcall_grammar(const struct sp_toolcall *tc, char **gbnf, const c
     *trigger = NULL;
     if (tc->choice == SP_TOOLCALL_NONE)
         return sp_error_set(SP_ERR_ARG, "tool_choice none has no grammar");
+    sp_status st = tc->f->grammar(tc, gbnf);
+    if (st == SP_OK && tc->choice == SP_TOOLCALL_AUTO)
+        *trigger = tc->f->trigger;
+    return st;
+}
+
+/* begin open CALL close [sep open CALL close]... end, CALL a JSON object. */
+static sp_status json_grammar(const struct sp_toolcall *tc, char **gbnf)
+{
     json_t *schema;
     if (tc->choice == SP_TOOLCALL_NAMED || tc->n_fn == 1) {
         schema = call_schema(tc, &tc->fn[tc->choice == SP_TOOLCALL_NAMED ? tc->named : 0], -1);
@@ -189,9 +213,85 @@ sp_status sp_toolcall_grammar(const struct sp_toolcall *tc, char **gbnf, const c
              many ? sp : "", many ? " tc-item )*" : "", en, op, cl, calls);
     free(calls);
     *gbnf = out;
-    if (tc->choice == SP_TOOLCALL_AUTO)
-        *trigger = f->trigger;
     return SP_OK;
+}
+
+/* GBNF text g with every rule name prefixed by `pre` (string literals and
+ * character classes left as they are), appended to *o (cap bytes). */
+static size_t gbnf_prefixed(char *o, size_t cap, const char *g, const char *pre)
+{
+    size_t n = 0, pl = strlen(pre);
+    for (const char *s = g; *s && n + pl + 2 < cap;) {
+        if (*s == '"' || *s == '[') {
+            char close = *s == '"' ? '"' : ']';
+            o[n++] = *s++;
+            while (*s && *s != close && n + 3 < cap) {
+                if (*s == '\\' && s[1])
+                    o[n++] = *s++;
+                o[n++] = *s++;
+            }
+            if (*s)
+                o[n++] = *s++;
+        } else if ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')) {
+            memcpy(o + n, pre, pl);
+            n += pl;
+            while (n + 2 < cap && ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+                                   *s == '-' || *s == '_'))
+                o[n++] = *s++;
+        } else {
+            o[n++] = *s++;
+        }
+    }
+    o[n] = '\0';
+    return n;
+}
+
+/* From the output's start (analysis messages, then the call; no preamble:
+ * a model that begins "<|channel|>commentary" for the call could go on with
+ * a preamble instead, and write it until max_tokens) or, lazily, from the
+ * trigger: the recipient, the function's name, the rest of the header and
+ * its arguments.  <|call|> is the model's end of generation,
+ * never text, so the grammar ends with the arguments. */
+static sp_status harmony_grammar(const struct sp_toolcall *tc, char **gbnf)
+{
+    size_t first = tc->choice == SP_TOOLCALL_NAMED ? tc->named : 0;
+    size_t last = tc->choice == SP_TOOLCALL_NAMED ? tc->named + 1 : tc->n_fn;
+    char **args = calloc(tc->n_fn, sizeof *args);
+    size_t need = 1024;
+    sp_status st = args ? SP_OK : sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
+    for (size_t i = first; i < last && st == SP_OK; i++) {
+        st = sp_grammar_from_schema_as(tc->fn[i].params, strlen(tc->fn[i].params), "args", false, &args[i]);
+        if (st == SP_OK)
+            need += 9 * strlen(args[i]) + 2 * strlen(tc->fn[i].name) + 64; /* a prefix of 8 or fewer per name at most */
+    }
+    char *out = st == SP_OK ? malloc(need) : NULL;
+    if (st == SP_OK && !out)
+        st = sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
+    if (st == SP_OK) {
+        size_t n = (size_t)snprintf(
+            out, need, "root ::= %s\" to=functions.\" (",
+            tc->choice == SP_TOOLCALL_AUTO ? "" : "tc-pre* (\"<|channel|>commentary\" | \"<|channel|>analysis\")? ");
+        for (size_t i = first; i < last; i++)
+            n += (size_t)snprintf(out + n, need - n, "%s tc-f%zu", i > first ? " |" : "", i);
+        n += (size_t)snprintf(out + n, need - n,
+                              " )\ntc-pre ::= \"<|channel|>analysis<|message|>\" ( [^<] | \"<\" [^|] )* "
+                              "\"<|end|><|start|>assistant\"\n"
+                              "tc-head ::= ( \"<|channel|>\" ( \"commentary\" | \"analysis\" ) )? "
+                              "( \" \" \"<|constrain|>\"? \"json\" | \"<|constrain|>json\" )? \"<|message|>\"\n");
+        for (size_t i = first; i < last; i++) {
+            char pre[32];
+            snprintf(pre, sizeof pre, "f%zu-", i);
+            n += (size_t)snprintf(out + n, need - n, "tc-f%zu ::= \"%s\" tc-head f%zu-args\n", i, tc->fn[i].name, i);
+            n += gbnf_prefixed(out + n, need - n, args[i], pre);
+            if (n + 2 < need && n && out[n - 1] != '\n')
+                out[n++] = '\n', out[n] = '\0';
+        }
+        *gbnf = out;
+    }
+    for (size_t i = 0; args && i < tc->n_fn; i++)
+        free(args[i]);
+    free(args);
+    return st;
 }
 
 /* ---- reading calls ---- */
@@ -403,8 +503,6 @@ static void to_text(struct sp_toolcall_parser *p)
     p->st = P_DONE;
 }
 
-static void byte(struct sp_toolcall_parser *p, char c);
-
 /* The trigger was read in text: it starts the structure, so it is read again as such. */
 static void triggered(struct sp_toolcall_parser *p)
 {
@@ -412,30 +510,35 @@ static void triggered(struct sp_toolcall_parser *p)
     p->hold = (struct buf){0};
     p->st = P_LIT;
     for (size_t i = 0; i < t.n; i++)
-        byte(p, t.p[i]);
+        p->tc->f->byte(p, t.p[i]);
     free(t.p);
 }
 
-static void byte(struct sp_toolcall_parser *p, char c)
+/* P_TEXT: text, held back while it may be the trigger's start. */
+static void text_byte(struct sp_toolcall_parser *p, char c)
+{
+    const char *trig = p->tc->f->trigger;
+    put(&p->hold, &c, 1);
+    while (p->hold.n && !is_prefix(&p->hold, trig)) { /* the held start cannot be the trigger */
+        emit(p, SP_TOOLCALL_TEXT, p->hold.p, 1);
+        memmove(p->hold.p, p->hold.p + 1, --p->hold.n);
+    }
+    if (p->hold.n == strlen(trig))
+        triggered(p);
+}
+
+static void json_byte(struct sp_toolcall_parser *p, char c)
 {
     switch (p->st) {
-    case P_TEXT: {
-        const char *trig = p->tc->f->trigger;
-        put(&p->hold, &c, 1);
-        while (p->hold.n && !is_prefix(&p->hold, trig)) { /* the held start cannot be the trigger */
-            emit(p, SP_TOOLCALL_TEXT, p->hold.p, 1);
-            memmove(p->hold.p, p->hold.p + 1, --p->hold.n);
-        }
-        if (p->hold.n == strlen(trig))
-            triggered(p);
+    case P_TEXT:
+        text_byte(p, c);
         return;
-    }
     case P_LIT:
         if (p->hold.n == strlen(p->prefix)) { /* begin + open read: the CALL starts */
             p->hold.n = 0;
             p->st = P_CALL;
             call_reset(p);
-            byte(p, c);
+            json_byte(p, c);
             return;
         }
         put(&p->hold, &c, 1);
@@ -478,6 +581,106 @@ static void byte(struct sp_toolcall_parser *p, char c)
     }
 }
 
+/* ---- Harmony ---- */
+
+#define HARMONY_MAX_HEAD 160 /* bytes from the recipient to <|message|> */
+
+static const char harmony_message[] = "<|message|>";
+static const char harmony_call[] = "<|call|>";
+
+static bool name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+/* The header from the trigger on is held in p->hold; at <|message|> the
+ * call begins with the name that follows the trigger. */
+static void harmony_head(struct sp_toolcall_parser *p, char c)
+{
+    size_t tl = strlen(p->tc->f->trigger), ml = sizeof harmony_message - 1, k = tl;
+    put(&p->hold, &c, 1);
+    while (k < p->hold.n && name_char(p->hold.p[k]))
+        k++;
+    bool ends = p->hold.n >= ml && !memcmp(p->hold.p + p->hold.n - ml, harmony_message, ml);
+    if (ends && k > tl && k <= p->hold.n - ml) {
+        flush(p);
+        make_id(p->tc->f, p->id, sizeof p->id);
+        struct sp_toolcall_event ev = {SP_TOOLCALL_CALL, p->n_calls++, p->id, p->hold.p + tl, k - tl};
+        if (p->err == SP_OK)
+            p->err = p->fn(p->user, &ev);
+        p->hold.n = 0;
+        p->st = P_CALL;
+        call_reset(p);
+    } else if (ends || p->hold.n > HARMONY_MAX_HEAD) { /* no name, or no header: it was text */
+        emit(p, SP_TOOLCALL_TEXT, p->hold.p, p->hold.n);
+        p->hold.n = 0;
+        p->st = P_TEXT;
+    }
+}
+
+/* The body: one JSON value, its bytes the arguments. */
+static void harmony_args(struct sp_toolcall_parser *p, char c)
+{
+    if (p->depth == 0 && !p->in_str && (c == ' ' || c == '\n' || c == '\t' || c == '\r'))
+        return;
+    emit(p, SP_TOOLCALL_ARGS, &c, 1);
+    if (p->in_str) {
+        if (p->esc)
+            p->esc = false;
+        else if (c == '\\')
+            p->esc = true;
+        else if (c == '"')
+            p->in_str = false;
+        return;
+    }
+    if (c == '"')
+        p->in_str = true;
+    else if (c == '{' || c == '[')
+        p->depth++;
+    else if ((c == '}' || c == ']') && --p->depth <= 0) {
+        flush(p);
+        p->st = P_AFTER;
+        p->hold.n = 0;
+    }
+}
+
+/* Text with calls anywhere in it (each found by the trigger), a call's
+ * <|call|> dropped: the model ends its message there. */
+static void harmony_byte(struct sp_toolcall_parser *p, char c)
+{
+    switch (p->st) {
+    case P_TEXT:
+        text_byte(p, c);
+        return;
+    case P_LIT:
+        harmony_head(p, c);
+        return;
+    case P_CALL:
+        harmony_args(p, c);
+        return;
+    case P_AFTER: {
+        put(&p->hold, &c, 1);
+        struct buf t = p->hold;
+        if (is_prefix(&t, harmony_call)) {
+            if (t.n == sizeof harmony_call - 1) {
+                p->hold.n = 0;
+                p->st = P_TEXT;
+            }
+            return;
+        }
+        p->hold = (struct buf){0};
+        p->st = P_TEXT;
+        for (size_t i = 0; i < t.n; i++)
+            harmony_byte(p, t.p[i]);
+        free(t.p);
+        return;
+    }
+    case P_DONE:
+        emit(p, SP_TOOLCALL_TEXT, &c, 1);
+        return;
+    }
+}
+
 static char *concat(const char *a, const char *b, const char *c)
 {
     size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
@@ -510,7 +713,8 @@ sp_status sp_toolcall_parser_new(struct sp_toolcall_parser **out, const struct s
 
 void sp_toolcall_parser_reset(struct sp_toolcall_parser *p)
 {
-    p->st = p->tc->choice == SP_TOOLCALL_AUTO ? P_TEXT : p->tc->choice == SP_TOOLCALL_NONE ? P_DONE : P_LIT;
+    enum sp_toolcall_choice ch = p->tc->choice;
+    p->st = ch == SP_TOOLCALL_NONE ? P_DONE : ch == SP_TOOLCALL_AUTO || p->tc->f->text_first ? P_TEXT : P_LIT;
     p->hold.n = p->out.n = 0;
     p->n_calls = 0;
     call_reset(p);
@@ -538,7 +742,7 @@ sp_status sp_toolcall_parser_feed(struct sp_toolcall_parser *p, const char *text
     p->user = user;
     p->err = SP_OK;
     for (size_t i = 0; i < len && p->err == SP_OK; i++)
-        byte(p, text[i]);
+        p->tc->f->byte(p, text[i]);
     if (last && p->err == SP_OK) {
         if (p->st == P_AFTER && (!p->hold.n || (p->hold.n == strlen(p->last) && is_prefix(&p->hold, p->last)))) {
             p->hold.n = 0;

@@ -440,6 +440,7 @@ sp_status sp_toolcall_prompt(const struct sp_toolcall_format *f, const struct sp
     memset(out, 0, sizeof *out);
     if (!(out->msgs = calloc(n + 1, sizeof *out->msgs)))
         return sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
+    out->reasoning_alias = f->reasoning_alias;
     if (f->native && tools_on && !(out->tools = keep(out, strdup(tc->tools))))
         return sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
     char *about = !f->native && tools_on ? keep(out, fallback_tools(tc)) : NULL;
@@ -450,7 +451,14 @@ sp_status sp_toolcall_prompt(const struct sp_toolcall_format *f, const struct sp
     for (size_t i = 0; i < n && st == SP_OK;) {
         const struct sp_toolcall_msg *m = &msgs[i];
         struct sp_chat_msg *c = &out->msgs[out->n++];
-        *c = (struct sp_chat_msg){.role = m->role, .content = m->content};
+        /* reasoning as llama.cpp hands it to templates: only when not empty;
+         * for Harmony (empty_content) a message's content is "" rather than
+         * none, and dropped beside reasoning and calls (the reasoning is the
+         * analysis message the template writes before the call) */
+        const char *reasoning = m->reasoning_content && *m->reasoning_content ? m->reasoning_content : NULL;
+        *c = (struct sp_chat_msg){.role = m->role, .content = m->content, .reasoning_content = reasoning};
+        if (f->empty_content && (!m->content || (reasoning && m->tool_calls)))
+            c->content = "";
         size_t next = i + 1;
         if (f->native) {
             c->tool_call_id = m->tool_call_id;

@@ -4,7 +4,8 @@
  * A format (a row of the table in format.c) says how a model writes its
  * calls: Hermes/Qwen `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`,
  * Llama 3 `{"name": ..., "parameters": ...}`, Mistral
- * `[TOOL_CALLS][{"name": ..., "arguments": ..., "id": ...}]`, and plain JSON
+ * `[TOOL_CALLS][{"name": ..., "arguments": ..., "id": ...}]`, Harmony
+ * (gpt-oss) ` to=functions.NAME ...<|message|>{...}`, and plain JSON
  * objects for templates that know no tools.  It is chosen from the chat
  * template's source.  For the native formats the template receives the
  * tools, the assistant's tool_calls and the tool results as they are; for
@@ -53,6 +54,7 @@ struct sp_toolcall_msg {
     const char *role, *content;
     const json_t *tool_calls;
     const char *tool_call_id, *name;
+    const char *reasoning_content; /* or NULL */
 };
 
 /* Messages and tools ready for sp_chat_render_opts; owns its strings. */
@@ -60,6 +62,7 @@ struct sp_toolcall_prompt {
     struct sp_chat_msg *msgs;
     size_t n;
     char *tools;        /* JSON text for the template's `tools`, or NULL */
+    const char *reasoning_alias; /* sp_chat_opts.reasoning_alias for this format */
     char **owned;
     size_t n_owned;
 };

@@ -4,10 +4,14 @@
 
 #include "toolcall/toolcall.h"
 
+struct sp_toolcall_parser;
+
 /* How one family of templates writes calls.  The calls of one answer are
  *   begin open CALL close [sep open CALL close]... end
  * where CALL is a JSON object {"name": ..., <args_key>: {...}} (with an
- * optional "id" when call_id). */
+ * optional "id" when call_id), unless the row's own grammar and byte
+ * functions read another syntax (Harmony: the name in the message header,
+ * the arguments its body). */
 struct sp_toolcall_format {
     const char *name;
     const char *marker;     /* chosen when the template's source holds it; NULL: the fallback */
@@ -18,6 +22,14 @@ struct sp_toolcall_format {
     int id_len;             /* ids the template wants: 0 "call_" and 24 characters, else that many */
     bool parallel;          /* may write several calls */
     bool call_id;           /* CALL may carry "id" */
+    bool text_first;        /* text (the model's analysis) may precede calls even when they are required */
+    bool empty_content;     /* a message without content has "" (llama.cpp's messages for this family) */
+    const char *reasoning_alias; /* the key the template reads a message's reasoning under, besides
+                                    reasoning_content (NULL: none) */
+    /* the syntax: the grammar of an answer's calls and the parser's step (format.c's generic ones,
+       or harmony.c's) */
+    sp_status (*grammar)(const struct sp_toolcall *tc, char **gbnf);
+    void (*byte)(struct sp_toolcall_parser *p, char c);
 };
 
 struct sp_toolcall_fn {

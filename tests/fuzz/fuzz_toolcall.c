@@ -1,9 +1,11 @@
 /* libFuzzer target: the input is a model's answer to a request with tools.
- * Its first byte picks the format (Hermes, Mistral, Llama 3, plain JSON),
- * tool_choice (auto or required) and parallel_tool_calls; the rest is the
- * text.  It is read into calls whole and byte by byte (the two must agree),
- * checked, and matched against the calls' grammar: an answer the grammar
- * accepts under `required` must read as calls only.  Anything else is fine
+ * Its first byte picks the format (Hermes, Mistral, Llama 3, plain JSON,
+ * Harmony), tool_choice (auto or required) and parallel_tool_calls; the
+ * rest is the text.  It is read into calls whole and byte by byte (the two
+ * must agree), checked, and matched against the calls' grammar: an answer
+ * the grammar accepts under `required` must read as calls only (Harmony:
+ * at least one call, after the analysis messages the grammar lets come
+ * first, which read as text).  Anything else is fine
  * except a crash, a sanitizer report or a hang.
  *
  *   make fuzz   (scripts/run-fuzz runs it on tests/fuzz/corpus/toolcall) */
@@ -23,7 +25,8 @@ static const char tools_json[] =
     "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
     "{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":3}}}}}]";
 static const char *const templates[] = {"<tool_call>", "[TOOL_CALLS]",
-                                        "\"parameters\": dictionary of argument name", "plain"};
+                                        "\"parameters\": dictionary of argument name", "plain", "<|channel|>"};
+#define HARMONY 4
 
 #define MAX_TEXT 4096
 #define MAX_CALLS 16
@@ -97,11 +100,11 @@ static bool same(const struct events *a, const struct events *b)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static struct sp_grammar *grammars[16];
+    static struct sp_grammar *grammars[32];
     static struct events whole, bytes;
     if (size < 1 || size > 4096)
         return 0;
-    int cfg = data[0] & 15, f = cfg & 3;
+    int cfg = data[0] & 31, f = cfg & 16 ? HARMONY : cfg & 3;
     bool required = cfg & 4, parallel = cfg & 8;
     const char *text = (const char *)data + 1;
     size_t n = size - 1;
@@ -127,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     struct sp_grammar *g = grammars[cfg];
     if (required && sp_grammar_accepting(g, sp_grammar_feed(g, sp_grammar_start(g), text, n)) &&
-        (whole.calls < 1 || whole.texts))
+        (whole.calls < 1 || (whole.texts && f != HARMONY)))
         __builtin_trap(); /* an answer of the grammar is calls and nothing else */
     sp_toolcall_free(tc);
     json_decref(tools);

@@ -50,7 +50,7 @@ static void run_golden(const char *path)
             tools = json_dumps(json_object_get(cs, "tools"), JSON_COMPACT);
         struct sp_chat_opts o = {json_is_true(json_object_get(cs, "add_generation_prompt")),
                                  json_string_value(json_object_get(cs, "bos_token")),
-                                 json_string_value(json_object_get(cs, "eos_token")), FIXED_NOW, tools, NULL};
+                                 json_string_value(json_object_get(cs, "eos_token")), FIXED_NOW, tools, NULL, NULL};
         sp_status st = sp_chat_render_opts(tmpl, msgs, nm, &o, &got);
         n_tool_cases += tools != NULL;
         n_cases++;
@@ -304,7 +304,7 @@ static void variables(void)
         {"{\"enable_thinking\": true, \"reasoning_effort\": \"low\"}", "low:hi"},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        struct sp_chat_opts o = {false, "", "", FIXED_NOW, NULL, ok[i].vars};
+        struct sp_chat_opts o = {false, "", "", FIXED_NOW, NULL, ok[i].vars, NULL};
         char *got = NULL;
         sp_status st = sp_chat_render_opts(tmpl, m, 1, &o, &got);
         CHECK(st == SP_OK && got && !strcmp(got, ok[i].want), "vars %s: %s", ok[i].vars ? ok[i].vars : "NULL",
@@ -316,7 +316,7 @@ static void variables(void)
                             {"[1]", "not a JSON object"},
                             {"{", "not a JSON object"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        struct sp_chat_opts o = {false, "", "", FIXED_NOW, NULL, bad[i][0]};
+        struct sp_chat_opts o = {false, "", "", FIXED_NOW, NULL, bad[i][0], NULL};
         char *got = (char *)1;
         sp_status st = sp_chat_render_opts(tmpl, m, 1, &o, &got);
         CHECK(st == SP_ERR_ARG && got == NULL && strstr(sp_error_message(), bad[i][1]), "vars %s: %s", bad[i][0],

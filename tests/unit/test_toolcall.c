@@ -21,8 +21,9 @@ static const char tools_json[] =
 static const struct sp_toolcall_format *fmt(const char *name)
 {
     static const char *const tmpl[] = {"x [TOOL_CALLS] y", "<tool_call>", "Respond in the format {\"name\": function "
-                                       "name, \"parameters\": dictionary of argument name and its value}", "{{ x }}"};
-    for (size_t i = 0; i < 4; i++)
+                                       "name, \"parameters\": dictionary of argument name and its value}", "{{ x }}",
+                                       "<|start|>assistant<|channel|>final<|message|>"};
+    for (size_t i = 0; i < 5; i++)
         if (!strcmp(sp_toolcall_format_name(sp_toolcall_format_for(tmpl[i])), name))
             return sp_toolcall_format_for(tmpl[i]);
     return sp_toolcall_format_for(NULL);
@@ -110,6 +111,31 @@ static const struct parse_case parse_cases[] = {
      "C0:f|A0:{\"a\":1}|T0:\n{\"name\":\"f\",\"arguments\":{}}", false, true},
     {"json", "\"required\"", true, "{\"name\":\"nope\",\"arguments\":{}}", "C0:nope|A0:{}", false, false},
     {"json", "\"auto\"", true, "Just text {\"nam", "T0:Just text {\"nam", true, true},
+    /* Harmony: what server/reasoning.c leaves of a tool message (from the recipient on), and whole outputs */
+    {"harmony", "\"auto\"", true, " to=functions.f <|constrain|>json<|message|>{\"a\":1}", "C0:f|A0:{\"a\":1}", true,
+     true},
+    {"harmony", "\"auto\"", true, "Let me check. to=functions.get_weather<|channel|>commentary json<|message|>"
+     "{\"city\": \"Paris\"}<|call|>", "T0:Let me check.|C0:get_weather|A0:{\"city\": \"Paris\"}", false, true},
+    {"harmony", "\"auto\"", true, " to=functions.f <|constrain|>json<|message|>{\"a\":1}<|call|> "
+     "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"x}\\\"\"}<|call|>",
+     "C0:f|A0:{\"a\":1}|C1:get_weather|A1:{\"city\":\"x}\\\"\"}", false, true},
+    {"harmony", "\"auto\"", true, "Say to=functions or to=functions.<|message|>{}", "T0:Say to=functions or "
+     "to=functions.<|message|>{}", false, true},
+    {"harmony", "\"required\"", true, "<|channel|>analysis<|message|>Need f.<|end|><|start|>assistant<|channel|>"
+     "commentary to=functions.f <|constrain|>json<|message|>{\"a\":2}", "T0:<|channel|>analysis<|message|>Need f."
+     "<|end|><|start|>assistant<|channel|>commentary|C0:f|A0:{\"a\":2}", true, true},
+    {"harmony", "\"required\"", true, " to=functions.f<|channel|>commentary <|constrain|>json<|message|>{\"a\":-1}",
+     "C0:f|A0:{\"a\":-1}", false, false},
+    {"harmony", "\"required\"", true, "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant "
+     "to=functions.f<|channel|>commentary json<|message|>{\"a\":4}",
+     "T0:<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant|C0:f|A0:{\"a\":4}", false, true},
+    {"harmony", "\"required\"", true, "<|channel|>final<|message|>No call.", "T0:<|channel|>final<|message|>No call.",
+     false, false},
+    {"harmony", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", true,
+     "<|channel|>commentary to=functions.f<|message|>{\"a\":3}", "T0:<|channel|>commentary|C0:f|A0:{\"a\":3}", true,
+     true},
+    {"harmony", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", true,
+     " to=functions.get_weather<|message|>{\"city\":\"x\"}", "C0:get_weather|A0:{\"city\":\"x\"}", false, true},
 };
 
 static void parse_all(struct sp_toolcall *tc, const char *text, bool bytewise, struct flat *f)
@@ -220,6 +246,7 @@ static void test_formats(void)
         {"gguf-SmolLM2-135M-Instruct.json", "json"},
         {"extra-gemma3-builtin.json", "json"},
         {"google-gemma-2-2b-it.json", "json"},
+        {"openai-gpt-oss-120b.json", "harmony"},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char path[256];
@@ -245,11 +272,11 @@ static void test_prompt(void)
                                "\"arguments\":\"{\\\"a\\\":1}\"}},{\"id\":\"call_2\",\"type\":\"function\","
                                "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{}\"}}]", 0, &jerr);
     const struct sp_toolcall_msg msgs[] = {
-        {"user", "Hi", NULL, NULL, NULL},
-        {"assistant", NULL, calls, NULL, NULL},
-        {"tool", "1", NULL, "call_1", NULL},
-        {"tool", "2", NULL, "call_2", NULL},
-        {"assistant", "Done.", NULL, NULL, NULL},
+        {"user", "Hi", NULL, NULL, NULL, NULL},
+        {"assistant", NULL, calls, NULL, NULL, NULL},
+        {"tool", "1", NULL, "call_1", NULL, NULL},
+        {"tool", "2", NULL, "call_2", NULL, NULL},
+        {"assistant", "Done.", NULL, NULL, NULL, NULL},
     };
     struct sp_toolcall *tc = make("json", "\"auto\"", true);
     struct sp_toolcall_prompt p;
@@ -299,15 +326,16 @@ static void test_native_round_trip(void)
         {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.json", "<tool_call>"},
         {"mistralai-Mistral-Nemo-Instruct-2407.json", "[TOOL_CALLS]"},
         {"meta-llama-Llama-3.2-3B-Instruct.json", "{\"name\""},
+        {"openai-gpt-oss-120b.json", " to=functions."},
     };
     json_error_t jerr;
     json_t *calls = json_loads("[{\"id\":\"abcdefghi\",\"type\":\"function\",\"function\":{\"name\":\"f\","
                                "\"arguments\":\"{\\\"a\\\": 1}\"}}]", 0, &jerr);
     CHECK(calls != NULL, "calls: %s", jerr.text);
     const struct sp_toolcall_msg msgs[] = {
-        {"user", "Call f.", NULL, NULL, NULL},
-        {"assistant", NULL, calls, NULL, NULL},
-        {"tool", "ok", NULL, "abcdefghi", "f"},
+        {"user", "Call f.", NULL, NULL, NULL, NULL},
+        {"assistant", NULL, calls, NULL, NULL, NULL},
+        {"tool", "ok", NULL, "abcdefghi", "f", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[256], args[256] = "", *text = NULL;
@@ -318,7 +346,7 @@ static void test_native_round_trip(void)
         struct sp_toolcall *tc = make(sp_toolcall_format_name(f), "\"required\"", false);
         struct sp_toolcall_prompt p = {0};
         if (tmpl && tc && sp_toolcall_prompt(f, tc, msgs, 3, &p) == SP_OK) {
-            struct sp_chat_opts o = {false, "<s>", "</s>", 1721995200, p.tools, NULL};
+            struct sp_chat_opts o = {false, "<s>", "</s>", 1721995200, p.tools, NULL, p.reasoning_alias};
             CHECK(sp_chat_render_opts(tmpl, p.msgs, p.n, &o, &text) == SP_OK, "%s: %s", path, sp_error_message());
         }
         const char *at = NULL;
@@ -342,6 +370,67 @@ static void test_native_round_trip(void)
     json_decref(calls);
 }
 
+/* gpt-oss's template over conversations as clients send them (reasoning_content,
+ * content null beside calls, arguments as text, reasoning_effort): what
+ * sp_toolcall_prompt makes of them renders as jinja2 renders the messages
+ * llama.cpp hands the template (tests/goldens/chat-harmony/, chat.py). */
+static void test_harmony_goldens(void)
+{
+    json_error_t jerr;
+    const char *path = "tests/goldens/chat-harmony/openai-gpt-oss-120b.json";
+    json_t *doc = json_load_file(path, 0, &jerr);
+    const char *tmpl = json_string_value(json_object_get(doc, "template"));
+    json_t *cases = json_object_get(doc, "cases");
+    CHECK(tmpl && json_array_size(cases) >= 16, "%s: %s", path, jerr.text);
+    const struct sp_toolcall_format *f = sp_toolcall_format_for(tmpl);
+    CHECK(tmpl && !strcmp(sp_toolcall_format_name(f), "harmony"), "%s: format", path);
+    size_t i;
+    json_t *cs;
+    json_array_foreach(cases, i, cs) {
+        const char *name = json_string_value(json_object_get(cs, "name"));
+        json_t *jm = json_object_get(cs, "messages"), *tools = json_object_get(cs, "tools");
+        size_t n = json_array_size(jm);
+        struct sp_toolcall_msg *msgs = calloc(n, sizeof *msgs);
+        struct sp_toolcall *tc = NULL;
+        char param[64], *vars = NULL, *got = NULL;
+        for (size_t k = 0; msgs && k < n; k++) {
+            json_t *m = json_array_get(jm, k);
+            msgs[k] = (struct sp_toolcall_msg){
+                json_string_value(json_object_get(m, "role")), json_string_value(json_object_get(m, "content")),
+                json_object_get(m, "tool_calls"), json_string_value(json_object_get(m, "tool_call_id")),
+                json_string_value(json_object_get(m, "name")),
+                json_string_value(json_object_get(m, "reasoning_content"))};
+        }
+        if (tools)
+            CHECK(sp_toolcall_new(&tc, f, tools, NULL, NULL, param, sizeof param) == SP_OK, "%s: tools: %s", name,
+                  sp_error_message());
+        if (json_object_get(cs, "vars"))
+            vars = json_dumps(json_object_get(cs, "vars"), JSON_COMPACT);
+        struct sp_toolcall_prompt p = {0};
+        sp_status st = msgs ? sp_toolcall_prompt(f, tc, msgs, n, &p) : SP_ERR_NOMEM;
+        CHECK(st == SP_OK, "%s: prompt: %s", name, sp_error_message());
+        if (st == SP_OK) {
+            struct sp_chat_opts o = {json_is_true(json_object_get(cs, "add_generation_prompt")), "", "", 1721995200,
+                                     p.tools, vars, p.reasoning_alias};
+            st = sp_chat_render_opts(tmpl, p.msgs, p.n, &o, &got);
+        }
+        const char *want = json_string_value(json_object_get(cs, "output"));
+        CHECK(want && st == SP_OK, "%s: status %d: %s", name, st, sp_error_message());
+        if (want && got && strcmp(want, got)) {
+            size_t d = 0;
+            while (got[d] && got[d] == want[d])
+                d++;
+            CHECK(false, "%s: differs at byte %zu:\n--- got: %.120s\n--- want: %.120s", name, d, got + d, want + d);
+        }
+        free(got);
+        free(vars);
+        sp_toolcall_prompt_free(&p);
+        sp_toolcall_free(tc);
+        free(msgs);
+    }
+    json_decref(doc);
+}
+
 int main(void)
 {
     test_parse();
@@ -349,5 +438,6 @@ int main(void)
     test_formats();
     test_prompt();
     test_native_round_trip();
+    test_harmony_goldens();
     return sp_check_report("test_toolcall");
 }

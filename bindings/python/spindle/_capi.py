@@ -77,7 +77,7 @@ class TokenEvent(Structure):
 
 class ChatMsg(Structure):
     _fields_ = [("role", c_char_p), ("content", c_char_p), ("tool_calls", c_char_p), ("tool_call_id", c_char_p),
-                ("name", c_char_p)]
+                ("name", c_char_p), ("reasoning_content", c_char_p)]
 
 
 class EngineStats(Structure):
