@@ -1,7 +1,8 @@
 /* Thread pool: every chunk of every run runs exactly once, back to back
  * (workers spinning), after idle gaps (workers asleep, so the caller takes
  * their chunks) and with a chunk that is slow (the others must wait for
- * it, never run it twice); chunk ith mostly runs on thread ith. */
+ * it, never run it twice); chunk ith mostly runs on thread ith; a shared
+ * pool held by one caller at a time. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -69,8 +70,64 @@ static void check_pool(int n_threads, bool split)
     sp_pool_free(pool);
 }
 
+/* A shared pool: callers on several threads, each holding the pool for a
+ * burst of runs (as a forward pass does), never overlap, and every chunk of
+ * every run still runs exactly once. */
+struct sharer {
+    struct sp_pool *pool;
+    _Atomic int *inside; /* callers between hold and release */
+    int overlaps, bad;
+};
+
+static void *sharer_main(void *arg)
+{
+    struct sharer *sh = arg;
+    for (int pass = 0; pass < 200; pass++) {
+        sp_pool_hold(sh->pool);
+        if (atomic_fetch_add(sh->inside, 1) != 0)
+            sh->overlaps++;
+        for (int r = 0; r < 5; r++) {
+            struct job j = {.slow = -1};
+            for (int c = 0; c < MAXC; c++)
+                atomic_init(&j.runs[c], 0);
+            sp_pool_run(sh->pool, job_fn, &j);
+            for (int c = 0; c < sp_pool_size(sh->pool); c++)
+                sh->bad += atomic_load(&j.runs[c]) != 1;
+        }
+        atomic_fetch_sub(sh->inside, 1);
+        sp_pool_release(sh->pool);
+    }
+    return NULL;
+}
+
+static void check_shared(int n_threads, int n_callers)
+{
+    struct sp_pool *pool = NULL;
+    _Atomic int inside = 0;
+    struct sharer sh[4] = {0};
+    pthread_t t[4];
+    CHECK(sp_pool_init_shared(&pool, n_threads) == SP_OK, "shared pool of %d", n_threads);
+    if (!pool)
+        return;
+    for (int i = 0; i < n_callers; i++) {
+        sh[i] = (struct sharer){.pool = pool, .inside = &inside};
+        pthread_create(&t[i], NULL, sharer_main, &sh[i]);
+    }
+    for (int i = 0; i < n_callers; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(sh[i].overlaps == 0, "shared pool of %d: caller %d held it beside another %d times", n_threads, i,
+              sh[i].overlaps);
+        CHECK(sh[i].bad == 0, "shared pool of %d: caller %d saw %d chunks not run exactly once", n_threads, i,
+              sh[i].bad);
+    }
+    sp_pool_free(pool);
+}
+
 int main(void)
 {
+    check_shared(1, 2);
+    check_shared(2, 3);
+    check_shared(3, 4);
     check_pool(1, false);
     check_pool(2, false);
     check_pool(3, false);
