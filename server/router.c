@@ -175,18 +175,19 @@ static void sp_router_see(void *ctx, const char *id, const char *path)
     }
 }
 
-/* The length of a model's name in the file name `name` (n bytes, ending
- * in .gguf): NAME of NAME.gguf, or of gguf-split's NAME-00001-of-0000K.gguf;
- * 0 for the other parts of a split model (the first part stands for it). */
-static size_t sp_router_model_name(const char *name, size_t n)
+size_t sp_router_model_name(const char *name, size_t n, bool *later_part)
 {
+    *later_part = false;
+    if (n <= 20)
+        return n - 5;
     const char *s = name + n - 20; /* "-00001-of-00003.gguf" */
-    if (n <= 20 || s[0] != '-' || strncmp(s + 6, "-of-", 4))
+    if (s[0] != '-' || strncmp(s + 6, "-of-", 4))
         return n - 5;
     for (int i = 0; i < 5; i++)
         if (!isdigit((unsigned char)s[1 + i]) || !isdigit((unsigned char)s[10 + i]))
             return n - 5;
-    return strncmp(s + 1, "00001", 5) ? 0 : n - 20;
+    *later_part = strncmp(s + 1, "00001", 5) != 0;
+    return n - 20;
 }
 
 /* Every NAME.gguf of the directory, as the model NAME, and every split
@@ -198,8 +199,9 @@ static void sp_router_read_dir(struct sp_router *r)
     for (struct dirent *de; d && (de = readdir(d));) {
         const char *name = de->d_name;
         size_t n = strlen(name), id_len;
+        bool later_part;
         if (name[0] == '.' || n <= 5 || n - 5 > 128 || strcmp(name + n - 5, ".gguf") ||
-            !(id_len = sp_router_model_name(name, n)))
+            (id_len = sp_router_model_name(name, n, &later_part), later_part) || id_len == 0)
             continue;
         char *id = strndup(name, id_len), *path = NULL;
         if (id && asprintf(&path, "%s/%s", r->dir, name) >= 0) {

@@ -218,14 +218,16 @@ static sp_status sp_fit_connections(struct sp_server_config *c)
     return SP_OK;
 }
 
-/* The id clients send as `model`: the file name without directory or .gguf. */
+/* The id clients send as `model`: the file name without directory or
+ * .gguf (or a split model's -0000i-of-0000K.gguf), as --models-dir names it. */
 static char *sp_server_model_id(const char *path)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     size_t n = strlen(base);
-    if (n > 5 && !strcmp(base + n - 5, ".gguf"))
-        n -= 5;
+    bool later_part;
+    if (n > 5 && !strcmp(base + n - 5, ".gguf") && sp_router_model_name(base, n, &later_part) > 0)
+        n = sp_router_model_name(base, n, &later_part);
     return strndup(base, n);
 }
 

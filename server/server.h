@@ -375,6 +375,11 @@ struct sp_router_model;
  * cfg->models_list; loads nothing yet.  Each model it loads gets an engine made as sp_server_run
  * makes the one of -m (sp_server_engine_params) and a scheduler counting
  * into m. */
+/* The length of a model's name in the file name `name` (n > 5 bytes,
+ * ending in .gguf): NAME of NAME.gguf, or of gguf-split's
+ * NAME-0000i-of-0000K.gguf (*later_part: i > 1; the first part stands for
+ * the model). */
+size_t sp_router_model_name(const char *name, size_t n, bool *later_part);
 sp_status sp_router_open(struct sp_router **out, const struct sp_server_config *cfg, struct sp_metrics *m);
 /* The models listed at the last read of the directory. */
 size_t sp_router_count(struct sp_router *r);

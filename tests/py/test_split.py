@@ -143,3 +143,14 @@ def test_quantize_reads_the_parts(tmp_path, run_spindle, parts, smollm2_path):
         r = run_spindle("quantize", "--allow-requantize", src, out[-1], "Q8_0")
         assert r.returncode == 0, r.stderr
     assert out[0].read_bytes() == out[1].read_bytes()  # one file, as from the single file
+
+
+def test_serve_names_a_split_model_by_its_base_name(spindle_bin, parts):
+    """`serve -m` on any part names the model as --models-dir does."""
+    s = Server(spindle_bin, parts[1], "--ctx", "512")
+    try:
+        r = s.get("/v1/models")
+        assert r.status_code == 200, r.text
+        assert [m["id"] for m in r.json()["data"]] == ["smol"]
+    finally:
+        assert s.stop() == 0, s.log_text()[-2000:]
