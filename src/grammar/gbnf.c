@@ -1079,6 +1079,51 @@ static bool reaches_final(const struct analysis *an, uint32_t s, const uint8_t *
     return false;
 }
 
+/* live[s]: a walk from s reaches a final state along byte edges and calls
+ * of productive rules; one backward search from the final states over the
+ * reversed edges (linear in the edges).  stack: scratch of n entries.
+ * False on no memory. */
+static bool live_states(const struct analysis *an, uint8_t *live, uint32_t *stack)
+{
+    uint32_t n = an->n_states, n_e = an->off[n];
+    uint32_t *roff = calloc((size_t)n + 1, sizeof *roff), *rfrom = malloc(((size_t)n_e + 1) * sizeof *rfrom);
+    if (!roff || !rfrom) {
+        free(roff);
+        free(rfrom);
+        return false;
+    }
+    for (uint32_t q = 0; q < n; q++)
+        for (uint32_t i = an->off[q]; i < an->off[q + 1]; i++)
+            if (an->e[i].kind != E_CALL || an->productive[an->e[i].arg])
+                roff[an->e[i].to + 1]++;
+    for (uint32_t q = 0; q < n; q++)
+        roff[q + 1] += roff[q];
+    for (uint32_t q = 0; q < n; q++)
+        for (uint32_t i = an->off[q]; i < an->off[q + 1]; i++)
+            if (an->e[i].kind != E_CALL || an->productive[an->e[i].arg])
+                rfrom[roff[an->e[i].to]++] = q;
+    for (uint32_t q = n; q > 0; q--) /* back to the starts */
+        roff[q] = roff[q - 1];
+    roff[0] = 0;
+    size_t sp = 0;
+    for (uint32_t q = 0; q < n; q++) {
+        live[q] = an->final[q] ? 1 : 0;
+        if (live[q])
+            stack[sp++] = q;
+    }
+    while (sp) {
+        uint32_t q = stack[--sp];
+        for (uint32_t i = roff[q]; i < roff[q + 1]; i++)
+            if (!live[rfrom[i]]) {
+                live[rfrom[i]] = 1;
+                stack[sp++] = rfrom[i];
+            }
+    }
+    free(roff);
+    free(rfrom);
+    return true;
+}
+
 static bool fixpoint(struct analysis *an, uint8_t *flag, bool bytes, uint32_t *stack, uint32_t *mark,
                      uint32_t *stamp)
 {
@@ -1273,8 +1318,11 @@ static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint
         nomem(p);
         goto free_ef;
     }
-    for (uint32_t s = 0; s < n; s++)
-        live[s] = reaches_final(&an, s, an.productive, true, stack, mark, ++stamp);
+    if (!live_states(&an, live, stack)) {
+        free(live);
+        nomem(p);
+        goto free_ef;
+    }
     /* 4. reachable live states from the rule starts, renumbered */
     for (uint32_t s = 0; s < n; s++)
         newid[s] = UINT32_MAX;
