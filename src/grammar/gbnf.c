@@ -1024,11 +1024,31 @@ struct flat {
     struct raw_edge *e;
 };
 
-/* Groups edges by source state (sorted, duplicates removed). */
+/* Groups edges by source state (sorted, duplicates removed): placed by
+ * source (a counting sort), then each state's few edges sorted. */
 static bool flatten(struct flat *f, struct raw_edge *e, size_t n_e, uint32_t n_states)
 {
-    if (n_e)
-        qsort(e, n_e, sizeof *e, cmp_edge);
+    uint32_t *at = calloc((size_t)n_states + 1, sizeof *at);
+    struct raw_edge *by = malloc((n_e ? n_e : 1) * sizeof *by);
+    if (!at || !by) {
+        free(at);
+        free(by);
+        return false;
+    }
+    for (size_t i = 0; i < n_e; i++)
+        at[e[i].from + 1]++;
+    for (uint32_t s = 0; s < n_states; s++)
+        at[s + 1] += at[s];
+    for (size_t i = 0; i < n_e; i++)
+        by[at[e[i].from]++] = e[i];
+    memcpy(e, by, n_e * sizeof *e);
+    free(by);
+    for (uint32_t s = 0, lo = 0; s < n_states; s++) { /* at[s]: the end of s's edges now */
+        if (at[s] - lo > 1)
+            qsort(e + lo, at[s] - lo, sizeof *e, cmp_edge);
+        lo = at[s];
+    }
+    free(at);
     size_t k = 0;
     for (size_t i = 0; i < n_e; i++)
         if (!k || cmp_edge(&e[i], &e[k - 1]))
@@ -1444,7 +1464,7 @@ done:
 }
 
 sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, size_t len,
-                               const char *root)
+                               const char *root, const char *const *calls)
 {
     struct parser p = {0};
     struct builder b = {0};
@@ -1498,6 +1518,11 @@ sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, siz
     if (!rstart || !rend || !b.inlining || !b.size || !b.expanded || !b.recursive) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
+    }
+    for (uint32_t r = 0; r < n_rules && calls; r++) { /* never built in place, as if recursive */
+        for (const char *const *c = calls; *c; c++)
+            if (!strcmp(rules[r].name, *c))
+                b.recursive[r] = 2;
     }
     for (uint32_t r = 0; r < n_rules; r++)
         b.size[r] = ast_size(&p, rules[r].body, 0);

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "grammar/grammar_internal.h"
 #include "grammar/tokens.h"
+#include "grammar/schema_internal.h"
 
 #define NODE_ROOT 1u
 #define NODE_ESC 2u
@@ -608,7 +609,7 @@ sp_status sp_grammar_compile(struct sp_grammar **out, const char *text, size_t l
 {
     struct sp_grammar_nfa nfa;
     *out = NULL;
-    sp_status st = sp_grammar_nfa_build(&nfa, text, len, root);
+    sp_status st = sp_grammar_nfa_build(&nfa, text, len, root, NULL);
     if (st != SP_OK)
         return st;
     return sp_grammar_from_nfa(out, &nfa);
@@ -621,7 +622,10 @@ sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema,
     sp_status st = sp_grammar_from_schema_as(schema, len, "root", flexible, &gbnf);
     if (st != SP_OK)
         return st;
-    st = sp_grammar_compile(out, gbnf, strlen(gbnf), NULL);
+    struct sp_grammar_nfa nfa;
+    st = sp_grammar_nfa_build(&nfa, gbnf, strlen(gbnf), NULL, sp_schema_called_rules);
+    if (st == SP_OK)
+        st = sp_grammar_from_nfa(out, &nfa);
     free(gbnf);
     if (st != SP_OK)
         return sp_error_wrap(st, "json schema compiled to a grammar that failed");

@@ -37,6 +37,20 @@ static const struct scase cases[] = {
      "\"properties\":{\"a\":{\"type\":\"integer\",\"description\":\"x\",\"x-unit\":\"kg\",\"format\":\"int32\"}},"
      "\"required\":[\"a\"],\"additionalProperties\":false}",
      {"{\"a\":1}"}, {"{ \"a\" : 1 }"}, {"{\"a\":\"x\"}", "{}", "{\"a\":1,\"b\":2}"}, {"{}", "{\"b\":1}"}, true},
+    /* properties the schema does not list: any key but the listed ones, any
+     * value, after the listed ones (before them only when none is required) */
+    {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}},"
+     "\"required\":[\"name\"]}",
+     {"{\"name\":\"x\",\"labels\":{\"a\":[1,null]}}", "{\"name\":\"x\",\"age\":3,\"nam\":1,\"namex\":true,\"\":0}",
+      "{\"name\":\"x\",\"ag\":\"y\",\"agee\":[],\"b\\\"c\":1}"},
+     {"{\"nam\":1,\"name\":\"x\"}"},
+     {"{\"name\":\"x\",\"age\":\"y\"}", "{\"name\":1,\"x\":1}", "{\"name\":\"x\",\"\\u0061ge\":\"y\"}"},
+     {"{\"name\":\"x\",\"x\":1,\"age\":\"y\"}", "{\"name\":\"x\",\"name\":\"y\"}",
+      "{\"name\":\"x\",\"age\":1,\"age\":2}", "{\"age\":1}"},
+     false},
+    {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"ab\":{\"type\":\"null\"}}}",
+     {"{\"b\":\"x\"}", "{\"a\":1,\"b\":2}", "{}", "{\"abc\":1,\"\":2}", "{\"ab\":null,\"aa\":{}}"},
+     {"{\"b\":1,\"a\":2}"}, {"{\"a\":\"x\"}", "{\"ab\":1}"}, {"{\"a\":\"x\"}", "{\"ab\":1}", "{\"b\":1,\"a\":\"x\"}"}, false},
     /* unknown format: an annotation */
     {"{\"type\":\"string\",\"format\":\"phone-number\",\"maxLength\":3}", {"\"abc\""}, {"\"+1\""}, {"\"abcd\""},
      {"\"abcd\""}, true},
