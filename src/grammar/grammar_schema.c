@@ -174,6 +174,7 @@ struct sc {
     size_t n_memo, cap_memo;
     struct sp_gstr keys;     /* per key rule made: its name, '\0', its names joined by '\n', '\0' */
     int depth;
+    bool closed;     /* SP_SCHEMA_CLOSED */
     uint32_t spelled; /* string positions spelled so far (MAX_SPELLED_CHARS) */
     json_t *owned;   /* merged schemas made here, kept alive until the end */
 };
@@ -840,8 +841,9 @@ static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_
         any = true;
     }
     /* no word on the others: any other key, any value (JSON Schema's
-     * default), one shared rule */
-    bool open = addl ? !never(addl) : true;
+     * default); closed: only the listed ones, unless the object needs more */
+    bool open = addl ? !never(addl)
+                     : !c->closed || (!n_listed && !pats) || count(s, "minProperties", 0) > (long long)n_listed;
     if (open) {
         sp_gstr_add(extra, any ? " | ( " : "( ");
         if (json_is_object(names)) {
@@ -1298,8 +1300,9 @@ sp_status sp_grammar_from_schema(const char *schema, size_t len, char **gbnf)
     return sp_grammar_from_schema_as(schema, len, "root", false, gbnf);
 }
 
-sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, bool flexible, char **gbnf)
+sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, unsigned opts, char **gbnf)
 {
+    bool flexible = opts & SP_SCHEMA_FLEX;
     struct sc c = {0};
     struct sp_schema *sch = NULL;
     *gbnf = NULL;
@@ -1308,6 +1311,7 @@ sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *
         return st;
     c.sch = sch;
     c.w = flexible ? " json-ws " : " ";
+    c.closed = opts & SP_SCHEMA_CLOSED;
     c.owned = json_array();
     sp_jpath_init(&c.path);
     struct sp_gstr top = {0};

@@ -609,23 +609,22 @@ sp_status sp_grammar_compile(struct sp_grammar **out, const char *text, size_t l
 {
     struct sp_grammar_nfa nfa;
     *out = NULL;
-    sp_status st = sp_grammar_nfa_build(&nfa, text, len, root, NULL);
+    /* schema grammars made elsewhere (tool calls, response_format's GBNF)
+     * spell the same rules; inlining or not keeps the language */
+    sp_status st = sp_grammar_nfa_build(&nfa, text, len, root, sp_schema_called_rules);
     if (st != SP_OK)
         return st;
     return sp_grammar_from_nfa(out, &nfa);
 }
 
-sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len, bool flexible)
+sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len, unsigned opts)
 {
     char *gbnf = NULL;
     *out = NULL;
-    sp_status st = sp_grammar_from_schema_as(schema, len, "root", flexible, &gbnf);
+    sp_status st = sp_grammar_from_schema_as(schema, len, "root", opts, &gbnf);
     if (st != SP_OK)
         return st;
-    struct sp_grammar_nfa nfa;
-    st = sp_grammar_nfa_build(&nfa, gbnf, strlen(gbnf), NULL, sp_schema_called_rules);
-    if (st == SP_OK)
-        st = sp_grammar_from_nfa(out, &nfa);
+    st = sp_grammar_compile(out, gbnf, strlen(gbnf), NULL);
     free(gbnf);
     if (st != SP_OK)
         return sp_error_wrap(st, "json schema compiled to a grammar that failed");

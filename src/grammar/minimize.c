@@ -265,6 +265,10 @@ sp_status sp_grammar_nfa_minimize(struct sp_grammar_nfa *a)
     memset(m.dirty, 1, n);
     int64_t merged = 0, total = 0;
     for (int r = 0; r < MAX_ROUNDS; r++) {
+        if (sp_grammar_stop_now()) {
+            st = sp_error_set(SP_ERR_ARG, "grammar: too large to compile: stopped while minimizing");
+            goto done;
+        }
         if ((merged = round_merge(&m)) < 0) {
             st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
             goto done;
