@@ -27,6 +27,7 @@
  * is an inline expression.  allOf, a $ref beside other keywords and
  * if/then/else are merged into one schema (schema_merge.c); anyOf/oneOf
  * take their siblings into each alternative. */
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -145,12 +146,12 @@ void sp_gstr_addf(struct sp_gstr *s, const char *fmt, ...)
     "json-number ::= json-int ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n" \
     "json-bool ::= \"true\" | \"false\"\n" \
     "json-key-rest ::= json-char* \"\\\"\"\n" \
-    "json-key-esc ::= \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] hex hex hex | [dD] [0-7] hex hex ) ) " \
-    "json-key-rest\n"
+    "json-key-more ::= ( \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] hex hex hex | [dD] [0-7] hex hex ) ) " \
+    "| [^\\x00-\\x7F] ) json-key-rest\n"
 static const char base_compact[] = BASE_RULES("");
 /* The ends of a key that is none of an object's listed names: called from
  * every node of the names' trie, so built once, not at every node. */
-const char *const sp_schema_called_rules[] = {"json-key-rest", "json-key-esc", NULL};
+const char *const sp_schema_called_rules[] = {"json-key-rest", "json-key-more", NULL};
 static const char base_flex[] = BASE_RULES("json-ws") "json-ws ::= [ \\t\\n\\r]*\n";
 
 const char *sp_grammar_json_object_gbnf(void) { return "root ::= json-object\n" BASE_RULES(""); }
@@ -714,7 +715,9 @@ static int cmp_str(const void *x, const void *y)
  * names[lo, hi), which share their first d bytes: a trie spelled as one
  * nested expression, linear in the names' bytes.  At each node: close the
  * key unless a name ends here, go on with a byte some name has next, or
- * take any other character and then anything. */
+ * take any other character and then anything (another ASCII character is
+ * one byte set at the node; an escape or a wider character is one call,
+ * json-key-more, so a node is a few states, not a UTF-8 automaton). */
 static void key_except(struct sp_gstr *o, char **names, size_t lo, size_t hi, size_t d)
 {
     bool ends = false;
@@ -729,23 +732,36 @@ static void key_except(struct sp_gstr *o, char **names, size_t lo, size_t hi, si
         sp_gstr_add(o, "\"\\\"\"");
         alt = true;
     }
-    struct sp_gstr cls = {0};
+    bool other[128] = {false};
+    for (unsigned ch = 0x20; ch < 0x80; ch++)
+        other[ch] = ch != '"' && ch != '\\';
     while (i < hi) {
         unsigned char ch = (unsigned char)names[i][d];
         size_t j = i;
         while (j < hi && (unsigned char)names[j][d] == ch)
             j++;
-        sp_gstr_addf(o, "%s\"\\x%02X\" ", alt ? " | " : "", ch);
+        if (isalnum(ch))
+            sp_gstr_addf(o, "%s\"%c\" ", alt ? " | " : "", ch);
+        else
+            sp_gstr_addf(o, "%s\"\\x%02X\" ", alt ? " | " : "", ch);
         key_except(o, names, i, j, d + 1);
-        sp_gstr_addf(&cls, "\\x%02X", ch);
+        other[ch & 0x7F] = false;
         alt = true;
         i = j;
     }
-    sp_gstr_addf(o, "%s[^\"\\\\\\x00-\\x1F%s] json-key-rest | json-key-esc )", alt ? " | " : "",
-                 cls.p ? cls.p : "");
-    if (cls.failed)
-        o->failed = true;
-    free(cls.p);
+    sp_gstr_add(o, alt ? " | [" : "[");
+    for (unsigned ch = 0x20; ch < 0x80; ch++) {
+        if (!other[ch] || (ch > 0x20 && other[ch - 1]))
+            continue;
+        unsigned last = ch;
+        while (last + 1 < 0x80 && other[last + 1])
+            last++;
+        if (isalnum(ch) && isalnum(last))
+            sp_gstr_addf(o, last > ch ? "%c-%c" : "%c", ch, last);
+        else
+            sp_gstr_addf(o, last > ch ? "\\x%02X-\\x%02X" : "\\x%02X", ch, last);
+    }
+    sp_gstr_add(o, "] json-key-rest | json-key-more )");
 }
 
 /* A key that is none of the properties s lists or requires (those the

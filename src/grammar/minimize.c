@@ -22,6 +22,10 @@
 #include "grammar/grammar_internal.h"
 
 #define MAX_ROUNDS 64
+/* ... and while a round merges at least 1/MIN_MERGE_SHARE of the states: a
+ * long tail of rounds that merge one state each (a chain of equal states
+ * deep in one rule) costs a pass over every state each and saves little. */
+#define MIN_MERGE_SHARE 1000u
 
 /* One edge of a state's signature: bytes to a target (set by value) or a
  * call (rule) returning to a target. */
@@ -274,7 +278,7 @@ sp_status sp_grammar_nfa_minimize(struct sp_grammar_nfa *a)
             goto done;
         }
         total += merged;
-        if (!merged)
+        if (!merged || (uint64_t)merged * MIN_MERGE_SHARE < n)
             break;
     }
     if (total && merged) {
