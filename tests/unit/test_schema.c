@@ -465,8 +465,43 @@ static void test_counts(void)
     free(s);
 }
 
+/* Closed objects (SP_SCHEMA_CLOSED, the server's strict json_schema and
+ * tool calls): only the listed properties, unless the schema asks for more;
+ * the same schema left open takes any other key after them. */
+static void test_closed(void)
+{
+    const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+                    "\"b\":{\"type\":\"object\",\"properties\":{\"c\":{\"type\":\"null\"}}}},\"required\":[\"a\"]}";
+    struct sp_grammar *open = compile_schema(s, false), *closed = NULL;
+    sp_status st = sp_grammar_compile_schema(&closed, s, strlen(s), SP_SCHEMA_CLOSED);
+    CHECK(st == SP_OK && closed, "closed: %s", sp_error_message());
+    if (open && closed) {
+        const char *extra[] = {"{\"a\":1,\"x\":2}", "{\"a\":1,\"b\":{\"c\":null,\"d\":[]}}", "{\"a\":1,\"b\":{\"d\":1}}"};
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+            CHECK(grammar_accepts(open, extra[i]), "open accepts %s", extra[i]);
+            CHECK(!grammar_accepts(closed, extra[i]), "closed refuses %s", extra[i]);
+        }
+        CHECK(grammar_accepts(closed, "{\"a\":1,\"b\":{\"c\":null}}") && grammar_accepts(closed, "{\"a\":1}"),
+              "closed keeps the listed ones");
+    }
+    sp_grammar_free(open);
+    sp_grammar_free(closed);
+    /* a map (no property listed) and additionalProperties stay open when closed */
+    const char *map = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                      "\"additionalProperties\":{\"type\":\"string\"}}";
+    st = sp_grammar_compile_schema(&closed, map, strlen(map), SP_SCHEMA_CLOSED);
+    CHECK(st == SP_OK && closed && grammar_accepts(closed, "{\"a\":1,\"x\":\"y\"}") &&
+              !grammar_accepts(closed, "{\"a\":1,\"x\":2}"),
+          "additionalProperties holds when closed");
+    sp_grammar_free(closed);
+    st = sp_grammar_compile_schema(&closed, "{\"type\":\"object\"}", 17, SP_SCHEMA_CLOSED);
+    CHECK(st == SP_OK && closed && grammar_accepts(closed, "{\"x\":[1]}"), "an object that lists none takes any");
+    sp_grammar_free(closed);
+}
+
 int main(void)
 {
+    test_closed();
     test_cases();
     test_refusals();
     test_many_properties();
