@@ -686,6 +686,9 @@ void sp_grammar_free(struct sp_grammar *g)
     if (g->proto) {
         sp_grammar_free(g->proto);
     } else {
+        for (uint32_t q = 0; g->pre && q < g->nfa.n_states; q++) /* before the automaton's count goes */
+            free(atomic_load(&g->pre[q]));
+        free((void *)g->pre);
         sp_grammar_nfa_free(&g->nfa);
         free(g->schema);
         free(g->trigger);
@@ -693,9 +696,6 @@ void sp_grammar_free(struct sp_grammar *g)
         free(g->lazy_masks);
         free(g->lazy_count);
         free(g->follow);
-        for (uint32_t q = 0; g->pre && q < g->nfa.n_states; q++)
-            free(atomic_load(&g->pre[q]));
-        free((void *)g->pre);
     }
     free(g);
 }
