@@ -251,8 +251,10 @@ asan:
 # prompts, and the tool-call, schema, speculation and embedding tests on
 # SmolLM2 alone (their Gemma 3 twins run the same server, grammar and draft
 # code; Gemma 3's own paths stay in test_isa, test_kv_cache and the
-# tokenizer goldens), and the trailing-dimensions-of-one loads of three
-# families (one shape check serves every family's tensors).  Of the embedding-turn tests the two large batches
+# tokenizer goldens), the trailing-dimensions-of-one loads of three
+# families (one shape check serves every family's tensors), and of the lazy
+# tool-call tests one city per template (the others repeat the same path
+# with other words).  Of the embedding-turn tests the two large batches
 # (3 and 3 minutes under ASan on 2 cores) are the plain build's: the chunked
 # embedding path, its cancellation and the drain's 503 still run here.
 # test_file_descriptor_limit runs the server under
@@ -271,6 +273,7 @@ ASAN_PYTEST_ARGS ?= -k "not (test_goldens and (gemma3 or teacher or long)) and n
     and not (test_families and (test_tokens_and_logits_at_every_position or test_greedy_continuation) and (q8_0 or not long)) \
     and not (test_trailing_dimensions_of_one_are_the_same_shape and not (llama3 or qwen35 or qwen2moe)) \
     and not ((test_tools or test_structured or test_speculative or test_embed) and gemma3) \
+    and not (test_tools_lazy and (Tokyo or Lima)) \
     and not test_file_descriptor_limit and not test_drain_delivers_finished_vectors \
     and not test_streams_go_on_while_a_large_batch_is_embedded \
     and not test_quantize_reads_the_parts and not test_split_runs_as_the_single_file \

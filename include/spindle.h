@@ -518,6 +518,11 @@ typedef enum sp_grammar_kind {
     SP_GRAMMAR_SCHEMA = 's', /* a JSON Schema (JSON text): outputs are also validated against it;
                                 compact JSON (no whitespace) */
     SP_GRAMMAR_SCHEMA_FLEX = 'S', /* the same, with any JSON whitespace between tokens */
+    SP_GRAMMAR_SCHEMA_STRICT = 't', /* SP_GRAMMAR_SCHEMA with objects closed: a property the schema
+                                       does not list is written only where additionalProperties,
+                                       patternProperties or minProperties asks for one (OpenAI's
+                                       strict mode); the others leave them open, as JSON Schema does */
+    SP_GRAMMAR_SCHEMA_STRICT_FLEX = 'T', /* the same, with any JSON whitespace between tokens */
 } sp_grammar_kind;
 
 /* Compiles text[0..len) and prepares it for m's vocabulary (the first

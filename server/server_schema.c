@@ -876,6 +876,7 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
         return sp_constraint(r, json_string_value(g), json_string_length(g), SP_GRAMMAR_GBNF, "grammar", lim, err);
     }
     const json_t *schema = js;
+    bool strict = false; /* response_format.json_schema.strict: objects closed (SP_GRAMMAR_SCHEMA_STRICT) */
     const char *param = "json_schema";
     if (type && !strcmp(type, "json_object"))
         return flexible ? sp_constraint(r, any_object, strlen(any_object), SP_GRAMMAR_SCHEMA_FLEX, "response_format",
@@ -894,8 +895,9 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
                 return sp_api_fail(err, 400, SP_API_INVALID, "unknown_parameter", "response_format.json_schema",
                                    "Unrecognized field in 'response_format.json_schema': %.60s", k);
         }
-        json_t *strict = json_object_get(o, "strict");
-        if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+        json_t *strict_v = json_object_get(o, "strict");
+        strict = json_is_true(strict_v);
+        if (strict_v && !json_is_boolean(strict_v) && !json_is_null(strict_v))
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "response_format.json_schema.strict",
                                "Invalid type for 'response_format.json_schema.strict': expected a boolean.");
         schema = json_object_get(o, "schema");
@@ -911,7 +913,9 @@ static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *roo
     char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!text)
         return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-    sp_status st = sp_constraint(r, text, strlen(text), flexible ? SP_GRAMMAR_SCHEMA_FLEX : SP_GRAMMAR_SCHEMA, param,
+    sp_grammar_kind kind = strict ? (flexible ? SP_GRAMMAR_SCHEMA_STRICT_FLEX : SP_GRAMMAR_SCHEMA_STRICT)
+                                  : (flexible ? SP_GRAMMAR_SCHEMA_FLEX : SP_GRAMMAR_SCHEMA);
+    sp_status st = sp_constraint(r, text, strlen(text), kind, param,
                                  lim, err);
     free(text);
     return st;

@@ -32,7 +32,8 @@ sp_status sp_grammar_create(const sp_model *m, sp_grammar_kind kind, const char 
     *out = NULL;
     if (!m || (!text && len))
         return sp_error_set(SP_ERR_ARG, "sp_grammar_create: no model or no text");
-    if (kind != SP_GRAMMAR_GBNF && kind != SP_GRAMMAR_SCHEMA && kind != SP_GRAMMAR_SCHEMA_FLEX)
+    if (kind != SP_GRAMMAR_GBNF && kind != SP_GRAMMAR_SCHEMA && kind != SP_GRAMMAR_SCHEMA_FLEX &&
+        kind != SP_GRAMMAR_SCHEMA_STRICT && kind != SP_GRAMMAR_SCHEMA_STRICT_FLEX)
         return sp_error_set(SP_ERR_ARG, "sp_grammar_create: kind %d is neither GBNF nor a JSON Schema", (int)kind);
     sp_status st = sp_api_grammar_tokens(m, &t);
     if (st != SP_OK)

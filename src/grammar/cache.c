@@ -10,6 +10,7 @@
  * lock: two threads missing on one text at once both compile, and the
  * second keeps the first's entry. */
 #include <pthread.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,8 +37,16 @@ struct sp_grammar_cache {
 static _Thread_local struct {
     bool (*fn)(void *ctx);
     void *ctx;
-    bool hit;
+    bool hit, late;    /* late: stopped by the compile's time limit */
+    double deadline;   /* CLOCK_MONOTONIC seconds; 0: none */
 } sp_grammar_stop;
+
+static double sp_grammar_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 void sp_grammar_stop_set(bool (*fn)(void *ctx), void *ctx)
 {
@@ -46,20 +55,33 @@ void sp_grammar_stop_set(bool (*fn)(void *ctx), void *ctx)
     sp_grammar_stop.hit = false;
 }
 
+bool sp_grammar_stop_now(void)
+{
+    if (sp_grammar_stop.hit || sp_grammar_stop.late)
+        return true;
+    if (sp_grammar_stop.deadline > 0 && sp_grammar_clock() > sp_grammar_stop.deadline)
+        sp_grammar_stop.late = true;
+    else if (sp_grammar_stop.fn)
+        sp_grammar_stop.hit = sp_grammar_stop.fn(sp_grammar_stop.ctx);
+    return sp_grammar_stop.hit || sp_grammar_stop.late;
+}
+
 bool sp_grammar_stop_poll(uint64_t work)
 {
-    if (!sp_grammar_stop.hit && sp_grammar_stop.fn && work % SP_GRAMMAR_STOP_EVERY == 0)
-        sp_grammar_stop.hit = sp_grammar_stop.fn(sp_grammar_stop.ctx);
-    return sp_grammar_stop.hit;
+    if (work % SP_GRAMMAR_STOP_EVERY == 0)
+        return sp_grammar_stop_now();
+    return sp_grammar_stop.hit || sp_grammar_stop.late;
 }
 
 sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t len, const char *trigger,
                              const struct sp_grammar_tokens *t, struct sp_grammar **out)
 {
-    sp_grammar_stop.hit = false;
-    sp_status st = kind == SP_GRAMMAR_SCHEMA || kind == SP_GRAMMAR_SCHEMA_FLEX
-                       ? sp_grammar_compile_schema(out, text, len, kind == SP_GRAMMAR_SCHEMA_FLEX)
-                       : sp_grammar_compile(out, text, len, NULL);
+    sp_grammar_stop.hit = sp_grammar_stop.late = false;
+    sp_grammar_stop.deadline = sp_grammar_clock() + SP_GRAMMAR_MAX_COMPILE_MS / 1000.0;
+    unsigned opts = (kind == SP_GRAMMAR_SCHEMA_FLEX || kind == SP_GRAMMAR_SCHEMA_STRICT_FLEX ? SP_SCHEMA_FLEX : 0) |
+                    (kind == SP_GRAMMAR_SCHEMA_STRICT || kind == SP_GRAMMAR_SCHEMA_STRICT_FLEX ? SP_SCHEMA_CLOSED : 0);
+    sp_status st = kind != SP_GRAMMAR_GBNF ? sp_grammar_compile_schema(out, text, len, opts)
+                                           : sp_grammar_compile(out, text, len, NULL);
     if (st == SP_OK && trigger)
         st = sp_grammar_set_trigger(*out, trigger, strlen(trigger));
     if (st == SP_OK && t)
@@ -69,7 +91,12 @@ sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t
         *out = NULL;
         if (sp_grammar_stop.hit) /* failed as over budget when told to stop */
             st = sp_error_set(SP_ERR_CANCELLED, "grammar: compile stopped by the caller");
+        else if (sp_grammar_stop.late)
+            st = sp_error_set(SP_ERR_ARG, "grammar: too large to compile: more than %d ms of work (limit "
+                              "SP_GRAMMAR_MAX_COMPILE_MS)", SP_GRAMMAR_MAX_COMPILE_MS);
     }
+    sp_grammar_stop.deadline = 0;
+    sp_grammar_stop.late = false;
     return st;
 }
 

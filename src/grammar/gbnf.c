@@ -1024,11 +1024,31 @@ struct flat {
     struct raw_edge *e;
 };
 
-/* Groups edges by source state (sorted, duplicates removed). */
+/* Groups edges by source state (sorted, duplicates removed): placed by
+ * source (a counting sort), then each state's few edges sorted. */
 static bool flatten(struct flat *f, struct raw_edge *e, size_t n_e, uint32_t n_states)
 {
-    if (n_e)
-        qsort(e, n_e, sizeof *e, cmp_edge);
+    uint32_t *at = calloc((size_t)n_states + 1, sizeof *at);
+    struct raw_edge *by = malloc((n_e ? n_e : 1) * sizeof *by);
+    if (!at || !by) {
+        free(at);
+        free(by);
+        return false;
+    }
+    for (size_t i = 0; i < n_e; i++)
+        at[e[i].from + 1]++;
+    for (uint32_t s = 0; s < n_states; s++)
+        at[s + 1] += at[s];
+    for (size_t i = 0; i < n_e; i++)
+        by[at[e[i].from]++] = e[i];
+    memcpy(e, by, n_e * sizeof *e);
+    free(by);
+    for (uint32_t s = 0, lo = 0; s < n_states; s++) { /* at[s]: the end of s's edges now */
+        if (at[s] - lo > 1)
+            qsort(e + lo, at[s] - lo, sizeof *e, cmp_edge);
+        lo = at[s];
+    }
+    free(at);
     size_t k = 0;
     for (size_t i = 0; i < n_e; i++)
         if (!k || cmp_edge(&e[i], &e[k - 1]))
@@ -1077,6 +1097,51 @@ static bool reaches_final(const struct analysis *an, uint32_t s, const uint8_t *
         }
     }
     return false;
+}
+
+/* live[s]: a walk from s reaches a final state along byte edges and calls
+ * of productive rules; one backward search from the final states over the
+ * reversed edges (linear in the edges).  stack: scratch of n entries.
+ * False on no memory. */
+static bool live_states(const struct analysis *an, uint8_t *live, uint32_t *stack)
+{
+    uint32_t n = an->n_states, n_e = an->off[n];
+    uint32_t *roff = calloc((size_t)n + 1, sizeof *roff), *rfrom = malloc(((size_t)n_e + 1) * sizeof *rfrom);
+    if (!roff || !rfrom) {
+        free(roff);
+        free(rfrom);
+        return false;
+    }
+    for (uint32_t q = 0; q < n; q++)
+        for (uint32_t i = an->off[q]; i < an->off[q + 1]; i++)
+            if (an->e[i].kind != E_CALL || an->productive[an->e[i].arg])
+                roff[an->e[i].to + 1]++;
+    for (uint32_t q = 0; q < n; q++)
+        roff[q + 1] += roff[q];
+    for (uint32_t q = 0; q < n; q++)
+        for (uint32_t i = an->off[q]; i < an->off[q + 1]; i++)
+            if (an->e[i].kind != E_CALL || an->productive[an->e[i].arg])
+                rfrom[roff[an->e[i].to]++] = q;
+    for (uint32_t q = n; q > 0; q--) /* back to the starts */
+        roff[q] = roff[q - 1];
+    roff[0] = 0;
+    size_t sp = 0;
+    for (uint32_t q = 0; q < n; q++) {
+        live[q] = an->final[q] ? 1 : 0;
+        if (live[q])
+            stack[sp++] = q;
+    }
+    while (sp) {
+        uint32_t q = stack[--sp];
+        for (uint32_t i = roff[q]; i < roff[q + 1]; i++)
+            if (!live[rfrom[i]]) {
+                live[rfrom[i]] = 1;
+                stack[sp++] = rfrom[i];
+            }
+    }
+    free(roff);
+    free(rfrom);
+    return true;
 }
 
 static bool fixpoint(struct analysis *an, uint8_t *flag, bool bytes, uint32_t *stack, uint32_t *mark,
@@ -1273,8 +1338,11 @@ static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint
         nomem(p);
         goto free_ef;
     }
-    for (uint32_t s = 0; s < n; s++)
-        live[s] = reaches_final(&an, s, an.productive, true, stack, mark, ++stamp);
+    if (!live_states(&an, live, stack)) {
+        free(live);
+        nomem(p);
+        goto free_ef;
+    }
     /* 4. reachable live states from the rule starts, renumbered */
     for (uint32_t s = 0; s < n; s++)
         newid[s] = UINT32_MAX;
@@ -1396,7 +1464,7 @@ done:
 }
 
 sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, size_t len,
-                               const char *root)
+                               const char *root, const char *const *calls)
 {
     struct parser p = {0};
     struct builder b = {0};
@@ -1450,6 +1518,11 @@ sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, siz
     if (!rstart || !rend || !b.inlining || !b.size || !b.expanded || !b.recursive) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
+    }
+    for (uint32_t r = 0; r < n_rules && calls; r++) { /* never built in place, as if recursive */
+        for (const char *const *c = calls; *c; c++)
+            if (!strcmp(rules[r].name, *c))
+                b.recursive[r] = 2;
     }
     for (uint32_t r = 0; r < n_rules; r++)
         b.size[r] = ast_size(&p, rules[r].body, 0);

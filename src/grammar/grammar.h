@@ -65,7 +65,11 @@ struct sp_vocab;
  * dstates and token tables of a bound grammar (large schemas: under 16 MiB). */
 #define SP_GRAMMAR_MAX_WORK (1ull << 27)    /* 134217728 steps */
 #define SP_GRAMMAR_MAX_EDGES (1u << 20)     /* 1048576 edges */
-#define SP_GRAMMAR_MAX_BYTES (128ull << 20) /* 128 MiB */
+#define SP_GRAMMAR_MAX_BYTES (64ull << 20)  /* 64 MiB */
+/* A compile (sp_grammar_prepare: the schema's grammar, the automaton, its
+ * minimizing, the bind) past this many milliseconds stops and is refused
+ * as too large, checked where the stop check is polled. */
+#define SP_GRAMMAR_MAX_COMPILE_MS 1000
 
 /* ---- vocabularies ---- */
 
@@ -92,10 +96,17 @@ uint32_t sp_grammar_tokens_size(const struct sp_grammar_tokens *t);
  * SP_ERR_ARG with "line L, column C: ..." (or the rule's name). */
 sp_status sp_grammar_compile(struct sp_grammar **out, const char *text, size_t len,
                              const char *root);
-/* Compiles a JSON Schema (sp_grammar_from_schema_as; flexible: any JSON
- * whitespace between tokens) into a grammar that keeps the schema, so that
- * sp_grammar_check validates against it. */
-sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len, bool flexible);
+/* Options of a schema's grammar: any JSON whitespace between tokens
+ * (else compact), and objects closed (a property the schema does not list
+ * is written only where additionalProperties, patternProperties or
+ * minProperties asks for one: OpenAI's strict mode) instead of JSON
+ * Schema's open default (any other key, any value). */
+#define SP_SCHEMA_FLEX 1u
+#define SP_SCHEMA_CLOSED 2u
+/* Compiles a JSON Schema (sp_grammar_from_schema_as; opts: SP_SCHEMA_*)
+ * into a grammar that keeps the schema, so that sp_grammar_check validates
+ * against it. */
+sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len, unsigned opts);
 /* Was g compiled from a JSON Schema? */
 bool sp_grammar_has_schema(const struct sp_grammar *g);
 /* The check of a finished output, in the shape of sp_gen_params.validate
@@ -136,6 +147,8 @@ sp_status sp_grammar_prepare(enum sp_grammar_kind kind, const char *text, size_t
 #define SP_GRAMMAR_STOP_EVERY 65536u
 void sp_grammar_stop_set(bool (*fn)(void *ctx), void *ctx);
 bool sp_grammar_stop_poll(uint64_t work);
+/* The same check now, whatever the work (for loops with few, long steps). */
+bool sp_grammar_stop_now(void);
 
 /* About how many bytes g's compiled form and bind results take (what a
  * cache keeps; a copy answers for the shared part). */
@@ -186,10 +199,9 @@ sp_grammar_state sp_grammar_feed(struct sp_grammar *g, sp_grammar_state s, const
  * enforced nor checked (remote references). */
 sp_status sp_grammar_from_schema(const char *schema, size_t len, char **gbnf);
 /* The same with the schema's rule named `rule` instead of root, to be part
- * of a larger grammar (the other rules are named arrN, objN..., refN,
- * dur-time, hex and json-*), and with any JSON whitespace between tokens
- * when flexible. */
-sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, bool flexible,
+ * of a larger grammar (the other rules are named arrN, objN..., keyN, refN,
+ * dur-time, hex and json-*), with the options opts (SP_SCHEMA_*). */
+sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, unsigned opts,
                                     char **gbnf);
 
 /* Validates `text` (the finished output) against `schema`.  SP_OK when

@@ -55,9 +55,11 @@ struct sp_grammar_nfa {
     struct sp_gbits *sets;
 };
 
-/* gbnf.c: text -> nfa (zeroed on failure; error set). */
+/* gbnf.c: text -> nfa (zeroed on failure; error set).  calls: NULL, or
+ * names of rules that stay calls wherever they are used (never built in
+ * place), NULL-ended. */
 sp_status sp_grammar_nfa_build(struct sp_grammar_nfa *nfa, const char *text, size_t len,
-                               const char *root);
+                               const char *root, const char *const *calls);
 void sp_grammar_nfa_free(struct sp_grammar_nfa *nfa);
 /* minimize.c: merges states with equal futures (same rule, finality and
  * edges); the language of every rule is unchanged. */

@@ -27,6 +27,7 @@
  * is an inline expression.  allOf, a $ref beside other keywords and
  * if/then/else are merged into one schema (schema_merge.c); anyOf/oneOf
  * take their siblings into each alternative. */
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -143,8 +144,14 @@ void sp_gstr_addf(struct sp_gstr *s, const char *fmt, ...)
     "hex ::= [0-9a-fA-F]\n" \
     "json-int ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n" \
     "json-number ::= json-int ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n" \
-    "json-bool ::= \"true\" | \"false\"\n"
+    "json-bool ::= \"true\" | \"false\"\n" \
+    "json-key-rest ::= json-char* \"\\\"\"\n" \
+    "json-key-more ::= ( \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] hex hex hex | [dD] [0-7] hex hex ) ) " \
+    "| [^\\x00-\\x7F] ) json-key-rest\n"
 static const char base_compact[] = BASE_RULES("");
+/* The ends of a key that is none of an object's listed names: called from
+ * every node of the names' trie, so built once, not at every node. */
+const char *const sp_schema_called_rules[] = {"json-key-rest", "json-key-more", NULL};
 static const char base_flex[] = BASE_RULES("json-ws") "json-ws ::= [ \\t\\n\\r]*\n";
 
 const char *sp_grammar_json_object_gbnf(void) { return "root ::= json-object\n" BASE_RULES(""); }
@@ -166,7 +173,9 @@ struct sc {
     uint32_t n_rules;
     struct memo *memo;
     size_t n_memo, cap_memo;
+    struct sp_gstr keys;     /* per key rule made: its name, '\0', its names joined by '\n', '\0' */
     int depth;
+    bool closed;     /* SP_SCHEMA_CLOSED */
     uint32_t spelled; /* string positions spelled so far (MAX_SPELLED_CHARS) */
     json_t *owned;   /* merged schemas made here, kept alive until the end */
 };
@@ -692,6 +701,133 @@ static bool never(const json_t *s)
     return json_is_false(s) || json_is_true(k) || (json_is_object(k) && !json_object_size(k));
 }
 
+/* Names of at most this many bytes, plain printable ASCII but '"' and
+ * '\\', are kept out of the key of an unlisted property by the grammar;
+ * others only by the validator. */
+#define MAX_EXCLUDED_NAME 64
+
+static int cmp_str(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* The rest of a key (after its opening quote) that is none of the sorted
+ * names[lo, hi), which share their first d bytes: a trie spelled as one
+ * nested expression, linear in the names' bytes.  At each node: close the
+ * key unless a name ends here, go on with a byte some name has next, or
+ * take any other character and then anything (another ASCII character is
+ * one byte set at the node; an escape or a wider character is one call,
+ * json-key-more, so a node is a few states, not a UTF-8 automaton). */
+static void key_except(struct sp_gstr *o, char **names, size_t lo, size_t hi, size_t d)
+{
+    bool ends = false;
+    sp_gstr_add(o, "( ");
+    size_t i = lo;
+    if (i < hi && !names[i][d]) { /* sorted: an ending name comes first */
+        ends = true;
+        i++;
+    }
+    bool alt = false;
+    if (!ends) {
+        sp_gstr_add(o, "\"\\\"\"");
+        alt = true;
+    }
+    bool other[128] = {false};
+    for (unsigned ch = 0x20; ch < 0x80; ch++)
+        other[ch] = ch != '"' && ch != '\\';
+    while (i < hi) {
+        unsigned char ch = (unsigned char)names[i][d];
+        size_t j = i;
+        while (j < hi && (unsigned char)names[j][d] == ch)
+            j++;
+        if (isalnum(ch))
+            sp_gstr_addf(o, "%s\"%c\" ", alt ? " | " : "", ch);
+        else
+            sp_gstr_addf(o, "%s\"\\x%02X\" ", alt ? " | " : "", ch);
+        key_except(o, names, i, j, d + 1);
+        other[ch & 0x7F] = false;
+        alt = true;
+        i = j;
+    }
+    sp_gstr_add(o, alt ? " | [" : "[");
+    for (unsigned ch = 0x20; ch < 0x80; ch++) {
+        if (!other[ch] || (ch > 0x20 && other[ch - 1]))
+            continue;
+        unsigned last = ch;
+        while (last + 1 < 0x80 && other[last + 1])
+            last++;
+        if (isalnum(ch) && isalnum(last))
+            sp_gstr_addf(o, last > ch ? "%c-%c" : "%c", ch, last);
+        else
+            sp_gstr_addf(o, last > ch ? "\\x%02X-\\x%02X" : "\\x%02X", ch, last);
+    }
+    sp_gstr_add(o, "] json-key-rest | json-key-more )");
+}
+
+/* A key that is none of the properties s lists or requires (those the
+ * grammar can spell: MAX_EXCLUDED_NAME), into o. */
+static void gen_unlisted_key(struct sc *c, const json_t *s, struct sp_gstr *o)
+{
+    const json_t *pl = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    size_t cap = json_object_size(pl) + json_array_size(req), n = 0, i;
+    char **names = malloc((cap ? cap : 1) * sizeof *names);
+    if (!names) {
+        nomem(c);
+        return;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)pl, k, v) names[n++] = (char *)k;
+    json_array_foreach(req, i, v) names[n++] = (char *)json_string_value(v);
+    size_t m = 0;
+    for (i = 0; i < n; i++) {
+        bool plain = names[i] && strlen(names[i]) <= MAX_EXCLUDED_NAME;
+        for (const char *p = names[i]; plain && *p; p++)
+            plain = *p >= 0x20 && *p < 0x7F && *p != '"' && *p != '\\';
+        if (plain)
+            names[m++] = names[i];
+    }
+    qsort(names, m, sizeof *names, cmp_str);
+    size_t u = 0;
+    for (i = 0; i < m; i++)
+        if (!u || strcmp(names[u - 1], names[i]))
+            names[u++] = names[i];
+    struct sp_gstr set = {0};
+    for (i = 0; i < u; i++)
+        sp_gstr_addf(&set, "%s\n", names[i]);
+    const char *found = NULL;
+    for (size_t at = 0; set.p && at < c->keys.n && !found;) { /* the same names before: the same rule */
+        const char *nm = c->keys.p + at, *ns = nm + strlen(nm) + 1;
+        if (!strcmp(ns, set.p))
+            found = nm;
+        at = (size_t)(ns - c->keys.p) + strlen(ns) + 1;
+    }
+    if (set.failed)
+        nomem(c);
+    if (!u) {
+        sp_gstr_add(o, "json-string");
+    } else if (found) {
+        sp_gstr_add(o, found);
+    } else { /* a rule: the object names it twice, and minimizing it merges the key's ends */
+        struct sp_gstr body = {0};
+        char name[24];
+        new_rule_name(c, name, sizeof name, "key");
+        sp_gstr_addn(&c->keys, name, strlen(name) + 1);
+        sp_gstr_addn(&c->keys, set.p, set.n + 1);
+        if (c->keys.failed)
+            nomem(c);
+        sp_gstr_add(&body, "\"\\\"\" ");
+        key_except(&body, names, 0, u, 0);
+        if (body.failed)
+            nomem(c);
+        emit_rule(c, name, &body);
+        free(body.p);
+        sp_gstr_add(o, name);
+    }
+    free(set.p);
+    free(names);
+}
+
 /* The expression of one property beyond those listed (patternProperties,
  * additionalProperties, or any when the object lists none), into *extra;
  * false when no such property may appear. */
@@ -720,10 +856,10 @@ static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_
         sp_gstr_add(extra, " )");
         any = true;
     }
-    /* listed properties and no word on the others: only the listed ones
-     * (unless the object needs more) */
+    /* no word on the others: any other key, any value (JSON Schema's
+     * default); closed: only the listed ones, unless the object needs more */
     bool open = addl ? !never(addl)
-                     : (!n_listed && !pats) || count(s, "minProperties", 0) > (long long)n_listed;
+                     : !c->closed || (!n_listed && !pats) || count(s, "minProperties", 0) > (long long)n_listed;
     if (open) {
         sp_gstr_add(extra, any ? " | ( " : "( ");
         if (json_is_object(names)) {
@@ -736,7 +872,7 @@ static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_
             gen(c, m, extra);
             sp_jpath_pop(&c->path, old);
         } else {
-            sp_gstr_add(extra, "json-string");
+            gen_unlisted_key(c, s, extra);
         }
         sp_gstr_addf(extra, "%s\":\"%s", c->w, c->w);
         if (!addl || json_is_true(addl)) {
@@ -1180,8 +1316,9 @@ sp_status sp_grammar_from_schema(const char *schema, size_t len, char **gbnf)
     return sp_grammar_from_schema_as(schema, len, "root", false, gbnf);
 }
 
-sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, bool flexible, char **gbnf)
+sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *rule, unsigned opts, char **gbnf)
 {
+    bool flexible = opts & SP_SCHEMA_FLEX;
     struct sc c = {0};
     struct sp_schema *sch = NULL;
     *gbnf = NULL;
@@ -1190,6 +1327,7 @@ sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *
         return st;
     c.sch = sch;
     c.w = flexible ? " json-ws " : " ";
+    c.closed = opts & SP_SCHEMA_CLOSED;
     c.owned = json_array();
     sp_jpath_init(&c.path);
     struct sp_gstr top = {0};
@@ -1220,6 +1358,7 @@ sp_status sp_grammar_from_schema_as(const char *schema, size_t len, const char *
     free(top.p);
     free(c.rules.p);
     free(c.memo);
+    free(c.keys.p);
     json_decref(c.owned);
     sp_schema_free(sch);
     return st;

@@ -8,13 +8,16 @@
  * those markers, interned, so a state is a small integer and transitions
  * (dstate, byte) -> dstate are cached.
  *
- * Masks: at bind, every state q that reads a byte gets its tokens split by
- * one trie walk from the stack (q, bottom 2): accepted (consumed without
- * leaving q's rule: allowed whatever lies below), uncertain (some path left
- * the rule with bytes to go: the real stack decides) and rejected.  A mask
- * is the union of the accepted sets of its tops, plus the uncertain tokens
- * walked again from the real stack (sorted by bytes, shared prefixes
- * walked once), cached per dstate. */
+ * Masks: a state q that reads a byte gets its tokens split by one trie
+ * walk from the stack (q, bottom 2): accepted (consumed without leaving q's
+ * rule: allowed whatever lies below), uncertain (some path left the rule
+ * with bytes to go: the real stack decides) and rejected.  The walk is made
+ * the first time a mask needs q (not at bind: a schema's grammar has
+ * thousands of states, and a request visits a few dozen), by whichever copy
+ * gets there first, and is shared by every copy.  A mask is the union of
+ * the accepted sets of its tops, plus the uncertain tokens walked again from
+ * the real stack (sorted by bytes, shared prefixes walked once), cached per
+ * dstate. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@
 #include "core/error.h"
 #include "grammar/grammar_internal.h"
 #include "grammar/tokens.h"
+#include "grammar/schema_internal.h"
 
 #define NODE_ROOT 1u
 #define NODE_ESC 2u
@@ -37,10 +41,19 @@ struct htab {
     uint32_t cap, n; /* cap: a power of two */
 };
 
-struct pre {          /* per read state, after bind */
-    uint32_t acc_off, n_acc; /* into acc_ids, or a bitmap in acc_bits when is_bits */
-    uint32_t unc_off, n_unc; /* into unc_ids/unc_lcp */
+struct collect {
+    uint32_t *acc;       /* accepted: ranges [acc[2i], acc[2i+1]) of sorted indices */
+    uint32_t *unc;       /* uncertain: sorted indices */
+    uint32_t n_acc_r, n_acc, n_unc;
+};
+
+struct pre {          /* per read state, made by its first mask; one allocation */
+    uint32_t n_acc, n_unc;
     uint8_t is_bits;
+    uint64_t *bits;   /* accepted: [n_words] bitmap when is_bits */
+    uint32_t *acc;    /* accepted: [n_acc] ids otherwise */
+    uint32_t *unc;    /* uncertain: [n_unc] ids, sorted by bytes */
+    uint16_t *lcp;    /* [n_unc] bytes shared with the previous uncertain token */
 };
 
 /* A grammar is its compiled form and bind results (immutable once bound,
@@ -94,12 +107,14 @@ struct sp_grammar {
 
     /* bind results (shared) */
     struct sp_gbits *follow;     /* [n_rules] bytes that can come right after a rule ends */
-    struct pre *pre;             /* [n_states] */
-    uint32_t *acc_ids, *unc_ids;
-    uint16_t *unc_lcp;
-    uint64_t *acc_bits;
-    uint32_t n_acc_ids, n_unc_ids, n_acc_bits; /* n_acc_bits in words */
+    struct pre *_Atomic *pre;    /* [n_states] NULL until a mask needs the state */
+    _Atomic uint64_t pre_bytes;  /* of the owner: what the made pre take */
     uint32_t n_words;
+
+    /* scratch of the trie walks (own, made by the first) */
+    struct collect *wc;
+    uint32_t *wds, *wids;
+    uint8_t *wesc;
 
     /* masks (own) */
     uint64_t *masks;             /* [n_slots][n_words] */
@@ -579,13 +594,6 @@ sp_status sp_grammar_clone(struct sp_grammar *g, struct sp_grammar **out)
     c->lazy_count = src->lazy_count;
     c->follow = src->follow;
     c->pre = src->pre;
-    c->acc_ids = src->acc_ids;
-    c->unc_ids = src->unc_ids;
-    c->unc_lcp = src->unc_lcp;
-    c->acc_bits = src->acc_bits;
-    c->n_acc_ids = src->n_acc_ids;
-    c->n_unc_ids = src->n_unc_ids;
-    c->n_acc_bits = src->n_acc_bits;
     c->n_words = src->n_words;
     c->max_slots = src->max_slots;
     if (!matching_init(c) ||
@@ -601,17 +609,19 @@ sp_status sp_grammar_compile(struct sp_grammar **out, const char *text, size_t l
 {
     struct sp_grammar_nfa nfa;
     *out = NULL;
-    sp_status st = sp_grammar_nfa_build(&nfa, text, len, root);
+    /* schema grammars made elsewhere (tool calls, response_format's GBNF)
+     * spell the same rules; inlining or not keeps the language */
+    sp_status st = sp_grammar_nfa_build(&nfa, text, len, root, sp_schema_called_rules);
     if (st != SP_OK)
         return st;
     return sp_grammar_from_nfa(out, &nfa);
 }
 
-sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len, bool flexible)
+sp_status sp_grammar_compile_schema(struct sp_grammar **out, const char *schema, size_t len, unsigned opts)
 {
     char *gbnf = NULL;
     *out = NULL;
-    sp_status st = sp_grammar_from_schema_as(schema, len, "root", flexible, &gbnf);
+    sp_status st = sp_grammar_from_schema_as(schema, len, "root", opts, &gbnf);
     if (st != SP_OK)
         return st;
     st = sp_grammar_compile(out, gbnf, strlen(gbnf), NULL);
@@ -665,9 +675,20 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g->slot_ds);
     free(g->slot_count);
     free(g->walk);
+    if (g->wc) {
+        free(g->wc->acc);
+        free(g->wc->unc);
+        free(g->wc);
+    }
+    free(g->wds);
+    free(g->wids);
+    free(g->wesc);
     if (g->proto) {
         sp_grammar_free(g->proto);
     } else {
+        for (uint32_t q = 0; g->pre && q < g->nfa.n_states; q++) /* before the automaton's count goes */
+            free(atomic_load(&g->pre[q]));
+        free((void *)g->pre);
         sp_grammar_nfa_free(&g->nfa);
         free(g->schema);
         free(g->trigger);
@@ -675,11 +696,6 @@ void sp_grammar_free(struct sp_grammar *g)
         free(g->lazy_masks);
         free(g->lazy_count);
         free(g->follow);
-        free(g->pre);
-        free(g->acc_ids);
-        free(g->unc_ids);
-        free(g->unc_lcp);
-        free(g->acc_bits);
     }
     free(g);
 }
@@ -693,8 +709,9 @@ void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *o)
         const struct sp_gbits *r = &g->nfa.reads[q];
         if (r->w[0] | r->w[1] | r->w[2] | r->w[3]) {
             o->n_read_states++;
-            if (g->pre)
-                o->n_uncertain += g->pre[q].n_unc;
+            const struct pre *p = g->pre ? atomic_load(&g->pre[q]) : NULL;
+            if (p)
+                o->n_uncertain += p->n_unc;
         }
     }
     o->n_nodes = g->n_nodes;
@@ -839,12 +856,6 @@ static sp_status lazy_masks(struct sp_grammar *g)
 
 /* ---- bind: per read state, the accepted and uncertain tokens ---- */
 
-struct collect {
-    uint32_t *acc;       /* accepted: ranges [acc[2i], acc[2i+1]) of sorted indices */
-    uint32_t *unc;       /* uncertain: sorted indices */
-    uint32_t n_acc_r, n_acc, n_unc;
-};
-
 static inline void add_acc(struct collect *c, uint32_t lo, uint32_t hi)
 {
     if (lo == hi)
@@ -952,21 +963,17 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
     uint32_t x = node(g, q, NODE_ESC);
     ds[0] = x ? single(g, x) : UINT32_MAX;
     if (ds[0] == UINT32_MAX)
-        return g->steps > SP_GRAMMAR_MAX_WORK ? over_budget(true)
-                                              : sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
     esc[0] = 0;
     c->n_acc_r = c->n_acc = c->n_unc = 0;
     for (uint32_t i = 0; i < t->n_nodes;) {
-        if (++g->steps > SP_GRAMMAR_MAX_WORK || sp_grammar_stop_poll(g->steps))
-            return over_budget(true);
         uint32_t d = t->node_depth[i];
         uint32_t p = ds[d - 1];
         unsigned b = t->node_byte[i];
         uint8_t esc_a = esc[d - 1] | ((g->ds_flags[p] & 2) && sp_gbits_has(follow, b) ? 1 : 0);
         uint32_t nd = step(g, p, b);
         if (nd == UINT32_MAX)
-            return g->steps > SP_GRAMMAR_MAX_WORK ? over_budget(true)
-                                              : sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         uint32_t lo = t->node_lo[i], here = lo + t->node_here[i];
         if (nd != SP_GRAMMAR_DEAD)
             add_acc(c, lo, here);
@@ -995,7 +1002,7 @@ static uint64_t grammar_bytes(const struct sp_grammar *g)
     b += (uint64_t)g->cap_nodes * 14 + (uint64_t)g->node_tab.cap * 12 + (uint64_t)g->ds_tab.cap * 12;
     b += (uint64_t)g->cap_ds * (8 + 2 * sizeof(struct sp_gbits) + 13) + (uint64_t)g->cap_pool * 4;
     b += (uint64_t)g->cap_rows * 4 + (uint64_t)g->trans.cap * 12;
-    b += (uint64_t)g->n_acc_ids * 4 + (uint64_t)g->n_unc_ids * 6 + (uint64_t)g->n_acc_bits * 8;
+    b += atomic_load_explicit((_Atomic uint64_t *)&g->pre_bytes, memory_order_relaxed);
     return b;
 }
 
@@ -1016,17 +1023,6 @@ static sp_status over_budget(bool work)
                         (unsigned long long)(SP_GRAMMAR_MAX_BYTES >> 20));
 }
 
-static bool append_u32(uint32_t **p, uint32_t *n, uint32_t *cap, const uint32_t *src, uint32_t k)
-{
-    if (!k)
-        return true;
-    if (!grow((void **)p, cap, *n + k, sizeof **p))
-        return false;
-    memcpy(*p + *n, src, (size_t)k * sizeof *src);
-    *n += k;
-    return true;
-}
-
 static uint32_t lcp_bytes(const struct sp_grammar_tokens *t, uint32_t a, uint32_t b)
 {
     uint32_t la = t->off[a + 1] - t->off[a], lb = t->off[b + 1] - t->off[b], k = 0;
@@ -1038,6 +1034,82 @@ static uint32_t lcp_bytes(const struct sp_grammar_tokens *t, uint32_t a, uint32_
 
 uint32_t sp_grammar_n_vocab(const struct sp_grammar *g) { return g->toks ? g->toks->n_vocab : 0; }
 
+/* State q's tokens in one allocation, from the walk's collect c. */
+static struct pre *pre_pack(struct sp_grammar *g, const struct collect *c, uint32_t *ids, uint64_t *bytes)
+{
+    const struct sp_grammar_tokens *t = g->toks;
+    bool is_bits = (uint64_t)c->n_acc * 32 > t->n_vocab;
+    size_t n_acc = is_bits ? 0 : c->n_acc, n_bits = is_bits ? g->n_words : 0;
+    size_t size = sizeof(struct pre) + n_bits * 8 + (n_acc + c->n_unc) * 4 + (size_t)c->n_unc * 2;
+    struct pre *p = calloc(1, size);
+    if (!p)
+        return NULL;
+    *bytes = size;
+    p->n_acc = c->n_acc;
+    p->n_unc = c->n_unc;
+    p->is_bits = is_bits;
+    p->bits = (uint64_t *)(p + 1);
+    p->acc = (uint32_t *)(p->bits + n_bits);
+    p->unc = p->acc + n_acc;
+    p->lcp = (uint16_t *)(p->unc + c->n_unc);
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < c->n_acc_r; r++)
+        for (uint32_t k = c->acc[2 * r]; k < c->acc[2 * r + 1]; k++) {
+            uint32_t id = t->sorted[k];
+            if (is_bits)
+                p->bits[id >> 6] |= 1ull << (id & 63);
+            else
+                p->acc[n++] = id;
+        }
+    for (uint32_t i = 0; i < c->n_unc; i++)
+        ids[i] = p->unc[i] = t->sorted[c->unc[i]];
+    for (uint32_t i = 0; i < c->n_unc; i++)
+        p->lcp[i] = (uint16_t)(i ? lcp_bytes(t, ids[i - 1], ids[i]) : 0);
+    return p;
+}
+
+/* The tokens of read state q: made by g's own trie walk the first time any
+ * copy needs them, then shared (two copies racing both walk; the first to
+ * publish wins).  NULL on no memory. */
+static const struct pre *pre_of(struct sp_grammar *g, uint32_t q)
+{
+    static const struct pre none;
+    struct sp_grammar *o = g->proto ? g->proto : g;
+    struct pre *p = atomic_load_explicit(&g->pre[q], memory_order_acquire);
+    if (p)
+        return p;
+    const struct sp_gbits *r = &g->nfa.reads[q];
+    if (!(r->w[0] | r->w[1] | r->w[2] | r->w[3]))
+        return &none;
+    const struct sp_grammar_tokens *t = g->toks;
+    if (!g->wc) {
+        struct collect *c = calloc(1, sizeof *c);
+        if (!c)
+            return NULL;
+        g->wc = c;
+        c->acc = malloc(((size_t)t->n_sorted + 1) * 2 * sizeof *c->acc);
+        c->unc = malloc(((size_t)t->n_sorted + 1) * sizeof *c->unc);
+        g->wids = malloc(((size_t)t->n_sorted + 1) * sizeof *g->wids);
+        g->wds = malloc(((size_t)t->max_len + 2) * sizeof *g->wds);
+        g->wesc = malloc((size_t)t->max_len + 2);
+    }
+    if (!g->wc->acc || !g->wc->unc || !g->wids || !g->wds || !g->wesc)
+        return NULL;
+    uint64_t bytes = 0;
+    if (walk_state(g, q, g->wc, g->wds, g->wesc) != SP_OK || !(p = pre_pack(g, g->wc, g->wids, &bytes)))
+        return NULL;
+    struct pre *expect = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&g->pre[q], &expect, p, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        free(p);
+        return expect;
+    }
+    atomic_fetch_add_explicit(&o->pre_bytes, bytes, memory_order_relaxed);
+    return p;
+}
+
+/* Binding ties the grammar to a vocabulary: FOLLOW of every rule and the
+ * masks before a trigger; each state's tokens wait for their first mask. */
 sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *t)
 {
     if (g->toks == t)
@@ -1048,79 +1120,22 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
         return sp_error_set(SP_ERR_ARG, "grammar: a shared grammar is bound before it is copied");
     sp_status st = SP_OK;
     uint32_t n_states = g->nfa.n_states;
-    struct collect c = {0};
-    uint32_t *ds = malloc(((size_t)t->max_len + 2) * sizeof *ds);
-    uint8_t *esc = malloc((size_t)t->max_len + 2);
-    c.acc = malloc(((size_t)t->n_sorted + 1) * 2 * sizeof *c.acc);
-    c.unc = malloc(((size_t)t->n_sorted + 1) * sizeof *c.unc);
-    uint32_t *ids = malloc(((size_t)t->n_sorted + 1) * sizeof *ids);
     g->pre = calloc(n_states ? n_states : 1, sizeof *g->pre);
     g->n_words = (t->n_vocab + 63) / 64;
     g->walk = malloc(((size_t)t->max_len + 2) * sizeof *g->walk);
-    uint32_t cap_acc = 0, cap_unc = 0, cap_bits = 0, cap_lcp = 0;
-    g->steps = 0;
-    g->step_limit = SP_GRAMMAR_MAX_WORK; /* closures count too, and stop past it */
-    if (!ds || !esc || !c.acc || !c.unc || !ids || !g->pre || !g->walk) {
+    if (!g->pre || !g->walk) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
     }
+    for (uint32_t q = 0; q < n_states; q++)
+        atomic_init(&g->pre[q], NULL);
     g->toks = t;
     if (!compute_follow(g)) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
     }
-    for (uint32_t q = 0; q < n_states && st == SP_OK; q++) {
-        const struct sp_gbits *r = &g->nfa.reads[q];
-        if (!(r->w[0] | r->w[1] | r->w[2] | r->w[3]))
-            continue;
-        if ((st = walk_state(g, q, &c, ds, esc)) != SP_OK)
-            break;
-        if (grammar_bytes(g) > SP_GRAMMAR_MAX_BYTES) {
-            st = over_budget(false);
-            break;
-        }
-        struct pre *p = &g->pre[q];
-        if ((uint64_t)c.n_acc * 32 > t->n_vocab) {
-            p->is_bits = 1;
-            p->acc_off = g->n_acc_bits;
-            if (!grow((void **)&g->acc_bits, &cap_bits, g->n_acc_bits + g->n_words, sizeof *g->acc_bits)) {
-                st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-                break;
-            }
-            uint64_t *bits = g->acc_bits + g->n_acc_bits;
-            memset(bits, 0, (size_t)g->n_words * sizeof *bits);
-            for (uint32_t r = 0; r < c.n_acc_r; r++)
-                for (uint32_t k = c.acc[2 * r]; k < c.acc[2 * r + 1]; k++) {
-                    uint32_t id = t->sorted[k];
-                    bits[id >> 6] |= 1ull << (id & 63);
-                }
-            g->n_acc_bits += g->n_words;
-            p->n_acc = c.n_acc;
-        } else {
-            uint32_t n = 0;
-            for (uint32_t r = 0; r < c.n_acc_r; r++)
-                for (uint32_t k = c.acc[2 * r]; k < c.acc[2 * r + 1]; k++)
-                    ids[n++] = t->sorted[k];
-            p->acc_off = g->n_acc_ids;
-            p->n_acc = c.n_acc;
-            if (!append_u32(&g->acc_ids, &g->n_acc_ids, &cap_acc, ids, c.n_acc)) {
-                st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-                break;
-            }
-        }
-        p->unc_off = g->n_unc_ids;
-        p->n_unc = c.n_unc;
-        uint32_t before = g->n_unc_ids;
-        for (uint32_t i = 0; i < c.n_unc; i++)
-            ids[i] = t->sorted[c.unc[i]];
-        if (!append_u32(&g->unc_ids, &g->n_unc_ids, &cap_unc, ids, c.n_unc) ||
-            !grow((void **)&g->unc_lcp, &cap_lcp, g->n_unc_ids, sizeof *g->unc_lcp)) {
-            st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-            break;
-        }
-        for (uint32_t i = 0; i < c.n_unc; i++)
-            g->unc_lcp[before + i] = (uint16_t)(i ? lcp_bytes(t, ids[i - 1], ids[i]) : 0);
-    }
+    if (grammar_bytes(g) > SP_GRAMMAR_MAX_BYTES)
+        st = over_budget(false);
     if (st == SP_OK && g->trig_len)
         st = lazy_masks(g);
     if (st == SP_OK) {
@@ -1130,7 +1145,6 @@ sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *
             g->max_slots = 16;
     }
 done:
-    g->step_limit = 0;
     if (st != SP_OK) {
         g->toks = NULL;
         free(g->lazy_masks);
@@ -1138,22 +1152,16 @@ done:
         g->lazy_masks = NULL;
         g->lazy_count = NULL;
     }
-    free(ds);
-    free(esc);
-    free(c.acc);
-    free(c.unc);
-    free(ids);
     return st;
 }
 
 /* ---- masks ---- */
 
-/* Walks the uncertain tokens of top x from the one-stack dstate, setting
+/* Walks the uncertain tokens p of top x from the one-stack dstate, setting
  * the bits of those that survive. */
-static bool check_uncertain(struct sp_grammar *g, uint32_t x, uint64_t *m)
+static bool check_uncertain(struct sp_grammar *g, uint32_t x, const struct pre *p, uint64_t *m)
 {
     const struct sp_grammar_tokens *t = g->toks;
-    const struct pre *p = &g->pre[g->nq[x]];
     if (!p->n_unc)
         return true;
     uint32_t *w = g->walk;
@@ -1162,8 +1170,8 @@ static bool check_uncertain(struct sp_grammar *g, uint32_t x, uint64_t *m)
         return false;
     uint32_t valid = 0; /* w[0..valid] are the dstates along the previous token */
     for (uint32_t i = 0; i < p->n_unc; i++) {
-        uint32_t id = g->unc_ids[p->unc_off + i];
-        uint32_t lcp = g->unc_lcp[p->unc_off + i];
+        uint32_t id = p->unc[i];
+        uint32_t lcp = p->lcp[i];
         if (valid > lcp)
             valid = lcp;
         if (m[id >> 6] >> (id & 63) & 1)
@@ -1247,27 +1255,32 @@ sp_status sp_grammar_mask(struct sp_grammar *g, sp_grammar_state s, const uint64
     memset(m, 0, (size_t)g->n_words * sizeof *m);
     uint32_t n;
     const uint32_t *nodes = ds_nodes(g, s, &n);
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t x = nodes[i];
-        if (x < FIRST_NODE)
-            continue;
-        const struct pre *p = &g->pre[g->nq[x]];
-        if (p->is_bits) {
-            const uint64_t *b = g->acc_bits + p->acc_off;
-            for (uint32_t w = 0; w < g->n_words; w++)
-                m[w] |= b[w];
-        } else {
-            for (uint32_t k = 0; k < p->n_acc; k++) {
-                uint32_t id = g->acc_ids[p->acc_off + k];
-                m[id >> 6] |= 1ull << (id & 63);
-            }
-        }
-    }
     for (uint32_t i = 0;; i++) {
         nodes = ds_nodes(g, s, &n); /* the pool may move while walking */
         if (i >= n)
             break;
-        if (nodes[i] >= FIRST_NODE && !check_uncertain(g, nodes[i], m)) {
+        uint32_t x = nodes[i];
+        if (x < FIRST_NODE)
+            continue;
+        const struct pre *p = pre_of(g, g->nq[x]);
+        if (!p) {
+            g->ds_mask[s] = 0;
+            g->n_slots--;
+            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+        }
+        if (p->is_bits) {
+            for (uint32_t w = 0; w < g->n_words; w++)
+                m[w] |= p->bits[w];
+        } else {
+            for (uint32_t k = 0; k < p->n_acc; k++)
+                m[p->acc[k] >> 6] |= 1ull << (p->acc[k] & 63);
+        }
+    }
+    for (uint32_t i = 0;; i++) {
+        nodes = ds_nodes(g, s, &n);
+        if (i >= n)
+            break;
+        if (nodes[i] >= FIRST_NODE && !check_uncertain(g, nodes[i], pre_of(g, g->nq[nodes[i]]), m)) {
             g->ds_mask[s] = 0;
             g->n_slots--;
             return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");

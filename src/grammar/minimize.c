@@ -7,7 +7,10 @@
  * place, and a repetition `x{0,30}` copies that pair thirty times.  Merging
  * them is repeated until nothing changes (targets merged in one round make
  * their sources equal in the next), at most MAX_ROUNDS times; each round
- * only merges states proven equal, so stopping early is safe.
+ * only merges states proven equal, so stopping early is safe.  A round
+ * recomputes the signatures of the states with an edge to one merged in the
+ * round before (the others' are unchanged), so a long chain costs its
+ * length in rounds but not that many passes over every state's edges.
  *
  * Fewer states mean fewer trie walks when a grammar is bound to a
  * vocabulary (one per state that reads a byte) and fewer parallel stacks
@@ -19,6 +22,10 @@
 #include "grammar/grammar_internal.h"
 
 #define MAX_ROUNDS 64
+/* ... and while a round merges at least 1/MIN_MERGE_SHARE of the states: a
+ * long tail of rounds that merge one state each (a chain of equal states
+ * deep in one rule) costs a pass over every state each and saves little. */
+#define MIN_MERGE_SHARE 1000u
 
 /* One edge of a state's signature: bytes to a target (set by value) or a
  * call (rule) returning to a target. */
@@ -31,8 +38,10 @@ struct minimizer {
     const struct sp_grammar_nfa *a;
     uint32_t *rep;            /* [n_states] representative, rep[rep[s]] == rep[s] */
     struct sig_edge *sig;     /* signatures of this round, state s at sig_off[s] */
-    uint32_t *sig_off, *sig_n;
+    uint32_t *sig_off, *sig_n;     /* sig_off[s]: a->edge_off[s], room for every edge */
     uint32_t cap_sig;
+    uint32_t *old;            /* [n_states] rep before the round */
+    uint8_t *dirty;           /* [n_states] signature to recompute */
     uint64_t *hash;
     uint32_t *tab;            /* open addressing over states, UINT32_MAX: empty */
     uint32_t cap_tab;
@@ -117,14 +126,14 @@ static bool same(const struct minimizer *m, uint32_t x, uint32_t y)
 static int64_t round_merge(struct minimizer *m)
 {
     const struct sp_grammar_nfa *a = m->a;
-    uint32_t at = 0;
     for (uint32_t s = 0; s < a->n_states; s++) {
-        if (m->rep[s] != s)
+        if (m->rep[s] != s || !m->dirty[s])
             continue;
-        if (!signature(m, s, at))
+        if (!signature(m, s, a->edge_off[s]))
             return -1;
-        at += m->sig_n[s];
+        m->dirty[s] = 0;
     }
+    memcpy(m->old, m->rep, (size_t)a->n_states * sizeof *m->old);
     memset(m->tab, 0xff, (size_t)m->cap_tab * sizeof *m->tab);
     int64_t merged = 0;
     for (uint32_t s = 0; s < a->n_states; s++) {
@@ -143,6 +152,14 @@ static int64_t round_merge(struct minimizer *m)
     /* chains from this round (s -> t where t was merged earlier) collapse */
     for (uint32_t s = 0; s < a->n_states; s++)
         m->rep[s] = m->rep[m->rep[s]];
+    for (uint32_t s = 0; merged && s < a->n_states; s++) {
+        if (m->rep[s] != s)
+            continue;
+        for (uint32_t i = a->edge_off[s]; i < a->edge_off[s + 1] && !m->dirty[s]; i++) {
+            uint32_t t = a->edges[i].target;
+            m->dirty[s] = m->rep[t] != m->old[t];
+        }
+    }
     return merged;
 }
 
@@ -241,32 +258,35 @@ sp_status sp_grammar_nfa_minimize(struct sp_grammar_nfa *a)
     m.sig_n = malloc((size_t)n * sizeof *m.sig_n);
     m.hash = malloc((size_t)n * sizeof *m.hash);
     m.tab = malloc((size_t)m.cap_tab * sizeof *m.tab);
-    if (!m.rep || !m.sig_off || !m.sig_n || !m.hash || !m.tab) {
+    m.old = malloc((size_t)n * sizeof *m.old);
+    m.dirty = malloc(n);
+    if (!m.rep || !m.sig_off || !m.sig_n || !m.hash || !m.tab || !m.old || !m.dirty) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
     }
     for (uint32_t s = 0; s < n; s++)
         m.rep[s] = s;
+    memset(m.dirty, 1, n);
     int64_t merged = 0, total = 0;
     for (int r = 0; r < MAX_ROUNDS; r++) {
+        if (sp_grammar_stop_now()) {
+            st = sp_error_set(SP_ERR_ARG, "grammar: too large to compile: stopped while minimizing");
+            goto done;
+        }
         if ((merged = round_merge(&m)) < 0) {
             st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
             goto done;
         }
         total += merged;
-        if (!merged)
+        if (!merged || (uint64_t)merged * MIN_MERGE_SHARE < n)
             break;
     }
     if (total && merged) {
         /* stopped at MAX_ROUNDS: the signatures must match the final rep */
-        uint32_t at = 0;
         for (uint32_t s = 0; s < n; s++)
-            if (m.rep[s] == s) {
-                if (!signature(&m, s, at)) {
-                    st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-                    goto done;
-                }
-                at += m.sig_n[s];
+            if (m.rep[s] == s && !signature(&m, s, a->edge_off[s])) {
+                st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+                goto done;
             }
     }
     if (total && !rebuild(&m, a))
@@ -278,5 +298,7 @@ done:
     free(m.sig_n);
     free(m.hash);
     free(m.tab);
+    free(m.old);
+    free(m.dirty);
     return st;
 }

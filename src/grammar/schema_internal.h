@@ -82,5 +82,7 @@ bool sp_schema_format_known(const char *name);
 size_t sp_schema_format_list(char *buf, size_t cap);
 /* Rules the formats' GBNF uses besides the base rules. */
 extern const char sp_schema_format_rules[];
+/* Rules of every schema grammar that stay calls (grammar_schema.c). */
+extern const char *const sp_schema_called_rules[];
 
 #endif

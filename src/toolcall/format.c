@@ -191,7 +191,10 @@ static sp_status json_grammar(const struct sp_toolcall *tc, char **gbnf)
     if (!text)
         return sp_error_set(SP_ERR_NOMEM, "tools: out of memory");
     char *calls = NULL;
-    sp_status st = sp_grammar_from_schema_as(text, strlen(text), "tc-call", false, &calls);
+    /* arguments hold the properties the function lists (objects closed, as
+     * strict mode): a key the function does not name is no use to it, and
+     * small models, once allowed one, write keys until the token limit */
+    sp_status st = sp_grammar_from_schema_as(text, strlen(text), "tc-call", SP_SCHEMA_CLOSED, &calls);
     free(text);
     if (st != SP_OK)
         return st;

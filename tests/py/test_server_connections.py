@@ -231,9 +231,11 @@ def test_file_descriptor_limit(spindle_bin, smollm2_path):
 # ---- 3. a grammar compile stops when its client leaves ----
 
 def test_hangup_stops_a_grammar_compile(server):
-    # four long patterned strings: a compile and bind of about two seconds
-    # on SmolLM2's vocabulary (on the connection's thread)
-    props = {"f%d" % i: {"type": "string", "pattern": "^[a-zA-Z0-9 ]{%d,%d}$" % (100 + i, 200 + i)} for i in range(4)}
+    # 20 objects of 20 strings of up to 30 characters, each character spelled
+    # out: a compile of a few hundred thousand steps (on the connection's
+    # thread; the hangup is seen at its first stop check, 65,536 steps in)
+    props = {"f%d" % i: {"type": "object", "properties": {
+        "g%d_%d" % (i, j): {"type": "string", "maxLength": 30} for j in range(20)}} for i in range(20)}
     body = json.dumps({"prompt": "x", "max_tokens": 1, "json_schema": {
         "type": "object", "properties": props, "required": list(props)}}).encode()
     rid = "compile-%d" % time.monotonic_ns()

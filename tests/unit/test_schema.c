@@ -37,6 +37,20 @@ static const struct scase cases[] = {
      "\"properties\":{\"a\":{\"type\":\"integer\",\"description\":\"x\",\"x-unit\":\"kg\",\"format\":\"int32\"}},"
      "\"required\":[\"a\"],\"additionalProperties\":false}",
      {"{\"a\":1}"}, {"{ \"a\" : 1 }"}, {"{\"a\":\"x\"}", "{}", "{\"a\":1,\"b\":2}"}, {"{}", "{\"b\":1}"}, true},
+    /* properties the schema does not list: any key but the listed ones, any
+     * value, after the listed ones (before them only when none is required) */
+    {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}},"
+     "\"required\":[\"name\"]}",
+     {"{\"name\":\"x\",\"labels\":{\"a\":[1,null]}}", "{\"name\":\"x\",\"age\":3,\"nam\":1,\"namex\":true,\"\":0}",
+      "{\"name\":\"x\",\"ag\":\"y\",\"agee\":[],\"b\\\"c\":1}"},
+     {"{\"nam\":1,\"name\":\"x\"}"},
+     {"{\"name\":\"x\",\"age\":\"y\"}", "{\"name\":1,\"x\":1}", "{\"name\":\"x\",\"\\u0061ge\":\"y\"}"},
+     {"{\"name\":\"x\",\"x\":1,\"age\":\"y\"}", "{\"name\":\"x\",\"name\":\"y\"}",
+      "{\"name\":\"x\",\"age\":1,\"age\":2}", "{\"age\":1}"},
+     false},
+    {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"ab\":{\"type\":\"null\"}}}",
+     {"{\"b\":\"x\"}", "{\"a\":1,\"b\":2}", "{}", "{\"abc\":1,\"\":2}", "{\"ab\":null,\"aa\":{}}"},
+     {"{\"b\":1,\"a\":2}"}, {"{\"a\":\"x\"}", "{\"ab\":1}"}, {"{\"a\":\"x\"}", "{\"ab\":1}", "{\"b\":1,\"a\":\"x\"}"}, false},
     /* unknown format: an annotation */
     {"{\"type\":\"string\",\"format\":\"phone-number\",\"maxLength\":3}", {"\"abc\""}, {"\"+1\""}, {"\"abcd\""},
      {"\"abcd\""}, true},
@@ -451,8 +465,43 @@ static void test_counts(void)
     free(s);
 }
 
+/* Closed objects (SP_SCHEMA_CLOSED, the server's strict json_schema and
+ * tool calls): only the listed properties, unless the schema asks for more;
+ * the same schema left open takes any other key after them. */
+static void test_closed(void)
+{
+    const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+                    "\"b\":{\"type\":\"object\",\"properties\":{\"c\":{\"type\":\"null\"}}}},\"required\":[\"a\"]}";
+    struct sp_grammar *open = compile_schema(s, false), *closed = NULL;
+    sp_status st = sp_grammar_compile_schema(&closed, s, strlen(s), SP_SCHEMA_CLOSED);
+    CHECK(st == SP_OK && closed, "closed: %s", sp_error_message());
+    if (open && closed) {
+        const char *extra[] = {"{\"a\":1,\"x\":2}", "{\"a\":1,\"b\":{\"c\":null,\"d\":[]}}", "{\"a\":1,\"b\":{\"d\":1}}"};
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+            CHECK(grammar_accepts(open, extra[i]), "open accepts %s", extra[i]);
+            CHECK(!grammar_accepts(closed, extra[i]), "closed refuses %s", extra[i]);
+        }
+        CHECK(grammar_accepts(closed, "{\"a\":1,\"b\":{\"c\":null}}") && grammar_accepts(closed, "{\"a\":1}"),
+              "closed keeps the listed ones");
+    }
+    sp_grammar_free(open);
+    sp_grammar_free(closed);
+    /* a map (no property listed) and additionalProperties stay open when closed */
+    const char *map = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                      "\"additionalProperties\":{\"type\":\"string\"}}";
+    st = sp_grammar_compile_schema(&closed, map, strlen(map), SP_SCHEMA_CLOSED);
+    CHECK(st == SP_OK && closed && grammar_accepts(closed, "{\"a\":1,\"x\":\"y\"}") &&
+              !grammar_accepts(closed, "{\"a\":1,\"x\":2}"),
+          "additionalProperties holds when closed");
+    sp_grammar_free(closed);
+    st = sp_grammar_compile_schema(&closed, "{\"type\":\"object\"}", 17, SP_SCHEMA_CLOSED);
+    CHECK(st == SP_OK && closed && grammar_accepts(closed, "{\"x\":[1]}"), "an object that lists none takes any");
+    sp_grammar_free(closed);
+}
+
 int main(void)
 {
+    test_closed();
     test_cases();
     test_refusals();
     test_many_properties();
