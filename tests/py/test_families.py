@@ -287,7 +287,7 @@ def test_all_local_layers_ring_matches_full_cache(run_spindle):
     assert len(sa) == 200 and sa == sb
 
 
-@pytest.mark.parametrize("fam", ["qwen2moe", "mixtral"])
+@pytest.mark.parametrize("fam", ["qwen2moe", "mixtral", "llama4"])
 def test_experts_batch_invariant(fam, run_spindle):
     """A token's logits do not depend on what else is in the batch, though
     the batch's rows are grouped by expert: the last position of each prefix,
