@@ -206,7 +206,7 @@ static const struct sp_arch sp_archs[] = {
         .moe_weight_in = true,
         .shared_expert = true,
         .shexp_ungated = true,
-        .chat_format = "chatml",
+        .chat_format = "llama4",
     },
     {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */

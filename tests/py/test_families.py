@@ -317,3 +317,22 @@ def test_trailing_dimensions_of_one_are_the_same_shape(fam, run_spindle, tmp_pat
     got = run_spindle("logits", "-m", ones, "--ids", " ".join(map(str, ids)), "--from", 0, "--top", 8)
     assert want.returncode == 0 and got.returncode == 0, got.stderr
     assert got.json()["steps"] == want.json()["steps"]
+
+
+def test_llama4_builtin_chat_format(run_spindle):
+    """A Llama 4 file without a template chats in Llama 4's header format
+    (llama.cpp's built-in "llama4", which renders these messages to the
+    text below after the BOS its tokenizer adds): the chat prompt's tokens
+    are those of that text, and its greedy first token is the text's."""
+    path = model_path("llama4", "f32")
+    text = ("<|endoftext|><|header_start|>system<|header_end|>\n\nBe brief.<|eot|><|header_start|>user<|header_end|>"
+            "\n\nHello there<|eot|><|header_start|>assistant<|header_end|>\n\n")
+    tok = run_spindle("tokenize", "-m", path, "--no-bos", "--special", text)
+    assert tok.returncode == 0, tok.stderr
+    ids = tok.stdout.split()
+    want = run_spindle("logits", "-m", path, "--ids", " ".join(ids), "--top", 1)
+    got = run_spindle("run", "-m", path, "--chat", "--system", "Be brief.", "-p", "  Hello there ", "-n", 1, "--temp", 0,
+                      "--json")
+    assert want.returncode == 0 and got.returncode == 0, want.stderr + got.stderr
+    assert got.json()["usage"]["prompt_tokens"] == len(ids)
+    assert got.json()["tokens"][0]["id"] == want.json()["top"][0][0]
