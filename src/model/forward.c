@@ -678,8 +678,9 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
         .kv = job->kv, .layer = job->il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = s->kv_seqs,
         .pos = attn_pos, .n_head = H, .n_head_kv = HKV, .head_dim = D,
         .scale = m->arch->q_prescale ? 1.0f : hp->attn_scale, .softcap = hp->attn_softcap,
-        .window = L->swa ? (int)hp->n_swa : 0, .chunked = m->arch->swa_chunked, .out = s->att, .out_stride = (size_t)Q, .scratch = s->attn,
-        .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos, .plan = s->attn_plan,
+        .window = L->swa ? (int)hp->n_swa : 0, .chunked = m->arch->swa_chunked, .out = s->att,
+        .out_stride = (size_t)Q, .scratch = s->attn, .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos,
+        .plan = s->attn_plan,
     };
     sp_attention(pool, &aa);
     if (m->arch->q_gate)
