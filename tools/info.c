@@ -109,7 +109,8 @@ int sp_tool_info(int argc, char **argv)
         printf(" (local layers: base %g)", in.rope_base_swa);
     printf("\n");
     if (in.n_swa_layers)
-        printf("sliding window:  %u tokens on %u of %u layers\n", in.n_swa, in.n_swa_layers, in.n_layer);
+        printf("%s  %u tokens on %u of %u layers\n", in.swa_chunked ? "attention chunk:" : "sliding window: ", in.n_swa,
+               in.n_swa_layers, in.n_layer);
     if (in.features)
         printf("features:        %s\n", in.features);
     printf("norm epsilon:    %g\n", in.norm_eps);

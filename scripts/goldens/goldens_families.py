@@ -19,6 +19,13 @@ tests/goldens/families/<family>.json:
                         argmax of the raw logits, lowest id on ties), with
                         greedy_logprobs and greedy_top5 ([[id, logprob]]) at
                         each step
+  chunks                families with chunked attention (families.py
+                        --list-chunked): token ids crossing the first chunk
+                        boundary (CHUNK_BEFORE positions before it to
+                        CHUNK_AFTER after), chunks.from, and in each file
+                        chunk_top10: the top-10 logits at every position from
+                        chunks.from on, each position decoded alone after the
+                        prefix (only those rows: all of them would be GBs)
 
 Run it with the reference venv's python (scripts/ref-venv prints it):
     $(scripts/ref-venv) scripts/goldens/goldens_families.py
@@ -72,6 +79,32 @@ LONG_PROMPT = ("very_long", (
     "Looking back, historians note that"))
 
 
+CHUNK_BEFORE, CHUNK_AFTER = 32, 128
+
+
+def chunk_ids(chunk):
+    """Token ids past the first chunk: a fixed pseudo-random walk over the
+    vocabulary's ordinary ids."""
+    return [3 + (i * 7919) % 50000 for i in range(chunk + CHUNK_AFTER)]
+
+
+def run_chunks(path, ids, start):
+    """The top-10 logits at positions start.. of ids: the prefix in batches,
+    then each position alone (its logits only)."""
+    from llama_cpp import Llama
+
+    settings = dict(LLAMA_SETTINGS, n_ctx=len(ids) + 128, logits_all=False)
+    llm = Llama(model_path=path, **settings)
+    n_vocab = llm.n_vocab()
+    llm.eval(ids[:start])
+    top10 = []
+    for tok in ids[start:]:
+        llm.eval([tok])
+        row = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,)).astype(np.float32)
+        top10.append([[int(i), r4(row[i])] for i in top_k(row, 10)])
+    return top10
+
+
 def r4(x):
     return round(float(x), 4)
 
@@ -115,6 +148,8 @@ def main(argv):
     families = argv[1:] or subprocess.run([VENV_PY, GEN, "--list"], check=True, capture_output=True,
                                           text=True).stdout.split()
     linear = subprocess.run([VENV_PY, GEN, "--list-linear"], check=True, capture_output=True, text=True).stdout.split()
+    chunked = dict(ln.split() for ln in subprocess.run([VENV_PY, GEN, "--list-chunked"], check=True,
+                                                        capture_output=True, text=True).stdout.splitlines())
     os.makedirs(OUT_DIR, exist_ok=True)
     for fam in families:
         subprocess.run([VENV_PY, GEN, "--out", MODELS_DIR, "--family", fam], check=True,
@@ -126,6 +161,11 @@ def main(argv):
             print("%s %s" % (fam, t), file=sys.stderr)
             prompts = PROMPTS + [LONG_PROMPT] if fam in linear else PROMPTS
             doc["files"][t] = run_file(os.path.join(MODELS_DIR, "%s-%s.gguf" % (fam, t)), prompts)
+            if fam in chunked:
+                chunk = int(chunked[fam])
+                doc["chunks"] = {"ids": chunk_ids(chunk), "from": chunk - CHUNK_BEFORE}
+                doc["files"][t]["chunk_top10"] = run_chunks(os.path.join(MODELS_DIR, "%s-%s.gguf" % (fam, t)),
+                                                            doc["chunks"]["ids"], doc["chunks"]["from"])
         out = os.path.join(OUT_DIR, fam + ".json")
         with open(out + ".tmp", "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))

@@ -171,6 +171,7 @@ void sp_model_info_get(const sp_model *m, sp_model_info *o)
     o->head_dim = hp->head_dim;
     o->n_rot = hp->n_rot;
     o->n_swa = hp->n_swa;
+    o->swa_chunked = w->arch->swa_chunked;
     for (uint32_t l = 0; l < hp->n_layer; l++)
         o->n_swa_layers += w->layers[l].swa;
     o->rope_base = hp->rope_base;

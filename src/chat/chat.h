@@ -73,7 +73,7 @@ const char *sp_chat_chatml_template(void);
 
 /* ---- a model's chat prompts (prompt.c) ----
  * `v` is the model's vocabulary; `arch_format` the built-in format its
- * architecture names (sp_model_chat_format: "gemma", "chatml"; NULL:
+ * architecture names (sp_model_chat_format: "gemma", "llama4", "chatml"; NULL:
  * ChatML), used when the file has no tokenizer.chat_template.  They read
  * only immutable data: any thread may call them. */
 struct sp_vocab;

@@ -23,12 +23,23 @@ static const char sp_gemma_template[] =
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
 
+/* Llama 4's header format (llama.cpp's built-in "llama4"), for Llama 4
+ * files that carry no template: each message's role between headers,
+ * its trimmed content, <|eot|>. */
+static const char sp_llama4_template[] =
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|header_start|>' + message['role'] + '<|header_end|>\n\n' + message['content'] | trim + '<|eot|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|header_start|>assistant<|header_end|>\n\n' }}{% endif %}";
+
 /* Built-in formats by the name an architecture gives; ChatML otherwise. */
 static const struct {
     const char *name;
     const char *tmpl;
 } sp_chat_builtin[] = {
     {"gemma", sp_gemma_template},
+    {"llama4", sp_llama4_template},
 };
 
 const char *sp_chat_template_for(const struct sp_vocab *v, const char *arch_format)

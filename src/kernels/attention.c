@@ -126,7 +126,7 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
     const int D = a->head_dim, hk = h0 / (a->n_head / a->n_head_kv);
     const struct sp_kv_view w = sp_kv_view(a->kv, a->seqs[t], a->layer);
     const int pos = a->pos[t];
-    const int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    const int j0 = sp_attn_first_key(a, pos);
     const int n = pos - j0 + 1;
     float mx[SP_ATTN_GMAX], p[SP_ATTN_GMAX];
     for (int h = 0; h < nh; h++) {

@@ -15,7 +15,9 @@ struct sp_attn_args {
     int n_head, n_head_kv, head_dim;
     float scale;                       /* applied to q·k */
     float softcap;                     /* > 0: scores become softcap * tanh(score / softcap) */
-    int window;                        /* > 0: keys with pos - j < window only */
+    int window;                        /* > 0: keys with pos - j < window only (chunked: j / window ==
+                                          pos / window: the query's chunk) */
+    bool chunked;                      /* the window's rule (sp_attn_first_key) */
     float *out;                        /* [n_tok][n_head * head_dim] */
     size_t out_stride;
     float *scratch;                    /* [pool chunks][scratch_per_thread] */
@@ -24,6 +26,25 @@ struct sp_attn_args {
     int32_t *plan;                     /* >= sp_attention_plan_ints(n_tok, n_head) ints of work-list
                                           scratch; NULL: every token takes the one-by-one path */
 };
+
+/* The first key position a query at pos sees, by the window's rule:
+ * the last `window` positions (llama.cpp's standard sliding window) or the
+ * query's chunk of `window` positions (its chunked one, Llama 4). */
+static inline int sp_attn_first_sliding(int pos, int window)
+{
+    return pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
+static inline int sp_attn_first_chunked(int pos, int window)
+{
+    return pos / window * window;
+}
+
+static inline int sp_attn_first_key(const struct sp_attn_args *a, int pos)
+{
+    static int (*const rules[2])(int, int) = {sp_attn_first_sliding, sp_attn_first_chunked};
+    return a->window > 0 ? rules[a->chunked](pos, a->window) : 0;
+}
 
 /* Floats of per-thread scratch for contexts up to n_ctx positions. */
 size_t sp_attention_scratch_floats(int n_ctx, int head_dim);

@@ -229,6 +229,26 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "llama4", /* Llama 4 Scout / Maverick (text) */
+        .ffn_act = SP_FFN_SILU,
+        .qk_norm = SP_QK_NORM_L2,
+        .swa = SP_SWA_PATTERN,
+        .swa_pattern = 4,
+        .swa_default = 8192,
+        .swa_chunked = true,
+        .nope_interval = 4,
+        .nope_temp = true,
+        .rope_factors = SP_ROPE_FACTORS_FREQS,
+        .moe = SP_MOE_REQUIRED,
+        .router = SP_ROUTER_SIGMOID,
+        .moe_ff_key = true,
+        .moe_interleave = true,
+        .moe_weight_in = true,
+        .shared_expert = true,
+        .shexp_ungated = true,
+        .chat_format = "llama4",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -44,11 +44,16 @@ static void *sp_fwd_alloc(struct sp_forward_scratch *s, size_t bytes)
     return p;
 }
 
-/* Width of the dense feed-forward (a mixture-of-experts layer's shared
- * expert; 0: none). */
+/* Width of the widest dense feed-forward: a dense layer's, or a
+ * mixture-of-experts layer's shared expert (0: none). */
 static int sp_fwd_ff(const struct sp_model *m)
 {
-    return (int)(m->hp.n_expert ? m->hp.n_ff_shexp : m->hp.n_ff);
+    uint32_t f = 0;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        uint32_t w = m->layers[il].moe ? m->hp.n_ff_shexp : m->hp.n_ff;
+        f = w > f ? w : f;
+    }
+    return (int)f;
 }
 
 sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_model *m, int n_batch,
@@ -227,12 +232,16 @@ static void sp_fwd_qk_row(const struct sp_fwd_job *j, int t, float *x, int n_hea
             sp_rmsnorm(xh, norm->data, xh, D, hp->eps);
         if (!j->L->nope)
             sp_rope_apply(xh, cs, NR, ar->rope_neox);
+        if (j->L->qk_l2) /* after RoPE, as llama.cpp */
+            sp_rmsnorm(xh, NULL, xh, D, hp->eps);
     }
     if (is_q && ar->q_prescale)
         for (int i = 0; i < W; i++)
             x[i] *= hp->attn_scale;
-    if (is_q && hp->attn_temp != 0.0f) { /* as llama.cpp's attn_temp input: in double, then rounded */
-        const float pos = (float)j->b->pos[t], floors = floorf(pos / (float)hp->n_ctx_orig);
+    if (is_q && hp->attn_temp != 0.0f && (!ar->nope_temp || j->L->nope)) {
+        /* as llama.cpp's attn_temp input: in double, then rounded */
+        const float pos = (float)j->b->pos[t] + hp->attn_temp_offset;
+        const float floors = floorf(pos / (float)hp->attn_temp_floor);
         const float sc = (float)(log((double)floors + 1.0) * (double)hp->attn_temp + 1.0);
         for (int i = 0; i < W; i++)
             x[i] *= sc;
@@ -463,6 +472,11 @@ static void sp_moe_sum_rows(const struct sp_moe_sum *j, long lo, long hi)
             memcpy(o, acc, (size_t)E * sizeof *o);
             continue;
         }
+        if (j->m->arch->shexp_ungated) {
+            for (int i = 0; i < E; i++)
+                o[i] = acc[i] + o[i];
+            continue;
+        }
         const float *h = s->h + (size_t)t * E, *g = j->L->shexp_gate.data;
         float z = 0.0f;
         for (int i = 0; i < E; i++)
@@ -512,6 +526,34 @@ static void sp_moe_gather(struct sp_forward_scratch *s, struct sp_pool *pool, st
         memcpy((uint8_t *)s->moe_act + (size_t)r * ab, (const uint8_t *)s->act + (size_t)s->moe_tok[r] * ab, ab);
 }
 
+/* moe_weight_in: each routed row is its token's row of s->h times its
+ * router weight, quantized for w into moe_act in grouped order (in float
+ * it passes through moe_d, which the down matrices fill only later). */
+static void sp_moe_gather_weighted(struct sp_forward_scratch *s, const struct sp_tensor *w, int T, int E, int K)
+{
+    const size_t ab = sp_act_row_bytes(w);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            const int r = s->moe_row[t * K + k];
+            const float *h = s->h + (size_t)t * E, wt = s->moe_w[t * K + k];
+            float *x = s->moe_d + (size_t)r * E;
+            for (int i = 0; i < E; i++)
+                x[i] = h[i] * wt;
+            sp_act_quantize_row(w, x, (uint8_t *)s->moe_act + (size_t)r * ab);
+        }
+}
+
+/* The routed rows' input for w: the token's row, or (moe_weight_in) it
+ * times the router weight. */
+static void sp_moe_input(const struct sp_model *m, struct sp_forward_scratch *s, struct sp_pool *pool,
+                         struct sp_act_cache *c, const struct sp_tensor *w, int T, int E, int K)
+{
+    if (m->arch->moe_weight_in)
+        sp_moe_gather_weighted(s, w, T, E, K);
+    else
+        sp_moe_gather(s, pool, c, w, T, E, T * K);
+}
+
 /* Mixture-of-experts feed-forward: s->h -> s->tmp.  The router picks each
  * token's experts; the (token, expert) rows are grouped by expert, so each
  * expert's matrices are read once per step, for all its tokens, and only
@@ -548,17 +590,19 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
     const struct sp_tensor *gate = &L->exps[SP_EXP_GATE * X], *up = &L->exps[SP_EXP_UP * X];
     const struct sp_tensor *down = &L->exps[SP_EXP_DOWN * X];
     struct sp_mm_group *g = s->moe_groups;
-    sp_moe_gather(s, pool, c, gate, T, E, R);
+    sp_moe_input(m, s, pool, c, gate, T, E, K);
     int n = sp_moe_groups(L, hp, SP_EXP_GATE, off, s->moe_act, sp_act_row_bytes(gate), s->moe_g, (size_t)FX, g);
     if (sp_type_get(up->type)->vec_dot_type == sp_type_get(gate->type)->vec_dot_type) {
         n += sp_moe_groups(L, hp, SP_EXP_UP, off, s->moe_act, sp_act_row_bytes(up), s->moe_u, (size_t)FX, g + n);
         sp_matmul_grouped(pool, n, g);
     } else {
         sp_matmul_grouped(pool, n, g);
-        sp_moe_gather(s, pool, c, up, T, E, R);
+        sp_moe_input(m, s, pool, c, up, T, E, K);
         n = sp_moe_groups(L, hp, SP_EXP_UP, off, s->moe_act, sp_act_row_bytes(up), s->moe_u, (size_t)FX, g);
         sp_matmul_grouped(pool, n, g);
     }
+    for (int r = 0; m->arch->moe_weight_in && r < R; r++) /* applied to the input */
+        s->moe_w[r] = 1.0f;
     struct sp_moe_glu glu = {m, s, down, R};
     if ((long)R * FX < 65536) /* a decode step's few rows: less than a pool run costs */
         sp_moe_glu_rows(&glu, 0, R);
@@ -634,8 +678,9 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
         .kv = job->kv, .layer = job->il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = s->kv_seqs,
         .pos = attn_pos, .n_head = H, .n_head_kv = HKV, .head_dim = D,
         .scale = m->arch->q_prescale ? 1.0f : hp->attn_scale, .softcap = hp->attn_softcap,
-        .window = L->swa ? (int)hp->n_swa : 0, .out = s->att, .out_stride = (size_t)Q, .scratch = s->attn,
-        .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos, .plan = s->attn_plan,
+        .window = L->swa ? (int)hp->n_swa : 0, .chunked = m->arch->swa_chunked, .out = s->att,
+        .out_stride = (size_t)Q, .scratch = s->attn, .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos,
+        .plan = s->attn_plan,
     };
     sp_attention(pool, &aa);
     if (m->arch->q_gate)
@@ -755,7 +800,7 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
         /* feed-forward block */
         if (ar->no_ffn) {
             /* the mixer's residual add is the SP_FWD_FFN_OUT stage below */
-        } else if (hp->n_expert) {
+        } else if (L->moe) {
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, NULL, &cache);
             sp_fwd_moe(&job, pool, &cache, L);
         } else {

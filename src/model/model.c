@@ -254,7 +254,7 @@ static sp_status sp_model_expert_keys(struct sp_model *m)
     if (ar->moe_ff_key && (st = sp_hp_u32(m, "expert_feed_forward_length", false, &hp->n_ff_exp)))
         return st;
     if (ar->shared_expert) {
-        hp->n_ff_shexp = hp->n_ff;
+        hp->n_ff_shexp = ar->shexp_ungated ? hp->n_ff_exp : hp->n_ff;
         if ((st = sp_hp_u32(m, "expert_shared_feed_forward_length", false, &hp->n_ff_shexp)))
             return st;
     }
@@ -364,6 +364,7 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
         return st;
     if (m->arch->attn_temp && (st = sp_hp_f32(m, "attention.temperature_scale", false, &hp->attn_temp)))
         return st;
+    hp->attn_temp_floor = hp->n_ctx_orig;
     if (!isfinite(hp->attn_temp))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.temperature_scale': %g, expected a finite value", a,
                             hp->attn_temp);
@@ -453,6 +454,29 @@ static sp_status sp_model_ff_layers(struct sp_model *m)
     return SP_OK;
 }
 
+/* Llama 4's keys: which layers have experts (interleave_moe_layer_step),
+ * the attention chunk (llama.cpp runs 8192 whatever the file says, so a
+ * file's other value is refused rather than read two ways) and the
+ * temperature of the NoPE layers (llama.cpp's fixed values). */
+static sp_status sp_model_interleave_keys(struct sp_model *m)
+{
+    const struct sp_arch *ar = m->arch;
+    struct sp_hparams *hp = &m->hp;
+    sp_status st;
+    if (ar->moe_interleave && (st = sp_hp_u32(m, "interleave_moe_layer_step", true, &hp->n_moe_step)))
+        return st;
+    if (ar->swa_chunked && hp->n_swa != ar->swa_default)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.sliding_window': %u, but the attention chunk "
+                            "is %u (llama.cpp's fixed size; no other is supported)", ar->name, hp->n_swa,
+                            ar->swa_default);
+    if (ar->nope_temp) {
+        hp->attn_temp = 0.1f;
+        hp->attn_temp_floor = 8192;
+        hp->attn_temp_offset = 1.0f;
+    }
+    return SP_OK;
+}
+
 static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
 {
     struct sp_hparams *hp = &m->hp;
@@ -508,7 +532,7 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
             return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.shortconv.l_cache': %u, expected 1..%d", a,
                                 hp->conv_taps, SP_CONV_MAX_TAPS);
     }
-    if ((st = sp_model_expert_keys(m)))
+    if ((st = sp_model_expert_keys(m)) || (st = sp_model_interleave_keys(m)))
         return st;
     if (ar->logit_mul && (st = sp_hp_f32(m, "logit_scale", true, &hp->logit_scale)))
         return st;
@@ -693,8 +717,9 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     }
     SP_T(L->wo, "attn_output.weight", Q, E, true);
     bool full = ar->qk_norm == SP_QK_NORM_FULL;
-    SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
-    SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
+    bool weighted = full || ar->qk_norm == SP_QK_NORM_HEAD; /* SP_QK_NORM_L2 has no weights */
+    SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : hp->head_dim, 0, weighted);
+    SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : hp->head_dim, 0, weighted);
     if (!ar->ffn_norm_post) /* else the feed-forward's norm (sp_model_layer) */
         SP_T(L->post_attn_norm, "post_attention_norm.weight", E, 0, ar->post_norms);
     return SP_OK;
@@ -727,7 +752,8 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
     }
     if (m->arch->shared_expert) {
         int64_t S = hp->n_ff_shexp;
-        SP_T(L->shexp_gate, "ffn_gate_inp_shexp.weight", E, 0, true);
+        if (!m->arch->shexp_ungated)
+            SP_T(L->shexp_gate, "ffn_gate_inp_shexp.weight", E, 0, true);
         SP_T(L->w_gate, "ffn_gate_shexp.weight", E, S, true);
         SP_T(L->w_up, "ffn_up_shexp.weight", E, S, true);
         SP_T(L->w_down, "ffn_down_shexp.weight", S, E, true);
@@ -880,6 +906,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
     if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK)
         return st;
+    L->moe = hp->n_expert && (!ar->moe_interleave || (hp->n_moe_step && (il + 1) % hp->n_moe_step == 0));
     SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre && !ar->no_pre_norm);
     if (L->mixer == SP_MIXER_MLP) {
         SP_T(L->w_up, "ffn_up.weight", E, F, true);
@@ -908,7 +935,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     }
     if (ar->no_ffn) {
         /* the mixer and its residual only */
-    } else if (hp->n_expert) {
+    } else if (L->moe) {
         if ((st = sp_model_experts(ld, il)) != SP_OK)
             return st;
     } else if (ar->ffn_fused) {
@@ -926,12 +953,13 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     L->rope_base = L->swa ? swa_base : hp->rope_base;
     L->nope = L->mixer == SP_MIXER_ATTN && ((ar->nope_interval && (il + 1) % ar->nope_interval == 0) ||
                                             (ar->nope_global && hp->n_swa && !L->swa));
+    L->qk_l2 = ar->qk_norm == SP_QK_NORM_L2 && L->mixer == SP_MIXER_ATTN && !L->nope && hp->n_expert != 128;
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                       &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
                                       &L->dn_beta, &L->dn_alpha};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         m->weights_bytes += sp_bytes(mats[i]);
-    if (hp->n_expert) /* a token reads its n_expert_used experts */
+    if (L->moe) /* a token reads its n_expert_used experts */
         for (int k = 0; k < SP_EXP_KINDS; k++)
             m->weights_bytes += sp_bytes(&L->exps[k * hp->n_expert]) * hp->n_expert_used;
     return SP_OK;
@@ -1358,10 +1386,12 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
     const struct sp_hparams *hp = &m->hp;
     const struct sp_layer *L0 = &m->layers[0];
     size_t n = 0;
-    uint32_t n_local = 0, n_nope = 0;
+    uint32_t n_local = 0, n_nope = 0, n_moe = 0, n_l2 = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         n_local += m->layers[l].swa;
         n_nope += m->layers[l].nope;
+        n_moe += m->layers[l].moe;
+        n_l2 += m->layers[l].qk_l2;
     }
 #define SP_F(...)                                                                                    \
     do {                                                                                            \
@@ -1423,7 +1453,9 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("grouped-query attention (%u query heads per KV head)", hp->n_head / hp->n_head_kv);
     if (L0->bq.data)
         SP_F("QKV bias");
-    if (ar->qk_norm)
+    if (ar->qk_norm == SP_QK_NORM_L2 && n_l2)
+        SP_F("QK-norm (L2 per head after RoPE, on %u of %u layers)", n_l2, hp->n_layer);
+    else if (ar->qk_norm && ar->qk_norm != SP_QK_NORM_L2)
         SP_F("QK-norm (%s)", ar->qk_norm == SP_QK_NORM_HEAD ? "per head" : "whole rows");
     if (m->rope_freqs)
         SP_F("RoPE frequency factors (rope_freqs)");
@@ -1436,9 +1468,11 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
     else if (hp->rope_freq_scale != 1.0f)
         SP_F("linear RoPE scaling %g", 1.0f / hp->rope_freq_scale);
     if (hp->attn_temp != 0.0f)
-        SP_F("attention temperature %g per %u positions", hp->attn_temp, hp->n_ctx_orig);
+        SP_F("attention temperature %g per %u positions%s", hp->attn_temp, hp->attn_temp_floor,
+             ar->nope_temp ? " on the NoPE layers" : "");
     if (n_local)
-        SP_F("sliding window %u on %u of %u layers", hp->n_swa, n_local, hp->n_layer);
+        SP_F("%s %u on %u of %u layers", ar->swa_chunked ? "attention chunks of" : "sliding window", hp->n_swa,
+             n_local, hp->n_layer);
     if (hp->attn_softcap > 0.0f)
         SP_F("soft-cap: attention %g, final logits %g", hp->attn_softcap, hp->final_softcap);
     if (ar->post_norms)
@@ -1449,6 +1483,9 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("%u experts (%u used, %s router%s, width %u)%s", hp->n_expert, hp->n_expert_used,
              ar->router == SP_ROUTER_SOFTMAX ? "softmax" : "sigmoid", ar->moe_norm ? ", weights renormalized" : "",
              hp->n_ff_exp, ar->shared_expert ? " + shared expert" : "");
+    if (hp->n_expert && n_moe < hp->n_layer)
+        SP_F("experts on %u of %u layers (the others dense)%s", n_moe, hp->n_layer,
+             ar->moe_weight_in ? ", router weights on the expert input" : "");
     if (m->qkv_fused)
         SP_F("fused QKV");
     if (ar->ffn_fused && !hp->n_expert)

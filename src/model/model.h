@@ -24,6 +24,8 @@ enum sp_qk_norm {
     SP_QK_NORM_NONE,
     SP_QK_NORM_HEAD,  /* RMSNorm on each q/k head ([head_dim] weights) */
     SP_QK_NORM_FULL,  /* RMSNorm on the whole q and k rows (OLMoE) */
+    SP_QK_NORM_L2,    /* RMSNorm without weights on each q/k head after RoPE, on the RoPE layers only, and
+                         not in models of 128 experts (llama.cpp's rule: Llama 4 Maverick has none) */
 };
 enum sp_swa {
     SP_SWA_NONE,
@@ -126,6 +128,17 @@ struct sp_arch {
                                   yarn_beta_slow, yarn_log_multiplier) */
     bool attn_temp;            /* attention.temperature_scale (optional): each query times
                                   1 + scale ln(floor(pos / original context) + 1) (Llama 4's tuning) */
+    bool swa_chunked;          /* the local layers attend within their chunk: keys whose position / n_swa
+                                  equals the query's, not the last n_swa (Llama 4); the chunk is
+                                  swa_default, the one size llama.cpp runs (another file value is refused) */
+    bool moe_interleave;       /* interleave_moe_layer_step s (required): layers with (il + 1) % s == 0 are
+                                  mixture-of-experts, the others dense (s = 0: all dense) */
+    bool shexp_ungated;        /* the shared expert's output is added as is (no ffn_gate_inp_shexp); its
+                                  width defaults to the experts' */
+    bool moe_weight_in;        /* each selected expert reads its input times its router weight; the
+                                  outputs add unweighted (Llama 4) */
+    bool nope_temp;            /* the NoPE layers' queries times Llama 4's temperature 1 + 0.1 ln(floor((pos
+                                  + 1) / 8192) + 1), llama.cpp's fixed values (no keys) */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -146,7 +159,11 @@ struct sp_hparams {
                                   attention temperature: the trained context */
     bool yarn;                 /* YaRN RoPE scaling (rope_mscale then holds llama.cpp's attention factor) */
     float yarn_beta_fast, yarn_beta_slow;
-    float attn_temp;           /* attention temperature scale (0: none) */
+    float attn_temp;           /* attention temperature scale (0: none): queries times
+                                  1 + attn_temp ln(floor((pos + attn_temp_offset) / attn_temp_floor) + 1) */
+    uint32_t attn_temp_floor;
+    float attn_temp_offset;
+    uint32_t n_moe_step;       /* moe_interleave families: every n_moe_step-th layer has experts (0: none) */
     float attn_softcap, final_softcap; /* 0 = none */
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense */
     uint32_t pooling;          /* pooling_type as stored (llama.cpp's values: 0 none, 1 mean, 2 cls,
@@ -196,6 +213,8 @@ struct sp_layer {
     enum sp_mixer mixer;
     bool swa;                  /* local (sliding-window) layer */
     bool nope;                 /* attention without RoPE in this layer (the family's nope_interval) */
+    bool moe;                  /* the feed-forward is the experts (n_expert > 0; moe_interleave: some layers) */
+    bool qk_l2;                /* SP_QK_NORM_L2 in this layer */
     float rope_base;
 };
 

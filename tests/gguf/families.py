@@ -17,7 +17,7 @@ exactly), q8_0 and q4_k (every matrix whose rows allow it; Q8_0 otherwise;
 router weights, norms, biases and rope factors stay F32, as llama.cpp's
 quantizer leaves them).
 
-usage: families.py [--out DIR] [--family NAME ...] [--list] [--list-linear]
+usage: families.py [--out DIR] [--family NAME ...] [--list] [--list-linear] [--list-chunked]
        families.py --bench NAME --out DIR   (one F16 copy of a benchmark shape)
 Run with build/venv/bin/python (numpy, gguf).
 """
@@ -185,6 +185,16 @@ FAMILIES = {
     "exaone4": dict(arch="exaone4", vocab="gpt-2", pre="exaone4", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
                     head_dim=64, n_ff=512, ctx=4096, rope_base=1000000.0, tied=True, qk_norm="head",
                     post_norms=True, no_pre_norm=True, sliding_window=16, seed=1109),
+    # llama4 (Llama 4): 3 of every 4 layers attend within their chunk of
+    # 8192 positions (llama.cpp's fixed size; the key is absent, as the
+    # converter writes it) with RoPE and an L2 QK-norm, the 4th globally
+    # without RoPE and with the temperature past position 8191; experts
+    # (sigmoid router, top-1, the weight on the expert's input, a shared
+    # expert without gate) on every 2nd layer (interleave_moe_layer_step),
+    # dense feed-forwards on the others
+    "llama4": dict(arch="llama4", vocab="gpt-2", pre="llama-bpe", n_embd=256, n_layer=4, n_head=2, n_head_kv=1,
+                   head_dim=64, n_ff=512, ctx=16384, rope_base=500000.0, tied=False, experts=(8, 1, 256),
+                   moe_step=2, shexp_plain=True, chunk=8192, seed=1110),
 }
 
 
@@ -635,6 +645,8 @@ class Builder:
                 ff_exp = F
             if "shared_ff" in s:
                 self.key("expert_shared_feed_forward_length", s["shared_ff"], VT.UINT32)
+            if "moe_step" in s:
+                self.key("interleave_moe_layer_step", s["moe_step"], VT.UINT32)
         self.kv += [tuple(x) for x in vocab_kv]
 
         # token embedding: only looked up when the head is separate
@@ -674,7 +686,7 @@ class Builder:
                 self.vec(p + "post_attention_norm.weight", E)
             if not (s.get("parallel") or s.get("no_pre_norm")):
                 self.vec(p + "ffn_norm.weight", E)
-            if n_exp:
+            if n_exp and (i + 1) % s.get("moe_step", 1) == 0:
                 self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=2.0, kind="f32")
                 self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E)
                 self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E)
@@ -685,6 +697,10 @@ class Builder:
                     self.mat(p + "ffn_gate_shexp.weight", sf, E)
                     self.mat(p + "ffn_up_shexp.weight", sf, E)
                     self.mat(p + "ffn_down_shexp.weight", E, sf)
+                elif s.get("shexp_plain"):  # Llama 4: the experts' width, no gate
+                    self.mat(p + "ffn_gate_shexp.weight", ff_exp, E)
+                    self.mat(p + "ffn_up_shexp.weight", ff_exp, E)
+                    self.mat(p + "ffn_down_shexp.weight", E, ff_exp)
             elif s.get("fused") or s.get("ffn_fused"):
                 self.mat(p + "ffn_up.weight", 2 * F, E)
                 self.mat(p + "ffn_down.weight", E, F)
@@ -755,10 +771,14 @@ def main(argv):
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--list-linear", action="store_true", help="the families with linear (recurrent) layers")
+    ap.add_argument("--list-chunked", action="store_true", help="the families with chunked attention, and the chunk")
     ap.add_argument("--bench", choices=sorted(BENCH))
     args = ap.parse_args(argv[1:])
     if args.list:
         print("\n".join(sorted(FAMILIES)))
+        return 0
+    if args.list_chunked:
+        print("\n".join("%s %d" % (n, FAMILIES[n]["chunk"]) for n in sorted(FAMILIES) if "chunk" in FAMILIES[n]))
         return 0
     if args.list_linear:
         print("\n".join(n for n in sorted(FAMILIES) if is_linear(n)))

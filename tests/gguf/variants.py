@@ -35,6 +35,25 @@ def to_moe(m, n_expert=4, n_used=2, n_ff=128):
     return m
 
 
+def to_llama4(m, n_expert=4, n_ff=128):
+    """The tiny model as Llama 4: layer 1 with experts (top-1) and an
+    ungated shared expert of the experts' width, layer 0 dense
+    (interleave_moe_layer_step 2); the attention chunk is the fixed 8192."""
+    m.set_arch("llama4")
+    m.tensors = [t for t in m.tensors if not any(k in t["name"] for k in ("blk.1.ffn_gate.", "blk.1.ffn_up.",
+                                                                         "blk.1.ffn_down."))]
+    m.set_kv("llama4.expert_count", T_U32, n_expert)
+    m.set_kv("llama4.expert_used_count", T_U32, 1)
+    m.set_kv("llama4.expert_feed_forward_length", T_U32, n_ff)
+    m.set_kv("llama4.interleave_moe_layer_step", T_U32, 2)
+    m.add_tensor("blk.1.ffn_gate_inp.weight", [64, n_expert])
+    for k in ("gate", "up", "down"):
+        dims = [n_ff, 64] if k == "down" else [64, n_ff]
+        m.add_tensor("blk.1.ffn_%s_exps.weight" % k, dims + [n_expert], GGML_Q8_0)
+        m.add_tensor("blk.1.ffn_%s_shexp.weight" % k, dims, GGML_Q8_0)
+    return m
+
+
 def longrope(m, long_len=HEAD_DIM // 2, short=True):
     m.set_kv("llama.rope.scaling.type", T_STR, "longrope")
     m.add_tensor("rope_factors_long.weight", [long_len], values=[1.0 + i for i in range(long_len)])
@@ -147,6 +166,12 @@ def variant_list():
     # (the list's head: each new family would otherwise edit this line)
     add("unsupported_architecture_lists_families", "(supported: llama, gemma3, gemma2, qwen2, qwen3, phi3, ",
         lambda m: m.set_kv("general.architecture", T_STR, "mamba"))
+    add("llama4_chunk_other_than_8192", "key 'llama4.attention.sliding_window': 16, but the attention chunk is 8192",
+        lambda m: (to_llama4(m), m.set_kv("llama4.attention.sliding_window", T_U32, 16)))
+    add("llama4_without_interleave_step", "missing key 'llama4.interleave_moe_layer_step'",
+        lambda m: (to_llama4(m), m.kv.remove(next(kv for kv in m.kv if kv[0] == "llama4.interleave_moe_layer_step"))))
+    add("llama4_experts_on_the_wrong_layer", "tensor 'blk.0.ffn_gate_inp.weight': missing",
+        lambda m: (to_llama4(m), m.set_kv("llama4.interleave_moe_layer_step", T_U32, 1)))
     add("rope_scaling_yarn", "rope scaling 'yarn' is not supported (supported: none, linear, longrope)",
         lambda m: m.set_kv("llama.rope.scaling.type", T_STR, "yarn"))
     add("yarn_without_factor", "missing key 'mistral3.rope.scaling.factor'",
@@ -235,4 +260,6 @@ def valid_edge_cases():
         ("longrope", longrope),
         ("sliding_window", lambda m: m.set_kv("llama.attention.sliding_window", T_U32, 4)),
         ("yarn", lambda m: (yarn(m), m.set_kv("mistral3.attention.temperature_scale", T_F32, 0.1))),
+        ("llama4", to_llama4),
+        ("llama4_chunk_8192", lambda m: (to_llama4(m), m.set_kv("llama4.attention.sliding_window", T_U32, 8192))),
     ]

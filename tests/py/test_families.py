@@ -210,9 +210,47 @@ FEATURES = {
                 "parallel attention and feed-forward", "LayerNorm without bias", "sliding window 16 on 3 of 4 layers"],
     "exaone4": ["RoPE halves (NEOX)", "no pre-norms", "QK-norm (per head)", "post-norms"],
     "glm4": ["RoPE adjacent pairs", "QKV bias", "post-norms", "fused gate-up"],
+    "llama4": ["RoPE adjacent pairs", "no RoPE on 1 of 4 layers (NoPE every 4 layers)",
+               "QK-norm (L2 per head after RoPE, on 3 of 4 layers)",
+               "attention temperature 0.1 per 8192 positions on the NoPE layers",
+               "attention chunks of 8192 on 3 of 4 layers",
+               "8 experts (1 used, sigmoid router, width 256) + shared expert",
+               "experts on 2 of 4 layers (the others dense), router weights on the expert input"],
     "nemotron_h": ["Mamba-2 on 2 of 5 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
                    "feed-forward alone on 2 layers (ReLU^2, no gate)", "no position encoding in attention (NoPE)"],
 }
+
+
+CHUNKED = [f for f in FAMILIES if "chunk" in families.FAMILIES[f]]
+
+
+@pytest.mark.parametrize("fam,qtype", [(f, t) for f in CHUNKED for t in TYPES])
+def test_chunked_attention_across_a_chunk(fam, qtype, run_spindle):
+    """Chunked attention (Llama 4: llama.cpp's fixed chunk of 8192) past the
+    first chunk: a position after the boundary sees only its own chunk in
+    the local layers, and the global layers' temperature steps up at
+    position 8191.  llama.cpp's top-10 at every position from 32 before the
+    boundary to 128 after (each decoded alone there; here in one prompt
+    batch), within the bounds above; a quantized MoE copy may miss at
+    ROUTER_FLIPS positions per 100."""
+    g = golden(fam)
+    ids, start = g["chunks"]["ids"], g["chunks"]["from"]
+    r = run_spindle("logits", "-m", model_path(fam, qtype), "--ids", " ".join(map(str, ids)), "--from", start,
+                    "--top", TOP, "--ctx", len(ids) + 128)
+    assert r.returncode == 0, r.stderr[-2000:]
+    steps = r.json()["steps"]
+    gold = g["files"][qtype]["chunk_top10"]
+    assert len(steps) == len(gold) == len(ids) - start
+    errors, worst = [], 0.0
+    for i, (step, want) in enumerate(zip(steps, gold)):
+        err, w = _position_error(qtype, start + i, step["top"], want)
+        worst = max(worst, w)
+        if err:
+            errors.append(err)
+    allowed = ROUTER_FLIPS * -(-len(gold) // 100) if qtype != "f32" else 0
+    assert len(errors) <= allowed, "%d positions: %s" % (len(errors), "; ".join(errors[:5]))
+    print("%s-%s/chunks: largest difference %.2e %s" % (fam, qtype, worst, "relative" if qtype == "f32" else
+                                                       "absolute"))
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -259,7 +297,7 @@ def test_all_local_layers_ring_matches_full_cache(run_spindle):
     assert len(sa) == 200 and sa == sb
 
 
-@pytest.mark.parametrize("fam", ["qwen2moe", "mixtral"])
+@pytest.mark.parametrize("fam", ["qwen2moe", "mixtral", "llama4"])
 def test_experts_batch_invariant(fam, run_spindle):
     """A token's logits do not depend on what else is in the batch, though
     the batch's rows are grouped by expert: the last position of each prefix,
@@ -289,3 +327,22 @@ def test_trailing_dimensions_of_one_are_the_same_shape(fam, run_spindle, tmp_pat
     got = run_spindle("logits", "-m", ones, "--ids", " ".join(map(str, ids)), "--from", 0, "--top", 8)
     assert want.returncode == 0 and got.returncode == 0, got.stderr
     assert got.json()["steps"] == want.json()["steps"]
+
+
+def test_llama4_builtin_chat_format(run_spindle):
+    """A Llama 4 file without a template chats in Llama 4's header format
+    (llama.cpp's built-in "llama4", which renders these messages to the
+    text below after the BOS its tokenizer adds): the chat prompt's tokens
+    are those of that text, and its greedy first token is the text's."""
+    path = model_path("llama4", "f32")
+    text = ("<|endoftext|><|header_start|>system<|header_end|>\n\nBe brief.<|eot|><|header_start|>user<|header_end|>"
+            "\n\nHello there<|eot|><|header_start|>assistant<|header_end|>\n\n")
+    tok = run_spindle("tokenize", "-m", path, "--no-bos", "--special", text)
+    assert tok.returncode == 0, tok.stderr
+    ids = tok.stdout.split()
+    want = run_spindle("logits", "-m", path, "--ids", " ".join(ids), "--top", 1)
+    got = run_spindle("run", "-m", path, "--chat", "--system", "Be brief.", "-p", "  Hello there ", "-n", 1, "--temp", 0,
+                      "--json")
+    assert want.returncode == 0 and got.returncode == 0, want.stderr + got.stderr
+    assert got.json()["usage"]["prompt_tokens"] == len(ids)
+    assert got.json()["tokens"][0]["id"] == want.json()["top"][0][0]

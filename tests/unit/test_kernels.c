@@ -469,54 +469,59 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
         q[i] = 2 * frand(&s);
     const struct sp_kv_seq *seqs[2] = {&seq, &seq};
     int32_t pos[2] = {P - 1, 20};
-    for (int run = 0; run < 4; run++) {
-        const int window = run % 2 ? 8 : 0;
-        const float cap = run >= 2 ? 1.5f : 0.0f; /* soft-capped scores (Gemma 2) */
+    for (int run = 0; run < 6; run++) { /* runs 4 and 5: chunks of 8 positions (Llama 4) */
+        const int window = run % 2 || run >= 4 ? 8 : 0;
+        const bool chunked = run >= 4;
+        const float cap = run == 2 || run == 3 || run == 5 ? 1.5f : 0.0f; /* soft-capped scores (Gemma 2) */
         struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = 2, .q = q, .q_stride = H * D, .seqs = seqs,
                                  .pos = pos, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
-                                 .softcap = cap, .window = window, .out = out, .out_stride = H * D,
-                                 .scratch = scratch, .scratch_per_thread = per, .max_pos = P};
+                                 .softcap = cap, .window = window, .chunked = chunked, .out = out,
+                                 .out_stride = H * D, .scratch = scratch, .scratch_per_thread = per, .max_pos = P};
         sp_attention(pool, &a);
         double worst = 0, worst0 = 0;
         for (int t = 0; t < 2; t++)
             for (int h = 0; h < H; h++) {
                 int hk = h / (H / HKV), j0 = window && pos[t] - window + 1 > 0 ? pos[t] - window + 1 : 0;
+                if (chunked) /* the query's own chunk */
+                    j0 = pos[t] / window * window;
                 const float *qh = q + t * H * D + h * D, *oh = out + t * H * D + h * D;
                 worst = maxd(worst, attn_ref_error(qh, K, V, oh, HKV, D, hk, j0, pos[t], cap));
                 /* against the values before quantization */
                 worst0 = maxd(worst0, attn_ref_error(qh, K0, V0, oh, HKV, D, hk, j0, pos[t], cap));
             }
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
-        CHECK(worst < 2e-3, "attention (%d KV heads, D %d, K %s, V %s, window %d, soft-cap %g) max error %g", HKV, D,
-              sp_cache_type_name(kt), sp_cache_type_name(vt), window, cap, worst);
+        CHECK(worst < 2e-3, "attention (%d KV heads, D %d, K %s, V %s, %s %d, soft-cap %g) max error %g", HKV, D,
+              sp_cache_type_name(kt), sp_cache_type_name(vt), chunked ? "chunk" : "window", window, cap, worst);
         /* quantization's own error (values in [-1, 1]): up to half a step
          * per element, a step being 1/127 (q8_0) or 1/8 (q4_0) of a
          * rotated block's largest value; a window of 8 averages little of
          * it out (measured: q8_0 < 0.01, q4_0 up to 0.175) */
         const double bound0 = kt == SP_CACHE_Q4_0 || vt == SP_CACHE_Q4_0 ? 0.25 : kt || vt ? 0.02 : 2e-3;
-        CHECK(worst0 < bound0, "attention (%d KV heads, D %d, K %s, V %s, window %d) error %g against the unquantized "
-              "cache (bound %g)", HKV, D, sp_cache_type_name(kt), sp_cache_type_name(vt), window, worst0, bound0);
+        CHECK(worst0 < bound0, "attention (%d KV heads, D %d, K %s, V %s, %s %d) error %g against the unquantized "
+              "cache (bound %g)", HKV, D, sp_cache_type_name(kt), sp_cache_type_name(vt), chunked ? "chunk" : "window",
+              window, worst0, bound0);
         REC(out, 2 * H * D);
     }
     /* a prompt run gives each token bit for bit what it gets alone:
      * positions 16..39 in one batch (blocks of 16 and 8 queries), and
      * 3..39 (blocks of 16, 16 and 5, none starting on a key tile); then a
      * bidirectional input's 24 tokens, every one seeing position 39, and
-     * last positions rising by 0 or 1 (four tokens each) */
+     * last positions rising by 0 or 1 (four tokens each); then the first
+     * two with chunks of 8 (queries of one block in several chunks) */
     enum { NTMAX = 37 };
     float *qb = malloc(sizeof(float) * NTMAX * H * D), *ob = malloc(sizeof(float) * NTMAX * H * D), o1[4 * 256];
     const struct sp_kv_seq *seqb[NTMAX];
     int32_t posb[NTMAX], *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NTMAX, H));
     for (int i = 0; i < NTMAX * H * D; i++)
         qb[i] = 2 * frand(&s);
-    for (int run = 0; run < 8; run++) {
-        const int NT = run % 4 < 2 ? 24 : 37, window = run % 2 ? 8 : 0;
+    for (int run = 0; run < 10; run++) {
+        const int NT = run == 9 || (run < 8 && run % 4 >= 2) ? 37 : 24, window = run % 2 || run >= 8 ? 8 : 0;
         const float cap = run == 4 || run == 5 ? 1.5f : 0.0f;
         for (int t = 0; t < NT; t++)
-            seqb[t] = &seq, posb[t] = run < 6 ? P - NT + t : run == 6 ? P - 1 : P - 1 - (NT - 1 - t) / 4;
+            seqb[t] = &seq, posb[t] = run < 6 || run >= 8 ? P - NT + t : run == 6 ? P - 1 : P - 1 - (NT - 1 - t) / 4;
         struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = NT, .q = qb, .q_stride = H * D, .seqs = seqb,
                                  .pos = posb, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
-                                 .softcap = cap, .window = window, .out = ob, .out_stride = H * D,
+                                 .softcap = cap, .window = window, .chunked = run >= 8, .out = ob, .out_stride = H * D,
                                  .scratch = scratch, .scratch_per_thread = per, .max_pos = P, .plan = plan};
         sp_attention(pool, &a);
         int diff = 0;
@@ -701,7 +706,7 @@ static size_t ops_outputs(float *rec)
  * vectors do not divide. */
 static void test_rows(struct sp_pool *pool)
 {
-    const size_t cap = 1 << 22;
+    const size_t cap = 1 << 23;
     float *ref = malloc(sizeof(float) * cap), *got = malloc(sizeof(float) * cap);
     size_t nref = 0;
     const struct sp_kernels_isa *keep = sp_kernels_active();
