@@ -170,8 +170,6 @@ typedef struct sp_model_info {
     uint32_t n_head, n_head_kv, head_dim, n_rot;
     uint32_t n_swa;                 /* sliding window in tokens; 0: none */
     uint32_t n_swa_layers;          /* layers that use it */
-    bool swa_chunked;               /* the window is a chunk: a position attends to its own chunk of n_swa
-                                       positions only (Llama 4) */
     float rope_base, rope_freq_scale;
     float rope_base_swa;            /* rope base of sliding-window layers (0: none) */
     float norm_eps;
@@ -184,6 +182,8 @@ typedef struct sp_model_info {
     const char *features;          /* the family's features in words ("QKV bias, 8 experts (2 used), ...") */
     uint64_t private_copy_bytes;    /* what sp_model_params.private_copy holds (or would): the
                                        file's bytes still read after loading */
+    bool swa_chunked;               /* the window is a chunk: a position attends to its own chunk of n_swa
+                                       positions only (Llama 4) */
 } sp_model_info;
 SP_API void sp_model_info_get(const sp_model *m, sp_model_info *out);
 

@@ -27,7 +27,7 @@ class ModelInfo(Structure):
                 ("rope_base_swa", c_float), ("norm_eps", c_float), ("bos", c_int32), ("eos", c_int32),
                 ("has_chat_template", c_bool), ("tied_output", c_bool), ("vocab_only", c_bool),
                 ("n_packed", c_uint32), ("packed_bytes", c_uint64), ("features", c_char_p),
-                ("private_copy_bytes", c_uint64)]
+                ("private_copy_bytes", c_uint64), ("swa_chunked", c_bool)]
 
 
 class EngineParams(Structure):
