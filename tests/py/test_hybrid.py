@@ -140,10 +140,10 @@ def test_info_prints_the_state_per_sequence(fam, run_spindle):
         dc, di, ds, ng, hd = spec["ssm"]
         nh, conv = di // hd, di + 2 * ng * ds
         layer = 2 * nh * ds * hd + (GRID + ROLLBACK) * (conv + 2 * nh) + (GRID - 1 + dc - 1) * conv
-    elif "delta" in spec:  # q, k, v, beta, g, L, u per position
+    elif "delta" in spec:  # k, L, u per position (q, v, beta and g are read at their own position only)
         dc, nk, nv, w = spec["delta"]
         conv = (2 * nk + nv) * w
-        layer = 2 * nv * w * w + (GRID + ROLLBACK) * (conv + nv * w + 3 * nv) + (GRID - 1 + dc - 1) * conv
+        layer = 2 * nv * w * w + (GRID + ROLLBACK) * (nk * w + nv + nv * w) + (GRID - 1 + dc - 1) * conv
     else:  # LFM2: the convolution's inputs only
         layer = (GRID - 1 + spec["conv_taps"] - 1) * spec["n_embd"]
     n_linear = sum(1 for i in range(spec["n_layer"]) if _linear_layer(spec, i))
