@@ -8,6 +8,11 @@
 #include "core/error.h"
 #include "engine/engine_internal.h"
 #include "model/model.h"
+#include "spec/spec.h"
+
+/* A verification rolls a sequence back over its drafts and the step's last
+ * token, which a linear layer's state must allow (state.h). */
+_Static_assert(SP_SPEC_K_MAX + 1 <= SP_STATE_ROLLBACK, "the state rolls back over a step's drafts");
 
 sp_status sp_engine_spec_init(struct sp_engine *e, const struct sp_engine_params *p, const struct sp_model *draft,
                               const struct sp_vocab *draft_vocab)

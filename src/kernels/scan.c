@@ -62,7 +62,7 @@ void sp_ssd_out_scalar(float *y, const float *h0, const float *c, float decay, i
             y[i] = fmaf(w[s], x[s][i], y[i]);
 }
 
-/* A row without these kernels (NEON, for now) uses the scalar row's. */
+/* A row without these kernels uses the scalar row's. */
 static const struct sp_kernels_isa *sp_scan_row(void)
 {
     const struct sp_kernels_isa *k = sp_kernels_active();

@@ -118,6 +118,7 @@ static inline float32x4_t exp4(float32x4_t x)
 static inline vf vf_exp(vf x) { VF_EACH(exp4(x.v[k_])); }
 
 #include "kernels/vec.inc"
+#include "kernels/scan_vec.inc"
 
 /* ops.c's contract: part[i % 8] over i ascending; four float64x2 lanes
  * pairs. */
@@ -146,5 +147,9 @@ const struct sp_kernels_isa sp_kernels_neon = {
     .rope = vec_rope,
     .attn_group = vec_attn_group,
     .attn_block = vec_attn_block,
+    .conv_causal = vec_conv_causal,
+    .dot16 = vec_dot16,
+    .ssd_state = vec_ssd_state,
+    .ssd_out = vec_ssd_out,
 };
 #endif

@@ -62,7 +62,7 @@ static struct sp_ssm_dims sp_ssm_dims(const struct sp_hparams *hp)
 
 /* Qwen3.5's gated delta rule's sizes (forward_delta below). */
 struct sp_dn_dims {
-    int nk, nv, dk, dv, dc, kd, vd, conv, lin, in;
+    int nk, nv, dk, dv, dc, kd, vd, conv, lin, in, ring;
 };
 
 static struct sp_dn_dims sp_dn_dims(const struct sp_hparams *hp)
@@ -74,6 +74,7 @@ static struct sp_dn_dims sp_dn_dims(const struct sp_hparams *hp)
     d.conv = 2 * d.kd + d.vd;
     d.lin = d.conv + d.vd + 2 * d.nv;     /* qkv, z, beta, alpha */
     d.in = 2 * d.kd + 2 * d.vd + 3 * d.nv; /* q, k, v, beta, g, L, u */
+    d.ring = d.kd + d.nv + d.vd;           /* k, L, u: what later positions read */
     return d;
 }
 
@@ -84,7 +85,7 @@ void sp_forward_state_layer(const struct sp_model *m, uint32_t il, struct sp_sta
         struct sp_dn_dims d = sp_dn_dims(&m->hp);
         out->conv_ch = (uint32_t)d.conv;
         out->conv_hist = (uint32_t)d.dc - 1;
-        out->in_floats = (uint32_t)d.in;
+        out->in_floats = (uint32_t)d.ring;
         out->grid_floats = (uint32_t)d.nv * (uint32_t)d.dk * (uint32_t)d.dv;
         return;
     }
@@ -409,7 +410,9 @@ void sp_fwd_shortconv(const struct sp_model *m, const struct sp_memory *mem, str
  * u's sum), so they run on the same kernels.  u_p, once computed, is an
  * input of the positions after it: it is kept in the position's row.
  * Row layout: q [key heads][key width], k (the same), v [value heads]
- * [value width], beta, g, L [value heads], u [value heads][value width]. */
+ * [value width], beta, g, L [value heads], u [value heads][value width].
+ * The ring keeps of each position only what later positions read: k, then
+ * L and u (as in the row, together). */
 
 struct sp_dn_job {
     const struct sp_model *m;
@@ -421,11 +424,26 @@ struct sp_dn_job {
     int phase; /* 0: convolution, norms, beta, g; 1: k.k and k.q; 2: the heads; 3: gated norm */
 };
 
+/* Position q's row of this batch (q >= the run's first position). */
 static float *sp_dn_row(const struct sp_dn_job *j, const struct sp_fwd_run *r, int32_t q)
 {
+    return j->s->lin_in + (size_t)(r->t0 + (q - r->p0)) * j->s->lin_in_floats;
+}
+
+/* Position q's k [key heads][key width]: this batch's, or the ring's. */
+static const float *sp_dn_k(const struct sp_dn_job *j, const struct sp_fwd_run *r, int32_t q)
+{
     if (q >= r->p0)
-        return j->s->lin_in + (size_t)(r->t0 + (q - r->p0)) * j->s->lin_in_floats;
-    return r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * j->s->lin_in_floats;
+        return sp_dn_row(j, r, q) + j->d.kd;
+    return r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * j->d.ring;
+}
+
+/* Position q's L [value heads] and u [value heads][value width], together. */
+static const float *sp_dn_lu(const struct sp_dn_job *j, const struct sp_fwd_run *r, int32_t q)
+{
+    if (q >= r->p0)
+        return sp_dn_row(j, r, q) + j->d.conv + 2 * j->d.nv;
+    return r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * j->d.ring + j->d.kd;
 }
 
 static const float *sp_dn_conv_row(const struct sp_dn_job *j, const struct sp_fwd_run *r, int32_t q)
@@ -482,7 +500,7 @@ static void sp_dn_dots(const struct sp_dn_job *j, int t)
     const float *in = j->s->lin_in + (size_t)t * j->s->lin_in_floats;
     float *cb = j->s->lin_cb + (size_t)t * d->nk * 2 * C_;
     for (int32_t q = g0; q <= p; q++) {
-        const float *kr = sp_dn_row(j, r, q) + d->kd;
+        const float *kr = sp_dn_k(j, r, q);
         for (int kh = 0; kh < d->nk; kh++) {
             const float *krh = kr + (size_t)kh * d->dk;
             cb[(2 * kh + 1) * C_ + (q - g0)] = sp_dot16(krh, in + (size_t)kh * d->dk, d->dk);
@@ -498,7 +516,7 @@ static void sp_dn_head(const struct sp_dn_job *j, const struct sp_fwd_run *r, in
 {
     const struct sp_dn_dims *d = &j->d;
     const int kh = j->grouped ? h / (d->nv / d->nk) : h % d->nk, i_b = d->conv + h, i_g = i_b + d->nv, i_l = i_g + d->nv;
-    const size_t u_off = (size_t)d->conv + 3 * (size_t)d->nv + (size_t)h * d->dv, head = (size_t)h * d->dk * d->dv;
+    const size_t u_off = (size_t)d->nv + (size_t)h * d->dv, head = (size_t)h * d->dk * d->dv; /* in sp_dn_lu */
     const float scale = 1.0f / sqrtf((float)d->dv);
     const float *xs[C_], *ks[C_];
     float w[C_], kv[SP_DN_MAX_WIDTH];
@@ -506,34 +524,34 @@ static void sp_dn_head(const struct sp_dn_job *j, const struct sp_fwd_run *r, in
         const int t = r->t0 + n;
         const int32_t p = r->p0 + n, g0 = (int32_t)sp_state_grid((uint32_t)p);
         float *row = sp_dn_row(j, r, p);
-        const float lam = (p == g0 ? 0.0f : sp_dn_row(j, r, p - 1)[i_l]) + row[i_g];
+        const float lam = (p == g0 ? 0.0f : sp_dn_lu(j, r, p - 1)[h]) + row[i_g];
         row[i_l] = lam;
         const int k = p - g0; /* positions of the chunk before p */
         const float *cb = j->s->lin_cb + (size_t)t * d->nk * 2 * C_ + (size_t)2 * kh * C_;
         for (int q = 0; q <= k; q++) {
-            const float *rq = q == k ? row : sp_dn_row(j, r, g0 + q);
-            xs[q] = rq + u_off;
-            ks[q] = rq + d->kd + (size_t)kh * d->dk;
-            w[q] = q < k ? sp_exp1(lam - rq[i_l]) * cb[q] : 0.0f;
+            const float *lu = sp_dn_lu(j, r, g0 + q);
+            xs[q] = lu + u_off;
+            ks[q] = sp_dn_k(j, r, g0 + q) + (size_t)kh * d->dk;
+            w[q] = q < k ? sp_exp1(lam - lu[h]) * cb[q] : 0.0f;
         }
         const float *h0 = g0 ? r->v.grid[((uint32_t)g0 / C_) & 1] + head : NULL;
         const float decay = sp_exp1(lam);
         /* u_p = beta (v - S^T k_p) */
         sp_ssd_out(kv, h0, ks[k], decay, k, w, xs, d->dk, d->dv);
         const float *v = row + 2 * (size_t)d->kd + (size_t)h * d->dv;
-        float *u = row + u_off;
+        float *u = row + d->conv + 2 * (size_t)d->nv + u_off;
         for (int i = 0; i < d->dv; i++)
             u[i] = (v[i] - kv[i]) * row[i_b];
         /* o_p = S^T q_p / sqrt(width) */
         for (int q = 0; q <= k; q++)
-            w[q] = sp_exp1(lam - (q == k ? lam : sp_dn_row(j, r, g0 + q)[i_l])) * cb[C_ + q];
+            w[q] = sp_exp1(lam - (q == k ? lam : sp_dn_lu(j, r, g0 + q)[h])) * cb[C_ + q];
         float *y = j->s->lin_y + (size_t)t * d->vd + (size_t)h * d->dv;
         sp_ssd_out(y, h0, row + (size_t)kh * d->dk, decay, k + 1, w, xs, d->dk, d->dv);
         for (int i = 0; i < d->dv; i++)
             y[i] *= scale;
         if (k + 1 == (int)C_) { /* the chunk is complete: the state at the next grid point */
             for (int q = 0; q <= k; q++)
-                w[q] = sp_exp1(lam - (q == k ? lam : sp_dn_row(j, r, g0 + q)[i_l]));
+                w[q] = sp_exp1(lam - (q == k ? lam : sp_dn_lu(j, r, g0 + q)[h]));
             sp_ssd_state(r->v.grid[((uint32_t)(p + 1) / C_) & 1] + head, h0, decay, k + 1, w, ks, xs, d->dk, d->dv);
         }
     }
@@ -584,8 +602,11 @@ void sp_fwd_delta(const struct sp_model *m, const struct sp_memory *mem, struct 
         const struct sp_fwd_run *r = &s->runs[i];
         const int32_t end = r->p0 + r->n;
         for (int32_t q = end - (int32_t)r->v.in_ring > r->p0 ? end - (int32_t)r->v.in_ring : r->p0; q < end; q++)
-            memcpy(r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * s->lin_in_floats, sp_dn_row(&j, r, q),
-                   s->lin_in_floats * sizeof(float));
+        {
+            float *ring = r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * j.d.ring;
+            memcpy(ring, sp_dn_k(&j, r, q), (size_t)j.d.kd * sizeof(float));
+            memcpy(ring + j.d.kd, sp_dn_lu(&j, r, q), ((size_t)j.d.nv + j.d.vd) * sizeof(float));
+        }
         for (int32_t q = end - (int32_t)r->v.conv_ring > r->p0 ? end - (int32_t)r->v.conv_ring : r->p0; q < end; q++)
             memcpy(r->v.conv + (size_t)((uint32_t)q % r->v.conv_ring) * j.d.conv, sp_dn_conv_row(&j, r, q),
                    (size_t)j.d.conv * sizeof(float));

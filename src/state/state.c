@@ -13,6 +13,8 @@
 
 #define SP_STATE_NONE UINT32_MAX
 
+_Static_assert(SP_STATE_ROLLBACK < SP_STATE_CHUNK, "a roll back stays within the two grid states and the rings");
+
 struct sp_state_lay {
     struct sp_state_layer shape;
     uint32_t conv_ring, in_ring;
@@ -71,8 +73,8 @@ sp_status sp_state_new(struct sp_state **out, const struct sp_state_shape *shape
             sp_state_free(st);
             return sp_error_set(SP_ERR_ARG, "state: a convolution of %u positions", s->conv_hist + 1);
         }
-        y->conv_ring = s->conv_ch ? 2 * SP_STATE_CHUNK + s->conv_hist : 0;
-        y->in_ring = s->in_floats ? 2 * SP_STATE_CHUNK : 0;
+        y->conv_ring = s->conv_ch ? SP_STATE_CHUNK - 1 + s->conv_hist : 0;
+        y->in_ring = s->in_floats ? SP_STATE_CHUNK + SP_STATE_ROLLBACK : 0;
         y->off = (size_t)slot;
         y->snap_off = (size_t)snap;
         if (!sp_mul_u64(s->conv_ch, y->conv_ring, &conv) || !sp_mul_u64(s->in_floats, y->in_ring, &in) ||
@@ -180,10 +182,15 @@ sp_status sp_state_seq_truncate(struct sp_state *st, struct sp_state_seq *seq, u
     (void)st;
     if (n_pos >= seq->n_pos)
         return SP_OK;
-    /* the forward pass wrote the grid state at grid(n_pos) over the one
-     * two grid points before: what is left starts one grid point back */
-    uint32_t g = sp_state_grid(seq->n_pos);
-    uint32_t floor = g >= SP_STATE_CHUNK ? g - SP_STATE_CHUNK : 0;
+    /* A target t needs the grid state at grid(t) (the forward pass wrote
+     * the one at grid(n_pos) over the one two grid points before), the
+     * input rows [grid(t), t) and the convolution's rows [t - history, t),
+     * which positions up to n_pos may have written over: t >= n_pos -
+     * SP_STATE_ROLLBACK (< C) keeps grid(t) at or after the older grid
+     * point and the rows inside the rings (C + SP_STATE_ROLLBACK and C - 1 +
+     * history rows).  The floor only rises: rows written before a roll
+     * back stay overwritten. */
+    uint32_t floor = seq->n_pos > SP_STATE_ROLLBACK ? seq->n_pos - SP_STATE_ROLLBACK : 0;
     if (floor > seq->floor)
         seq->floor = floor;
     if (n_pos < seq->floor)

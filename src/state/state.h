@@ -15,14 +15,18 @@
  *   grid[2]  the states at the two most recent grid points, by the parity
  *            of the chunk index: grid[(g / C) & 1] is the state at g;
  *   conv     the causal convolution's raw inputs, position q in row
- *            q % conv_ring (2C + the convolution's history);
+ *            q % conv_ring (C - 1 + the convolution's history: a position's
+ *            own window and the history before its grid point, which a
+ *            snapshot takes);
  *   in       the chunked state's per-position inputs, position s in row
- *            s % in_ring (2C).
+ *            s % in_ring (C + SP_STATE_ROLLBACK: a chunk's positions so far
+ *            and those rolled back over).
  * Nothing here knows what the floats mean; the forward pass writes them.
  * The state at a grid point is kept until the state two grid points later
- * is written over it, so a sequence can roll back to any position since
- * the older grid state (sp_state_seq_truncate): speculative decoding rolls
- * back fewer than C positions, which always lie there.
+ * is written over it, so a sequence can roll back up to SP_STATE_ROLLBACK
+ * positions, and not before the older grid state (sp_state_seq_truncate):
+ * speculative decoding rolls back at most its drafts and the step's last
+ * token (SP_SPEC_K_MAX + 1, checked where the engine includes both).
  *
  * Slots are allocated on first use (at most n_slots), reused after.
  * Owned by the engine's thread; not thread-safe. */
@@ -38,6 +42,8 @@
 /* Positions per chunk of the grid: a multiple of the KV block (16), so a
  * grid point is a block boundary (prefix snapshots). */
 #define SP_STATE_CHUNK 64u
+/* Most positions one roll back goes back (fewer than SP_STATE_CHUNK). */
+#define SP_STATE_ROLLBACK 33u
 
 /* What one layer keeps per sequence; all zero: not a linear layer. */
 struct sp_state_layer {
@@ -70,7 +76,7 @@ sp_status sp_state_new(struct sp_state **out, const struct sp_state_shape *shape
 void sp_state_free(struct sp_state *st);
 
 struct sp_state_stats {
-    uint64_t slot_bytes;      /* one sequence's state: every linear layer's two grid states and rings */
+    uint64_t slot_bytes;      /* one sequence's state: every linear layer's two grid states and rings (allocated) */
     uint32_t slots_total, slots_used;
     uint64_t snapshot_bytes;  /* one snapshot (a grid state and the convolution's history per layer) */
     uint32_t snapshots_max, snapshots_used;
@@ -84,7 +90,8 @@ void sp_state_stats(const struct sp_state *st, struct sp_state_stats *out);
  * roll back between).  SP_ERR_FULL when no slot is free. */
 sp_status sp_state_seq_reserve(struct sp_state *st, struct sp_state_seq *seq, uint32_t n_pos);
 /* Rolls seq back to its first n_pos positions; SP_ERR_INTERNAL below its
- * floor (the older grid state is gone). */
+ * floor: more than SP_STATE_ROLLBACK positions back, or before the older
+ * grid state (what that needs is gone). */
 sp_status sp_state_seq_truncate(struct sp_state *st, struct sp_state_seq *seq, uint32_t n_pos);
 /* dst (empty) gets a copy of src's slot (a state is not shared: the next
  * token changes all of it).  SP_ERR_FULL when no slot is free. */

@@ -1,6 +1,7 @@
 /* The state room and the memory room over it: slots taken on first use and
  * refused (SP_ERR_FULL) when all are held, positions written once, roll
- * backs allowed down to the older grid state and refused below it, forks
+ * backs allowed up to SP_STATE_ROLLBACK positions (past a grid point, to the
+ * older grid state) and refused further, forks
  * copying a slot, snapshots filed under a block's key, found, loaded and
  * evicted least-recently-used, and the memory room composing KV blocks and
  * slots: a model of linear layers only has blocks without rows, and the
@@ -12,6 +13,7 @@
 #include "state/state.h"
 
 #define C SP_STATE_CHUNK
+#define R SP_STATE_ROLLBACK
 
 /* Two linear layers around an attention-like one (all zero). */
 static const struct sp_state_layer LAYERS[3] = {
@@ -41,7 +43,7 @@ static void test_slots_and_rollback(void)
     CHECK(sp_state_new(&st, &shape) == SP_OK && st, "new");
     struct sp_state_stats ss;
     sp_state_stats(st, &ss);
-    const uint64_t want = 4 * ((uint64_t)2 * 12 + (2 * C + 3) * 8 + 2 * C * 5 + (2 * C + 2) * 4);
+    const uint64_t want = 4 * ((uint64_t)2 * 12 + (C - 1 + 3) * 8 + (C + R) * 5 + (C - 1 + 2) * 4);
     CHECK(ss.slot_bytes == want, "slot bytes %llu, want %llu", (unsigned long long)ss.slot_bytes,
           (unsigned long long)want);
     CHECK(ss.snapshot_bytes == 4 * (12 + 3 * 8 + 2 * 4), "snapshot bytes %llu", (unsigned long long)ss.snapshot_bytes);
@@ -52,18 +54,18 @@ static void test_slots_and_rollback(void)
     CHECK(sp_state_seq_reserve(st, &b, 1) == SP_OK, "reserve b");
     CHECK(sp_state_seq_reserve(st, &c, 1) == SP_ERR_FULL, "two slots: the third sequence waits");
     v0 = sp_state_view(st, &a, 0);
-    CHECK(v0.conv_ring == 2 * C + 3 && v0.in_ring == 2 * C, "rings %u %u", v0.conv_ring, v0.in_ring);
+    CHECK(v0.conv_ring == C - 1 + 3 && v0.in_ring == C + R, "rings %u %u", v0.conv_ring, v0.in_ring);
     /* a reaches 2C + 10: the grid states at C and 2C are held */
     CHECK(sp_state_seq_reserve(st, &a, 2 * C + 10) == SP_OK, "grow a");
     fill_grid(st, &a, C, 100.0f);
     fill_grid(st, &a, 2 * C, 200.0f);
-    CHECK(sp_state_seq_truncate(st, &a, C - 1) == SP_ERR_INTERNAL, "below the older grid state: refused");
-    CHECK(sp_state_seq_truncate(st, &a, C + 5) == SP_OK, "back past the newer grid point");
+    CHECK(sp_state_seq_truncate(st, &a, 2 * C + 9 - R) == SP_ERR_INTERNAL, "R + 1 positions back: refused");
+    CHECK(sp_state_seq_truncate(st, &a, 2 * C + 10 - R) == SP_OK, "R back, past the newer grid point");
     CHECK(grid_at(st, &a, C, 3) == 103.0f, "the grid state at C is intact");
-    /* what was rolled back past is written again; the floor stays at C */
+    /* what was rolled back past is written again; the floor stays */
     CHECK(sp_state_seq_reserve(st, &a, 2 * C + 1) == SP_OK, "grow a again");
-    CHECK(sp_state_seq_truncate(st, &a, C) == SP_OK, "to C exactly");
-    CHECK(sp_state_seq_truncate(st, &a, C - 1) == SP_ERR_INTERNAL, "still not below C");
+    CHECK(sp_state_seq_truncate(st, &a, 2 * C + 9 - R) == SP_ERR_INTERNAL, "still not below 2C + 10 - R");
+    CHECK(sp_state_seq_truncate(st, &a, 2 * C + 10 - R) == SP_OK, "to the floor exactly");
     /* fork: a copy of the slot, independent */
     sp_state_seq_release(st, &b);
     CHECK(sp_state_seq_fork(st, &c, &a) == SP_OK && c.n_pos == a.n_pos, "fork");
