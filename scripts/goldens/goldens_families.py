@@ -122,7 +122,9 @@ def main(argv):
         doc = {"family": fam, "llama_cpp_version": llama_cpp.__version__,
                "settings": {k: v for k, v in LLAMA_SETTINGS.items() if k != "verbose"},
                "greedy_tokens": GREEDY_TOKENS, "files": {}}
-        for t in TYPES:
+        types = subprocess.run([VENV_PY, GEN, "--types", fam], check=True, capture_output=True,
+                               text=True).stdout.split()
+        for t in types:
             print("%s %s" % (fam, t), file=sys.stderr)
             prompts = PROMPTS + [LONG_PROMPT] if fam in linear else PROMPTS
             doc["files"][t] = run_file(os.path.join(MODELS_DIR, "%s-%s.gguf" % (fam, t)), prompts)

@@ -16,6 +16,8 @@ struct sp_attn_args {
     float scale;                       /* applied to q·k */
     float softcap;                     /* > 0: scores become softcap * tanh(score / softcap) */
     int window;                        /* > 0: keys with pos - j < window only */
+    const float *sinks;                /* [n_head] or NULL: each head's learned logit, in the softmax's
+                                          maximum and denominator but given no value (gpt-oss) */
     float *out;                        /* [n_tok][n_head * head_dim] */
     size_t out_stride;
     float *scratch;                    /* [pool chunks][scratch_per_thread] */

@@ -627,6 +627,10 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
         SP_T(L->bv, "attn_v.bias", KV, 0, ar->qkv_bias);
     }
     SP_T(L->wo, "attn_output.weight", Q, E, true);
+    if (ar->out_bias)
+        SP_T(L->bo, "attn_output.bias", E, 0, true);
+    if (ar->attn_sinks)
+        SP_T(L->sinks, "attn_sinks.weight", hp->n_head, 0, true);
     bool full = ar->qk_norm == SP_QK_NORM_FULL;
     SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
     SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : hp->head_dim, 0, ar->qk_norm != SP_QK_NORM_NONE);
@@ -659,7 +663,15 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
             L->exps[k * X + e] = (struct sp_tensor){.type = t->type, .ne0 = ne[0], .ne1 = ne[1],
                                                     .row_bytes = row_bytes,
                                                     .data = (const uint8_t *)t->data + (size_t)e * ne[1] * row_bytes};
+        if (m->arch->moe_bias) {
+            const int64_t nb[2] = {ne[1], X};
+            snprintf(name, sizeof name, "blk.%u.%s.bias", il, names[k]);
+            if ((st = sp_model_f32(ld, name, nb, 2, true, &L->exps_b[k])) != SP_OK)
+                return st;
+        }
     }
+    if (m->arch->moe_bias)
+        SP_T(L->gate_inp_b, "ffn_gate_inp.bias", X, 0, true);
     if (m->arch->shared_expert) {
         int64_t S = hp->n_ff_shexp;
         SP_T(L->shexp_gate, "ffn_gate_inp_shexp.weight", E, 0, true);
@@ -1291,7 +1303,7 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
     else if (ar->ffn_plain)
         SP_F("%s feed-forward (no gate)", ar->ffn_act == SP_FFN_GELU ? "GELU" : "SiLU");
     else
-        SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : "SwiGLU");
+        SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : ar->ffn_act == SP_FFN_SWIGLU_OAI ? "clamped SwiGLU" : "SwiGLU");
     if (ar->abs_pos)
         SP_F("absolute position embeddings, token types");
     else if (hp->n_head && hp->n_rot)
@@ -1316,6 +1328,12 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("LayerNorm %s", ar->post_ln ? "with bias after each residual" : "without bias");
     if (ar->layer_bias)
         SP_F("output and feed-forward biases");
+    if (ar->out_bias)
+        SP_F("attention output bias");
+    if (ar->moe_bias)
+        SP_F("router and expert biases");
+    if (ar->attn_sinks)
+        SP_F("attention sinks");
     if (hp->n_head_kv < hp->n_head)
         SP_F("grouped-query attention (%u query heads per KV head)", hp->n_head / hp->n_head_kv);
     if (L0->bq.data)
@@ -1344,7 +1362,8 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("embeddings x sqrt(n_embd)");
     if (hp->n_expert)
         SP_F("%u experts (%u used, %s router%s, width %u)%s", hp->n_expert, hp->n_expert_used,
-             ar->router == SP_ROUTER_SOFTMAX ? "softmax" : "sigmoid", ar->moe_norm ? ", weights renormalized" : "",
+             ar->router == SP_ROUTER_SOFTMAX ? "softmax" : ar->router == SP_ROUTER_SIGMOID ? "sigmoid"
+             : "top-k softmax", ar->moe_norm ? ", weights renormalized" : "",
              hp->n_ff_exp, ar->shared_expert ? " + shared expert" : "");
     if (m->qkv_fused)
         SP_F("fused QKV");
