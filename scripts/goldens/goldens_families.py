@@ -3,7 +3,7 @@
 
 Goldens for the architecture families (tests/py/test_families.py): for each
 family of tests/gguf/families.py, writes its three small random-weight
-GGUF copies (f32, q8_0, q4_k) with build/venv's python, runs each through
+GGUF copies (f32, q8_0, q4_k, and a family's extra ones: families.py --types) with build/venv's python, runs each through
 the reference implementation llama-cpp-python and writes
 tests/goldens/families/<family>.json:
 

@@ -1022,7 +1022,8 @@ free_mats:
     return st;
 }
 
-/* Copies the vectors (norm weights, biases, shared-expert gates) into one
+/* Copies the vectors (norm weights, biases, shared-expert gates, attention
+ * sinks; the experts' bias arrays) into one
  * owned buffer.  Read in place they sit between matrices whose pages were
  * dropped after repacking, and each one read maps its whole page-cache
  * folio back in (up to megabytes of matrix data on kernels with large
@@ -1045,7 +1046,9 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->ffn_out_norm_b : NULL, L ? &L->shexp_gate : NULL,
                                       L ? &L->ssm_conv : NULL, L ? &L->ssm_conv_b : NULL, L ? &L->ssm_dt_b : NULL,
                                       L ? &L->ssm_a : NULL, L ? &L->ssm_d : NULL, L ? &L->ssm_norm : NULL,
-                                      L ? &L->sc_conv : NULL};
+                                      L ? &L->sc_conv : NULL, L ? &L->sinks : NULL, L ? &L->gate_inp_b : NULL,
+                                      L ? &L->exps_b[SP_EXP_GATE] : NULL, L ? &L->exps_b[SP_EXP_UP] : NULL,
+                                      L ? &L->exps_b[SP_EXP_DOWN] : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;

@@ -202,6 +202,9 @@ FEATURES = {
     "exaone4": ["RoPE halves (NEOX)", "no pre-norms", "QK-norm (per head)", "post-norms"],
     "nemotron_h": ["Mamba-2 on 2 of 5 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
                    "feed-forward alone on 2 layers (ReLU^2, no gate)", "no position encoding in attention (NoPE)"],
+    "gpt-oss": ["clamped SwiGLU", "RoPE halves (NEOX)", "attention output bias", "router and expert biases",
+                "attention sinks", "QKV bias", "YaRN RoPE scaling 4 (original context 32, beta 32/1",
+                "sliding window 16 on 2 of 4 layers", "8 experts (4 used, top-k softmax router, width 256)"],
 }
 
 
@@ -249,13 +252,14 @@ def test_all_local_layers_ring_matches_full_cache(run_spindle):
     assert len(sa) == 200 and sa == sb
 
 
-@pytest.mark.parametrize("fam", ["qwen2moe", "mixtral"])
-def test_experts_batch_invariant(fam, run_spindle):
+@pytest.mark.parametrize("fam,qtype", [("qwen2moe", "q4_k"), ("mixtral", "q4_k"), ("gpt-oss", "mxfp4")])
+def test_experts_batch_invariant(fam, qtype, run_spindle):
     """A token's logits do not depend on what else is in the batch, though
     the batch's rows are grouped by expert: the last position of each prefix,
     computed in batches of 5 to 60 tokens, equals the same position of the
-    60-token batch, bit for bit."""
-    path = model_path(fam, "q4_k")
+    60-token batch, bit for bit (gpt-oss: with its expert biases, attention
+    sinks on the prompt's block path and MXFP4 experts)."""
+    path = model_path(fam, qtype)
     ids = [3 + (i * 4507) % 30000 for i in range(60)]
     full = run_spindle("logits", "-m", path, "--ids", " ".join(map(str, ids)), "--from", 0, "--top", 8)
     assert full.returncode == 0, full.stderr
