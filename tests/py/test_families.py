@@ -283,3 +283,14 @@ def test_trailing_dimensions_of_one_are_the_same_shape(fam, run_spindle, tmp_pat
     got = run_spindle("logits", "-m", ones, "--ids", " ".join(map(str, ids)), "--from", 0, "--top", 8)
     assert want.returncode == 0 and got.returncode == 0, got.stderr
     assert got.json()["steps"] == want.json()["steps"]
+
+
+@pytest.mark.parametrize("fam,ftype", [(f, t) for f in FAMILIES for t in sorted(golden(f).get("quantize", {}))])
+def test_quantize_matches_llama_cpp(fam, ftype, run_spindle, tmp_path):
+    """`spindle quantize` of the family's f32 copy writes the file llama.cpp's
+    quantizer writes, byte for byte (gpt-oss's MXFP4_MOE: experts MXFP4,
+    every other matrix Q8_0)."""
+    out = str(tmp_path / "q.gguf")
+    r = run_spindle("quantize", "-t", "2", model_path(fam, "f32"), out, ftype)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert families.sha256_file(out) == golden(fam)["quantize"][ftype]["sha256"]

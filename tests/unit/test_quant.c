@@ -295,6 +295,23 @@ static void test_hand_blocks(void)
         b.e = 254;
         DEQ(MXFP4, b);
         CHECK(y[2] == 0x1p127f && y[11] == -0x1.8p127f, "mxfp4 e 254: %g %g", y[2], y[11]);
+        /* every exponent 0..254 and code against the format's definition
+         * (OCP MX v1.0: E2M1 value times 2^(e - 127)), computed apart
+         * from the table and the bit tricks; exact in float (the values of
+         * e 253 and 254 past its range are infinities in both) */
+        static const double e2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+        int wrong = 0;
+        for (int e = 0; e < 255; e++) {
+            b.e = (uint8_t)e;
+            for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | (j << 4));
+            DEQ(MXFP4, b);
+            for (int j = 0; j < 32; j++) {
+                const int code = j % 16;
+                const double want = (code & 8 ? -1 : 1) * ldexp(e2m1[code & 7], e - 127);
+                wrong += y[j] != (float)want; /* past float: inf, as ggml */
+            }
+        }
+        CHECK(wrong == 0, "mxfp4: %d of 255 x 32 values differ from the format's definition", wrong);
         /* the quantizer: exponent floor(log2(amax)) - 2, nearest codes */
         float x[32] = {0};
         x[0] = 6.0f;   /* amax 6: e = 2 + 125 = 127, code 7 */
