@@ -3,7 +3,7 @@
 
 Goldens for the architecture families (tests/py/test_families.py): for each
 family of tests/gguf/families.py, writes its three small random-weight
-GGUF copies (f32, q8_0, q4_k) with build/venv's python, runs each through
+GGUF copies (f32, q8_0, q4_k, and a family's extra ones: families.py --types) with build/venv's python, runs each through
 the reference implementation llama-cpp-python and writes
 tests/goldens/families/<family>.json:
 
@@ -47,6 +47,10 @@ GEN = os.path.join(ROOT, "tests", "gguf", "families.py")
 VENV_PY = os.path.join(ROOT, "build", "venv", "bin", "python")
 TYPES = ("f32", "q8_0", "q4_k")
 GREEDY_TOKENS = 24
+# Families whose f32 copy is also quantized by llama.cpp (llama_model_quantize)
+# to these file types (name: llama.cpp's ftype id); the golden records the
+# output's sha256, which `spindle quantize` must reproduce.
+QUANTIZE = {"gpt-oss": {"MXFP4_MOE": 38}}
 LLAMA_SETTINGS = dict(n_ctx=4096, n_batch=1024, n_threads=2, logits_all=True, verbose=False, seed=0)
 
 PROMPTS = [
@@ -142,6 +146,22 @@ def run_file(path, prompts_in):
             "prompts": prompts}
 
 
+def quantize_file(path, ftype):
+    """llama.cpp's quantization of path to ftype: the output's sha256."""
+    import ctypes
+    import tempfile
+    import llama_cpp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "q.gguf")
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = ftype
+        params.nthread = 2
+        if llama_cpp.llama_model_quantize(path.encode(), out.encode(), ctypes.byref(params)) != 0:
+            raise RuntimeError("llama_model_quantize failed on %s" % path)
+        return {"ftype": ftype, "sha256": sha256_file(out)}
+
+
 def main(argv):
     import llama_cpp
 
@@ -157,7 +177,9 @@ def main(argv):
         doc = {"family": fam, "llama_cpp_version": llama_cpp.__version__,
                "settings": {k: v for k, v in LLAMA_SETTINGS.items() if k != "verbose"},
                "greedy_tokens": GREEDY_TOKENS, "files": {}}
-        for t in TYPES:
+        types = subprocess.run([VENV_PY, GEN, "--types", fam], check=True, capture_output=True,
+                               text=True).stdout.split()
+        for t in types:
             print("%s %s" % (fam, t), file=sys.stderr)
             prompts = PROMPTS + [LONG_PROMPT] if fam in linear else PROMPTS
             doc["files"][t] = run_file(os.path.join(MODELS_DIR, "%s-%s.gguf" % (fam, t)), prompts)
@@ -166,6 +188,8 @@ def main(argv):
                 doc["chunks"] = {"ids": chunk_ids(chunk), "from": chunk - CHUNK_BEFORE}
                 doc["files"][t]["chunk_top10"] = run_chunks(os.path.join(MODELS_DIR, "%s-%s.gguf" % (fam, t)),
                                                             doc["chunks"]["ids"], doc["chunks"]["from"])
+        for name, ftype in QUANTIZE.get(fam, {}).items():
+            doc.setdefault("quantize", {})[name] = quantize_file(os.path.join(MODELS_DIR, "%s-f32.gguf" % fam), ftype)
         out = os.path.join(OUT_DIR, fam + ".json")
         with open(out + ".tmp", "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))

@@ -40,15 +40,16 @@
 typedef void (*sp_attn_group_fn)(const struct sp_attn_args *a, int t, int h0, int nh, float *scores, float *qf);
 
 /* Softmax of n scores in place, sc[i] the score of position j0 + i:
- * p = f16(e^(s - mx) / sum), the sum in sp_attn_tree16's order. */
-static void sp_attn_softmax(float *sc, int n, float mx, int j0)
+ * p = f16(e^(s - mx) / sum), the sum in sp_attn_tree16's order, plus
+ * e^(sink - mx) after it (sp_attn_sink: mx already takes the sink in). */
+static void sp_attn_softmax(float *sc, int n, float mx, int j0, float sink)
 {
     float S[16] = {0};
     for (int i = 0; i < n; i++) {
         sc[i] = sp_exp1(sc[i] - mx);
         S[(j0 + i) & 15] += sc[i];
     }
-    float inv = 1.0f / sp_attn_tree16(S);
+    float inv = 1.0f / (sp_attn_tree16(S) + sp_exp1(sink - mx));
     for (int i = 0; i < n; i++)
         sc[i] = (float)(_Float16)(sc[i] * inv);
 }
@@ -170,8 +171,10 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
             sp_softcap(scores + (size_t)h * n, n, a->softcap);
             sp_softcap(&mx[h], 1, a->softcap);
         }
-    for (int h = 0; h < nh; h++)
-        sp_attn_softmax(scores + (size_t)h * n, n, mx[h], j0);
+    for (int h = 0; h < nh; h++) {
+        const float sink = sp_attn_sink(a, h0 + h);
+        sp_attn_softmax(scores + (size_t)h * n, n, sp_attn_sink_max(mx[h], sink), j0, sink);
+    }
     memset(qf, 0, (size_t)nh * D * sizeof *qf); /* reused as the output accumulator */
     for (int j = j0; j <= pos;) {
         const uint32_t run = sp_kv_view_run(&w, (uint32_t)j, (uint32_t)(pos + 1 - j));

@@ -18,6 +18,8 @@ struct sp_attn_args {
     int window;                        /* > 0: keys with pos - j < window only (chunked: j / window ==
                                           pos / window: the query's chunk) */
     bool chunked;                      /* the window's rule (sp_attn_first_key) */
+    const float *sinks;                /* [n_head] or NULL: each head's learned logit, in the softmax's
+                                          maximum and denominator but given no value (gpt-oss) */
     float *out;                        /* [n_tok][n_head * head_dim] */
     size_t out_stride;
     float *scratch;                    /* [pool chunks][scratch_per_thread] */

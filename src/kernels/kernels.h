@@ -99,16 +99,23 @@ void sp_gelu(const float *x, float *y, int64_t n);
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n);
 void sp_geglu(const float *g, const float *u, float *y, int64_t n);
 
+/* gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai): with g' = min(g, 7)
+ * and u' = clamp(u, -7, 7), y = g' / (1 + e^(-1.702 g')) * (u' + 1). */
+#define SP_SWIGLU_OAI_ALPHA 1.702f
+#define SP_SWIGLU_OAI_LIMIT 7.0f
+void sp_swiglu_oai(const float *g, const float *u, float *y, int64_t n);
+
 /* x = cap * tanh(x / cap), n values (attention scores, final logits). */
 void sp_softcap(float *x, int64_t n, float cap);
 
 /* Mixture-of-experts routing of one token: from the router's logits over
  * n_expert (<= SP_MOE_MAX_EXPERTS) experts, the k selected (ids, highest
  * probability first; the lower id on a tie) and their weights w: the
- * probabilities (softmax over all experts, or each expert's sigmoid),
- * renormalized to sum to 1 when `norm`. */
+ * probabilities (softmax over all experts, or each expert's sigmoid; or,
+ * SP_ROUTER_SOFTMAX_WEIGHT, the k largest logits chosen and a softmax over
+ * those k alone: gpt-oss), renormalized to sum to 1 when `norm`. */
 #define SP_MOE_MAX_EXPERTS 512
-enum sp_router { SP_ROUTER_SOFTMAX, SP_ROUTER_SIGMOID };
+enum sp_router { SP_ROUTER_SOFTMAX, SP_ROUTER_SIGMOID, SP_ROUTER_SOFTMAX_WEIGHT };
 void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router router, bool norm, int32_t *ids,
                   float *w);
 

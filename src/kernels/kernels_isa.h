@@ -84,6 +84,15 @@ static inline float sp_attn_tree16(const float S[16])
     return (t4[0] + t4[2]) + (t4[1] + t4[3]);
 }
 
+/* Head h's attention sink (-inf: none, which adds e^-inf = +0 to the
+ * denominator, exactly nothing) and the softmax maximum taking it in, as
+ * llama.cpp's soft_max with sinks: max(scores, sink). */
+static inline float sp_attn_sink(const struct sp_attn_args *a, int h)
+{
+    return a->sinks ? a->sinks[h] : -INFINITY;
+}
+static inline float sp_attn_sink_max(float mx, float sink) { return sink > mx ? sink : mx; }
+
 /* llama.cpp's CPU GELU as a table of f16 results indexed by the f16 bits
  * of the input (ops.c); one entry past the end so a 32-bit gather at the
  * last entry stays inside. */

@@ -238,6 +238,17 @@ void sp_geglu_scalar(const float *g, const float *u, float *y, int64_t n)
     }
 }
 
+void sp_swiglu_oai(const float *g, const float *u, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) { /* llama.cpp's order: libm's expf, then the product */
+        const float x = g[i] < SP_SWIGLU_OAI_LIMIT ? g[i] : SP_SWIGLU_OAI_LIMIT;
+        const float v = u[i] < -SP_SWIGLU_OAI_LIMIT ? -SP_SWIGLU_OAI_LIMIT
+                        : u[i] > SP_SWIGLU_OAI_LIMIT ? SP_SWIGLU_OAI_LIMIT : u[i];
+        const float glu = x / (1.0f + expf(SP_SWIGLU_OAI_ALPHA * -x));
+        y[i] = glu * (v + 1.0f);
+    }
+}
+
 void sp_softcap(float *x, int64_t n, float cap)
 {
     /* as llama.cpp: a scale by 1/cap (not a division), tanh, a scale by cap */
@@ -253,7 +264,9 @@ void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router route
      * double, as llama.cpp's softmax; sigmoid: each alone), then the k
      * largest by selection (highest first, the lower id on a tie) */
     float p[SP_MOE_MAX_EXPERTS];
-    if (router == SP_ROUTER_SOFTMAX) {
+    if (router == SP_ROUTER_SOFTMAX_WEIGHT) {
+        memcpy(p, logits, (size_t)n_expert * sizeof *p);
+    } else if (router == SP_ROUTER_SOFTMAX) {
         float mx = -INFINITY;
         for (int e = 0; e < n_expert; e++)
             mx = logits[e] > mx ? logits[e] : mx;
@@ -280,6 +293,17 @@ void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router route
         }
         ids[i] = best;
         w[i] = p[best];
+    }
+    if (router == SP_ROUTER_SOFTMAX_WEIGHT) { /* as ggml's soft_max over the k: the first is the largest */
+        double sum = 0.0;
+        const float mx = w[0];
+        for (int i = 0; i < k; i++) {
+            w[i] = expf(w[i] - mx);
+            sum += w[i];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int i = 0; i < k; i++)
+            w[i] *= inv;
     }
     if (norm) {
         /* the sum clamped below at f16's smallest normal, as llama.cpp */

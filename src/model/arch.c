@@ -249,6 +249,23 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "llama4",
     },
     {
+        .name = "gpt-oss", /* gpt-oss 20b/120b (llama.cpp's openai-moe) */
+        .ffn_act = SP_FFN_SWIGLU_OAI,
+        .rope_neox = true,
+        .qkv_bias = true,
+        .out_bias = true,
+        .attn_sinks = true,
+        .swa = SP_SWA_PATTERN, /* even layers local, odd ones global */
+        .swa_pattern = 2,
+        .yarn = true,
+        .moe = SP_MOE_REQUIRED,
+        .router = SP_ROUTER_SOFTMAX_WEIGHT,
+        .moe_ff_key = true,
+        .moe_bias = true,
+        .ffn_norm_post = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -107,12 +107,13 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
         s->moe_ids = sp_fwd_alloc(s, R * sizeof(int32_t));
         s->moe_tok = sp_fwd_alloc(s, R * sizeof(int32_t));
         s->moe_row = sp_fwd_alloc(s, R * sizeof(int32_t));
+        s->moe_exp = sp_fwd_alloc(s, R * sizeof(int32_t));
         s->moe_act = sp_fwd_alloc(s, R * sp_fwd_max_act(m, true));
         s->moe_g = sp_fwd_alloc(s, R * FX * sizeof(float));
         s->moe_u = sp_fwd_alloc(s, R * FX * sizeof(float));
         s->moe_d = sp_fwd_alloc(s, R * E * sizeof(float));
         s->moe_groups = sp_fwd_alloc(s, 2 * X * sizeof *s->moe_groups);
-        ok = s->moe_logits && s->moe_w && s->moe_ids && s->moe_tok && s->moe_row && s->moe_act && s->moe_g &&
+        ok = s->moe_logits && s->moe_w && s->moe_ids && s->moe_tok && s->moe_row && s->moe_exp && s->moe_act && s->moe_g &&
              s->moe_u && s->moe_d && s->moe_groups;
     }
     if (!ok) {
@@ -132,7 +133,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->x); free(s->h); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->g); free(s->u); free(s->tmp); free(s->act); free(s->attn); free(s->rope);
     free(s->attn_plan); free(s->attn_pos);
-    free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row);
+    free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row); free(s->moe_exp);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
     free(s->kv_seqs); free(s->qg); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
     memset(s, 0, sizeof *s);
@@ -411,11 +412,13 @@ static void sp_fwd_dense(struct sp_fwd_job *job, struct sp_pool *pool, struct sp
     sp_fwd_mm(s, pool, c, &L->w_down, s->g, F, T, s->tmp, E);
 }
 
-/* The routed rows' activation (gate * up into moe_g) and its quantization
- * for the down matrices, rows [lo, hi). */
+/* The routed rows' activation (gate * up into moe_g, after their
+ * experts' biases if any) and its quantization for the down matrices,
+ * rows [lo, hi). */
 struct sp_moe_glu {
     const struct sp_model *m;
     struct sp_forward_scratch *s;
+    const struct sp_layer *L;
     const struct sp_tensor *down;
     int n_rows;
 };
@@ -424,9 +427,19 @@ static void sp_moe_glu_rows(const struct sp_moe_glu *j, long lo, long hi)
 {
     const int FX = (int)j->m->hp.n_ff_exp;
     const size_t ab = sp_act_row_bytes(j->down);
+    const float *bg = j->L->exps_b[SP_EXP_GATE].data, *bu = j->L->exps_b[SP_EXP_UP].data;
     for (long r = lo; r < hi; r++) {
         float *g = j->s->moe_g + (size_t)r * FX, *u = j->s->moe_u + (size_t)r * FX;
-        if (j->m->arch->ffn_act == SP_FFN_GELU)
+        if (bg) { /* the row's expert's biases (moe_bias families have both) */
+            const size_t e = (size_t)j->s->moe_exp[r] * FX;
+            for (int i = 0; i < FX; i++) {
+                g[i] += bg[e + i];
+                u[i] += bu[e + i];
+            }
+        }
+        if (j->m->arch->ffn_act == SP_FFN_SWIGLU_OAI)
+            sp_swiglu_oai(g, u, g, FX);
+        else if (j->m->arch->ffn_act == SP_FFN_GELU)
             sp_geglu(g, u, g, FX);
         else
             sp_swiglu(g, u, g, FX);
@@ -442,8 +455,9 @@ static void sp_moe_glu_run(void *arg, int ith, int nth)
     sp_moe_glu_rows(j, lo, hi);
 }
 
-/* Each token's output, tokens [lo, hi): its experts' down rows times their
- * weights, summed in selection order (in the first expert's row), plus the
+/* Each token's output, tokens [lo, hi): its experts' down rows (plus
+ * their experts' down biases, if any) times their weights, summed in
+ * selection order (in the first expert's row), plus the
  * shared expert's output in s->tmp times sigmoid(h · shexp_gate); into
  * s->tmp. */
 struct sp_moe_sum {
@@ -460,7 +474,13 @@ static void sp_moe_sum_rows(const struct sp_moe_sum *j, long lo, long hi)
     const int E = (int)hp->n_embd, K = (int)hp->n_expert_used;
     for (long t = lo; t < hi; t++) {
         float *o = s->tmp + (size_t)t * E, *acc = s->moe_d + (size_t)s->moe_row[t * K] * E;
-        const float *w = s->moe_w + t * K;
+        const float *w = s->moe_w + t * K, *bd = j->L->exps_b[SP_EXP_DOWN].data;
+        for (int k = 0; bd && k < K; k++) { /* as llama.cpp: bias, then weight */
+            float *d = s->moe_d + (size_t)s->moe_row[t * K + k] * E;
+            const float *b = bd + (size_t)s->moe_ids[t * K + k] * E;
+            for (int i = 0; i < E; i++)
+                d[i] += b[i];
+        }
         for (int i = 0; i < E; i++)
             acc[i] *= w[0];
         for (int k = 1; k < K; k++) {
@@ -571,6 +591,7 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
 
     sp_fwd_mm(s, pool, c, &L->gate_inp, s->h, (size_t)E, T, s->moe_logits, (size_t)X);
     for (int t = 0; t < T; t++) {
+        sp_fwd_add(s->moe_logits + (size_t)t * X, &L->gate_inp_b, X);
         sp_moe_route(s->moe_logits + (size_t)t * X, X, K, m->arch->router, m->arch->moe_norm, s->moe_ids + t * K,
                      s->moe_w + t * K);
         for (int k = 0; k < K; k++)
@@ -584,6 +605,7 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
         for (int k = 0; k < K; k++) {
             int r = fill[s->moe_ids[t * K + k]]++;
             s->moe_tok[r] = t;
+            s->moe_exp[r] = s->moe_ids[t * K + k];
             s->moe_row[t * K + k] = r;
         }
 
@@ -603,7 +625,7 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
     }
     for (int r = 0; m->arch->moe_weight_in && r < R; r++) /* applied to the input */
         s->moe_w[r] = 1.0f;
-    struct sp_moe_glu glu = {m, s, down, R};
+    struct sp_moe_glu glu = {m, s, L, down, R};
     if ((long)R * FX < 65536) /* a decode step's few rows: less than a pool run costs */
         sp_moe_glu_rows(&glu, 0, R);
     else
@@ -678,7 +700,7 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
         .kv = job->kv, .layer = job->il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = s->kv_seqs,
         .pos = attn_pos, .n_head = H, .n_head_kv = HKV, .head_dim = D,
         .scale = m->arch->q_prescale ? 1.0f : hp->attn_scale, .softcap = hp->attn_softcap,
-        .window = L->swa ? (int)hp->n_swa : 0, .chunked = m->arch->swa_chunked, .out = s->att,
+        .window = L->swa ? (int)hp->n_swa : 0, .chunked = m->arch->swa_chunked, .sinks = L->sinks.data, .out = s->att,
         .out_stride = (size_t)Q, .scratch = s->attn, .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos,
         .plan = s->attn_plan,
     };

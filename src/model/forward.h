@@ -52,7 +52,7 @@ struct sp_forward_scratch {
      * row's token, and each (token, slot)'s row), their activations, gate,
      * up and down outputs; the grouped matmul's groups [2 * n_expert] */
     float *moe_logits, *moe_w;
-    int32_t *moe_ids, *moe_tok, *moe_row;
+    int32_t *moe_ids, *moe_tok, *moe_row, *moe_exp; /* moe_exp: each grouped row's expert */
     void *moe_act;
     float *moe_g, *moe_u, *moe_d;
     struct sp_mm_group *moe_groups;

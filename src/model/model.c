@@ -716,6 +716,10 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
         SP_T(L->bv, "attn_v.bias", KV, 0, ar->qkv_bias);
     }
     SP_T(L->wo, "attn_output.weight", Q, E, true);
+    if (ar->out_bias)
+        SP_T(L->bo, "attn_output.bias", E, 0, true);
+    if (ar->attn_sinks)
+        SP_T(L->sinks, "attn_sinks.weight", hp->n_head, 0, true);
     bool full = ar->qk_norm == SP_QK_NORM_FULL;
     bool weighted = full || ar->qk_norm == SP_QK_NORM_HEAD; /* SP_QK_NORM_L2 has no weights */
     SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : hp->head_dim, 0, weighted);
@@ -749,7 +753,15 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
             L->exps[k * X + e] = (struct sp_tensor){.type = t->type, .ne0 = ne[0], .ne1 = ne[1],
                                                     .row_bytes = row_bytes,
                                                     .data = (const uint8_t *)t->data + (size_t)e * ne[1] * row_bytes};
+        if (m->arch->moe_bias) {
+            const int64_t nb[2] = {ne[1], X};
+            snprintf(name, sizeof name, "blk.%u.%s.bias", il, names[k]);
+            if ((st = sp_model_f32(ld, name, nb, 2, true, &L->exps_b[k])) != SP_OK)
+                return st;
+        }
     }
+    if (m->arch->moe_bias)
+        SP_T(L->gate_inp_b, "ffn_gate_inp.bias", X, 0, true);
     if (m->arch->shared_expert) {
         int64_t S = hp->n_ff_shexp;
         if (!m->arch->shexp_ungated)
@@ -1118,7 +1130,8 @@ free_mats:
     return st;
 }
 
-/* Copies the vectors (norm weights, biases, shared-expert gates) into one
+/* Copies the vectors (norm weights, biases, shared-expert gates, attention
+ * sinks; the experts' bias arrays) into one
  * owned buffer.  Read in place they sit between matrices whose pages were
  * dropped after repacking, and each one read maps its whole page-cache
  * folio back in (up to megabytes of matrix data on kernels with large
@@ -1141,7 +1154,9 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->ffn_out_norm_b : NULL, L ? &L->shexp_gate : NULL,
                                       L ? &L->ssm_conv : NULL, L ? &L->ssm_conv_b : NULL, L ? &L->ssm_dt_b : NULL,
                                       L ? &L->ssm_a : NULL, L ? &L->ssm_d : NULL, L ? &L->ssm_norm : NULL,
-                                      L ? &L->sc_conv : NULL};
+                                      L ? &L->sc_conv : NULL, L ? &L->sinks : NULL, L ? &L->gate_inp_b : NULL,
+                                      L ? &L->exps_b[SP_EXP_GATE] : NULL, L ? &L->exps_b[SP_EXP_UP] : NULL,
+                                      L ? &L->exps_b[SP_EXP_DOWN] : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -1424,7 +1439,7 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
     else if (ar->ffn_plain)
         SP_F("%s feed-forward (no gate)", ar->ffn_act == SP_FFN_GELU ? "GELU" : "SiLU");
     else
-        SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : "SwiGLU");
+        SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : ar->ffn_act == SP_FFN_SWIGLU_OAI ? "clamped SwiGLU" : "SwiGLU");
     if (ar->abs_pos)
         SP_F("absolute position embeddings, token types");
     else if (hp->n_head && hp->n_rot)
@@ -1449,6 +1464,12 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("LayerNorm %s", ar->post_ln ? "with bias after each residual" : "without bias");
     if (ar->layer_bias)
         SP_F("output and feed-forward biases");
+    if (ar->out_bias)
+        SP_F("attention output bias");
+    if (ar->moe_bias)
+        SP_F("router and expert biases");
+    if (ar->attn_sinks)
+        SP_F("attention sinks");
     if (hp->n_head_kv < hp->n_head)
         SP_F("grouped-query attention (%u query heads per KV head)", hp->n_head / hp->n_head_kv);
     if (L0->bq.data)
@@ -1481,7 +1502,8 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("embeddings x sqrt(n_embd)");
     if (hp->n_expert)
         SP_F("%u experts (%u used, %s router%s, width %u)%s", hp->n_expert, hp->n_expert_used,
-             ar->router == SP_ROUTER_SOFTMAX ? "softmax" : "sigmoid", ar->moe_norm ? ", weights renormalized" : "",
+             ar->router == SP_ROUTER_SOFTMAX ? "softmax" : ar->router == SP_ROUTER_SIGMOID ? "sigmoid"
+             : "top-k softmax", ar->moe_norm ? ", weights renormalized" : "",
              hp->n_ff_exp, ar->shared_expert ? " + shared expert" : "");
     if (hp->n_expert && n_moe < hp->n_layer)
         SP_F("experts on %u of %u layers (the others dense)%s", n_moe, hp->n_layer,

@@ -19,7 +19,10 @@
 #include "gguf/split.h"
 #include "kernels/kernels.h"
 
-enum sp_ffn_act { SP_FFN_SILU, SP_FFN_GELU, SP_FFN_RELU2 /* relu(x)^2, plain feed-forwards only */ };
+enum sp_ffn_act {
+    SP_FFN_SILU, SP_FFN_GELU, SP_FFN_RELU2 /* relu(x)^2, plain feed-forwards only */,
+    SP_FFN_SWIGLU_OAI /* gpt-oss's clamped SwiGLU (sp_swiglu_oai), experts only */
+};
 enum sp_qk_norm {
     SP_QK_NORM_NONE,
     SP_QK_NORM_HEAD,  /* RMSNorm on each q/k head ([head_dim] weights) */
@@ -139,6 +142,11 @@ struct sp_arch {
                                   outputs add unweighted (Llama 4) */
     bool nope_temp;            /* the NoPE layers' queries times Llama 4's temperature 1 + 0.1 ln(floor((pos
                                   + 1) / 8192) + 1), llama.cpp's fixed values (no keys) */
+    bool attn_sinks;           /* attn_sinks.weight [n_head] required: a learned logit per head in each
+                                  softmax's maximum and denominator (gpt-oss) */
+    bool out_bias;             /* attn_output.bias required (without layer_bias's feed-forward biases) */
+    bool moe_bias;             /* ffn_gate_inp.bias (added to the router's logits) and each expert's
+                                  ffn_{gate,up,down}_exps.bias [n_expert][rows] required */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -198,6 +206,10 @@ struct sp_layer {
      * w_down above) scaled by sigmoid(x · shexp_gate) */
     struct sp_tensor gate_inp, shexp_gate;
     struct sp_tensor *exps;
+    /* moe_bias families: the router's bias [n_expert]; each kind's expert
+     * biases, F32 [n_expert][rows] (data NULL: none) */
+    struct sp_tensor gate_inp_b, exps_b[SP_EXP_KINDS];
+    struct sp_tensor sinks;            /* attn_sinks families: F32 [n_head] */
     /* Mamba-2 mixer: ssm_in [n_embd -> z, x, B, C, dt], the convolution's
      * taps transposed to [taps][channels] (copied at load), its bias, dt's
      * bias, A and D per head, the gated norm's weight [inner], ssm_out */

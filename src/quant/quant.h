@@ -34,6 +34,7 @@ enum sp_type {
     SP_TYPE_Q6_K = 14,
     SP_TYPE_Q8_K = 15,
     SP_TYPE_BF16 = 30,
+    SP_TYPE_MXFP4 = 39, /* OCP microscaling FP4: E2M1 values, one E8M0 scale per 32 */
     /* Internal types (never read from a file; ids above ggml's): weights
      * repacked at load into 16-row interleaved tiles, and their activation
      * type.  Layouts in quant_isa.h; see src/quant/packed.c. */

@@ -26,6 +26,11 @@ struct sp_block_q4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };
 struct sp_block_q5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; };
 struct sp_block_q6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
 struct sp_block_q8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
+/* MXFP4: an E8M0 exponent e (scale 2^(e-127)) and 32 E2M1 codes, element j
+ * in the low nibble of qs[j], element 16+j in the high one; code k is
+ * sp_mxfp4_values[k] / 2 (the values are doubled so they are integers, and
+ * the scale is halved to match: sp_e8m0_half). */
+struct sp_block_mxfp4 { uint8_t e; uint8_t qs[16]; };
 
 _Static_assert(sizeof(struct sp_block_q4_0) == 18, "q4_0");
 _Static_assert(sizeof(struct sp_block_q4_1) == 20, "q4_1");
@@ -39,6 +44,21 @@ _Static_assert(sizeof(struct sp_block_q4_K) == 144, "q4_K");
 _Static_assert(sizeof(struct sp_block_q5_K) == 176, "q5_K");
 _Static_assert(sizeof(struct sp_block_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(struct sp_block_q8_K) == 292, "q8_K");
+_Static_assert(sizeof(struct sp_block_mxfp4) == 17, "mxfp4");
+
+/* The E2M1 code points times 2: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+ * negatives (codes 8-15, sign bit 3). */
+static const int8_t sp_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* Half the E8M0 scale, 2^(e-128), exactly (e 0 and 1 as float subnormals);
+ * e = 255 (NaN in the format) reads as 2^127 as in ggml. */
+static inline float sp_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* Activation block of the packed types: 32 int8 values, their scale d and
  * s = d * sum(qs) (the Q4_1 min term), both rounded through f16 as Q8_0 and

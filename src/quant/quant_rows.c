@@ -402,6 +402,15 @@ static void q5_1_block(const float *x, void *vy, int64_t n, const float *qw, flo
     pack_q5(q, y->qs, y->qh);
 }
 
+/* MXFP4: ggml's quantize_row_mxfp4_ref (the traits table's quantizer is
+ * that algorithm); importance weights change nothing, as in ggml. */
+static void mxfp4_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
+{
+    (void)qw;
+    (void)sigma2;
+    sp_type_get_ref(SP_TYPE_MXFP4)->from_float(x, vy, n);
+}
+
 static void q8_0_block(const float *x, void *vy, int64_t n, const float *qw, float sigma2)
 {
     struct sp_block_q8_0 *y = vy;
@@ -757,7 +766,7 @@ static const sp_quant_block_fn sp_quant_writers[SP_TYPE_COUNT] = {
     [SP_TYPE_Q4_0] = q4_0_block, [SP_TYPE_Q4_1] = q4_1_block, [SP_TYPE_Q5_0] = q5_0_block,
     [SP_TYPE_Q5_1] = q5_1_block, [SP_TYPE_Q8_0] = q8_0_block, [SP_TYPE_Q2_K] = q2_K_block,
     [SP_TYPE_Q3_K] = q3_K_block, [SP_TYPE_Q4_K] = q4_K_block, [SP_TYPE_Q5_K] = q5_K_block,
-    [SP_TYPE_Q6_K] = q6_K_block,
+    [SP_TYPE_Q6_K] = q6_K_block, [SP_TYPE_MXFP4] = mxfp4_block,
 };
 
 bool sp_quant_can_write(uint32_t type)

@@ -177,6 +177,61 @@ static void q4_0_vec_dot(int64_t n, float *s, const void *vw, const void *va)
     *s = sum;
 }
 
+/* MXFP4 (ggml's block_mxfp4): quantized as ggml does, the shared exponent
+ * floor(log2(amax)) - 2 so the largest value lands near the top code (6),
+ * each value to its nearest code (the first on a tie); dotted with Q8_0
+ * as an exact integer sum of doubled code points times activation quants,
+ * scaled by half the E8M0 scale. */
+static void mxfp4_to_float(const void *vx, float *y, int64_t n)
+{
+    const struct sp_block_mxfp4 *x = vx;
+    for (int64_t i = 0; i < n / SP_QK; i++, y += SP_QK) {
+        float d = sp_e8m0_half(x[i].e);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * sp_mxfp4_values[x[i].qs[j] & 0xF];
+            y[j + 16] = d * sp_mxfp4_values[x[i].qs[j] >> 4];
+        }
+    }
+}
+static int mxfp4_code(float x, float d)
+{
+    int best = 0;
+    float err = fabsf(sp_mxfp4_values[0] * d - x);
+    for (int k = 1; k < 16; k++) {
+        float e = fabsf(sp_mxfp4_values[k] * d - x);
+        if (e < err) { best = k; err = e; }
+    }
+    return best;
+}
+static void mxfp4_from_float(const float *x, void *vy, int64_t n)
+{
+    struct sp_block_mxfp4 *y = vy;
+    for (int64_t i = 0; i < n / SP_QK; i++, x += SP_QK) {
+        float amax = 0;
+        for (int j = 0; j < SP_QK; j++)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
+        /* clamped to the byte: ggml's cast is undefined outside it */
+        int e = amax > 0 ? clampi((int)floorf(log2f(amax)) - 2 + 127, 0, 254) : 0;
+        float d = sp_e8m0_half((uint8_t)e);
+        y[i].e = (uint8_t)e;
+        for (int j = 0; j < 16; j++)
+            y[i].qs[j] = (uint8_t)(mxfp4_code(x[j], d) | (mxfp4_code(x[j + 16], d) << 4));
+    }
+}
+static void mxfp4_vec_dot(int64_t n, float *s, const void *vw, const void *va)
+{
+    const struct sp_block_mxfp4 *x = vw;
+    const struct sp_block_q8_0 *a = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / SP_QK; i++) {
+        int si = 0;
+        for (int j = 0; j < 16; j++)
+            si += sp_mxfp4_values[x[i].qs[j] & 0xF] * a[i].qs[j] + sp_mxfp4_values[x[i].qs[j] >> 4] * a[i].qs[j + 16];
+        sum += si * (sp_e8m0_half(x[i].e) * H2F(a[i].d));
+    }
+    *s = sum;
+}
+
 static void q4_1_to_float(const void *vx, float *y, int64_t n)
 {
     const struct sp_block_q4_1 *x = vx;
@@ -739,6 +794,7 @@ static const struct sp_type_traits ref_table[SP_TYPE_COUNT] = {
     T(Q5_0, "Q5_0", 32, 22, true, q5_0, Q8_0, q5_0_vec_dot),
     T(Q5_1, "Q5_1", 32, 24, true, q5_1, Q8_1, q5_1_vec_dot),
     T(Q8_0, "Q8_0", 32, 34, true, q8_0, Q8_0, q8_0_vec_dot),
+    T(MXFP4, "MXFP4", 32, 17, true, mxfp4, Q8_0, mxfp4_vec_dot),
     T(Q8_1, "Q8_1", 32, 36, false, q8_1, Q8_1, NULL),
     T(Q2_K, "Q2_K", 256, 84, true, q2_K, Q8_K, q2_K_vec_dot),
     T(Q3_K, "Q3_K", 256, 110, true, q3_K, Q8_K, q3_K_vec_dot),

@@ -14,7 +14,7 @@
 enum {
     FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9, FT_Q2_K = 10,
     FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16,
-    FT_Q5_K_M = 17, FT_Q6_K = 18, FT_BF16 = 32,
+    FT_Q5_K_M = 17, FT_Q6_K = 18, FT_BF16 = 32, FT_MXFP4_MOE = 38,
 };
 
 static const struct sp_quantize_ftype sp_ftypes[] = {
@@ -32,6 +32,7 @@ static const struct sp_quantize_ftype sp_ftypes[] = {
     {"Q5_K_S", FT_Q5_K_S, SP_TYPE_Q5_K, "Q5_K everywhere"},
     {"Q5_K_M", FT_Q5_K_M, SP_TYPE_Q5_K, "Q5_K, Q6_K in half of attention V and FFN down"},
     {"Q6_K", FT_Q6_K, SP_TYPE_Q6_K, "6.56 bpw"},
+    {"MXFP4_MOE", FT_MXFP4_MOE, SP_TYPE_MXFP4, "MXFP4 experts (4.25 bpw), Q8_0 elsewhere (gpt-oss)"},
     {"F16", FT_F16, SP_TYPE_F16, "16-bit float"},
     {"BF16", FT_BF16, SP_TYPE_BF16, "bfloat16"},
     {"F32", FT_F32, SP_TYPE_F32, "32-bit float"},
@@ -264,7 +265,11 @@ static sp_status sp_plan_one(struct sp_plan_state *s, const struct sp_gguf_tenso
         *out = base;
         return SP_OK;
     }
-    if (cat == CAT_OUTPUT || (s->tied && cat == CAT_TOKEN_EMBD)) {
+    if (s->ftype == FT_MXFP4_MOE) {
+        /* llama.cpp: expert stacks (3-D) MXFP4, every other matrix Q8_0 */
+        type = t->ne[2] > 1 && cat != CAT_OUTPUT && !(s->tied && cat == CAT_TOKEN_EMBD) ? SP_TYPE_MXFP4
+                                                                                       : SP_TYPE_Q8_0;
+    } else if (cat == CAT_OUTPUT || (s->tied && cat == CAT_TOKEN_EMBD)) {
         if (t->ne[0] % sp_block_of(type))
             type = SP_TYPE_Q8_0;
         else if (type != SP_TYPE_Q8_0)

@@ -195,6 +195,17 @@ FAMILIES = {
     "llama4": dict(arch="llama4", vocab="gpt-2", pre="llama-bpe", n_embd=256, n_layer=4, n_head=2, n_head_kv=1,
                    head_dim=64, n_ff=512, ctx=16384, rope_base=500000.0, tied=False, experts=(8, 1, 256),
                    moe_step=2, shexp_plain=True, chunk=8192, seed=1110),
+    # gpt-oss (llama.cpp's openai-moe): attention sinks, even layers local
+    # (window 16) and odd ones global, YaRN RoPE halves, biases on q/k/v/o,
+    # the router and every expert, a top-4 router whose softmax is over the
+    # 4 chosen, the clamped SwiGLU (expert gate and up weights scaled so
+    # many pre-activations pass its limit of 7), the feed-forward's norm as
+    # post_attention_norm; a fourth copy with MXFP4 experts (the rest F32),
+    # as the real model ships
+    "gpt-oss": dict(arch="gpt-oss", vocab="gpt-2", pre="qwen2", n_embd=256, n_layer=4, n_head=8, n_head_kv=2,
+                    head_dim=64, n_ff=256, ctx=4096, rope_base=150000.0, tied=False, qkv_bias=True,
+                    sliding_window=16, yarn=(4.0, 32, 32.0, 1.0, None), experts=(8, 4, 256), gpt_oss=True,
+                    extra_types=("mxfp4",), seed=1110),
 }
 
 
@@ -268,15 +279,27 @@ def q4_k(x):
 
 
 QTYPE_OF = {"q8_0": QT.Q8_0, "q4_k": QT.Q4_K}
-QUANT_BYTES = {QT.Q8_0: (32, 34), QT.Q4_K: (256, 144)}
+QUANT_BYTES = {QT.Q8_0: (32, 34), QT.Q4_K: (256, 144), QT.MXFP4: (32, 17)}
+
+
+def types_of(name):
+    """The copies a family is written in: TYPES, then its extra ones."""
+    spec = FAMILIES.get(name) or BENCH[name]
+    return TYPES + tuple(spec.get("extra_types", ()))
 
 
 def storage(shape, kind, qtype):
     """(numpy dtype, ggml type or None, bytes) one tensor is stored with in
     copy `qtype`.  kind: 'mat' (a weight matrix or expert stack), 'lookup'
     (an embedding only looked up, never multiplied), 'f32' (vectors,
-    routers)."""
+    routers), 'exps' (expert stacks: 'mat', but MXFP4 in copy mxfp4, whose
+    other tensors are as in copy f32)."""
     n = int(np.prod(shape))
+    if qtype == "mxfp4":
+        if kind == "exps":
+            return np.float32, QT.MXFP4, n // 32 * 17
+        qtype = "f32"
+    kind = "mat" if kind == "exps" else kind
     if kind == "f32" or (qtype == "f32" and kind == "mat"):
         return np.float32, None, n * 4
     if qtype in ("f32", "f16"):
@@ -291,6 +314,8 @@ def encode(arr, kind, qtype):
     dtype, qt, _ = storage(arr.shape, kind, qtype)
     if qt is None:
         return arr.astype(dtype)
+    if qt == QT.MXFP4:
+        return gguf.quants.quantize(arr, QT.MXFP4)
     return q4_k(arr) if qt == QT.Q4_K else q8_0(arr)
 
 
@@ -619,7 +644,8 @@ class Builder:
             self.key("rope.scaling.factor", factor, VT.FLOAT32)
             self.key("rope.scaling.yarn_beta_fast", fast, VT.FLOAT32)
             self.key("rope.scaling.yarn_beta_slow", slow, VT.FLOAT32)
-            self.key("rope.scaling.yarn_log_multiplier", log_mul, VT.FLOAT32)
+            if log_mul is not None:
+                self.key("rope.scaling.yarn_log_multiplier", log_mul, VT.FLOAT32)
             self.key("rope.scaling.original_context_length", orig, VT.UINT32)
         if "scales" in s:
             embd, resid, attn, logit = s["scales"]
@@ -682,15 +708,25 @@ class Builder:
                 self.vec(p + "attn_q_norm.weight", Q)
                 self.vec(p + "attn_k_norm.weight", KV)
             self.mat(p + "attn_output.weight", E, Q)
+            if s.get("gpt_oss"):
+                self.vec(p + "attn_output.bias", E, mean=0.0, spread=0.5)
+                self.vec(p + "attn_sinks.weight", H, mean=0.0, spread=2.0)
+                self.vec(p + "post_attention_norm.weight", E)
             if post_norms:
                 self.vec(p + "post_attention_norm.weight", E)
-            if not (s.get("parallel") or s.get("no_pre_norm")):
+            if not (s.get("parallel") or s.get("no_pre_norm") or s.get("gpt_oss")):
                 self.vec(p + "ffn_norm.weight", E)
             if n_exp and (i + 1) % s.get("moe_step", 1) == 0:
                 self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=2.0, kind="f32")
-                self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E)
-                self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E)
-                self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp)
+                big = 5.0 if s.get("gpt_oss") else 1.0  # past the clamped SwiGLU's limit
+                self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E, scale=big, kind="exps")
+                self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E, scale=big, kind="exps")
+                self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp, kind="exps")
+                if s.get("gpt_oss"):
+                    self.vec(p + "ffn_gate_inp.bias", n_exp, mean=0.0, spread=1.0)
+                    self.arr(p + "ffn_gate_exps.bias", (n_exp, ff_exp), lambda r: r.standard_normal((n_exp, ff_exp)))
+                    self.arr(p + "ffn_up_exps.bias", (n_exp, ff_exp), lambda r: r.standard_normal((n_exp, ff_exp)))
+                    self.arr(p + "ffn_down_exps.bias", (n_exp, E), lambda r: 0.5 * r.standard_normal((n_exp, E)))
                 if "shared_ff" in s:
                     sf = s["shared_ff"]
                     self.vec(p + "ffn_gate_inp_shexp.weight", E, mean=0.0, spread=0.2)
@@ -737,7 +773,7 @@ def is_linear(name):
     return any(k in FAMILIES[name] for k in ("ssm", "conv_layers", "delta"))  # Mamba-2, LFM2, DeltaNet
 
 
-def build_family(name, out_dir, types=TYPES, trailing_ones=False):
+def build_family(name, out_dir, types=None, trailing_ones=False):
     """Writes the family's copies NAME-TYPE.gguf (NAME-TYPE-ones.gguf with
     trailing_ones: see Builder.write)."""
     if name in BENCH:
@@ -748,7 +784,7 @@ def build_family(name, out_dir, types=TYPES, trailing_ones=False):
         b = Builder(name, spec, seed=seed)
     b.build()
     paths = {}
-    for t in types:
+    for t in types or types_of(name):
         path = os.path.join(out_dir, "%s-%s%s.gguf" % (name, t, "-ones" if trailing_ones else ""))
         tmp = "%s.%d.tmp" % (path, os.getpid())  # pytest workers may write the same (identical) file at once
         b.write(tmp, t, trailing_ones)
@@ -773,12 +809,16 @@ def main(argv):
     ap.add_argument("--list-linear", action="store_true", help="the families with linear (recurrent) layers")
     ap.add_argument("--list-chunked", action="store_true", help="the families with chunked attention, and the chunk")
     ap.add_argument("--bench", choices=sorted(BENCH))
+    ap.add_argument("--types", metavar="NAME", help="the copies family NAME is written in")
     args = ap.parse_args(argv[1:])
     if args.list:
         print("\n".join(sorted(FAMILIES)))
         return 0
     if args.list_chunked:
         print("\n".join("%s %d" % (n, FAMILIES[n]["chunk"]) for n in sorted(FAMILIES) if "chunk" in FAMILIES[n]))
+        return 0
+    if args.types:
+        print("\n".join(types_of(args.types)))
         return 0
     if args.list_linear:
         print("\n".join(n for n in sorted(FAMILIES) if is_linear(n)))

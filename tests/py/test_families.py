@@ -60,7 +60,7 @@ F32_NEAR_TIE = 0.01   # log-prob gap within which an f32 greedy step may pick th
 Q_LOGIT_TOL = 1.5     # test_goldens.py's bounds for quantized weights
 Q_NEAR_TIE = 0.6
 Q_CONFIDENT_GAP = 1.0
-LOGPROB_TOL = {"f32": 0.01, "q8_0": 0.75, "q4_k": 0.75}
+LOGPROB_TOL = {"f32": 0.01, "q8_0": 0.75, "q4_k": 0.75, "mxfp4": 0.75}
 ROUTER_FLIPS = 1      # positions per prompt a quantized mixture-of-experts copy may miss the bounds at
 TOP = 40
 
@@ -76,8 +76,8 @@ def model_path(family, qtype):
     golden's sha256 (regenerated once if stale)."""
     key = (family, qtype)
     if key not in _paths:
-        want = {t: golden(family)["files"][t]["sha256"] for t in TYPES}
-        paths = {t: os.path.join(OUT, "%s-%s.gguf" % (family, t)) for t in TYPES}
+        want = {t: golden(family)["files"][t]["sha256"] for t in families.types_of(family)}
+        paths = {t: os.path.join(OUT, "%s-%s.gguf" % (family, t)) for t in families.types_of(family)}
         if not all(os.path.exists(p) and families.sha256_file(p) == want[t] for t, p in paths.items()):
             os.makedirs(OUT, exist_ok=True)
             families.build_family(family, OUT)
@@ -91,7 +91,7 @@ def model_path(family, qtype):
 
 def _cases():
     for fam in FAMILIES:
-        for t in TYPES:
+        for t in families.types_of(fam):
             for i, p in enumerate(golden(fam)["files"][t]["prompts"]):
                 yield pytest.param(fam, t, i, id="%s-%s/%s" % (fam, t, p["name"]))
 
@@ -218,6 +218,9 @@ FEATURES = {
                "experts on 2 of 4 layers (the others dense), router weights on the expert input"],
     "nemotron_h": ["Mamba-2 on 2 of 5 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
                    "feed-forward alone on 2 layers (ReLU^2, no gate)", "no position encoding in attention (NoPE)"],
+    "gpt-oss": ["clamped SwiGLU", "RoPE halves (NEOX)", "attention output bias", "router and expert biases",
+                "attention sinks", "QKV bias", "YaRN RoPE scaling 4 (original context 32, beta 32/1",
+                "sliding window 16 on 2 of 4 layers", "8 experts (4 used, top-k softmax router, width 256)"],
 }
 
 
@@ -297,13 +300,15 @@ def test_all_local_layers_ring_matches_full_cache(run_spindle):
     assert len(sa) == 200 and sa == sb
 
 
-@pytest.mark.parametrize("fam", ["qwen2moe", "mixtral", "llama4"])
-def test_experts_batch_invariant(fam, run_spindle):
+@pytest.mark.parametrize("fam,qtype", [("qwen2moe", "q4_k"), ("mixtral", "q4_k"), ("llama4", "q4_k"),
+                                      ("gpt-oss", "mxfp4")])
+def test_experts_batch_invariant(fam, qtype, run_spindle):
     """A token's logits do not depend on what else is in the batch, though
     the batch's rows are grouped by expert: the last position of each prefix,
     computed in batches of 5 to 60 tokens, equals the same position of the
-    60-token batch, bit for bit."""
-    path = model_path(fam, "q4_k")
+    60-token batch, bit for bit (gpt-oss: with its expert biases, attention
+    sinks on the prompt's block path and MXFP4 experts)."""
+    path = model_path(fam, qtype)
     ids = [3 + (i * 4507) % 30000 for i in range(60)]
     full = run_spindle("logits", "-m", path, "--ids", " ".join(map(str, ids)), "--from", 0, "--top", 8)
     assert full.returncode == 0, full.stderr
@@ -346,3 +351,14 @@ def test_llama4_builtin_chat_format(run_spindle):
     assert want.returncode == 0 and got.returncode == 0, want.stderr + got.stderr
     assert got.json()["usage"]["prompt_tokens"] == len(ids)
     assert got.json()["tokens"][0]["id"] == want.json()["top"][0][0]
+
+
+@pytest.mark.parametrize("fam,ftype", [(f, t) for f in FAMILIES for t in sorted(golden(f).get("quantize", {}))])
+def test_quantize_matches_llama_cpp(fam, ftype, run_spindle, tmp_path):
+    """`spindle quantize` of the family's f32 copy writes the file llama.cpp's
+    quantizer writes, byte for byte (gpt-oss's MXFP4_MOE: experts MXFP4,
+    every other matrix Q8_0)."""
+    out = str(tmp_path / "q.gguf")
+    r = run_spindle("quantize", "-t", "2", model_path(fam, "f32"), out, ftype)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert families.sha256_file(out) == golden(fam)["quantize"][ftype]["sha256"]

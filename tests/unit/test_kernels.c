@@ -188,6 +188,30 @@ static void test_moe_route(void)
     CHECK(fabs(w[0] - 1 / (1 + exp(-2.0))) < 1e-6 && fabs(w[1] - w[0]) < 1e-7, "sigmoid weights %g %g", w[0], w[1]);
     sp_moe_route(logits, 6, 2, SP_ROUTER_SIGMOID, true, ids, w);
     CHECK(fabs(w[0] - 0.5) < 1e-6 && fabs(w[1] - 0.5) < 1e-6, "renormalized sigmoid weights %g %g", w[0], w[1]);
+    /* gpt-oss: the 3 largest logits, then a softmax over those 3 alone */
+    sp_moe_route(logits, 6, 3, SP_ROUTER_SOFTMAX_WEIGHT, false, ids, w);
+    CHECK(ids[0] == 1 && ids[1] == 3 && ids[2] == 4, "top-k softmax: %d %d %d", ids[0], ids[1], ids[2]);
+    for (int i = 0; i < 3; i++)
+        CHECK(fabs(w[i] - p[ids[i]] / top) < 1e-6, "top-k softmax weight %d: %g vs %g", i, w[i], p[ids[i]] / top);
+    const float big[4] = {30.0f, -40.0f, 29.0f, 10.0f}; /* e^30 overflows nothing: the maximum is subtracted */
+    sp_moe_route(big, 4, 2, SP_ROUTER_SOFTMAX_WEIGHT, false, ids, w);
+    CHECK(ids[0] == 0 && ids[1] == 2 && fabs(w[0] - 1 / (1 + exp(-1.0))) < 1e-6 && fabs(w[0] + w[1] - 1) < 1e-6,
+          "top-k softmax of large logits: %d %d %g %g", ids[0], ids[1], w[0], w[1]);
+}
+
+/* gpt-oss's clamped SwiGLU against its formula in double: the gate capped
+ * above at 7 (not below), the up value clamped to [-7, 7], plus one. */
+static void test_swiglu_oai(void)
+{
+    const float g[8] = {-12, -3, -0.5f, 0, 1, 6.5f, 7.5f, 30}, u[8] = {1, -9, -1, 3, 0.5f, 8, -2, 12};
+    float y[8];
+    sp_swiglu_oai(g, u, y, 8);
+    for (int i = 0; i < 8; i++) {
+        const double x = g[i] < 7 ? g[i] : 7, v = u[i] < -7 ? -7 : u[i] > 7 ? 7 : u[i];
+        const double ref = x / (1 + exp(-1.702 * x)) * (v + 1);
+        CHECK(fabs(y[i] - ref) < 1e-5 * (1 + fabs(ref)), "swiglu_oai(%g, %g): %g vs %g", g[i], u[i], y[i], ref);
+    }
+    CHECK(y[7] == y[7] && fabs(y[7] - 7 / (1 + exp(-1.702 * 7)) * 8) < 1e-4, "gate 30 and up 12 clamp to 7: %g", y[7]);
 }
 
 static void test_glu(void)
@@ -415,9 +439,10 @@ static void cache_roundtrip(sp_cache_type t, float *x, int n)
 
 /* The largest |oh[i] - reference| for one query head over KV head hk:
  * attention in double over keys K and values V ([position][HKV][D]),
- * positions j0..pos, the query rounded to f16 as the kernels do. */
+ * positions j0..pos, the query rounded to f16 as the kernels do; sink (a
+ * logit with no value, -inf: none) in the maximum and the denominator. */
 static double attn_ref_error(const float *qh, const float *K, const float *V, const float *oh, int HKV, int D, int hk,
-                             int j0, int pos, float cap)
+                             int j0, int pos, float cap, double sink)
 {
     double sc[64], mx = -1e30, sum = 0, worst = 0;
     for (int j = j0; j <= pos; j++) {
@@ -427,8 +452,10 @@ static double attn_ref_error(const float *qh, const float *K, const float *V, co
         sc[j - j0] = cap > 0 ? cap * tanh(d * 0.125 / cap) : d * 0.125;
         mx = fmax(mx, sc[j - j0]);
     }
+    mx = fmax(mx, sink);
     for (int j = j0; j <= pos; j++)
         sum += sc[j - j0] = exp(sc[j - j0] - mx);
+    sum += exp(sink - mx);
     for (int i = 0; i < D; i++) {
         double o = 0;
         for (int j = j0; j <= pos; j++)
@@ -469,13 +496,17 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
         q[i] = 2 * frand(&s);
     const struct sp_kv_seq *seqs[2] = {&seq, &seq};
     int32_t pos[2] = {P - 1, 20};
-    for (int run = 0; run < 6; run++) { /* runs 4 and 5: chunks of 8 positions (Llama 4) */
-        const int window = run % 2 || run >= 4 ? 8 : 0;
-        const bool chunked = run >= 4;
+    /* attention sinks (gpt-oss): one below every score, the others above
+     * many of them, so the sink's share of the softmax is visible */
+    static const float sinkv[4] = {-20.0f, 0.5f, 2.0f, 4.0f};
+    for (int run = 0; run < 8; run++) { /* runs 4 and 5: chunks of 8 positions (Llama 4); 6 and 7: sinks */
+        const int window = run % 2 || run == 4 ? 8 : 0;
+        const bool chunked = run == 4 || run == 5;
         const float cap = run == 2 || run == 3 || run == 5 ? 1.5f : 0.0f; /* soft-capped scores (Gemma 2) */
+        const float *sinks = run >= 6 ? sinkv : NULL;
         struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = 2, .q = q, .q_stride = H * D, .seqs = seqs,
                                  .pos = pos, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
-                                 .softcap = cap, .window = window, .chunked = chunked, .out = out,
+                                 .softcap = cap, .window = window, .chunked = chunked, .sinks = sinks, .out = out,
                                  .out_stride = H * D, .scratch = scratch, .scratch_per_thread = per, .max_pos = P};
         sp_attention(pool, &a);
         double worst = 0, worst0 = 0;
@@ -485,13 +516,15 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
                 if (chunked) /* the query's own chunk */
                     j0 = pos[t] / window * window;
                 const float *qh = q + t * H * D + h * D, *oh = out + t * H * D + h * D;
-                worst = maxd(worst, attn_ref_error(qh, K, V, oh, HKV, D, hk, j0, pos[t], cap));
+                const double sink = sinks ? sinks[h] : -INFINITY;
+                worst = maxd(worst, attn_ref_error(qh, K, V, oh, HKV, D, hk, j0, pos[t], cap, sink));
                 /* against the values before quantization */
-                worst0 = maxd(worst0, attn_ref_error(qh, K0, V0, oh, HKV, D, hk, j0, pos[t], cap));
+                worst0 = maxd(worst0, attn_ref_error(qh, K0, V0, oh, HKV, D, hk, j0, pos[t], cap, sink));
             }
         /* probabilities are rounded to f16 as llama.cpp does: ~5e-4 relative */
-        CHECK(worst < 2e-3, "attention (%d KV heads, D %d, K %s, V %s, %s %d, soft-cap %g) max error %g", HKV, D,
-              sp_cache_type_name(kt), sp_cache_type_name(vt), chunked ? "chunk" : "window", window, cap, worst);
+        CHECK(worst < 2e-3, "attention (%d KV heads, D %d, K %s, V %s, %s %d, soft-cap %g, sinks %d) max error %g",
+              HKV, D, sp_cache_type_name(kt), sp_cache_type_name(vt), chunked ? "chunk" : "window", window, cap,
+              sinks != NULL, worst);
         /* quantization's own error (values in [-1, 1]): up to half a step
          * per element, a step being 1/127 (q8_0) or 1/8 (q4_0) of a
          * rotated block's largest value; a window of 8 averages little of
@@ -517,11 +550,13 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
     for (int run = 0; run < 10; run++) {
         const int NT = run == 9 || (run < 8 && run % 4 >= 2) ? 37 : 24, window = run % 2 || run >= 8 ? 8 : 0;
         const float cap = run == 4 || run == 5 ? 1.5f : 0.0f;
+        const float *sinks = run % 3 == 2 ? sinkv : NULL; /* the block path's softmax too */
         for (int t = 0; t < NT; t++)
             seqb[t] = &seq, posb[t] = run < 6 || run >= 8 ? P - NT + t : run == 6 ? P - 1 : P - 1 - (NT - 1 - t) / 4;
         struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = NT, .q = qb, .q_stride = H * D, .seqs = seqb,
                                  .pos = posb, .n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.125f,
-                                 .softcap = cap, .window = window, .chunked = run >= 8, .out = ob, .out_stride = H * D,
+                                 .softcap = cap, .window = window, .chunked = run >= 8, .sinks = sinks, .out = ob,
+                                 .out_stride = H * D,
                                  .scratch = scratch, .scratch_per_thread = per, .max_pos = P, .plan = plan};
         sp_attention(pool, &a);
         int diff = 0;
@@ -765,6 +800,7 @@ int main(void)
     test_rope_yarn();
     test_softcap();
     test_moe_route();
+    test_swiglu_oai();
     test_glu();
     test_ssd();
     test_matmul(p1, p2);

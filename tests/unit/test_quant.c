@@ -22,7 +22,7 @@ static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static const uint32_t all_types[] = {
     SP_TYPE_F32, SP_TYPE_F16, SP_TYPE_BF16, SP_TYPE_Q4_0, SP_TYPE_Q4_1, SP_TYPE_Q5_0,
     SP_TYPE_Q5_1, SP_TYPE_Q8_0, SP_TYPE_Q8_1, SP_TYPE_Q2_K, SP_TYPE_Q3_K, SP_TYPE_Q4_K,
-    SP_TYPE_Q5_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K};
+    SP_TYPE_Q5_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K, SP_TYPE_MXFP4};
 #define NTYPES (sizeof all_types / sizeof all_types[0])
 
 static void test_f16_bf16(void)
@@ -134,6 +134,8 @@ static void test_row_size(void)
     CHECK(sp_type_row_size(SP_TYPE_Q6_K, 256, &sz) && sz == 210, "q6_K");
     CHECK(sp_type_row_size(SP_TYPE_F16, 3, &sz) && sz == 6, "f16 3");
     CHECK(sp_type_row_size(SP_TYPE_Q8_K, 256, &sz) && sz == 292, "q8_K");
+    CHECK(sp_type_row_size(SP_TYPE_MXFP4, 2880, &sz) && sz == 90 * 17, "mxfp4 2880 -> %zu", sz);
+    CHECK(sp_type_get(39) && strcmp(sp_type_get(39)->name, "MXFP4") == 0, "ggml type 39 is MXFP4");
     CHECK(!sp_type_row_size(SP_TYPE_Q4_K, 576, &sz), "576 is not a multiple of 256");
     CHECK(!sp_type_row_size(SP_TYPE_Q4_0, 33, &sz), "33 not a multiple of 32");
     CHECK(!sp_type_row_size(4, 32, &sz), "type 4 (removed Q4_2) unknown");
@@ -145,7 +147,7 @@ static void test_row_size(void)
         [SP_TYPE_F32] = 1, [SP_TYPE_F16] = 1, [SP_TYPE_BF16] = 1, [SP_TYPE_Q4_0] = 1,
         [SP_TYPE_Q4_1] = 1, [SP_TYPE_Q5_0] = 1, [SP_TYPE_Q5_1] = 1, [SP_TYPE_Q8_0] = 1,
         [SP_TYPE_Q2_K] = 1, [SP_TYPE_Q3_K] = 1, [SP_TYPE_Q4_K] = 1, [SP_TYPE_Q5_K] = 1,
-        [SP_TYPE_Q6_K] = 1};
+        [SP_TYPE_Q6_K] = 1, [SP_TYPE_MXFP4] = 1};
     for (size_t k = 0; k < NTYPES; k++) {
         const struct sp_type_traits *t = sp_type_get(all_types[k]);
         CHECK(t && t->is_weight == weight[all_types[k]], "is_weight of %u", all_types[k]);
@@ -270,6 +272,58 @@ static void test_hand_blocks(void)
         CHECK(y[200] == -1.5f, "q8_K %g", y[200]);
     }
     {
+        /* E2M1 codes 0-7: 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 the sign.
+         * e = 127 is scale 1, e = 130 scale 8, e = 0 and 1 are 2^-127 and
+         * 2^-126 (ggml reads them as float subnormals), 254 is 2^127. */
+        struct sp_block_mxfp4 b = {0};
+        b.e = 127;
+        for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+        DEQ(MXFP4, b);
+        static const float want[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+        int bad = 0;
+        for (int j = 0; j < 16; j++) bad += y[j] != want[j] || y[16 + j] != want[15 - j];
+        CHECK(bad == 0, "mxfp4 codes: %d of 32 wrong (y[5] %g, y[16] %g)", bad, y[5], y[16]);
+        b.e = 130;
+        DEQ(MXFP4, b);
+        CHECK(y[7] == 48.0f && y[17] == -32.0f, "mxfp4 e 130: %g %g", y[7], y[17]);
+        b.e = 0;
+        DEQ(MXFP4, b);
+        CHECK(y[2] == 0x1p-127f && y[7] == 6 * 0x1p-127f, "mxfp4 e 0: %g %g", y[2], y[7]);
+        b.e = 1;
+        DEQ(MXFP4, b);
+        CHECK(y[1] == 0x1p-127f && y[4] == 0x1p-125f, "mxfp4 e 1: %g %g", y[1], y[4]);
+        b.e = 254;
+        DEQ(MXFP4, b);
+        CHECK(y[2] == 0x1p127f && y[11] == -0x1.8p127f, "mxfp4 e 254: %g %g", y[2], y[11]);
+        /* every exponent 0..254 and code against the format's definition
+         * (OCP MX v1.0: E2M1 value times 2^(e - 127)), computed apart
+         * from the table and the bit tricks; exact in float (the values of
+         * e 253 and 254 past its range are infinities in both) */
+        static const double e2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+        int wrong = 0;
+        for (int e = 0; e < 255; e++) {
+            b.e = (uint8_t)e;
+            for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | (j << 4));
+            DEQ(MXFP4, b);
+            for (int j = 0; j < 32; j++) {
+                const int code = j % 16;
+                const double want = (code & 8 ? -1 : 1) * ldexp(e2m1[code & 7], e - 127);
+                wrong += y[j] != (float)want; /* past float: inf, as ggml */
+            }
+        }
+        CHECK(wrong == 0, "mxfp4: %d of 255 x 32 values differ from the format's definition", wrong);
+        /* the quantizer: exponent floor(log2(amax)) - 2, nearest codes */
+        float x[32] = {0};
+        x[0] = 6.0f;   /* amax 6: e = 2 + 125 = 127, code 7 */
+        x[1] = 1.2f;   /* nearest 1.0 (code 2) */
+        x[2] = -1.3f;  /* nearest -1.5 (code 11) */
+        x[17] = 0.25f; /* a tie of 0 and 0.5: the first (code 0) */
+        sp_type_get_ref(SP_TYPE_MXFP4)->from_float(x, &b, 32);
+        CHECK(b.e == 127 && (b.qs[0] & 0xF) == 7 && (b.qs[1] & 0xF) == 2 && (b.qs[2] & 0xF) == 11 &&
+              (b.qs[1] >> 4) == 0, "mxfp4 quantize: e %d, codes %d %d %d %d", b.e, b.qs[0] & 0xF, b.qs[1] & 0xF,
+              b.qs[2] & 0xF, b.qs[1] >> 4);
+    }
+    {
         uint16_t h[2] = {0x3c00, 0xc100}, bf[2] = {0x3f80, 0xc020};
         float f[2] = {1.5f, -3.0f};
         sp_type_get_ref(SP_TYPE_F16)->to_float(h, y, 2);
@@ -294,7 +348,7 @@ static void test_roundtrip(void)
         {SP_TYPE_F32, 0}, {SP_TYPE_F16, 5e-4}, {SP_TYPE_BF16, 4e-3}, {SP_TYPE_Q8_0, 0.01},
         {SP_TYPE_Q8_1, 0.01}, {SP_TYPE_Q8_K, 0.01}, {SP_TYPE_Q6_K, 0.04}, {SP_TYPE_Q5_0, 0.06},
         {SP_TYPE_Q5_1, 0.05}, {SP_TYPE_Q5_K, 0.06}, {SP_TYPE_Q4_0, 0.12}, {SP_TYPE_Q4_1, 0.10},
-        {SP_TYPE_Q4_K, 0.12}, {SP_TYPE_Q3_K, 0.30}, {SP_TYPE_Q2_K, 0.60}};
+        {SP_TYPE_Q4_K, 0.12}, {SP_TYPE_Q3_K, 0.30}, {SP_TYPE_Q2_K, 0.60}, {SP_TYPE_MXFP4, 0.16}};
     static float x[N], y[N];
     static uint8_t q[N * 4 + 64];
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
