@@ -17,19 +17,7 @@ import jsonschema
 import pytest
 
 from server_util import Server, gguf_with_chat_template
-
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city.",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "minLength": 2, "maxLength": 20},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "Local time in a timezone.",
-    "parameters": {"type": "object", "properties": {
-        "tz": {"type": "string", "pattern": "^[A-Z][a-z]+/[A-Z][a-z]+$"}},
-        "required": ["tz"]}}}
-TOOLS = [WEATHER, TIME]
+from test_tools import TOOLS  # get_weather and get_time, as the tool tests call them
 
 TURNS = ("{%- for m in messages %}{{- '<|im_start|>' + m['role'] + '\\n' + (m['content'] or '') + '<|im_end|>\\n' }}"
          "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
