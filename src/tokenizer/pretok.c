@@ -139,6 +139,13 @@ static const char *const RE_TEKKEN[] = {
     "[^\\r\\n\\p{L}\\p{N}]?" TEKKEN_UP "*" TEKKEN_LO "+|[^\\r\\n\\p{L}\\p{N}]?" TEKKEN_UP "+" TEKKEN_LO "*"
     "|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+",
     NULL};
+/* GPT-4o (o200k; gpt-oss, Llama 4): tekken's case split with contractions
+ * on the words and numbers in groups of up to three. */
+#define GPT4O_CONTR "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+static const char *const RE_GPT4O[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?" TEKKEN_UP "*" TEKKEN_LO "+" GPT4O_CONTR "|[^\\r\\n\\p{L}\\p{N}]?" TEKKEN_UP "+" TEKKEN_LO
+    "*" GPT4O_CONTR "|\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+",
+    NULL};
 static const char *const RE_GPT2[] = {GPT2_RE, NULL};
 static const char *const RE_STARCODER[] = {"\\p{N}", GPT2_RE, NULL};
 static const char *const RE_FALCON[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_RE, "[0-9][0-9][0-9]", NULL};
@@ -189,6 +196,7 @@ static const struct pre_def PRE_DEFS[] = {
     {"qwen2|deepseek-r1-qwen|kormo|hunyuan", RE_QWEN2, 0},
     {"qwen35", RE_QWEN35, 0},
     {"tekken", RE_TEKKEN, SP_PRE_IGNORE_MERGES | SP_PRE_ADD_BOS},
+    {"gpt-4o|llama4|kanana2|talkie", RE_GPT4O, 0},
     {"stablelm2|megrez", RE_QWEN2, CLEAN},
     {"poro-chat", RE_BLOOM, 0},
     {"bloom|gpt3-finnish", RE_BLOOM, CLEAN},
@@ -200,7 +208,7 @@ static const struct pre_def PRE_DEFS[] = {
 
 /* llama.cpp knows these but they need splitters not implemented here. */
 static const char *const PRE_UNSUPPORTED =
-    "deepseek-v3|chameleon|gpt-4o|llama4|superbpe|bailingmoe|bailingmoe2|llada-moe|"
+    "deepseek-v3|chameleon|superbpe|bailingmoe|bailingmoe2|llada-moe|"
     "seed-coder|hunyuan-dense|kimi-k2|grok-2|afmoe|minimax-m2";
 
 static bool name_in(const char *list, const char *name)

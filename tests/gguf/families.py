@@ -768,6 +768,24 @@ class Builder:
         w.close()
 
 
+def write_vocab(name, pre, path):
+    """The vocabulary test file ggml-vocab-NAME.gguf (keys only, no tensors)
+    with tokenizer.ggml.pre set to pre: a tokenizer-only file of another
+    split, for the tokenizer goldens."""
+    r = gguf.GGUFReader(vocab_path(name))
+    w = gguf.GGUFWriter(path + ".tmp", r.fields["general.architecture"].contents())
+    for key, f in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value = pre if key == "tokenizer.ggml.pre" else f.contents()
+        w.add_key_value(key, value, f.types[0], sub_type=f.types[1] if f.types[0] == VT.ARRAY else None)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def is_linear(name):
     """Whether the family has linear (recurrent) layers."""
     return any(k in FAMILIES[name] for k in ("ssm", "conv_layers", "delta"))  # Mamba-2, LFM2, DeltaNet

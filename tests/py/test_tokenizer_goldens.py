@@ -3,7 +3,10 @@
 Goldens: tests/goldens/tokenizer-<model>.json (scripts/goldens/tokenizer.py).
 "tekken" is the mistral3 family's F32 file (tests/gguf/families.py): a BPE
 vocabulary under Mistral's tekken split, made with
-`scripts/goldens/tokenizer.py tekken=build/families/mistral3-f32.gguf`.
+`scripts/goldens/tokenizer.py tekken=build/families/mistral3-f32.gguf`;
+"gpt-4o" is llama.cpp's llama-bpe test vocabulary under the gpt-4o split
+(gpt-oss, Llama 4; tests/gguf/families.py write_vocab), made with
+`scripts/goldens/tokenizer.py gpt-4o=FILE` on that file.
 Binary: $SPINDLE (as scripts/run-tests sets it), $SP_SPINDLE, or build/spindle.  Models: `scripts/fetch-model NAME`,
 or $SP_MODEL_SMOLLM2 / $SP_MODEL_GEMMA3 when set.
 """
@@ -18,10 +21,13 @@ SPINDLE = os.environ.get("SPINDLE") or os.environ.get("SP_SPINDLE") or os.path.j
 MODELS = {"smollm2-135m": "SP_MODEL_SMOLLM2", "gemma3-270m": "SP_MODEL_GEMMA3"}
 
 
-def model_path(name):
+def model_path(name, tmp_dir):
     if name == TEKKEN:
         from test_families import model_path as family_path
         return family_path("mistral3", "f32")
+    if name == GPT4O:
+        from test_families import families
+        return families.write_vocab("llama-bpe", GPT4O, os.path.join(tmp_dir, "gpt-4o.gguf"))
     env = os.environ.get(MODELS[name])
     if env:
         return env
@@ -43,13 +49,15 @@ def tokenize(model, text, special):
     return [int(x) for x in line.split()] if line else []
 
 
-TEKKEN = "tekken"
-CASES = [(m, i) for m in list(MODELS) + [TEKKEN] for i in range(len(goldens(m)))]
+TEKKEN, GPT4O = "tekken", "gpt-4o"
+NAMES = list(MODELS) + [TEKKEN, GPT4O]
+CASES = [(m, i) for m in NAMES for i in range(len(goldens(m)))]
 
 
 @pytest.fixture(scope="module")
-def paths():
-    return {m: model_path(m) for m in list(MODELS) + [TEKKEN]}
+def paths(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("vocab"))
+    return {m: model_path(m, tmp) for m in NAMES}
 
 
 @pytest.mark.parametrize("model,index", CASES)
