@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "core/pool.h"
 
 #include <pthread.h>
@@ -86,6 +87,7 @@ static void *sp_pool_main(void *vp)
     struct sp_pool_worker *w = vp;
     struct sp_pool *p = w->pool;
     unsigned seen = 0;
+    pthread_setname_np(pthread_self(), "sp-compute"); /* as top -H and /proc/PID/task/N/comm show it */
     for (;;) {
         unsigned g;
         int spins = 0;
