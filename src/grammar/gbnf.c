@@ -1041,7 +1041,8 @@ static bool flatten(struct flat *f, struct raw_edge *e, size_t n_e, uint32_t n_s
         at[s + 1] += at[s];
     for (size_t i = 0; i < n_e; i++)
         by[at[e[i].from]++] = e[i];
-    memcpy(e, by, n_e * sizeof *e);
+    if (n_e) /* e may be NULL with no edges */
+        memcpy(e, by, n_e * sizeof *e);
     free(by);
     for (uint32_t s = 0, lo = 0; s < n_states; s++) { /* at[s]: the end of s's edges now */
         if (at[s] - lo > 1)
