@@ -27,6 +27,7 @@ struct sp_kv {
     uint32_t n_global, n_local;  /* paged layers, ring layers */
     uint32_t *layer_index;       /* [n_layer] index among its kind */
     bool *layer_local;           /* [n_layer] */
+    uint32_t *layer_src;         /* [n_layer] the layer whose rows a layer reads (shape.source) */
     sp_cache_type kt, vt;  /* key and value types */
     uint32_t k_row, v_row; /* bytes of one position of one KV head (sp_kv_row_bytes) */
     size_t k_block, v_block; /* bytes between blocks: SP_KV_BLOCK rows */
@@ -58,9 +59,27 @@ struct sp_kv {
     uint64_t hits, tokens_reused;
 };
 
+/* Holds no rows: a linear layer, or one reading another layer's. */
 static bool sp_kv_is_stateless(const struct sp_kv_shape *s, uint32_t l)
 {
-    return s->stateless && s->stateless[l];
+    return (s->stateless && s->stateless[l]) || (s->source && s->source[l] != l);
+}
+
+static bool sp_kv_is_local(const struct sp_kv_shape *s, uint32_t l);
+
+/* Every reading layer's source is an earlier layer of the same kind that
+ * reads its own rows. */
+static bool sp_kv_sources_ok(const struct sp_kv_shape *s)
+{
+    for (uint32_t l = 0; s->source && l < s->n_layer; l++) {
+        const uint32_t src = s->source[l];
+        if (src == l)
+            continue;
+        if (src > l || s->source[src] != src || (s->stateless && (s->stateless[src] || s->stateless[l])) ||
+            (s->local && s->local[src] != s->local[l]))
+            return false;
+    }
+    return true;
 }
 
 static bool sp_kv_is_local(const struct sp_kv_shape *s, uint32_t l)
@@ -103,6 +122,9 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
         return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
     if (ring_len > UINT32_MAX - SP_KV_TILE)
         return sp_error_set(SP_ERR_ARG, "kv cache: rings of %u positions", ring_len);
+    if (!sp_kv_sources_ok(shape))
+        return sp_error_set(SP_ERR_ARG, "kv cache: a layer reads a later layer, one of another kind, or one "
+                            "that reads another's");
     for (int i = 0; i < 2 && rows; i++) {
         const sp_cache_type t = i ? shape->type_v : shape->type_k;
         if (!sp_cache_type_name(t))
@@ -120,11 +142,13 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
     ring_len = (ring_len + SP_KV_TILE - 1) / SP_KV_TILE * SP_KV_TILE; /* whole key tiles */
     kv->layer_index = calloc(n_layer, sizeof *kv->layer_index);
     kv->layer_local = calloc(n_layer, sizeof *kv->layer_local);
-    if (!kv->layer_index || !kv->layer_local) {
+    kv->layer_src = calloc(n_layer, sizeof *kv->layer_src);
+    if (!kv->layer_index || !kv->layer_local || !kv->layer_src) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: no memory");
     }
     for (uint32_t l = 0; l < n_layer; l++) {
+        kv->layer_src[l] = shape->source ? shape->source[l] : l;
         kv->layer_local[l] = sp_kv_is_local(shape, l);
         if (!sp_kv_is_stateless(shape, l))
             kv->layer_index[l] = kv->layer_local[l] ? kv->n_local++ : kv->n_global++;
@@ -213,6 +237,7 @@ void sp_kv_free(struct sp_kv *kv)
     free(kv->ring_free);
     free(kv->layer_index);
     free(kv->layer_local);
+    free(kv->layer_src);
     free(kv->k);
     free(kv->v);
     free(kv->refs);
@@ -326,6 +351,7 @@ void sp_kv_rotate(float *x, uint32_t n, bool back)
 
 struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer)
 {
+    layer = kv->layer_src[layer];
     const size_t li = kv->layer_index[layer];
     struct sp_kv_view w = {.head_dim = kv->head_dim, .k_row = kv->k_row, .v_row = kv->v_row, .kt = kv->kt,
                            .vt = kv->vt};

@@ -41,6 +41,12 @@ struct sp_kv_shape {
                               state the state room keeps); NULL: none.  When every layer is,
                               blocks hold no rows (n_head_kv and head_dim may be 0) and only
                               number positions for the block tables and the prefix cache. */
+    const uint32_t *source; /* [n_layer] the layer whose keys and values each layer reads: its own
+                               index, or an earlier layer of the same kind (local or not), which
+                               itself reads its own; NULL: every layer its own.  A layer reading
+                               another's holds no rows (blocks and rings leave it out), its view
+                               is the source's, and it is never stored to (its caller computes
+                               no keys for it: Gemma 3n / 4's shared_kv_layers) */
     uint32_t ring_len; /* positions a local layer keeps per sequence (window + largest batch) */
     uint32_t n_rings;  /* most sequences alive at once that need rings */
     sp_cache_type type_k, type_v; /* how keys and values are stored (0: f16); quantized

@@ -266,6 +266,24 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
+        .name = "gemma4", /* Gemma 4 (dense); E2B / E4B with per-layer embeddings and shared KV */
+        .ffn_act = SP_FFN_GELU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .post_norms = true,
+        .embed_scale = true,
+        .swa = SP_SWA_LIST,
+        .rope_factors = SP_ROPE_FACTORS_GLOBAL,
+        .final_softcap = true,
+        .unit_scale = true,
+        .v_norm = true,
+        .v_from_k = true,
+        .kv_shared = true,
+        .per_layer_embd = true,
+        .out_scale = true,
+        .chat_format = "gemma",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

@@ -14,11 +14,15 @@
 static size_t sp_fwd_max_act(const struct sp_model *m, bool experts)
 {
     size_t mx = experts ? 0 : sp_act_row_bytes(&m->output);
+    if (!experts && m->pl_model_proj.data) {
+        size_t b = sp_act_row_bytes(&m->pl_model_proj);
+        mx = b > mx ? b : mx;
+    }
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
                                         &L->gate_inp, &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv,
-                                        &L->dn_z, &L->dn_beta, &L->dn_alpha};
+                                        &L->dn_z, &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj};
         for (size_t i = 0; !experts && i < sizeof ts / sizeof ts[0]; i++) {
             size_t b = ts[i]->data ? sp_act_row_bytes(ts[i]) : 0;
             mx = b > mx ? b : mx;
@@ -53,6 +57,7 @@ static int sp_fwd_ff(const struct sp_model *m)
         uint32_t w = m->layers[il].moe ? m->hp.n_ff_shexp : m->hp.n_ff;
         f = w > f ? w : f;
     }
+    f = m->hp.n_embd_pl > f ? m->hp.n_embd_pl : f; /* g also holds the per-layer gate */
     return (int)f;
 }
 
@@ -85,8 +90,14 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->kv_seqs = sp_fwd_alloc(s, B * sizeof *s->kv_seqs);
     if (m->arch->q_gate)
         s->qg = sp_fwd_alloc(s, B * 2 * Q * sizeof(float));
+    const size_t NP = (size_t)hp->n_embd_pl * hp->n_layer;
+    if (NP) {
+        s->ple = sp_fwd_alloc(s, B * NP * sizeof(float));
+        s->ple_row = sp_fwd_alloc(s, NP * sizeof(float));
+    }
     bool ok = s->x && s->h && s->q && s->k && s->v && s->att && s->g && s->u && s->tmp && s->act && s->attn &&
-              s->rope && s->attn_plan && s->attn_pos && s->kv_seqs && (s->qg || !m->arch->q_gate);
+              s->rope && s->attn_plan && s->attn_pos && s->kv_seqs && (s->qg || !m->arch->q_gate) &&
+              (!NP || (s->ple && s->ple_row));
     struct sp_fwd_linear_sizes ls;
     sp_fwd_linear_sizes(m, &ls);
     if (ok && ls.lin) {
@@ -135,7 +146,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->attn_plan); free(s->attn_pos);
     free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row); free(s->moe_exp);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
-    free(s->kv_seqs); free(s->qg); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
+    free(s->kv_seqs); free(s->qg); free(s->ple); free(s->ple_row); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
     memset(s, 0, sizeof *s);
 }
 
@@ -197,7 +208,10 @@ enum sp_fwd_stage {
     SP_FWD_QK,        /* q/k norm and RoPE, then K/V into the cache */
     SP_FWD_ATTN_OUT,  /* (post-norm) tmp, x += tmp, rmsnorm(x) -> h with ffn_norm */
     SP_FWD_GLU,       /* g = act(g) * u */
-    SP_FWD_FFN_OUT,   /* (post-norm) tmp, x += tmp, then the next layer's SP_FWD_ATTN_IN */
+    SP_FWD_FFN_OUT,   /* (post-norm) tmp, x += tmp, then the next layer's SP_FWD_ATTN_IN (per_layer_embd:
+                         h = x, for inp_gate) */
+    SP_FWD_PLE_GLU,   /* g = gelu(g) * the layer's per-layer input */
+    SP_FWD_PLE_OUT,   /* rmsnorm(tmp) with post_norm, x += tmp, then the next layer's SP_FWD_ATTN_IN */
 };
 
 struct sp_fwd_job {
@@ -297,17 +311,23 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         return;
     }
     case SP_FWD_QK: {
-        float *vt = s->v + (size_t)t * KVW;
+        float *vt = s->v + (size_t)t * KVW, *kt = s->k + (size_t)t * KVW;
         if (ar->q_gate) /* each head's query, out of its (query, gate) pair */
             for (int hh = 0; hh < H; hh++)
                 memcpy(s->q + (size_t)t * Q + (size_t)hh * D, s->qg + (size_t)t * 2 * Q + (size_t)hh * 2 * D,
                        (size_t)D * sizeof(float));
         sp_fwd_qk_row(j, t, s->q + (size_t)t * Q, H, &L->bq, &L->q_norm, true);
-        sp_fwd_qk_row(j, t, s->k + (size_t)t * KVW, HKV, &L->bk, &L->k_norm, false);
+        if (L->kv_src != j->il) /* the keys and values are another layer's, in the cache */
+            break;
+        if (!L->wv.data) /* v_from_k: the values are the keys before their norm and RoPE */
+            memcpy(vt, kt, (size_t)KVW * sizeof *vt);
+        sp_fwd_qk_row(j, t, kt, HKV, &L->bk, &L->k_norm, false);
         if (L->bv.data)
             for (int i = 0; i < KVW; i++)
                 vt[i] += ((const float *)L->bv.data)[i];
-        sp_kv_store(j->kv, s->kv_seqs[t], j->il, (uint32_t)j->b->pos[t], s->k + (size_t)t * KVW, vt);
+        for (int hh = 0; ar->v_norm && hh < HKV; hh++)
+            sp_rmsnorm(vt + (size_t)hh * D, NULL, vt + (size_t)hh * D, D, hp->eps);
+        sp_kv_store(j->kv, s->kv_seqs[t], j->il, (uint32_t)j->b->pos[t], kt, vt);
         break;
     }
     case SP_FWD_ATTN_OUT:
@@ -322,6 +342,12 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
                 o[i] *= hp->resid_scale;
         for (int i = 0; i < E; i++)
             x[i] += o[i];
+        if (!attn && j->m->hp.n_embd_pl) { /* the per-layer block reads x (sp_fwd_ple) */
+            memcpy(h, x, (size_t)E * sizeof *h);
+            break;
+        }
+        for (int i = 0; !attn && L->out_scale != 1.0f && i < E; i++)
+            x[i] *= L->out_scale;
         if (ar->post_ln) { /* the norm is on the residual stream itself */
             sp_fwd_norm(j->m, x, attn ? &L->attn_out_norm : &L->ffn_out_norm,
                         attn ? &L->attn_out_norm_b : &L->ffn_out_norm_b, x);
@@ -356,6 +382,25 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
             sp_act_quantize_row(j->qw, g, s->act + (size_t)t * sp_act_row_bytes(j->qw));
         return;
     }
+    case SP_FWD_PLE_GLU: {
+        const int P = (int)hp->n_embd_pl;
+        float *g = s->g + (size_t)t * P;
+        const float *in = s->ple + ((size_t)t * hp->n_layer + j->il) * P;
+        sp_gelu(g, g, P);
+        for (int i = 0; i < P; i++)
+            g[i] *= in[i];
+        sp_act_quantize_row(j->qw, g, s->act + (size_t)t * sp_act_row_bytes(j->qw));
+        return;
+    }
+    case SP_FWD_PLE_OUT: {
+        float *o = s->tmp + (size_t)t * E;
+        sp_rmsnorm(o, L->pl_norm.data, o, E, hp->eps);
+        for (int i = 0; i < E; i++)
+            x[i] = (x[i] + o[i]) * L->out_scale;
+        if (j->next)
+            sp_fwd_norm(j->m, x, &j->next->attn_norm, &sp_fwd_none, h);
+        break;
+    }
     }
     if (j->qw) /* the stages ending in h */
         sp_act_quantize_row(j->qw, h, s->act + (size_t)t * sp_act_row_bytes(j->qw));
@@ -386,7 +431,7 @@ static void sp_fwd_stage(struct sp_fwd_job *j, struct sp_pool *pool, enum sp_fwd
         sp_pool_run(pool, sp_fwd_job_run, j);
     }
     if (qw) {
-        c->src = stage == SP_FWD_GLU ? j->s->g : stage == SP_FWD_GATE ? j->s->att : j->s->h;
+        c->src = stage == SP_FWD_GLU || stage == SP_FWD_PLE_GLU ? j->s->g : stage == SP_FWD_GATE ? j->s->att : j->s->h;
         c->type = sp_type_get(qw->type)->vec_dot_type;
     }
 }
@@ -684,9 +729,12 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
     const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
     float *o3[3] = {m->arch->q_gate ? s->qg : s->q, s->k, s->v};
     const size_t st3[3] = {(size_t)(m->arch->q_gate ? 2 * Q : Q), (size_t)KVW, (size_t)KVW};
-    sp_fwd_mm_multi(s, pool, cache, 3, w3, s->h, E, T, o3, st3);
+    /* q alone where the keys and values are another layer's; q and k where the values are the keys */
+    sp_fwd_mm_multi(s, pool, cache, !L->wk.data ? 1 : !L->wv.data ? 2 : 3, w3, s->h, E, T, o3, st3);
     const int NR = (int)hp->n_rot;
-    if (s->rope_base != L->rope_base) { /* layers sharing a base share the table */
+    if (!L->rope_ff)
+        rope_factors = NULL;
+    if (s->rope_base != L->rope_base || s->rope_ff != rope_factors) { /* layers sharing them share the table */
         float yarn[2];
         if (hp->yarn)
             sp_rope_yarn_dims(NR, hp->n_ctx_orig, L->rope_base, hp->yarn_beta_fast, hp->yarn_beta_slow, yarn);
@@ -694,6 +742,7 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
             sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale, rope_factors,
                           hp->rope_mscale, hp->yarn ? yarn : NULL);
         s->rope_base = L->rope_base;
+        s->rope_ff = rope_factors;
     }
     sp_fwd_stage(job, pool, SP_FWD_QK, NULL, cache);
     struct sp_attn_args aa = {
@@ -708,6 +757,51 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
     if (m->arch->q_gate)
         sp_fwd_stage(job, pool, SP_FWD_GATE, &L->wo, cache);
     sp_fwd_mm(s, pool, cache, &L->wo, s->att, Q, T, s->tmp, E);
+}
+
+/* ---- per-layer embeddings (per_layer_embd) ---- */
+
+/* Each token's input of every layer, s->ple [T][n_layer][P], as llama.cpp
+ * forms it: the scaled embeddings x projected by per_layer_model_proj and
+ * times 1/sqrt(n_embd), each layer's P RMS-normed with per_layer_proj_norm,
+ * plus the token's per_layer_token_embd row times sqrt(P), all times
+ * 1/sqrt(2).  One token at a time, in one order: batch invariant. */
+void sp_forward_ple_inputs(const struct sp_model *m, struct sp_forward_scratch *s, struct sp_pool *pool,
+                           const sp_token *tokens, int T)
+{
+    const struct sp_hparams *hp = &m->hp;
+    const int E = (int)hp->n_embd, P = (int)hp->n_embd_pl, NL = (int)hp->n_layer;
+    const size_t NP = (size_t)P * NL;
+    struct sp_act_cache c = {0};
+    const float ps = 1.0f / sqrtf((float)E), ts = sqrtf((float)P), is = 1.0f / sqrtf(2.0f);
+    sp_fwd_mm(s, pool, &c, &m->pl_model_proj, s->x, (size_t)E, T, s->ple, NP);
+    for (int t = 0; t < T; t++) {
+        float *r = s->ple + (size_t)t * NP;
+        sp_tensor_row(&m->pl_tok_embd, tokens[t], s->ple_row);
+        for (int l = 0; l < NL; l++) {
+            float *p = r + (size_t)l * P;
+            const float *e = s->ple_row + (size_t)l * P;
+            for (int i = 0; i < P; i++)
+                p[i] *= ps;
+            sp_rmsnorm(p, m->pl_proj_norm.data, p, P, hp->eps);
+            for (int i = 0; i < P; i++)
+                p[i] = (p[i] + e[i] * ts) * is;
+        }
+    }
+}
+
+/* Layer il's per-layer block after its feed-forward (s->h holds x, and
+ * s->act its activations for inp_gate): x += rmsnorm(proj(gelu(inp_gate x)
+ * * its input)), then x times the layer's output scale, then the next
+ * layer's attention input. */
+static void sp_fwd_ple(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *c, const struct sp_layer *L)
+{
+    struct sp_forward_scratch *s = job->s;
+    const int T = job->b->n_tok, E = (int)job->m->hp.n_embd, P = (int)job->m->hp.n_embd_pl;
+    sp_fwd_mm(s, pool, c, &L->pl_gate, s->h, (size_t)E, T, s->g, (size_t)P);
+    sp_fwd_stage(job, pool, SP_FWD_PLE_GLU, &L->pl_proj, c);
+    sp_fwd_mm(s, pool, c, &L->pl_proj, s->g, (size_t)P, T, s->tmp, (size_t)E);
+    sp_fwd_stage(job, pool, SP_FWD_PLE_OUT, job->next ? sp_fwd_first(job->next) : NULL, c);
 }
 
 static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem, struct sp_forward_scratch *s,
@@ -732,6 +826,7 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
     struct sp_act_cache cache = {0};
     int max_pos = 0;
     s->rope_base = 0.0f; /* the table is per batch */
+    s->rope_ff = NULL;
 
     if (T <= 0 || T > s->n_batch || b->n_out > T)
         return sp_error_set(SP_ERR_INTERNAL, "forward: batch of %d tokens (%d outputs), limit %d", T, b->n_out,
@@ -772,6 +867,8 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
             sp_fwd_norm(m, x, &m->embd_norm, &m->embd_norm_b, x);
         }
     }
+    if (hp->n_embd_pl)
+        sp_forward_ple_inputs(m, s, pool, b->tokens, T);
     /* the last position each query sees: its own, or (bidirectional) its
      * sequence's last, the sequence being one run of the batch */
     const int32_t *attn_pos = b->pos;
@@ -831,7 +928,12 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
             sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
         }
         job.next = il + 1 < n_layer ? &m->layers[il + 1] : NULL;
-        sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? sp_fwd_first(job.next) : NULL, &cache);
+        if (hp->n_embd_pl) {
+            sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, &L->pl_gate, &cache);
+            sp_fwd_ple(&job, pool, &cache, L);
+        } else {
+            sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, job.next ? sp_fwd_first(job.next) : NULL, &cache);
+        }
     }
 
     /* output head over the tokens that want logits */

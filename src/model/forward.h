@@ -33,6 +33,8 @@ struct sp_forward_scratch {
     int n_batch, n_ctx;
     float *x, *h, *q, *k, *v, *att, *g, *u, *tmp; /* [n_batch][width] */
     float *qg;                                   /* q_gate families: [n_batch][heads][query, gate] */
+    float *ple, *ple_row;                        /* per_layer_embd: [n_batch][n_layer][P] each layer's
+                                                    input; one token's per_layer_token_embd row */
     void *act;                                   /* quantized activations */
     size_t act_stride;
     float *attn;                                 /* attention scratch per pool chunk */
@@ -41,6 +43,7 @@ struct sp_forward_scratch {
     int32_t *attn_pos;                           /* [n_batch] last key position per query (bidirectional) */
     float *rope;                                 /* [n_batch][n_rot] cos/sin of each token */
     float rope_base;                             /* base the table holds (0: none) */
+    const float *rope_ff;                        /* and the factors it was made with */
     size_t bytes;                                /* all of the above */
     /* Optional observer of every matmul's float input, called on the
      * forward's thread before the product (importance statistics). */
@@ -90,5 +93,10 @@ sp_status sp_forward(const struct sp_model *m, struct sp_memory *mem, struct sp_
 
 /* [n_out][n_embd]: the hidden states of the last sp_forward without logits. */
 const float *sp_forward_hidden(const struct sp_forward_scratch *s);
+/* per_layer_embd models: every layer's per-layer input of each of the T
+ * tokens into s->ple ([T][n_layer][n_embd_pl]), from the tokens and their
+ * scaled embeddings in s->x (part of sp_forward; exposed for its unit test). */
+void sp_forward_ple_inputs(const struct sp_model *m, struct sp_forward_scratch *s, struct sp_pool *pool,
+                           const sp_token *tokens, int T);
 
 #endif

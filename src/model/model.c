@@ -211,7 +211,15 @@ static sp_status sp_model_attn_keys(struct sp_model *m, uint32_t *swa_pattern)
                                 hp->n_swa ? "_pattern" : "");
     } else if (ar->swa == SP_SWA_ALL && (st = sp_hp_u32(m, "attention.sliding_window", false, &hp->n_swa))) {
         return st;
+    } else if (ar->swa == SP_SWA_LIST) { /* which layers: sp_model_swa_list */
+        if ((st = sp_hp_u32(m, "attention.sliding_window", true, &hp->n_swa)))
+            return st;
+        if (hp->n_swa == 0)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.sliding_window': 0, expected > 0", ar->name);
     }
+    if (ar->final_softcap && sp_key_present(m, "final_logit_softcapping") &&
+        (st = sp_hp_pos(m, "final_logit_softcapping", &hp->final_softcap)))
+        return st;
     if (ar->softcap) {
         hp->attn_softcap = 50.0f;
         hp->final_softcap = 30.0f;
@@ -345,6 +353,14 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     if (v_len != hp->head_dim)
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length': %u differs from key_length %u", a,
                             v_len, hp->head_dim);
+    uint32_t k_swa = hp->head_dim, v_swa = hp->head_dim;
+    if ((st = sp_hp_u32(m, "attention.key_length_swa", false, &k_swa)) ||
+        (st = sp_hp_u32(m, "attention.value_length_swa", false, &v_swa)))
+        return st;
+    if (k_swa != hp->head_dim || v_swa != hp->head_dim)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.%s_length_swa': %u, but the global layers' heads "
+                            "are %u wide (heads of two widths are not supported)", a, k_swa != hp->head_dim ? "key"
+                            : "value", k_swa != hp->head_dim ? k_swa : v_swa, hp->head_dim);
     bool rope = !m->arch->abs_pos && !m->arch->nope; /* absolute positions: no RoPE */
     if (m->arch->granite) { /* Granite 4.0-H's attention has none (NoPE) unless the file says */
         char key[128];
@@ -360,6 +376,12 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
                             hp->n_rot, hp->head_dim < SP_ROPE_MAX ? hp->head_dim : SP_ROPE_MAX);
     if (!(hp->rope_base > 0.0f) || isinf(hp->rope_base))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.freq_base': %g, expected > 0", a, hp->rope_base);
+    uint32_t rot_swa = hp->n_rot;
+    if (rope && (st = sp_hp_u32(m, "rope.dimension_count_swa", false, &rot_swa)))
+        return st;
+    if (rot_swa != hp->n_rot)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.rope.dimension_count_swa': %u, but the global layers rotate "
+                            "%u (two RoPE widths are not supported)", a, rot_swa, hp->n_rot);
     if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)))
         return st;
     if (m->arch->attn_temp && (st = sp_hp_f32(m, "attention.temperature_scale", false, &hp->attn_temp)))
@@ -374,6 +396,8 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     hp->attn_scale = 1.0f / sqrtf((float)scale_dim);
     if ((m->arch->granite || m->arch->nope) && (st = sp_hp_pos(m, "attention.scale", &hp->attn_scale)))
         return st;
+    if (m->arch->unit_scale)
+        hp->attn_scale = 1.0f;
     if (!m->arch->mrope_text) { /* M-RoPE rotates halves by sections: not this family's RoPE */
         char key[128];
         sp_key(m, "rope.dimension_sections", key, sizeof key);
@@ -477,6 +501,31 @@ static sp_status sp_model_interleave_keys(struct sp_model *m)
     return SP_OK;
 }
 
+/* Gemma 3n / 4: the layers computing their own keys and values
+ * (attention.shared_kv_layers: llama.cpp keeps at least two) and the
+ * per-layer inputs' width. */
+static sp_status sp_model_shared_keys(struct sp_model *m)
+{
+    const struct sp_arch *ar = m->arch;
+    struct sp_hparams *hp = &m->hp;
+    uint32_t shared = 0;
+    sp_status st;
+    hp->n_kv_own = hp->n_layer;
+    if ((ar->kv_shared && (st = sp_hp_u32(m, "attention.shared_kv_layers", false, &shared))) ||
+        (ar->per_layer_embd && (st = sp_hp_u32(m, "embedding_length_per_layer_input", true, &hp->n_embd_pl))))
+        return st;
+    if (shared && (shared > hp->n_layer_all || hp->n_layer_all - shared < 2))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.shared_kv_layers': %u of %u layers, expected at most "
+                            "%u (two keep their own)", ar->name, shared, hp->n_layer_all,
+                            hp->n_layer_all > 2 ? hp->n_layer_all - 2 : 0);
+    if (shared && hp->n_layer_all - shared < hp->n_layer)
+        hp->n_kv_own = hp->n_layer_all - shared;
+    if (hp->n_embd_pl > 65536)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.embedding_length_per_layer_input': %u is implausible", ar->name,
+                            hp->n_embd_pl);
+    return SP_OK;
+}
+
 static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
 {
     struct sp_hparams *hp = &m->hp;
@@ -532,7 +581,7 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
             return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.shortconv.l_cache': %u, expected 1..%d", a,
                                 hp->conv_taps, SP_CONV_MAX_TAPS);
     }
-    if ((st = sp_model_expert_keys(m)) || (st = sp_model_interleave_keys(m)))
+    if ((st = sp_model_expert_keys(m)) || (st = sp_model_interleave_keys(m)) || (st = sp_model_shared_keys(m)))
         return st;
     if (ar->logit_mul && (st = sp_hp_f32(m, "logit_scale", true, &hp->logit_scale)))
         return st;
@@ -694,6 +743,7 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     const struct sp_arch *ar = m->arch;
     struct sp_layer *L = &m->layers[il];
     int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    const bool own = L->kv_src == il;
     char name[96];
     sp_status st;
     struct sp_tensor qkv, bqkv;
@@ -709,8 +759,8 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
         m->qkv_fused = true;
     } else {
         SP_T(L->wq, "attn_q.weight", E, Q, true);
-        SP_T(L->wk, "attn_k.weight", E, KV, true);
-        SP_T(L->wv, "attn_v.weight", E, KV, true);
+        SP_T(L->wk, "attn_k.weight", E, KV, own);
+        SP_T(L->wv, "attn_v.weight", E, KV, own && !ar->v_from_k);
         SP_T(L->bq, "attn_q.bias", Q, 0, ar->qkv_bias);
         SP_T(L->bk, "attn_k.bias", KV, 0, ar->qkv_bias);
         SP_T(L->bv, "attn_v.bias", KV, 0, ar->qkv_bias);
@@ -723,7 +773,12 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     bool full = ar->qk_norm == SP_QK_NORM_FULL;
     bool weighted = full || ar->qk_norm == SP_QK_NORM_HEAD; /* SP_QK_NORM_L2 has no weights */
     SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : hp->head_dim, 0, weighted);
-    SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : hp->head_dim, 0, weighted);
+    SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : hp->head_dim, 0, weighted && own);
+    if (!own) { /* its keys and values are another layer's: what the file has for its own (llama.cpp loads
+                   them too) is not computed */
+        static const struct sp_tensor none;
+        L->wk = L->wv = L->k_norm = L->bk = L->bv = none;
+    }
     if (!ar->ffn_norm_post) /* else the feed-forward's norm (sp_model_layer) */
         SP_T(L->post_attn_norm, "post_attention_norm.weight", E, 0, ar->post_norms);
     return SP_OK;
@@ -906,6 +961,71 @@ static sp_status sp_model_mixer(struct sp_model *m, uint32_t il, enum sp_mixer *
     return SP_OK;
 }
 
+/* Whether layer il is local (the family's pattern, or its list of
+ * attention.sliding_window_pattern), and whose keys and values it reads
+ * (kv_shared: the last layer of its kind before the first sharing one, as
+ * llama.cpp pairs them). */
+static sp_status sp_model_layer_kind(struct sp_model *m, uint32_t il, uint32_t swa_pattern)
+{
+    const struct sp_hparams *hp = &m->hp;
+    const struct sp_arch *ar = m->arch;
+    struct sp_layer *L = &m->layers[il];
+    bool local = ar->swa == SP_SWA_ALL || (ar->swa == SP_SWA_PATTERN && (il + 1) % swa_pattern != 0);
+    if (ar->swa == SP_SWA_LIST) {
+        const struct sp_gguf_kv *kv;
+        char key[128];
+        sp_key(m, "attention.sliding_window_pattern", key, sizeof key);
+        sp_status st = sp_gguf_get_arr(&m->gguf, key, true, SP_GGUF_BOOL, &kv);
+        if (st != SP_OK)
+            return st;
+        if (kv->arr_n != hp->n_layer_all)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s': %llu values, expected one per layer (%u)", key,
+                                (unsigned long long)kv->arr_n, hp->n_layer_all);
+        local = kv->arr_data[il] != 0;
+    }
+    L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && local;
+    L->rope_ff = ar->rope_factors != SP_ROPE_FACTORS_GLOBAL || !L->swa;
+    L->kv_src = il;
+    if (il >= hp->n_kv_own) {
+        const uint32_t src = hp->n_kv_own - (L->swa ? 2 : 1);
+        const struct sp_layer *S = &m->layers[src];
+        if (L->mixer != SP_MIXER_ATTN || S->mixer != SP_MIXER_ATTN || S->swa != L->swa)
+            return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.shared_kv_layers': layer %u (%s) would read the "
+                                "keys and values of layer %u (%s); only layers of one kind share", ar->name, il,
+                                L->swa ? "local" : "global", src, S->swa ? "local" : "global");
+        L->kv_src = src;
+    }
+    return SP_OK;
+}
+
+/* Layer il's per-layer input block (per_layer_embd) and output scale
+ * (out_scale: F32 [1], 1 when absent). */
+static sp_status sp_model_layer_extras(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t E = m->hp.n_embd, P = m->hp.n_embd_pl, one = 1;
+    char name[96];
+    sp_status st;
+    if (P) {
+        SP_T(L->pl_gate, "inp_gate.weight", E, P, true);
+        SP_T(L->pl_proj, "proj.weight", P, E, true);
+        SP_T(L->pl_norm, "post_norm.weight", E, 0, true);
+    }
+    L->out_scale = 1.0f;
+    if (m->arch->out_scale) {
+        struct sp_tensor t;
+        snprintf(name, sizeof name, "blk.%u.layer_output_scale.weight", il);
+        if ((st = sp_model_f32(ld, name, &one, 1, false, &t)) != SP_OK)
+            return st;
+        if (t.data)
+            memcpy(&L->out_scale, t.data, sizeof L->out_scale);
+        if (!isfinite(L->out_scale))
+            return sp_error_set(SP_ERR_FORMAT, "tensor '%s': %g, expected a finite value", name, L->out_scale);
+    }
+    return SP_OK;
+}
+
 static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_pattern, float swa_base)
 {
     struct sp_model *m = ld->m;
@@ -916,7 +1036,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     char name[96];
     sp_status st;
     bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
-    if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK)
+    if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK || (st = sp_model_layer_kind(m, il, swa_pattern)))
         return st;
     L->moe = hp->n_expert && (!ar->moe_interleave || (hp->n_moe_step && (il + 1) % hp->n_moe_step == 0));
     SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre && !ar->no_pre_norm);
@@ -961,14 +1081,15 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
         SP_T(L->w_down, "ffn_down.weight", F, E, true);
     }
     SP_T(L->post_ffn_norm, "post_ffw_norm.weight", E, 0, ar->post_norms);
-    L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && (ar->swa == SP_SWA_ALL || (il + 1) % swa_pattern != 0);
+    if ((st = sp_model_layer_extras(ld, il)) != SP_OK)
+        return st;
     L->rope_base = L->swa ? swa_base : hp->rope_base;
     L->nope = L->mixer == SP_MIXER_ATTN && ((ar->nope_interval && (il + 1) % ar->nope_interval == 0) ||
                                             (ar->nope_global && hp->n_swa && !L->swa));
     L->qk_l2 = ar->qk_norm == SP_QK_NORM_L2 && L->mixer == SP_MIXER_ATTN && !L->nope && hp->n_expert != 128;
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                       &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
-                                      &L->dn_beta, &L->dn_alpha};
+                                      &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         m->weights_bytes += sp_bytes(mats[i]);
     if (L->moe) /* a token reads its n_expert_used experts */
@@ -1001,8 +1122,9 @@ static sp_status sp_model_rope_factors_load(struct sp_loader *ld)
             return sp_error_set(SP_ERR_FORMAT, "tensor 'rope_factors_%s.weight': missing (LongRoPE needs both the "
                                 "long and the short factors)", lo.data ? "short" : "long");
         m->rope_long = lo.data, m->rope_short = sh.data;
-    } else if (m->arch->rope_factors == SP_ROPE_FACTORS_FREQS) {
-        if ((st = sp_model_tensor(ld, "rope_freqs.weight", n, 0, false, &f)))
+    } else if (m->arch->rope_factors == SP_ROPE_FACTORS_FREQS || m->arch->rope_factors == SP_ROPE_FACTORS_GLOBAL) {
+        if ((st = sp_model_tensor(ld, "rope_freqs.weight", n, 0, m->arch->rope_factors == SP_ROPE_FACTORS_GLOBAL,
+                                  &f)))
             return st;
         m->rope_freqs = f.data;
     }
@@ -1034,7 +1156,8 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
     static const char *const globals[] = {"rope_freqs.weight", "rope_factors_long.weight",
                                           "rope_factors_short.weight", "output.bias", "output_norm.bias",
                                           "token_embd_norm.weight", "token_embd_norm.bias", "position_embd.weight",
-                                          "token_types.weight"};
+                                          "token_types.weight", "per_layer_token_embd.weight",
+                                          "per_layer_model_proj.weight", "per_layer_proj_norm.weight"};
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         if (ld->used[i])
             continue;
@@ -1060,18 +1183,20 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
  * one at a time); out[] must hold sp_model_n_matrices(). */
 static size_t sp_model_n_matrices(const struct sp_model *m)
 {
-    return 1 + (size_t)m->hp.n_layer * (16 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
+    return 2 + (size_t)m->hp.n_layer * (18 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
 }
 
 static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
 {
     size_t n = 0;
     out[n++] = &m->output;
+    if (m->pl_model_proj.data)
+        out[n++] = &m->pl_model_proj;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         struct sp_layer *L = &m->layers[il];
         struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                   &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
-                                  &L->dn_beta, &L->dn_alpha};
+                                  &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->data)
                 out[n++] = ts[i];
@@ -1156,7 +1281,7 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->ssm_a : NULL, L ? &L->ssm_d : NULL, L ? &L->ssm_norm : NULL,
                                       L ? &L->sc_conv : NULL, L ? &L->sinks : NULL, L ? &L->gate_inp_b : NULL,
                                       L ? &L->exps_b[SP_EXP_GATE] : NULL, L ? &L->exps_b[SP_EXP_UP] : NULL,
-                                      L ? &L->exps_b[SP_EXP_DOWN] : NULL};
+                                      L ? &L->exps_b[SP_EXP_DOWN] : NULL, L ? &L->pl_norm : &m->pl_proj_norm};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -1231,10 +1356,18 @@ static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *p
         (st = sp_model_tensor(ld, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output)) != SP_OK ||
         (st = sp_model_rope_factors_load(ld)) != SP_OK)
         return st;
+    if (hp->n_embd_pl) { /* n_embd_pl <= 65536, n_layer <= 4096: the product fits */
+        const int64_t NP = (int64_t)hp->n_embd_pl * hp->n_layer;
+        if ((st = sp_model_tensor(ld, "per_layer_token_embd.weight", NP, hp->n_vocab, true, &m->pl_tok_embd)) ||
+            (st = sp_model_tensor(ld, "per_layer_model_proj.weight", hp->n_embd, NP, true, &m->pl_model_proj)) ||
+            (st = sp_model_tensor(ld, "per_layer_proj_norm.weight", hp->n_embd_pl, 0, true, &m->pl_proj_norm)))
+            return st;
+        m->weights_bytes += sp_bytes(&m->pl_model_proj);
+    }
     m->tied_output = !m->output.data;
     if (m->tied_output)
         m->output = m->tok_embd;
-    m->weights_bytes = sp_bytes(&m->output);
+    m->weights_bytes += sp_bytes(&m->output);
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (hp->n_expert)
         m->exps = calloc((size_t)hp->n_layer * SP_EXP_KINDS * hp->n_expert, sizeof *m->exps);
@@ -1263,13 +1396,14 @@ static bool sp_overlaps(const struct sp_tensor *t, const uint8_t *p, size_t len)
  * which sp_model_detach copies. */
 static sp_status sp_model_copy_plan(struct sp_model *m)
 {
-    struct sp_tensor **mats = malloc((sp_model_n_matrices(m) + 3) * sizeof *mats);
+    struct sp_tensor **mats = malloc((sp_model_n_matrices(m) + 4) * sizeof *mats);
     if (!mats)
         return sp_error_set(SP_ERR_NOMEM, "model: no memory");
     size_t n = sp_model_matrices(m, mats);
     mats[n++] = &m->tok_embd;
     mats[n++] = &m->pos_embd;
     mats[n++] = &m->tok_types;
+    mats[n++] = &m->pl_tok_embd;
     uint64_t skipped = 0;
     m->n_skip = 0;
     for (uint32_t i = 0; i < m->n_packed; i++) {
@@ -1393,124 +1527,4 @@ sp_status sp_model_detach(struct sp_model *m, bool lock)
     }
     free(skip);
     return st;
-}
-
-void sp_model_features(const struct sp_model *m, char *buf, size_t size)
-{
-    const struct sp_arch *ar = m->arch;
-    const struct sp_hparams *hp = &m->hp;
-    const struct sp_layer *L0 = &m->layers[0];
-    size_t n = 0;
-    uint32_t n_local = 0, n_nope = 0, n_moe = 0, n_l2 = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        n_local += m->layers[l].swa;
-        n_nope += m->layers[l].nope;
-        n_moe += m->layers[l].moe;
-        n_l2 += m->layers[l].qk_l2;
-    }
-#define SP_F(...)                                                                                    \
-    do {                                                                                            \
-        if (n < size)                                                                               \
-            n += (size_t)snprintf(buf + n, size - n, "%s", n ? ", " : "");                          \
-        if (n < size)                                                                               \
-            n += (size_t)snprintf(buf + n, size - n, __VA_ARGS__);                                  \
-    } while (0)
-    buf[0] = 0;
-    if (hp->n_linear && ar->linear == SP_MIXER_SSM)
-        SP_F("Mamba-2 on %u of %u layers (%u heads x %u, state %u, %u group%s, convolution %u)", hp->n_linear,
-             hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_state, hp->ssm_groups,
-             hp->ssm_groups > 1 ? "s" : "", hp->ssm_conv);
-    if (hp->n_linear && ar->linear == SP_MIXER_DELTA)
-        SP_F("gated delta rule on %u of %u layers (%u value heads x %u, %u key heads, convolution %u)", hp->n_linear,
-             hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_groups, hp->ssm_conv);
-    if (hp->n_linear && ar->dn_grouped)
-        SP_F("value heads grouped by key head");
-    if (ar->q_gate)
-        SP_F("gated attention (sigmoid)");
-    if (hp->n_linear && ar->linear == SP_MIXER_CONV)
-        SP_F("gated short convolutions on %u of %u layers (%u taps)", hp->n_linear, hp->n_layer, hp->conv_taps);
-    uint32_t n_mlp = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++)
-        n_mlp += m->layers[l].mixer == SP_MIXER_MLP;
-    if (n_mlp)
-        SP_F("feed-forward alone on %u layers (%s, no gate)", n_mlp, ar->ffn_act == SP_FFN_RELU2 ? "ReLU^2" : "GELU");
-    else if (ar->no_ffn)
-        SP_F("no feed-forward");
-    else if (ar->ffn_plain)
-        SP_F("%s feed-forward (no gate)", ar->ffn_act == SP_FFN_GELU ? "GELU" : "SiLU");
-    else
-        SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : ar->ffn_act == SP_FFN_SWIGLU_OAI ? "clamped SwiGLU" : "SwiGLU");
-    if (ar->abs_pos)
-        SP_F("absolute position embeddings, token types");
-    else if (hp->n_head && hp->n_rot)
-        SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
-    else if (hp->n_head)
-        SP_F("no position encoding in attention (NoPE)");
-    if (n_nope && hp->n_rot && ar->nope_interval)
-        SP_F("no RoPE on %u of %u layers (NoPE every %u layers)", n_nope, hp->n_layer, ar->nope_interval);
-    else if (n_nope && hp->n_rot)
-        SP_F("no RoPE on the global layers (%u of %u, NoPE)", n_nope, hp->n_layer);
-    if (ar->granite && (hp->embd_scale || hp->resid_scale || hp->logit_scale))
-        SP_F("scales: embeddings %g, residuals %g, logits 1/%g", hp->embd_scale, hp->resid_scale, hp->logit_scale);
-    if (ar->logit_mul && hp->logit_scale != 1.0f)
-        SP_F("logits x %g", hp->logit_scale);
-    if (ar->parallel)
-        SP_F("parallel attention and feed-forward");
-    if (ar->no_pre_norm)
-        SP_F("no pre-norms");
-    if (ar->bidirectional)
-        SP_F("bidirectional attention (embeddings only)");
-    if (ar->norm == SP_NORM_LAYER)
-        SP_F("LayerNorm %s", ar->post_ln ? "with bias after each residual" : "without bias");
-    if (ar->layer_bias)
-        SP_F("output and feed-forward biases");
-    if (ar->out_bias)
-        SP_F("attention output bias");
-    if (ar->moe_bias)
-        SP_F("router and expert biases");
-    if (ar->attn_sinks)
-        SP_F("attention sinks");
-    if (hp->n_head_kv < hp->n_head)
-        SP_F("grouped-query attention (%u query heads per KV head)", hp->n_head / hp->n_head_kv);
-    if (L0->bq.data)
-        SP_F("QKV bias");
-    if (ar->qk_norm == SP_QK_NORM_L2 && n_l2)
-        SP_F("QK-norm (L2 per head after RoPE, on %u of %u layers)", n_l2, hp->n_layer);
-    else if (ar->qk_norm && ar->qk_norm != SP_QK_NORM_L2)
-        SP_F("QK-norm (%s)", ar->qk_norm == SP_QK_NORM_HEAD ? "per head" : "whole rows");
-    if (m->rope_freqs)
-        SP_F("RoPE frequency factors (rope_freqs)");
-    if (m->rope_long)
-        SP_F("LongRoPE (long factors above %u positions, attention factor %g)", hp->n_ctx_orig, hp->rope_mscale);
-    if (hp->yarn)
-        SP_F("YaRN RoPE scaling %g (original context %u, beta %g/%g, attention factor %g)",
-             1.0f / hp->rope_freq_scale, hp->n_ctx_orig, hp->yarn_beta_fast, hp->yarn_beta_slow,
-             hp->rope_mscale * (1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale))); /* sp_rope_table's scale */
-    else if (hp->rope_freq_scale != 1.0f)
-        SP_F("linear RoPE scaling %g", 1.0f / hp->rope_freq_scale);
-    if (hp->attn_temp != 0.0f)
-        SP_F("attention temperature %g per %u positions%s", hp->attn_temp, hp->attn_temp_floor,
-             ar->nope_temp ? " on the NoPE layers" : "");
-    if (n_local)
-        SP_F("%s %u on %u of %u layers", ar->swa_chunked ? "attention chunks of" : "sliding window", hp->n_swa,
-             n_local, hp->n_layer);
-    if (hp->attn_softcap > 0.0f)
-        SP_F("soft-cap: attention %g, final logits %g", hp->attn_softcap, hp->final_softcap);
-    if (ar->post_norms)
-        SP_F("post-norms");
-    if (ar->embed_scale)
-        SP_F("embeddings x sqrt(n_embd)");
-    if (hp->n_expert)
-        SP_F("%u experts (%u used, %s router%s, width %u)%s", hp->n_expert, hp->n_expert_used,
-             ar->router == SP_ROUTER_SOFTMAX ? "softmax" : ar->router == SP_ROUTER_SIGMOID ? "sigmoid"
-             : "top-k softmax", ar->moe_norm ? ", weights renormalized" : "",
-             hp->n_ff_exp, ar->shared_expert ? " + shared expert" : "");
-    if (hp->n_expert && n_moe < hp->n_layer)
-        SP_F("experts on %u of %u layers (the others dense)%s", n_moe, hp->n_layer,
-             ar->moe_weight_in ? ", router weights on the expert input" : "");
-    if (m->qkv_fused)
-        SP_F("fused QKV");
-    if (ar->ffn_fused && !hp->n_expert)
-        SP_F("fused gate-up");
-#undef SP_F
 }

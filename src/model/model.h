@@ -34,11 +34,14 @@ enum sp_swa {
     SP_SWA_NONE,
     SP_SWA_ALL,       /* every layer local when the file gives a sliding window (Mistral) */
     SP_SWA_PATTERN,   /* every swa_pattern-th layer global, the others local */
+    SP_SWA_LIST,      /* attention.sliding_window_pattern: a bool per layer (true: local), required */
 };
 enum sp_rope_factors {
     SP_ROPE_FACTORS_NONE,
     SP_ROPE_FACTORS_FREQS,     /* optional rope_freqs.weight (Llama 3.1 scaling) */
     SP_ROPE_FACTORS_LONGROPE,  /* optional rope_factors_long/short.weight (Phi-3 LongRoPE) */
+    SP_ROPE_FACTORS_GLOBAL,    /* rope_freqs.weight required, on the global (not local) layers only
+                                  (Gemma 4's "proportional" RoPE: factors of 1e30 leave pairs unrotated) */
 };
 enum sp_moe { SP_MOE_NONE, SP_MOE_OPTIONAL, SP_MOE_REQUIRED };
 enum sp_norm {
@@ -147,6 +150,18 @@ struct sp_arch {
     bool out_bias;             /* attn_output.bias required (without layer_bias's feed-forward biases) */
     bool moe_bias;             /* ffn_gate_inp.bias (added to the router's logits) and each expert's
                                   ffn_{gate,up,down}_exps.bias [n_expert][rows] required */
+    bool final_softcap;        /* final_logit_softcapping (optional; absent: none), without softcap's
+                                  attention cap */
+    bool unit_scale;           /* attention scores unscaled (scale 1: the QK-norm sets their size) */
+    bool v_norm;               /* each value head RMS-normed without a weight */
+    bool v_from_k;             /* attn_v optional: without it the values are the keys before their norm */
+    bool kv_shared;            /* attention.shared_kv_layers n (optional): the last n layers compute no
+                                  keys or values and read the cache of the last layer of their kind
+                                  (local or global) before them (Gemma 3n / 4) */
+    bool per_layer_embd;       /* embedding_length_per_layer_input P (required; 0: none): each layer adds
+                                  proj(gelu(inp_gate x) * its P-wide input) normed, the inputs from
+                                  per_layer_token_embd and the embeddings' projection (sp_forward_ple) */
+    bool out_scale;            /* layer_output_scale.weight [1] (optional): the layer's output times it */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -189,6 +204,8 @@ struct sp_hparams {
      * families: logits x logit_scale */
     float embd_scale, resid_scale, logit_scale;
     uint32_t n_linear;         /* linear layers */
+    uint32_t n_embd_pl;        /* per_layer_embd: each layer's input width P (0: none) */
+    uint32_t n_kv_own;         /* kv_shared: layers [0, n_kv_own) compute their own keys and values */
 };
 
 /* The expert stacks of one layer: views of each expert's matrix. */
@@ -222,6 +239,11 @@ struct sp_layer {
      * ssm_ba [n_embd -> 2 x value heads], dn_alpha absent); ssm_conv (transposed),
      * ssm_dt_b, ssm_a, ssm_norm [value width] and ssm_out above */
     struct sp_tensor dn_qkv, dn_z, dn_beta, dn_alpha;
+    /* per_layer_embd: inp_gate [n_embd -> P], proj [P -> n_embd], post_norm [n_embd] */
+    struct sp_tensor pl_gate, pl_proj, pl_norm;
+    float out_scale;           /* out_scale families: the layer's output times it (1: none) */
+    uint32_t kv_src;           /* the layer whose keys and values this one reads (its own index: its own) */
+    bool rope_ff;              /* the model's rope factors apply in this layer */
     enum sp_mixer mixer;
     bool swa;                  /* local (sliding-window) layer */
     bool nope;                 /* attention without RoPE in this layer (the family's nope_interval) */
@@ -239,6 +261,9 @@ struct sp_model {
     struct sp_tensor tok_embd, out_norm, output;
     struct sp_tensor pos_embd, tok_types, embd_norm, embd_norm_b; /* abs_pos families (else data NULL) */
     const float *rope_freqs, *rope_long, *rope_short; /* [n_rot / 2] rope factors (NULL: none) */
+    /* per_layer_embd: per_layer_token_embd [n_vocab][n_layer P] (rows read one at a time),
+     * per_layer_model_proj [n_embd -> n_layer P], per_layer_proj_norm [P] */
+    struct sp_tensor pl_tok_embd, pl_model_proj, pl_proj_norm;
     struct sp_layer *layers;   /* [n_layer] */
     struct sp_tensor *exps;    /* owned: every layer's expert views */
     bool qkv_fused;            /* Q, K, V are row views of one attn_qkv */

@@ -206,6 +206,22 @@ FAMILIES = {
                     head_dim=64, n_ff=256, ctx=4096, rope_base=150000.0, tied=False, qkv_bias=True,
                     sliding_window=16, yarn=(4.0, 32, 32.0, 1.0, None), experts=(8, 4, 256), gpt_oss=True,
                     extra_types=("mxfp4",), seed=1110),
+    # gemma4 (Gemma 4, dense): the local layers named one by one
+    # (attention.sliding_window_pattern, a bool per layer: here local,
+    # local, global, local, global; window 16), the global layers' RoPE
+    # factors (rope_freqs: a quarter of each head rotated, the rest by
+    # 1e30, as the converter writes "proportional" RoPE), a RoPE base per
+    # kind, attention scale 1 after the QK-norm, values RMS-normed without
+    # a weight, layer 2's values its keys (no attn_v), the last 2 layers
+    # reading the KV cache of the last layer of their kind before them
+    # (shared_kv_layers; no attn_k, attn_v of their own), per-layer
+    # embeddings (32 wide: per_layer_token_embd, the model projection, a
+    # gate and projection per layer), a scale per layer's output and the
+    # final-logit soft-cap
+    "gemma4": dict(arch="gemma4", vocab="llama-spm", n_embd=256, n_layer=5, n_head=4, n_head_kv=2, head_dim=64,
+                   n_ff=512, ctx=4096, rope_base=1000000.0, rope_base_swa=10000.0, tied=True,
+                   swa_layers=(0, 1, 3), sliding_window=16, shared_kv=2, no_v_layers=(2,), per_layer=32,
+                   rope_partial=0.25, final_softcap=30.0, seed=1112),
 }
 
 
@@ -601,9 +617,73 @@ class Builder:
             self.vec(p + "attn_norm.weight", E)
             self.mamba2_layer(p)
 
+    def build_gemma4(self, vocab_kv, n_vocab):
+        """Gemma 4 as its converter writes it: sliding_window_pattern one
+        bool per layer, key and value lengths of both kinds, RoPE dimensions
+        and bases of both kinds, rope_freqs for the global layers,
+        shared_kv_layers, embedding_length_per_layer_input and the
+        per-layer embedding tensors, layer_output_scale [1]."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        P, swa = s["per_layer"], s["swa_layers"]
+        first_shared = L - s["shared_kv"]
+        self.key("context_length", s["ctx"], VT.UINT32)
+        self.key("embedding_length", E, VT.UINT32)
+        self.key("block_count", L, VT.UINT32)
+        self.key("feed_forward_length", F, VT.UINT32)
+        self.key("attention.head_count", H, VT.UINT32)
+        self.key("attention.head_count_kv", HKV, VT.UINT32)
+        self.key("attention.key_length", D, VT.UINT32)
+        self.key("attention.value_length", D, VT.UINT32)
+        self.key("attention.key_length_swa", D, VT.UINT32)
+        self.key("attention.value_length_swa", D, VT.UINT32)
+        self.key("rope.dimension_count", D, VT.UINT32)
+        self.key("rope.dimension_count_swa", D, VT.UINT32)
+        self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
+        self.key("rope.freq_base_swa", s["rope_base_swa"], VT.FLOAT32)
+        self.key("attention.layer_norm_rms_epsilon", 1e-6, VT.FLOAT32)
+        self.key("attention.sliding_window", s["sliding_window"], VT.UINT32)
+        self.key("attention.sliding_window_pattern", [i in swa for i in range(L)], VT.ARRAY, VT.BOOL)
+        self.key("attention.shared_kv_layers", s["shared_kv"], VT.UINT32)
+        self.key("embedding_length_per_layer_input", P, VT.UINT32)
+        self.key("final_logit_softcapping", s["final_softcap"], VT.FLOAT32)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0)
+        self.mat("per_layer_token_embd.weight", n_vocab, L * P, scale=3.0, kind="lookup")
+        self.mat("per_layer_model_proj.weight", L * P, E)
+        self.vec("per_layer_proj_norm.weight", P)
+        self.vec("output_norm.weight", E)
+        n_rot = int(D * s["rope_partial"] / 2)
+        self.const("rope_freqs.weight", np.array([1.0] * n_rot + [1e30] * (D // 2 - n_rot), dtype=np.float32))
+        for i in range(L):
+            p = "blk.%d." % i
+            own_kv = i < first_shared
+            self.vec(p + "attn_norm.weight", E)
+            self.mat(p + "attn_q.weight", H * D, E)
+            if own_kv:
+                self.mat(p + "attn_k.weight", HKV * D, E)
+                if i not in s["no_v_layers"]:
+                    self.mat(p + "attn_v.weight", HKV * D, E)
+            self.vec(p + "attn_q_norm.weight", D, mean=0.4)
+            if own_kv:
+                self.vec(p + "attn_k_norm.weight", D, mean=0.4)
+            self.mat(p + "attn_output.weight", E, H * D)
+            self.vec(p + "post_attention_norm.weight", E)
+            self.vec(p + "ffn_norm.weight", E)
+            self.mat(p + "ffn_gate.weight", F, E)
+            self.mat(p + "ffn_up.weight", F, E)
+            self.mat(p + "ffn_down.weight", E, F)
+            self.vec(p + "post_ffw_norm.weight", E)
+            self.mat(p + "inp_gate.weight", P, E)
+            self.mat(p + "proj.weight", E, P)
+            self.vec(p + "post_norm.weight", E)
+            self.vec(p + "layer_output_scale.weight", 1, mean=0.8)
+
     def build(self):
         s, arch = self.s, self.s["arch"]
         vocab_kv, n_vocab = read_vocab(s["vocab"], s.get("pre"), s.get("pad_vocab"))
+        if arch == "gemma4":
+            return self.build_gemma4(vocab_kv, n_vocab)
         if arch == "mamba2":
             return self.build_mamba2(vocab_kv, n_vocab)
         if arch == "lfm2":

@@ -54,6 +54,31 @@ def to_llama4(m, n_expert=4, n_ff=128):
     return m
 
 
+def to_gemma4(m, per_layer=0):
+    """The tiny model as Gemma 4: layer 0 local (window 4), layer 1 global
+    (sliding_window_pattern, a bool per layer), QK-norms, post-norms, the
+    global layers' rope_freqs; per_layer > 0: per-layer embeddings that wide."""
+    m.set_arch("gemma4")
+    m.set_kv("gemma4.attention.sliding_window", T_U32, 4)
+    m.set_kv("gemma4.attention.sliding_window_pattern", T_ARR, (T_BOOL, [1, 0]))
+    m.set_kv("gemma4.embedding_length_per_layer_input", T_U32, per_layer)
+    m.add_tensor("rope_freqs.weight", [HEAD_DIM // 2], values=[1.0] * 2 + [1e30] * (HEAD_DIM // 2 - 2))
+    for i in range(2):
+        m.add_tensor("blk.%d.attn_q_norm.weight" % i, [HEAD_DIM])
+        m.add_tensor("blk.%d.attn_k_norm.weight" % i, [HEAD_DIM])
+        for n in ("post_attention_norm", "post_ffw_norm"):
+            m.add_tensor("blk.%d.%s.weight" % (i, n), [64])
+        if per_layer:
+            m.add_tensor("blk.%d.inp_gate.weight" % i, [64, per_layer])
+            m.add_tensor("blk.%d.proj.weight" % i, [per_layer, 64])
+            m.add_tensor("blk.%d.post_norm.weight" % i, [64])
+    if per_layer:
+        m.add_tensor("per_layer_token_embd.weight", [2 * per_layer, m.tensor("token_embd.weight")["dims"][1]])
+        m.add_tensor("per_layer_model_proj.weight", [64, 2 * per_layer])
+        m.add_tensor("per_layer_proj_norm.weight", [per_layer])
+    return m
+
+
 def longrope(m, long_len=HEAD_DIM // 2, short=True):
     m.set_kv("llama.rope.scaling.type", T_STR, "longrope")
     m.add_tensor("rope_factors_long.weight", [long_len], values=[1.0 + i for i in range(long_len)])
@@ -166,6 +191,17 @@ def variant_list():
     # (the list's head: each new family would otherwise edit this line)
     add("unsupported_architecture_lists_families", "(supported: llama, gemma3, gemma2, qwen2, qwen3, phi3, ",
         lambda m: m.set_kv("general.architecture", T_STR, "mamba"))
+    add("gemma4_local_heads_of_another_width", "key 'gemma4.attention.key_length_swa': 32, but the global layers' "
+        "heads are 16 wide", lambda m: (to_gemma4(m), m.set_kv("gemma4.attention.key_length_swa", T_U32, 32)))
+    add("gemma4_pattern_of_another_length", "key 'gemma4.attention.sliding_window_pattern': 3 values, expected one "
+        "per layer (2)", lambda m: (to_gemma4(m), m.set_kv("gemma4.attention.sliding_window_pattern", T_ARR,
+                                                          (T_BOOL, [1, 0, 1]))))
+    add("gemma4_without_rope_freqs", "tensor 'rope_freqs.weight': missing",
+        lambda m: (to_gemma4(m), m.tensors.remove(m.tensor("rope_freqs.weight"))))
+    add("gemma4_every_layer_shares_kv", "key 'gemma4.attention.shared_kv_layers': 1 of 2 layers, expected at most 0",
+        lambda m: (to_gemma4(m), m.set_kv("gemma4.attention.shared_kv_layers", T_U32, 1)))
+    add("gemma4_per_layer_embeddings_missing", "tensor 'per_layer_token_embd.weight': missing",
+        lambda m: (to_gemma4(m, 8), m.tensors.remove(m.tensor("per_layer_token_embd.weight"))))
     add("llama4_chunk_other_than_8192", "key 'llama4.attention.sliding_window': 16, but the attention chunk is 8192",
         lambda m: (to_llama4(m), m.set_kv("llama4.attention.sliding_window", T_U32, 16)))
     add("llama4_without_interleave_step", "missing key 'llama4.interleave_moe_layer_step'",
@@ -261,5 +297,7 @@ def valid_edge_cases():
         ("sliding_window", lambda m: m.set_kv("llama.attention.sliding_window", T_U32, 4)),
         ("yarn", lambda m: (yarn(m), m.set_kv("mistral3.attention.temperature_scale", T_F32, 0.1))),
         ("llama4", to_llama4),
+        ("gemma4", to_gemma4),
+        ("gemma4_per_layer_embeddings", lambda m: to_gemma4(m, 8)),
         ("llama4_chunk_8192", lambda m: (to_llama4(m), m.set_kv("llama4.attention.sliding_window", T_U32, 8192))),
     ]

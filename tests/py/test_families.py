@@ -218,6 +218,11 @@ FEATURES = {
                "experts on 2 of 4 layers (the others dense), router weights on the expert input"],
     "nemotron_h": ["Mamba-2 on 2 of 5 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
                    "feed-forward alone on 2 layers (ReLU^2, no gate)", "no position encoding in attention (NoPE)"],
+    "gemma4": ["GeGLU", "RoPE halves (NEOX)", "QK-norm (per head)", "RoPE frequency factors (rope_freqs) on the global "
+               "layers", "sliding window 16 on 3 of 5 layers", "soft-cap: final logits 30", "attention scale 1",
+               "values RMS-normed", "values = keys on 1 of 5 layers",
+               "2 of 5 layers read an earlier layer's keys and values (shared KV)",
+               "per-layer embeddings (32 per layer)", "layer output scales on 5 of 5 layers", "post-norms"],
     "gpt-oss": ["clamped SwiGLU", "RoPE halves (NEOX)", "attention output bias", "router and expert biases",
                 "attention sinks", "QKV bias", "YaRN RoPE scaling 4 (original context 32, beta 32/1",
                 "sliding window 16 on 2 of 4 layers", "8 experts (4 used, top-k softmax router, width 256)"],
@@ -315,6 +320,26 @@ def test_experts_batch_invariant(fam, qtype, run_spindle):
     steps = full.json()["steps"]
     for n in (5, 17, 33, 59):
         r = run_spindle("logits", "-m", path, "--ids", " ".join(map(str, ids[:n])), "--top", 8)
+        assert r.returncode == 0, r.stderr
+        assert r.json()["top"] == steps[n - 1]["top"], "prefix of %d tokens" % n
+
+
+def test_shared_kv_batch_invariant_and_ring_equals_full_cache(run_spindle):
+    """Gemma 4's layers reading another layer's keys and values and its
+    per-layer inputs: the last position of each prefix, computed in batches
+    of 5 to 60 tokens, equals the same position of the 60-token batch, bit
+    for bit; and its local layers (the shared ones reading their source's
+    ring) give the same logits with every layer in the paged cache
+    (--swa-full)."""
+    path = model_path("gemma4", "q8_0")
+    ids = " ".join(str(3 + (i * 4507) % 30000) for i in range(60))
+    full = run_spindle("logits", "-m", path, "--ids", ids, "--from", 0, "--top", 8)
+    paged = run_spindle("logits", "-m", path, "--ids", ids, "--from", 0, "--top", 8, "--swa-full")
+    assert full.returncode == 0 and paged.returncode == 0, full.stderr + paged.stderr
+    steps = full.json()["steps"]
+    assert steps == paged.json()["steps"]
+    for n in (5, 17, 33, 59):
+        r = run_spindle("logits", "-m", path, "--ids", " ".join(ids.split()[:n]), "--top", 8)
         assert r.returncode == 0, r.stderr
         assert r.json()["top"] == steps[n - 1]["top"], "prefix of %d tokens" % n
 

@@ -252,6 +252,65 @@ static void test_quantized(sp_cache_type t)
     CHECK(sp_kv_new(&kv, &odd, 4) == SP_ERR_UNSUPPORTED && !kv, "%s: head_dim 48 refused", name);
 }
 
+/* Layers reading another layer's keys and values (Gemma 3n / 4's
+ * shared_kv_layers): they hold no rows (blocks and rings are sized without
+ * them), their view is their source's, and a source of another kind, a
+ * later one or one that itself reads another's is refused. */
+static void test_shared_layers(void)
+{
+    const bool local[4] = {true, false, true, false};
+    const uint32_t source[4] = {0, 1, 0, 1};
+    const struct sp_kv_shape shape = {.n_layer = 4, .n_head_kv = HKV, .head_dim = D, .local = local,
+                                      .source = source, .ring_len = 32, .n_rings = 1};
+    const struct sp_kv_shape own = {.n_layer = 4, .n_head_kv = HKV, .head_dim = D, .local = local, .ring_len = 32,
+                                    .n_rings = 1};
+    CHECK(sp_kv_block_bytes(&shape) == (uint64_t)BT * 1 * HKV * D * 2 * 2, "one paged layer holds rows");
+    CHECK(sp_kv_block_bytes(&own) == (uint64_t)BT * 2 * HKV * D * 2 * 2, "without sources: two");
+    struct sp_kv *kv = NULL, *kv_own = NULL;
+    struct sp_kv_seq a = {0}, b = {0};
+    CHECK(sp_kv_new(&kv, &shape, 4) == SP_OK && sp_kv_new(&kv_own, &own, 4) == SP_OK, "init");
+    struct sp_kv_stats st, st_own;
+    sp_kv_stats(kv, 1, &st);
+    sp_kv_stats(kv_own, 1, &st_own);
+    CHECK(st.bytes * 2 == st_own.bytes, "half the bytes: one ring and one paged layer (%llu vs %llu)",
+          (unsigned long long)st.bytes, (unsigned long long)st_own.bytes);
+    CHECK(sp_kv_seq_reserve(kv, &a, 20) == SP_OK, "reserve");
+    float k[HKV * D], v[HKV * D];
+    for (int l = 0; l < 2; l++) /* the sources only */
+        for (int p = 0; p < 20; p++) {
+            for (int i = 0; i < HKV * D; i++) {
+                k[i] = (float)(l * 1000 + p * 10 + i % 7);
+                v[i] = -k[i];
+            }
+            sp_kv_store(kv, &a, (uint32_t)l, (uint32_t)p, k, v);
+        }
+    for (uint32_t l = 2; l < 4; l++) {
+        const struct sp_kv_view w = sp_kv_view(kv, &a, l), ws = sp_kv_view(kv, &a, source[l]);
+        CHECK(w.k == ws.k && w.v == ws.v && w.span == ws.span, "layer %u's view is layer %u's", l, source[l]);
+        int bad = 0;
+        for (int p = 0; p < 20; p++)
+            for (int h = 0; h < HKV; h++)
+                for (int d = 0; d < D; d++) {
+                    float want = (float)((int)source[l] * 1000 + p * 10 + (h * D + d) % 7);
+                    bad += f16_value(sp_kv_view_k(&w, (uint32_t)p, (uint32_t)h)[(size_t)d * SP_KV_TILE]) != want ||
+                           f16_value(sp_kv_view_v(&w, (uint32_t)p, (uint32_t)h)[d]) != -want;
+                }
+        CHECK(bad == 0, "layer %u reads its source's keys and values (%d wrong)", l, bad);
+    }
+    sp_kv_seq_release(kv, &a);
+    sp_kv_seq_release(kv, &b);
+    sp_kv_free(kv);
+    sp_kv_free(kv_own);
+    const uint32_t other_kind[4] = {0, 1, 1, 1}, later[4] = {0, 3, 2, 3}, chain[4] = {0, 1, 0, 2};
+    const uint32_t *bad_sources[3] = {other_kind, later, chain};
+    for (int i = 0; i < 3; i++) {
+        struct sp_kv_shape sh = shape;
+        sh.source = bad_sources[i];
+        kv = NULL;
+        CHECK(sp_kv_new(&kv, &sh, 4) == SP_ERR_ARG && !kv, "bad sources %d refused", i);
+    }
+}
+
 int main(void)
 {
     test_rotate();
@@ -417,6 +476,7 @@ int main(void)
     sp_kv_seq_release(kv, &b);
     CHECK(sp_kv_available(kv) == 12, "every block back");
     sp_kv_free(kv);
+    test_shared_layers();
     test_quantized(SP_CACHE_Q8_0);
     test_quantized(SP_CACHE_Q4_0);
     return sp_check_report("test_kv");
