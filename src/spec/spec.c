@@ -146,15 +146,25 @@ sp_status sp_spec_init(struct sp_spec **out, const struct sp_spec_config *c, con
         const struct sp_hparams *hp = &c->draft->hp;
         /* every layer paged (no sliding-window rings): the draft's memory
          * is small, and rings would need the engine's ring sizing */
+        uint32_t *source = calloc(hp->n_layer, sizeof *source); /* layers reading another's keys (shared KV) */
+        if (!source) {
+            st = sp_error_set(SP_ERR_NOMEM, "spec: no memory");
+            goto fail;
+        }
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            source[l] = c->draft->layers[l].kv_src;
         struct sp_memory_shape shape = {
-            .kv = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim}};
+            .kv = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .source = source}};
         uint64_t n_blocks = sp_kv_blocks_for((uint64_t)t->n_ctx * t->n_parallel) + (uint64_t)t->n_rows;
         if (n_blocks > UINT32_MAX / 2) {
+            free(source);
             st = sp_error_set(SP_ERR_ARG, "draft KV cache of %llu blocks is out of range", (unsigned long long)n_blocks);
             goto fail;
         }
         shape.n_blocks = (uint32_t)n_blocks;
-        if ((st = sp_memory_new(&sp->own_mem, &shape)) != SP_OK)
+        st = sp_memory_new(&sp->own_mem, &shape);
+        free(source);
+        if (st != SP_OK)
             goto fail;
         sp->dmem = sp->own_mem;
         if ((st = sp_forward_scratch_init(&sp->own_fs, c->draft, t->n_batch, t->n_ctx, sp_pool_size(t->pool))) != SP_OK)
