@@ -66,7 +66,7 @@ static sp_status sp_engine_memory_new(struct sp_engine *e, const struct sp_engin
     sp_status st;
     bool *local = calloc(hp->n_layer, sizeof *local), *stateless = calloc(hp->n_layer, sizeof *stateless);
     struct sp_state_layer *lin = calloc(hp->n_layer, sizeof *lin);
-    uint32_t *source = calloc(hp->n_layer, sizeof *source);
+    uint32_t *source = calloc(3 * (size_t)hp->n_layer, sizeof *source); /* then heads_kv, head_dims */
     if (!local || !stateless || !lin || !source) {
         st = sp_error_set(SP_ERR_NOMEM, "engine: no memory");
         goto done;
@@ -81,10 +81,13 @@ static sp_status sp_engine_memory_new(struct sp_engine *e, const struct sp_engin
         sp_forward_state_layer(e->model, l, &lin[l]);
         stateless[l] = e->model->layers[l].mixer != SP_MIXER_ATTN;
         source[l] = e->model->layers[l].kv_src; /* shared_kv_layers: another layer's cache */
+        source[hp->n_layer + l] = e->model->layers[l].n_head_kv;
+        source[2 * hp->n_layer + l] = e->model->layers[l].head_dim;
     }
     struct sp_memory_shape shape = {
         .kv = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .local = local,
-               .stateless = stateless, .source = source, .ring_len = ring_len, .n_rings = n_seqs, .type_k = p->cache_type_k,
+               .stateless = stateless, .source = source, .heads_kv = source + hp->n_layer,
+               .head_dims = source + 2 * hp->n_layer, .ring_len = ring_len, .n_rings = n_seqs, .type_k = p->cache_type_k,
                .type_v = p->cache_type_v},
         /* snapshots: a few per parallel request, within 256 MiB */
         .state = {.n_layer = hp->n_layer, .layers = lin, .n_slots = n_seqs,

@@ -22,23 +22,28 @@
 #define SP_KV_BLOCK 16u
 _Static_assert(SP_KV_BLOCK % SP_KV_TILE == 0, "a block holds whole key tiles");
 
+/* One layer's geometry (a layer reading another's: its source's) and where
+ * its rows start in k / v (paged) or in a ring slot (local). */
+struct sp_kv_layer {
+    uint32_t heads, dim, krow, vrow; /* KV heads, head width, bytes of one position of one head */
+    size_t koff, voff;
+    bool paged;                      /* its own rows in the blocks */
+};
+
 struct sp_kv {
-    uint32_t n_layer, kv_dim, head_dim, block_tokens, n_blocks; /* kv_dim = KV heads x head_dim; block_tokens = SP_KV_BLOCK */
+    uint32_t n_layer, block_tokens, n_blocks; /* block_tokens = SP_KV_BLOCK */
+    struct sp_kv_layer *lay;     /* [n_layer] */
     uint32_t n_global, n_local;  /* paged layers, ring layers */
     uint32_t *layer_index;       /* [n_layer] index among its kind */
     bool *layer_local;           /* [n_layer] */
     uint32_t *layer_src;         /* [n_layer] the layer whose rows a layer reads (shape.source) */
     sp_cache_type kt, vt;  /* key and value types */
-    uint32_t k_row, v_row; /* bytes of one position of one KV head (sp_kv_row_bytes) */
-    size_t k_block, v_block; /* bytes between blocks: SP_KV_BLOCK rows */
-    size_t k_head, v_head;   /* bytes between KV heads: n_blocks blocks */
-    size_t k_layer, v_layer; /* bytes between paged layers: n_head_kv heads */
     size_t k_bytes, v_bytes; /* bytes of k and of v */
-    uint8_t *k, *v;        /* [n_global][n_head_kv][n_blocks][SP_KV_BLOCK][row], keys in tiles */
+    uint8_t *k, *v;        /* each paged layer's [heads][n_blocks][SP_KV_BLOCK][row], keys in tiles */
     /* local layers: ring slots, allocated on first use, reused after */
     uint32_t ring_len, n_rings;
     size_t ring_k_bytes, ring_v_bytes; /* of one slot */
-    uint8_t **ring_k, **ring_v; /* [n_rings] -> [n_local][n_head_kv][ring_len][row], keys in tiles */
+    uint8_t **ring_k, **ring_v; /* [n_rings] -> each local layer's [heads][ring_len][row], keys in tiles */
     uint32_t *ring_free;         /* stack of free slots */
     uint32_t n_ring_free;
     uint32_t *refs;        /* [n_blocks] sequences using the block */
@@ -100,42 +105,125 @@ static uint32_t sp_kv_paged_layers(const struct sp_kv_shape *s)
     return n || n_stateless == s->n_layer ? n : 1;
 }
 
+static uint32_t sp_kv_heads(const struct sp_kv_shape *s, uint32_t l)
+{
+    return s->heads_kv ? s->heads_kv[l] : s->n_head_kv;
+}
+
+static uint32_t sp_kv_dim(const struct sp_kv_shape *s, uint32_t l)
+{
+    return s->head_dims ? s->head_dims[l] : s->head_dim;
+}
+
+/* Bytes of one position of the paged layers' keys and values; a model of
+ * local layers only counts one layer of the shape's geometry (its blocks'
+ * rows, unused). */
+static uint64_t sp_kv_paged_pos_bytes(const struct sp_kv_shape *s)
+{
+    uint64_t n = 0;
+    bool any = false;
+    for (uint32_t l = 0; l < s->n_layer; l++)
+        if (!sp_kv_is_local(s, l) && !sp_kv_is_stateless(s, l)) {
+            const uint32_t d = sp_kv_dim(s, l);
+            n += (uint64_t)sp_kv_heads(s, l) * (sp_kv_row_bytes(s->type_k, d) + sp_kv_row_bytes(s->type_v, d));
+            any = true;
+        }
+    if (!any && sp_kv_paged_layers(s))
+        n = (uint64_t)s->n_head_kv * (sp_kv_row_bytes(s->type_k, s->head_dim) + sp_kv_row_bytes(s->type_v, s->head_dim));
+    return n;
+}
+
 uint64_t sp_kv_block_bytes(const struct sp_kv_shape *s)
 {
-    return (uint64_t)SP_KV_BLOCK * s->n_head_kv *
-           (sp_kv_row_bytes(s->type_k, s->head_dim) + sp_kv_row_bytes(s->type_v, s->head_dim)) *
-           sp_kv_paged_layers(s);
+    return (uint64_t)SP_KV_BLOCK * sp_kv_paged_pos_bytes(s);
+}
+
+/* Each layer's geometry and offsets; the bytes of the paged arrays and of
+ * one ring slot.  False when a size overflows. */
+static bool sp_kv_layout(struct sp_kv *kv, const struct sp_kv_shape *shape, uint32_t n_blocks)
+{
+    uint64_t kb = 0, vb = 0, rk = 0, rv = 0;
+    for (uint32_t l = 0; l < shape->n_layer; l++) {
+        struct sp_kv_layer *y = &kv->lay[l];
+        y->heads = sp_kv_heads(shape, l);
+        y->dim = sp_kv_dim(shape, l);
+        y->krow = sp_kv_row_bytes(kv->kt, y->dim);
+        y->vrow = sp_kv_row_bytes(kv->vt, y->dim);
+        if (sp_kv_is_stateless(shape, l))
+            continue;
+        const bool local = kv->layer_local[l];
+        uint64_t *k = local ? &rk : &kb, *v = local ? &rv : &vb, rows, a, b;
+        if (!sp_mul_u64(local ? kv->ring_len : (uint64_t)n_blocks * SP_KV_BLOCK, y->heads, &rows) ||
+            !sp_mul_u64(rows, y->krow, &a) || !sp_mul_u64(rows, y->vrow, &b) || a + b > ((uint64_t)1 << 41) ||
+            *k + a > ((uint64_t)1 << 41) || *v + b > ((uint64_t)1 << 41))
+            return false;
+        y->koff = (size_t)*k;
+        y->voff = (size_t)*v;
+        y->paged = !local;
+        *k += a;
+        *v += b;
+    }
+    if (!kb && sp_kv_paged_layers(shape)) { /* local layers only: one phantom layer's rows */
+        const uint64_t pos = (uint64_t)n_blocks * SP_KV_BLOCK * shape->n_head_kv;
+        kb = pos * sp_kv_row_bytes(kv->kt, shape->head_dim);
+        vb = pos * sp_kv_row_bytes(kv->vt, shape->head_dim);
+    }
+    if (kb + vb > ((uint64_t)1 << 41) || (rk + rv) * (uint64_t)kv->n_rings > ((uint64_t)1 << 42))
+        return false;
+    kv->k_bytes = (size_t)kb;
+    kv->v_bytes = (size_t)vb;
+    kv->ring_k_bytes = (size_t)rk;
+    kv->ring_v_bytes = (size_t)rv;
+    return true;
+}
+
+/* Every layer holding rows has a geometry the cache types take. */
+static sp_status sp_kv_check_geometry(const struct sp_kv_shape *shape, bool rows)
+{
+    for (uint32_t l = 0; l <= shape->n_layer && rows; l++) {
+        const bool phantom = l == shape->n_layer; /* the shape's own, for a phantom paged layer */
+        if (!phantom && sp_kv_is_stateless(shape, l))
+            continue;
+        const uint32_t h = phantom ? shape->n_head_kv : sp_kv_heads(shape, l);
+        const uint32_t d = phantom ? shape->head_dim : sp_kv_dim(shape, l);
+        if (phantom && sp_kv_paged_pos_bytes(shape) == 0)
+            continue;
+        if (!h || !d || h > UINT32_MAX / d)
+            return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
+        for (int i = 0; i < 2; i++) {
+            const sp_cache_type t = i ? shape->type_v : shape->type_k;
+            if (!sp_cache_type_name(t))
+                return sp_error_set(SP_ERR_ARG, "kv cache: unknown type %d", (int)t);
+            if (t != SP_CACHE_F16 && (d % SP_KV_QK || d > SP_KV_QDIM_MAX))
+                return sp_error_set(SP_ERR_UNSUPPORTED,
+                                    "KV cache type %s needs a head dimension that is a multiple of %d up to %d; "
+                                    "this model's is %u",
+                                    sp_cache_type_name(t), SP_KV_QK, SP_KV_QDIM_MAX, d);
+        }
+    }
+    return SP_OK;
 }
 
 uint64_t sp_kv_blocks_for(uint64_t n_pos) { return (n_pos + SP_KV_BLOCK - 1) / SP_KV_BLOCK; }
 
 sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_t n_blocks)
 {
-    uint64_t pos_heads, k_bytes, v_bytes;
-    uint32_t n_layer = shape->n_layer, head_dim = shape->head_dim, ring_len = shape->ring_len;
+    uint32_t n_layer = shape->n_layer, ring_len = shape->ring_len;
     *out = NULL;
     const uint32_t n_paged = sp_kv_paged_layers(shape);
     bool rows = n_paged > 0; /* else every layer is stateless: blocks without rows */
     for (uint32_t l = 0; l < n_layer; l++)
         rows = rows || sp_kv_is_local(shape, l);
-    if (!n_layer || !n_blocks || (rows && (!shape->n_head_kv || !head_dim || shape->n_head_kv > UINT32_MAX / head_dim)))
+    if (!n_layer || !n_blocks)
         return sp_error_set(SP_ERR_ARG, "kv cache: empty geometry");
     if (ring_len > UINT32_MAX - SP_KV_TILE)
         return sp_error_set(SP_ERR_ARG, "kv cache: rings of %u positions", ring_len);
     if (!sp_kv_sources_ok(shape))
         return sp_error_set(SP_ERR_ARG, "kv cache: a layer reads a later layer, one of another kind, or one "
                             "that reads another's");
-    for (int i = 0; i < 2 && rows; i++) {
-        const sp_cache_type t = i ? shape->type_v : shape->type_k;
-        if (!sp_cache_type_name(t))
-            return sp_error_set(SP_ERR_ARG, "kv cache: unknown type %d", (int)t);
-        if (t != SP_CACHE_F16 && (head_dim % SP_KV_QK || head_dim > SP_KV_QDIM_MAX))
-            return sp_error_set(SP_ERR_UNSUPPORTED,
-                                "KV cache type %s needs a head dimension that is a multiple of %d up to %d; "
-                                "this model's is %u",
-                                sp_cache_type_name(t), SP_KV_QK, SP_KV_QDIM_MAX, head_dim);
-    }
-    const uint32_t kv_dim = shape->n_head_kv * head_dim;
+    sp_status st = sp_kv_check_geometry(shape, rows);
+    if (st != SP_OK)
+        return st;
     struct sp_kv *kv = calloc(1, sizeof *kv);
     if (!kv)
         return sp_error_set(SP_ERR_NOMEM, "kv cache: no memory");
@@ -143,7 +231,8 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
     kv->layer_index = calloc(n_layer, sizeof *kv->layer_index);
     kv->layer_local = calloc(n_layer, sizeof *kv->layer_local);
     kv->layer_src = calloc(n_layer, sizeof *kv->layer_src);
-    if (!kv->layer_index || !kv->layer_local || !kv->layer_src) {
+    kv->lay = calloc(n_layer, sizeof *kv->lay);
+    if (!kv->layer_index || !kv->layer_local || !kv->layer_src || !kv->lay) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: no memory");
     }
@@ -169,29 +258,13 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
     }
     kv->kt = shape->type_k;
     kv->vt = shape->type_v;
-    kv->k_row = sp_kv_row_bytes(kv->kt, head_dim);
-    kv->v_row = sp_kv_row_bytes(kv->vt, head_dim);
-    if (!sp_mul_u64((uint64_t)n_blocks * SP_KV_BLOCK, (uint64_t)shape->n_head_kv * n_paged, &pos_heads) ||
-        !sp_mul_u64(pos_heads, kv->k_row, &k_bytes) || !sp_mul_u64(pos_heads, kv->v_row, &v_bytes) ||
-        k_bytes + v_bytes > ((uint64_t)1 << 41)) {
+    if (!sp_kv_layout(kv, shape, n_blocks)) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: size overflows");
     }
     kv->n_layer = n_layer;
-    kv->kv_dim = kv_dim;
-    kv->head_dim = head_dim;
     kv->block_tokens = SP_KV_BLOCK;
     kv->n_blocks = n_blocks;
-    kv->k_block = (size_t)SP_KV_BLOCK * kv->k_row;
-    kv->v_block = (size_t)SP_KV_BLOCK * kv->v_row;
-    kv->k_head = kv->k_block * n_blocks;
-    kv->v_head = kv->v_block * n_blocks;
-    kv->k_layer = kv->k_head * shape->n_head_kv;
-    kv->v_layer = kv->v_head * shape->n_head_kv;
-    kv->k_bytes = (size_t)k_bytes;
-    kv->v_bytes = (size_t)v_bytes;
-    kv->ring_k_bytes = (size_t)kv->n_local * kv->ring_len * shape->n_head_kv * kv->k_row;
-    kv->ring_v_bytes = (size_t)kv->n_local * kv->ring_len * shape->n_head_kv * kv->v_row;
     uint32_t cap = 16;
     while (cap < 2 * n_blocks)
         cap <<= 1;
@@ -210,11 +283,12 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
     kv->parent_gen = calloc(n_blocks, sizeof *kv->parent_gen);
     kv->lru = calloc(n_blocks, sizeof *kv->lru);
     kv->table = malloc((size_t)cap * sizeof *kv->table);
+    const unsigned long long kv_bytes = (unsigned long long)kv->k_bytes + kv->v_bytes;
     if (!kv->k || !kv->v || !kv->refs || !kv->free_bits || !kv->tail_bits || !kv->hash || !kv->tokens || !kv->lru ||
         !kv->gen || !kv->parent || !kv->parent_gen || !kv->table) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: cannot allocate %llu bytes",
-                            (unsigned long long)(k_bytes + v_bytes));
+                            (unsigned long long)(kv_bytes));
     }
     memset(kv->table, 0xff, (size_t)cap * sizeof *kv->table);
     for (uint32_t i = 0; i < n_blocks; i++)
@@ -238,6 +312,7 @@ void sp_kv_free(struct sp_kv *kv)
     free(kv->layer_index);
     free(kv->layer_local);
     free(kv->layer_src);
+    free(kv->lay);
     free(kv->k);
     free(kv->v);
     free(kv->refs);
@@ -352,24 +427,22 @@ void sp_kv_rotate(float *x, uint32_t n, bool back)
 struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer)
 {
     layer = kv->layer_src[layer];
-    const size_t li = kv->layer_index[layer];
-    struct sp_kv_view w = {.head_dim = kv->head_dim, .k_row = kv->k_row, .v_row = kv->v_row, .kt = kv->kt,
-                           .vt = kv->vt};
+    const struct sp_kv_layer *y = &kv->lay[layer];
+    struct sp_kv_view w = {.head_dim = y->dim, .k_row = y->krow, .v_row = y->vrow, .kt = kv->kt, .vt = kv->vt};
     if (kv->layer_local[layer]) {
-        const size_t rows = li * kv->ring_len * (kv->kv_dim / kv->head_dim);
-        w.k = kv->ring_k[seq->ring - 1] + rows * kv->k_row;
-        w.v = kv->ring_v[seq->ring - 1] + rows * kv->v_row;
-        w.k_head = (size_t)kv->ring_len * kv->k_row;
-        w.v_head = (size_t)kv->ring_len * kv->v_row;
+        w.k = kv->ring_k[seq->ring - 1] + y->koff;
+        w.v = kv->ring_v[seq->ring - 1] + y->voff;
+        w.k_head = (size_t)kv->ring_len * y->krow;
+        w.v_head = (size_t)kv->ring_len * y->vrow;
         w.span = kv->ring_len;
     } else {
-        w.k = kv->k + li * kv->k_layer;
-        w.v = kv->v + li * kv->v_layer;
+        w.k = kv->k + y->koff;
+        w.v = kv->v + y->voff;
         w.blocks = seq->blocks;
-        w.k_block = kv->k_block;
-        w.v_block = kv->v_block;
-        w.k_head = kv->k_head;
-        w.v_head = kv->v_head;
+        w.k_block = (size_t)SP_KV_BLOCK * y->krow;
+        w.v_block = (size_t)SP_KV_BLOCK * y->vrow;
+        w.k_head = w.k_block * kv->n_blocks;
+        w.v_head = w.v_block * kv->n_blocks;
         w.span = kv->block_tokens;
     }
     return w;
@@ -379,7 +452,7 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
                  const float *v)
 {
     const struct sp_kv_view w = sp_kv_view(kv, seq, layer);
-    const uint32_t D = kv->head_dim, n_head = kv->kv_dim / D, lane = pos % SP_KV_TILE;
+    const uint32_t D = w.head_dim, n_head = kv->lay[kv->layer_src[layer]].heads, lane = pos % SP_KV_TILE;
     /* the view's pointers are into this room's own arrays; sp_f16_store
      * (quant.h) converts f16 (F16C / NEON rows, the cast's rounding), the
      * quantizers are the scalar reference (a row per head and token: the
@@ -403,7 +476,7 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
             sp_f16_store((uint16_t *)(void *)kt + lane, SP_KV_TILE, kh, D);
         } else { /* quantize the row, then spread its blocks over the tile's lane */
             uint8_t row[SP_KV_QDIM_MAX / SP_KV_QK * 34];
-            const uint32_t bb = kv->k_row / (D / SP_KV_QK), nq = bb - 2; /* block bytes, quant bytes */
+            const uint32_t bb = w.k_row / (D / SP_KV_QK), nq = bb - 2; /* block bytes, quant bytes */
             sp_type_get_ref(kv->kt == SP_CACHE_Q8_0 ? SP_TYPE_Q8_0 : SP_TYPE_Q4_0)->from_float(kh, row, D);
             for (uint32_t g = 0; g < D / SP_KV_QK; g++) {
                 uint8_t *grp = kt + (size_t)g * SP_KV_TILE * bb;
@@ -600,11 +673,16 @@ static sp_status sp_kv_seq_grow(struct sp_kv_seq *seq, uint32_t need)
 
 static void sp_kv_copy_block(struct sp_kv *kv, uint32_t dst, uint32_t src)
 {
-    const size_t kn = kv->k_block, vn = kv->v_block;
-    const size_t n_head = kv->head_dim ? kv->kv_dim / kv->head_dim : 0;
-    for (size_t l = 0; l < (size_t)kv->n_global * n_head; l++) { /* each (layer, head) */
-        memcpy(kv->k + l * kv->k_head + dst * kn, kv->k + l * kv->k_head + src * kn, kn);
-        memcpy(kv->v + l * kv->v_head + dst * vn, kv->v + l * kv->v_head + src * vn, vn);
+    for (uint32_t l = 0; l < kv->n_layer; l++) { /* each paged layer's heads */
+        const struct sp_kv_layer *y = &kv->lay[l];
+        if (!y->paged)
+            continue;
+        const size_t kn = (size_t)SP_KV_BLOCK * y->krow, vn = (size_t)SP_KV_BLOCK * y->vrow;
+        for (size_t h = 0; h < y->heads; h++) {
+            uint8_t *k = kv->k + y->koff + h * kn * kv->n_blocks, *v = kv->v + y->voff + h * vn * kv->n_blocks;
+            memcpy(k + dst * kn, k + src * kn, kn);
+            memcpy(v + dst * vn, v + src * vn, vn);
+        }
     }
 }
 

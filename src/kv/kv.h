@@ -41,6 +41,9 @@ struct sp_kv_shape {
                               state the state room keeps); NULL: none.  When every layer is,
                               blocks hold no rows (n_head_kv and head_dim may be 0) and only
                               number positions for the block tables and the prefix cache. */
+    const uint32_t *heads_kv, *head_dims; /* [n_layer] each layer's KV heads and head width (NULL: n_head_kv,
+                                             head_dim for every layer; Gemma 4's local and global layers
+                                             differ); a layer reading another's has its source's */
     const uint32_t *source; /* [n_layer] the layer whose keys and values each layer reads: its own
                                index, or an earlier layer of the same kind (local or not), which
                                itself reads its own; NULL: every layer its own.  A layer reading

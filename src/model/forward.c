@@ -54,7 +54,7 @@ static int sp_fwd_ff(const struct sp_model *m)
 {
     uint32_t f = 0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
-        uint32_t w = m->layers[il].moe ? m->hp.n_ff_shexp : m->hp.n_ff;
+        uint32_t w = m->layers[il].moe ? m->hp.n_ff_shexp : m->layers[il].n_ff;
         f = w > f ? w : f;
     }
     f = m->hp.n_embd_pl > f ? m->hp.n_embd_pl : f; /* g also holds the per-layer gate */
@@ -65,14 +65,20 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
                                   int n_ctx, int n_threads)
 {
     const struct sp_hparams *hp = &m->hp;
-    size_t B = (size_t)n_batch, E = hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim;
-    size_t KV = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)sp_fwd_ff(m);
+    size_t D = 0, KV = 0, NR = 0; /* the widest layer's head, keys and values, rotated dimensions */
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const struct sp_layer *L = &m->layers[il];
+        D = L->head_dim > D ? L->head_dim : D;
+        KV = (size_t)L->n_head_kv * L->head_dim > KV ? (size_t)L->n_head_kv * L->head_dim : KV;
+        NR = L->n_rot > NR ? L->n_rot : NR;
+    }
+    size_t B = (size_t)n_batch, E = hp->n_embd, Q = (size_t)hp->n_head * D, F = (size_t)sp_fwd_ff(m);
     size_t W = E > Q ? E : Q, X = hp->n_expert, R = B * hp->n_expert_used; /* routed rows */
     memset(s, 0, sizeof *s);
     s->n_batch = n_batch;
     s->n_ctx = n_ctx;
     s->act_stride = sp_fwd_max_act(m, false);
-    s->attn_per_thread = sp_attention_scratch_floats(n_ctx, (int)hp->head_dim);
+    s->attn_per_thread = sp_attention_scratch_floats(n_ctx, (int)D);
     s->x = sp_fwd_alloc(s, B * E * sizeof(float));
     s->h = sp_fwd_alloc(s, B * W * sizeof(float));
     s->q = sp_fwd_alloc(s, B * Q * sizeof(float));
@@ -83,7 +89,7 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->u = sp_fwd_alloc(s, B * (F ? F : 1) * sizeof(float));
     s->tmp = sp_fwd_alloc(s, B * W * sizeof(float));
     s->act = sp_fwd_alloc(s, B * s->act_stride);
-    s->rope = sp_fwd_alloc(s, B * hp->n_rot * sizeof(float));
+    s->rope = sp_fwd_alloc(s, B * (NR ? NR : 1) * sizeof(float));
     s->attn_plan = sp_fwd_alloc(s, sp_attention_plan_ints(n_batch, (int)hp->n_head) * sizeof(int32_t));
     s->attn_pos = sp_fwd_alloc(s, B * sizeof(int32_t));
     s->attn = sp_fwd_alloc(s, (size_t)sp_pool_chunks_for(n_threads) * s->attn_per_thread * sizeof(float));
@@ -234,7 +240,7 @@ static void sp_fwd_qk_row(const struct sp_fwd_job *j, int t, float *x, int n_hea
 {
     const struct sp_hparams *hp = &j->m->hp;
     const struct sp_arch *ar = j->m->arch;
-    const int D = (int)hp->head_dim, NR = (int)hp->n_rot, W = n_head * D;
+    const int D = (int)j->L->head_dim, NR = (int)j->L->n_rot, W = n_head * D;
     const float *cs = j->s->rope + (size_t)t * NR;
     if (bias->data)
         for (int i = 0; i < W; i++)
@@ -290,7 +296,7 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
     const struct sp_arch *ar = j->m->arch;
     const struct sp_layer *L = j->L;
     struct sp_forward_scratch *s = j->s;
-    const int E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head, HKV = (int)hp->n_head_kv;
+    const int E = (int)hp->n_embd, D = (int)L->head_dim, H = (int)hp->n_head, HKV = (int)L->n_head_kv;
     const int Q = H * D, KVW = HKV * D, F = j->ff;
     float *x = s->x + (size_t)t * E, *h = s->h + (size_t)t * E;
     switch (j->stage) {
@@ -724,17 +730,17 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
     const struct sp_layer *L = job->L;
     const struct sp_forward_batch *b = job->b;
     struct sp_forward_scratch *s = job->s;
-    const int T = b->n_tok, E = (int)hp->n_embd, D = (int)hp->head_dim, H = (int)hp->n_head;
-    const int HKV = (int)hp->n_head_kv, Q = H * D, KVW = HKV * D;
+    const int T = b->n_tok, E = (int)hp->n_embd, D = (int)L->head_dim, H = (int)hp->n_head;
+    const int HKV = (int)L->n_head_kv, Q = H * D, KVW = HKV * D;
     const struct sp_tensor *w3[3] = {&L->wq, &L->wk, &L->wv};
     float *o3[3] = {m->arch->q_gate ? s->qg : s->q, s->k, s->v};
     const size_t st3[3] = {(size_t)(m->arch->q_gate ? 2 * Q : Q), (size_t)KVW, (size_t)KVW};
     /* q alone where the keys and values are another layer's; q and k where the values are the keys */
     sp_fwd_mm_multi(s, pool, cache, !L->wk.data ? 1 : !L->wv.data ? 2 : 3, w3, s->h, E, T, o3, st3);
-    const int NR = (int)hp->n_rot;
+    const int NR = (int)L->n_rot;
     if (!L->rope_ff)
         rope_factors = NULL;
-    if (s->rope_base != L->rope_base || s->rope_ff != rope_factors) { /* layers sharing them share the table */
+    if (s->rope_base != L->rope_base || s->rope_ff != rope_factors || s->rope_nr != NR) { /* shared by layers alike */
         float yarn[2];
         if (hp->yarn)
             sp_rope_yarn_dims(NR, hp->n_ctx_orig, L->rope_base, hp->yarn_beta_fast, hp->yarn_beta_slow, yarn);
@@ -743,6 +749,7 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
                           hp->rope_mscale, hp->yarn ? yarn : NULL);
         s->rope_base = L->rope_base;
         s->rope_ff = rope_factors;
+        s->rope_nr = NR;
     }
     sp_fwd_stage(job, pool, SP_FWD_QK, NULL, cache);
     struct sp_attn_args aa = {
@@ -827,6 +834,7 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
     int max_pos = 0;
     s->rope_base = 0.0f; /* the table is per batch */
     s->rope_ff = NULL;
+    s->rope_nr = 0;
 
     if (T <= 0 || T > s->n_batch || b->n_out > T)
         return sp_error_set(SP_ERR_INTERNAL, "forward: batch of %d tokens (%d outputs), limit %d", T, b->n_out,
@@ -908,7 +916,7 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
             sp_fwd_delta(m, mem, s, pool, b, il);
             sp_fwd_mm(s, pool, &cache, &L->ssm_out, s->lin_y, VD, T, s->tmp, E);
         } else if (L->mixer == SP_MIXER_MLP) {
-            sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
+            sp_fwd_dense(&job, pool, &cache, L, (int)L->n_ff);
         } else if (L->mixer == SP_MIXER_CONV) {
             sp_fwd_mm(s, pool, &cache, &L->sc_in, s->h, E, T, s->lin, s->lin_stride);
             sp_fwd_shortconv(m, mem, s, pool, b, il);
@@ -925,7 +933,7 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
         } else {
             /* the stage quantizes for the first matrix that reads h: gate, or up alone (ffn_plain) */
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, L->w_gate.data ? &L->w_gate : &L->w_up, &cache);
-            sp_fwd_dense(&job, pool, &cache, L, (int)hp->n_ff);
+            sp_fwd_dense(&job, pool, &cache, L, (int)L->n_ff);
         }
         job.next = il + 1 < n_layer ? &m->layers[il + 1] : NULL;
         if (hp->n_embd_pl) {

@@ -44,6 +44,7 @@ struct sp_forward_scratch {
     float *rope;                                 /* [n_batch][n_rot] cos/sin of each token */
     float rope_base;                             /* base the table holds (0: none) */
     const float *rope_ff;                        /* and the factors it was made with */
+    int rope_nr;                                 /* and its rotated dimensions */
     size_t bytes;                                /* all of the above */
     /* Optional observer of every matmul's float input, called on the
      * forward's thread before the product (importance statistics). */

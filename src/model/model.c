@@ -306,6 +306,29 @@ static sp_status sp_model_mrope(struct sp_model *m)
     return SP_OK;
 }
 
+/* A key holding one value for every layer or an array of one per layer
+ * (block_count): the largest, each checked > 0 (`required`: present). */
+static sp_status sp_model_u32_widest(struct sp_model *m, const char *suffix, bool required, uint32_t *out)
+{
+    char key[128];
+    sp_key(m, suffix, key, sizeof key);
+    const struct sp_gguf_kv *kv = sp_gguf_find(&m->gguf, key);
+    if (!kv || kv->type != SP_GGUF_ARRAY)
+        return sp_gguf_get_u32(&m->gguf, key, required, out);
+    uint32_t most = 0;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        uint32_t n = 0;
+        sp_status st = sp_gguf_get_u32_at(&m->gguf, key, il, m->hp.n_layer_all, true, &n);
+        if (st != SP_OK)
+            return st;
+        if (n == 0)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s': layer %u's value is 0, expected > 0", key, il);
+        most = n > most ? n : most;
+    }
+    *out = most;
+    return SP_OK;
+}
+
 /* Head counts and widths, RoPE, windows and soft-caps: the attention
  * layers' keys. */
 static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern)
@@ -332,7 +355,7 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
             most = n ? n : most;
         }
         hp->n_head_kv = most ? most : hp->n_head;
-    } else if ((st = sp_hp_u32(m, "attention.head_count_kv", false, &hp->n_head_kv))) {
+    } else if ((st = sp_model_u32_widest(m, "attention.head_count_kv", false, &hp->n_head_kv))) {
         return st;
     }
     if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv)
@@ -353,14 +376,15 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     if (v_len != hp->head_dim)
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length': %u differs from key_length %u", a,
                             v_len, hp->head_dim);
-    uint32_t k_swa = hp->head_dim, v_swa = hp->head_dim;
-    if ((st = sp_hp_u32(m, "attention.key_length_swa", false, &k_swa)) ||
-        (st = sp_hp_u32(m, "attention.value_length_swa", false, &v_swa)))
+    hp->head_dim_swa = hp->head_dim;
+    if ((st = sp_hp_u32(m, "attention.key_length_swa", false, &hp->head_dim_swa)))
         return st;
-    if (k_swa != hp->head_dim || v_swa != hp->head_dim)
-        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.%s_length_swa': %u, but the global layers' heads "
-                            "are %u wide (heads of two widths are not supported)", a, k_swa != hp->head_dim ? "key"
-                            : "value", k_swa != hp->head_dim ? k_swa : v_swa, hp->head_dim);
+    uint32_t v_swa = v_len; /* as llama.cpp: each _swa length defaults to its global one */
+    if ((st = sp_hp_u32(m, "attention.value_length_swa", false, &v_swa)))
+        return st;
+    if (v_swa != hp->head_dim_swa || hp->head_dim_swa == 0 || hp->head_dim_swa > 4096)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length_swa': %u, key_length_swa %u (expected "
+                            "equal, 1..4096)", a, v_swa, hp->head_dim_swa);
     bool rope = !m->arch->abs_pos && !m->arch->nope; /* absolute positions: no RoPE */
     if (m->arch->granite) { /* Granite 4.0-H's attention has none (NoPE) unless the file says */
         char key[128];
@@ -376,12 +400,13 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
                             hp->n_rot, hp->head_dim < SP_ROPE_MAX ? hp->head_dim : SP_ROPE_MAX);
     if (!(hp->rope_base > 0.0f) || isinf(hp->rope_base))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.freq_base': %g, expected > 0", a, hp->rope_base);
-    uint32_t rot_swa = hp->n_rot;
-    if (rope && (st = sp_hp_u32(m, "rope.dimension_count_swa", false, &rot_swa)))
+    hp->n_rot_swa = hp->n_rot;
+    if (rope && (st = sp_hp_u32(m, "rope.dimension_count_swa", false, &hp->n_rot_swa)))
         return st;
-    if (rot_swa != hp->n_rot)
-        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.rope.dimension_count_swa': %u, but the global layers rotate "
-                            "%u (two RoPE widths are not supported)", a, rot_swa, hp->n_rot);
+    if ((hp->n_rot_swa == 0 && rope) || hp->n_rot_swa > hp->head_dim_swa || hp->n_rot_swa % 2 ||
+        hp->n_rot_swa > SP_ROPE_MAX)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.dimension_count_swa': %u, expected an even number <= %u", a,
+                            hp->n_rot_swa, hp->head_dim_swa < SP_ROPE_MAX ? hp->head_dim_swa : SP_ROPE_MAX);
     if ((st = sp_model_rope_scaling(m)) || (st = sp_model_attn_keys(m, swa_pattern)))
         return st;
     if (m->arch->attn_temp && (st = sp_hp_f32(m, "attention.temperature_scale", false, &hp->attn_temp)))
@@ -539,7 +564,7 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     if ((st = sp_hp_u32(m, "context_length", true, &hp->n_ctx_train)) ||
         (st = sp_hp_u32(m, "embedding_length", true, &hp->n_embd)) ||
         (st = sp_hp_u32(m, "block_count", true, &hp->n_layer_all)) || (st = sp_model_nextn(m)) ||
-        (ar->kinds != SP_KINDS_KV_FF && (st = sp_hp_u32(m, "feed_forward_length", !ar->no_ffn, &hp->n_ff))) ||
+        (ar->kinds != SP_KINDS_KV_FF && (st = sp_model_u32_widest(m, "feed_forward_length", !ar->no_ffn, &hp->n_ff))) ||
         (ar->kinds == SP_KINDS_KV_FF && (st = sp_model_ff_layers(m))) ||
         (ar->nope && (st = sp_hp_f32(m, "attention.layer_norm_epsilon", true, &hp->eps))) ||
         (st = sp_hp_u32(m, "attention.head_count", ar->kinds != SP_KINDS_LINEAR, &hp->n_head)) ||
@@ -742,7 +767,7 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     const struct sp_hparams *hp = &m->hp;
     const struct sp_arch *ar = m->arch;
     struct sp_layer *L = &m->layers[il];
-    int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * L->head_dim, KV = (int64_t)L->n_head_kv * L->head_dim;
     const bool own = L->kv_src == il;
     char name[96];
     sp_status st;
@@ -772,8 +797,8 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
         SP_T(L->sinks, "attn_sinks.weight", hp->n_head, 0, true);
     bool full = ar->qk_norm == SP_QK_NORM_FULL;
     bool weighted = full || ar->qk_norm == SP_QK_NORM_HEAD; /* SP_QK_NORM_L2 has no weights */
-    SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : hp->head_dim, 0, weighted);
-    SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : hp->head_dim, 0, weighted && own);
+    SP_T(L->q_norm, "attn_q_norm.weight", full ? Q : L->head_dim, 0, weighted);
+    SP_T(L->k_norm, "attn_k_norm.weight", full ? KV : L->head_dim, 0, weighted && own);
     if (!own) { /* its keys and values are another layer's: what the file has for its own (llama.cpp loads
                    them too) is not computed */
         static const struct sp_tensor none;
@@ -985,11 +1010,31 @@ static sp_status sp_model_layer_kind(struct sp_model *m, uint32_t il, uint32_t s
     }
     L->swa = L->mixer == SP_MIXER_ATTN && hp->n_swa && local;
     L->rope_ff = ar->rope_factors != SP_ROPE_FACTORS_GLOBAL || !L->swa;
+    L->head_dim = L->swa ? hp->head_dim_swa : hp->head_dim;
+    L->n_rot = L->swa ? hp->n_rot_swa : hp->n_rot;
+    L->n_head_kv = hp->n_head_kv;
+    L->n_ff = hp->n_ff;
+    char key[128];
+    sp_status st = SP_OK;
+    if (ar->kinds != SP_KINDS_KV_ZERO && ar->kinds != SP_KINDS_KV_FF && ar->kinds != SP_KINDS_LINEAR) {
+        sp_key(m, "attention.head_count_kv", key, sizeof key);
+        st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer_all, false, &L->n_head_kv);
+    }
+    if (st == SP_OK && ar->kinds != SP_KINDS_KV_FF && !ar->no_ffn) {
+        sp_key(m, "feed_forward_length", key, sizeof key);
+        st = sp_gguf_get_u32_at(&m->gguf, key, il, hp->n_layer_all, false, &L->n_ff);
+    }
+    if (st != SP_OK)
+        return st;
+    if (L->mixer == SP_MIXER_ATTN && (L->n_head_kv == 0 || hp->n_head % L->n_head_kv))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.head_count_kv': layer %u's %u does not divide head_count "
+                            "%u", ar->name, il, L->n_head_kv, hp->n_head);
     L->kv_src = il;
     if (il >= hp->n_kv_own) {
         const uint32_t src = hp->n_kv_own - (L->swa ? 2 : 1);
         const struct sp_layer *S = &m->layers[src];
-        if (L->mixer != SP_MIXER_ATTN || S->mixer != SP_MIXER_ATTN || S->swa != L->swa)
+        if (L->mixer != SP_MIXER_ATTN || S->mixer != SP_MIXER_ATTN || S->swa != L->swa ||
+            S->n_head_kv != L->n_head_kv)
             return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.shared_kv_layers': layer %u (%s) would read the "
                                 "keys and values of layer %u (%s); only layers of one kind share", ar->name, il,
                                 L->swa ? "local" : "global", src, S->swa ? "local" : "global");
@@ -1032,12 +1077,13 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     const struct sp_hparams *hp = &m->hp;
     const struct sp_arch *ar = m->arch;
     struct sp_layer *L = &m->layers[il];
-    int64_t E = hp->n_embd, F = hp->n_ff;
+    int64_t E = hp->n_embd, F;
     char name[96];
     sp_status st;
     bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
     if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK || (st = sp_model_layer_kind(m, il, swa_pattern)))
         return st;
+    F = L->n_ff;
     L->moe = hp->n_expert && (!ar->moe_interleave || (hp->n_moe_step && (il + 1) % hp->n_moe_step == 0));
     SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre && !ar->no_pre_norm);
     if (L->mixer == SP_MIXER_MLP) {

@@ -174,7 +174,9 @@ struct sp_hparams {
     uint32_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
     uint32_t n_layer_all;      /* block_count: the n_layer run, then nextn_predict_layers
                                   multi-token-prediction layers (not run) */
-    uint32_t n_head, n_head_kv, head_dim, n_rot;
+    uint32_t n_head, n_head_kv, head_dim, n_rot; /* n_head_kv, n_ff: the widest layer's (per layer: sp_layer) */
+    uint32_t head_dim_swa, n_rot_swa; /* the local layers' (attention.key_length_swa, rope.dimension_count_swa;
+                                         absent: the others') */
     uint32_t n_swa;            /* sliding window; 0 = none */
     float rope_base, rope_freq_scale, eps, attn_scale;
     float rope_mscale;         /* cos/sin scale (rope.scaling.attn_factor; 1 = none) */
@@ -242,6 +244,9 @@ struct sp_layer {
     /* per_layer_embd: inp_gate [n_embd -> P], proj [P -> n_embd], post_norm [n_embd] */
     struct sp_tensor pl_gate, pl_proj, pl_norm;
     float out_scale;           /* out_scale families: the layer's output times it (1: none) */
+    uint32_t head_dim, n_head_kv, n_rot; /* its attention's (local layers: head_dim_swa, n_rot_swa; KV heads
+                                            from head_count_kv, one per layer or one for all) */
+    uint32_t n_ff;             /* its dense feed-forward's width (feed_forward_length, per layer or for all) */
     uint32_t kv_src;           /* the layer whose keys and values this one reads (its own index: its own) */
     bool rope_ff;              /* the model's rope factors apply in this layer */
     enum sp_mixer mixer;

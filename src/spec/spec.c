@@ -146,15 +146,19 @@ sp_status sp_spec_init(struct sp_spec **out, const struct sp_spec_config *c, con
         const struct sp_hparams *hp = &c->draft->hp;
         /* every layer paged (no sliding-window rings): the draft's memory
          * is small, and rings would need the engine's ring sizing */
-        uint32_t *source = calloc(hp->n_layer, sizeof *source); /* layers reading another's keys (shared KV) */
+        uint32_t *source = calloc(3 * (size_t)hp->n_layer, sizeof *source); /* shared KV; per-layer geometry */
         if (!source) {
             st = sp_error_set(SP_ERR_NOMEM, "spec: no memory");
             goto fail;
         }
-        for (uint32_t l = 0; l < hp->n_layer; l++)
+        for (uint32_t l = 0; l < hp->n_layer; l++) {
             source[l] = c->draft->layers[l].kv_src;
+            source[hp->n_layer + l] = c->draft->layers[l].n_head_kv;
+            source[2 * hp->n_layer + l] = c->draft->layers[l].head_dim;
+        }
         struct sp_memory_shape shape = {
-            .kv = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .source = source}};
+            .kv = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .source = source,
+                   .heads_kv = source + hp->n_layer, .head_dims = source + 2 * hp->n_layer}};
         uint64_t n_blocks = sp_kv_blocks_for((uint64_t)t->n_ctx * t->n_parallel) + (uint64_t)t->n_rows;
         if (n_blocks > UINT32_MAX / 2) {
             free(source);

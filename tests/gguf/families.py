@@ -208,19 +208,22 @@ FAMILIES = {
                     extra_types=("mxfp4",), seed=1110),
     # gemma4 (Gemma 4, dense): the local layers named one by one
     # (attention.sliding_window_pattern, a bool per layer: here local,
-    # local, global, local, global; window 16), the global layers' RoPE
-    # factors (rope_freqs: a quarter of each head rotated, the rest by
+    # local, global, local, global; window 16) with heads of their own
+    # width, KV heads and RoPE dimensions (local: 2 KV heads of 32, global:
+    # 1 of 64, as the released models' 256 and 512), the global layers'
+    # RoPE factors (rope_freqs: a quarter of each head rotated, the rest by
     # 1e30, as the converter writes "proportional" RoPE), a RoPE base per
     # kind, attention scale 1 after the QK-norm, values RMS-normed without
     # a weight, layer 2's values its keys (no attn_v), the last 2 layers
     # reading the KV cache of the last layer of their kind before them
-    # (shared_kv_layers; no attn_k, attn_v of their own), per-layer
-    # embeddings (32 wide: per_layer_token_embd, the model projection, a
-    # gate and projection per layer), a scale per layer's output and the
-    # final-logit soft-cap
-    "gemma4": dict(arch="gemma4", vocab="llama-spm", n_embd=256, n_layer=5, n_head=4, n_head_kv=2, head_dim=64,
-                   n_ff=512, ctx=4096, rope_base=1000000.0, rope_base_swa=10000.0, tied=True,
-                   swa_layers=(0, 1, 3), sliding_window=16, shared_kv=2, no_v_layers=(2,), per_layer=32,
+    # (shared_kv_layers; no attn_k, attn_v of their own) with feed-forwards
+    # twice as wide (E2B's double-wide MLP: feed_forward_length per layer),
+    # per-layer embeddings (32 wide: per_layer_token_embd, the model
+    # projection, a gate and projection per layer), a scale per layer's
+    # output and the final-logit soft-cap
+    "gemma4": dict(arch="gemma4", vocab="llama-spm", n_embd=256, n_layer=5, n_head=4, n_head_kv=1, head_dim=64,
+                   n_head_kv_swa=2, head_dim_swa=32, n_ff=512, ctx=4096, rope_base=1000000.0, rope_base_swa=10000.0,
+                   tied=True, swa_layers=(0, 1, 3), sliding_window=16, shared_kv=2, no_v_layers=(2,), per_layer=32,
                    rope_partial=0.25, final_softcap=30.0, seed=1112),
 }
 
@@ -624,21 +627,24 @@ class Builder:
         shared_kv_layers, embedding_length_per_layer_input and the
         per-layer embedding tensors, layer_output_scale [1]."""
         s = self.s
-        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        E, H, F, L = s["n_embd"], s["n_head"], s["n_ff"], s["n_layer"]
         P, swa = s["per_layer"], s["swa_layers"]
         first_shared = L - s["shared_kv"]
+        DG, DS = s["head_dim"], s["head_dim_swa"]
+        heads_kv = [s["n_head_kv_swa"] if i in swa else s["n_head_kv"] for i in range(L)]
+        ffs = [F if i < first_shared else 2 * F for i in range(L)]
         self.key("context_length", s["ctx"], VT.UINT32)
         self.key("embedding_length", E, VT.UINT32)
         self.key("block_count", L, VT.UINT32)
-        self.key("feed_forward_length", F, VT.UINT32)
+        self.key("feed_forward_length", ffs, VT.ARRAY, VT.INT32)
         self.key("attention.head_count", H, VT.UINT32)
-        self.key("attention.head_count_kv", HKV, VT.UINT32)
-        self.key("attention.key_length", D, VT.UINT32)
-        self.key("attention.value_length", D, VT.UINT32)
-        self.key("attention.key_length_swa", D, VT.UINT32)
-        self.key("attention.value_length_swa", D, VT.UINT32)
-        self.key("rope.dimension_count", D, VT.UINT32)
-        self.key("rope.dimension_count_swa", D, VT.UINT32)
+        self.key("attention.head_count_kv", heads_kv, VT.ARRAY, VT.INT32)
+        self.key("attention.key_length", DG, VT.UINT32)
+        self.key("attention.value_length", DG, VT.UINT32)
+        self.key("attention.key_length_swa", DS, VT.UINT32)
+        self.key("attention.value_length_swa", DS, VT.UINT32)
+        self.key("rope.dimension_count", DG, VT.UINT32)
+        self.key("rope.dimension_count_swa", DS, VT.UINT32)
         self.key("rope.freq_base", s["rope_base"], VT.FLOAT32)
         self.key("rope.freq_base_swa", s["rope_base_swa"], VT.FLOAT32)
         self.key("attention.layer_norm_rms_epsilon", 1e-6, VT.FLOAT32)
@@ -653,11 +659,12 @@ class Builder:
         self.mat("per_layer_model_proj.weight", L * P, E)
         self.vec("per_layer_proj_norm.weight", P)
         self.vec("output_norm.weight", E)
-        n_rot = int(D * s["rope_partial"] / 2)
-        self.const("rope_freqs.weight", np.array([1.0] * n_rot + [1e30] * (D // 2 - n_rot), dtype=np.float32))
+        n_rot = int(DG * s["rope_partial"] / 2)
+        self.const("rope_freqs.weight", np.array([1.0] * n_rot + [1e30] * (DG // 2 - n_rot), dtype=np.float32))
         for i in range(L):
             p = "blk.%d." % i
             own_kv = i < first_shared
+            D, HKV, F = DS if i in swa else DG, heads_kv[i], ffs[i]
             self.vec(p + "attn_norm.weight", E)
             self.mat(p + "attn_q.weight", H * D, E)
             if own_kv:

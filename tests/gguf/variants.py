@@ -191,8 +191,10 @@ def variant_list():
     # (the list's head: each new family would otherwise edit this line)
     add("unsupported_architecture_lists_families", "(supported: llama, gemma3, gemma2, qwen2, qwen3, phi3, ",
         lambda m: m.set_kv("general.architecture", T_STR, "mamba"))
-    add("gemma4_local_heads_of_another_width", "key 'gemma4.attention.key_length_swa': 32, but the global layers' "
-        "heads are 16 wide", lambda m: (to_gemma4(m), m.set_kv("gemma4.attention.key_length_swa", T_U32, 32)))
+    add("gemma4_local_values_of_another_width", "key 'gemma4.attention.value_length_swa': 16, key_length_swa 32",
+        lambda m: (to_gemma4(m), m.set_kv("gemma4.attention.key_length_swa", T_U32, 32)))
+    add("gemma4_kv_heads_not_dividing", "key 'gemma4.attention.head_count_kv': 3 does not divide head_count 4",
+        lambda m: (to_gemma4(m), m.set_kv("gemma4.attention.head_count_kv", T_ARR, (T_I32, [2, 3]))))
     add("gemma4_pattern_of_another_length", "key 'gemma4.attention.sliding_window_pattern': 3 values, expected one "
         "per layer (2)", lambda m: (to_gemma4(m), m.set_kv("gemma4.attention.sliding_window_pattern", T_ARR,
                                                           (T_BOOL, [1, 0, 1]))))
@@ -298,6 +300,19 @@ def valid_edge_cases():
         ("yarn", lambda m: (yarn(m), m.set_kv("mistral3.attention.temperature_scale", T_F32, 0.1))),
         ("llama4", to_llama4),
         ("gemma4", to_gemma4),
+        ("gemma4_local_heads_of_their_own", lambda m: (
+            to_gemma4(m), m.set_kv("gemma4.attention.key_length_swa", T_U32, 8),
+            m.set_kv("gemma4.attention.value_length_swa", T_U32, 8),
+            m.set_kv("gemma4.rope.dimension_count_swa", T_U32, 8),
+            m.set_kv("gemma4.attention.head_count_kv", T_ARR, (T_I32, [4, 2])),
+            m.set_kv("gemma4.feed_forward_length", T_ARR, (T_I32, [128, 256])),
+            [m.tensors.remove(m.tensor("blk.%d.%s.weight" % (i, n))) for i in range(2)
+             for n in ("attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm", "ffn_gate",
+                       "ffn_up", "ffn_down")],
+            [m.add_tensor("blk.%d.%s.weight" % (i, n), d) for i, w, kv, f in ((0, 8, 4, 128), (1, 16, 2, 256))
+             for n, d in (("attn_q", [64, 4 * w]), ("attn_k", [64, kv * w]), ("attn_v", [64, kv * w]),
+                          ("attn_output", [4 * w, 64]), ("attn_q_norm", [w]), ("attn_k_norm", [w]),
+                          ("ffn_gate", [64, f]), ("ffn_up", [64, f]), ("ffn_down", [f, 64]))])),
         ("gemma4_per_layer_embeddings", lambda m: to_gemma4(m, 8)),
         ("llama4_chunk_8192", lambda m: (to_llama4(m), m.set_kv("llama4.attention.sliding_window", T_U32, 8192))),
     ]

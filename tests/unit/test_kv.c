@@ -311,6 +311,73 @@ static void test_shared_layers(void)
     }
 }
 
+/* Layers of their own geometry (Gemma 4: local layers with more, narrower
+ * KV heads than the global ones): a block holds each layer's heads at its
+ * width, every (layer, head, position, element) reads back what was
+ * stored, also after copy-on-write copied a shared block, and in q8_0. */
+static void test_layer_geometry(sp_cache_type t)
+{
+    const uint32_t heads[3] = {2, 1, 4}, dims[3] = {32, 64, 32};
+    const struct sp_kv_shape shape = {.n_layer = 3, .n_head_kv = 4, .head_dim = 64, .heads_kv = heads,
+                                      .head_dims = dims, .type_k = t, .type_v = t};
+    uint64_t want = 0;
+    for (int l = 0; l < 3; l++)
+        want += (uint64_t)BT * heads[l] * 2 * sp_kv_row_bytes(t, dims[l]);
+    CHECK(sp_kv_block_bytes(&shape) == want, "a block holds each layer at its width (%llu, expected %llu)",
+          (unsigned long long)sp_kv_block_bytes(&shape), (unsigned long long)want);
+    struct sp_kv *kv = NULL;
+    struct sp_kv_seq a = {0}, b = {0};
+    CHECK(sp_kv_new(&kv, &shape, 6) == SP_OK, "init");
+    CHECK(sp_kv_seq_reserve(kv, &a, 20) == SP_OK, "reserve");
+    float k[4 * 64], v[4 * 64];
+    for (uint32_t l = 0; l < 3; l++)
+        for (uint32_t p = 0; p < 20; p++) {
+            for (uint32_t i = 0; i < heads[l] * dims[l]; i++) {
+                k[i] = (float)((l * 7 + p * 3 + i) % 64) - 32.0f;
+                v[i] = -k[i] * 0.5f;
+            }
+            sp_kv_store(kv, &a, l, p, k, v);
+        }
+    CHECK(sp_kv_seq_fork(kv, &b, &a) == SP_OK && sp_kv_seq_reserve(kv, &b, 21) == SP_OK &&
+          b.blocks[1] != a.blocks[1], "b copies the shared partial block");
+    int bad = 0, checked = 0;
+    for (int s = 0; s < 2; s++)
+        for (uint32_t l = 0; l < 3; l++) {
+            const struct sp_kv_view w = sp_kv_view(kv, s ? &b : &a, l);
+            bad += w.head_dim != dims[l];
+            for (uint32_t p = 0; p < 20; p++)
+                for (uint32_t h = 0; h < heads[l]; h++) {
+                    float kr[64], vr[64];
+                    for (uint32_t d = 0; d < dims[l]; d++) {
+                        if (t == SP_CACHE_F16) {
+                            kr[d] = f16_value(sp_kv_view_k(&w, p, h)[(size_t)d * SP_KV_TILE]);
+                            vr[d] = f16_value(sp_kv_view_v(&w, p, h)[d]);
+                        } else {
+                            kr[d] = sp_kv_qkey(sp_kv_view_ktile(&w, p, h), t, (int)(p % SP_KV_TILE), (int)d);
+                            vr[d] = sp_kv_qval(sp_kv_view_vrow(&w, p, h), t, (int)d);
+                        }
+                    }
+                    if (t != SP_CACHE_F16) { /* stored rotated (kv.h) */
+                        sp_kv_rotate(kr, dims[l], true);
+                        sp_kv_rotate(vr, dims[l], true);
+                    }
+                    for (uint32_t d = 0; d < dims[l]; d++) {
+                        const float want_k = (float)((l * 7 + p * 3 + h * dims[l] + d) % 64) - 32.0f;
+                        /* q8_0: rotated rows (sums of 32 values up to 32) in steps of 1/127 of their largest;
+                         * a row read from another place is off by up to 64 */
+                        const float tol = t == SP_CACHE_F16 ? 0.0f : 3.0f;
+                        bad += fabsf(kr[d] - want_k) > tol || fabsf(vr[d] + want_k * 0.5f) > tol;
+                        checked++;
+                    }
+                }
+        }
+    CHECK(bad == 0, "%s: every layer's rows read back (%d of %d wrong)", t == SP_CACHE_F16 ? "f16" : "q8_0", bad,
+          checked);
+    sp_kv_seq_release(kv, &a);
+    sp_kv_seq_release(kv, &b);
+    sp_kv_free(kv);
+}
+
 int main(void)
 {
     test_rotate();
@@ -477,6 +544,8 @@ int main(void)
     CHECK(sp_kv_available(kv) == 12, "every block back");
     sp_kv_free(kv);
     test_shared_layers();
+    test_layer_geometry(SP_CACHE_F16);
+    test_layer_geometry(SP_CACHE_Q8_0);
     test_quantized(SP_CACHE_Q8_0);
     test_quantized(SP_CACHE_Q4_0);
     return sp_check_report("test_kv");
