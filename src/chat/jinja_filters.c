@@ -721,6 +721,65 @@ static int filter_items(struct jctx *c, const struct jnode *at, const struct jfi
     return 0;
 }
 
+/* Orders two dictionary keys as Python orders them (strings by code point:
+ * UTF-8 bytes; case folded to ASCII lower case unless case_sensitive;
+ * numbers by value); other kinds of keys compare equal (stable order). */
+static int dictsort_cmp(struct jval x, struct jval y, bool case_sensitive)
+{
+    if (x.t == JV_STR && y.t == JV_STR) {
+        for (size_t i = 0; i < x.u.s.n && i < y.u.s.n; i++) {
+            unsigned char cx = (unsigned char)x.u.s.p[i], cy = (unsigned char)y.u.s.p[i];
+            if (!case_sensitive) {
+                cx = cx >= 'A' && cx <= 'Z' ? (unsigned char)(cx + 32) : cx;
+                cy = cy >= 'A' && cy <= 'Z' ? (unsigned char)(cy + 32) : cy;
+            }
+            if (cx != cy)
+                return cx < cy ? -1 : 1;
+        }
+        return x.u.s.n < y.u.s.n ? -1 : x.u.s.n > y.u.s.n;
+    }
+    if ((x.t == JV_INT || x.t == JV_FLOAT) && (y.t == JV_INT || y.t == JV_FLOAT)) {
+        double a = x.t == JV_INT ? (double)x.u.i : x.u.f, b = y.t == JV_INT ? (double)y.u.i : y.u.f;
+        return a < b ? -1 : a > b;
+    }
+    return 0;
+}
+
+/* dictsort(case_sensitive=false, by='key', reverse=false): a mapping's
+ * (key, value) pairs ordered by key (a stable insertion sort: mappings in
+ * templates are small).  by='value' is refused. */
+static int filter_dictsort(struct jctx *c, const struct jnode *at, const struct jfilter *f, struct jval v,
+                           const struct jargs *a, struct jval *out)
+{
+    static const char *const kws[] = {"case_sensitive", "by", "reverse", NULL};
+    struct jval cs = {.t = JV_BOOL}, by = {.t = JV_UNDEF}, rev = {.t = JV_BOOL};
+    if (check_args(c, at, "dictsort", a, 3, kws))
+        return -1;
+    arg(a, 0, "case_sensitive", &cs);
+    arg(a, 1, "by", &by);
+    arg(a, 2, "reverse", &rev);
+    if (by.t != JV_UNDEF && !(by.t == JV_STR && by.u.s.n == 3 && !memcmp(by.u.s.p, "key", 3)))
+        return jerr(c, at, "dictsort: only by='key' is supported");
+    if (v.t != JV_DICT)
+        return jerr(c, at, "dictsort: can only sort a mapping");
+    if (filter_items(c, at, f, v, a, out))
+        return -1;
+    struct jlist *l = out->u.l;
+    const bool sensitive = cs.t == JV_BOOL && cs.u.b, reverse = rev.t == JV_BOOL && rev.u.b;
+    for (size_t i = 1; i < l->n; i++) {
+        struct jval p = l->v[i];
+        size_t j = i;
+        for (; j > 0; j--) {
+            int d = dictsort_cmp(l->v[j - 1].u.l->v[0], p.u.l->v[0], sensitive);
+            if (reverse ? d >= 0 : d <= 0)
+                break;
+            l->v[j] = l->v[j - 1];
+        }
+        l->v[j] = p;
+    }
+    return 0;
+}
+
 /* first and last (mode 'f', 'l') */
 static int filter_end(struct jctx *c, const struct jnode *at, const struct jfilter *f, struct jval v,
                       const struct jargs *a, struct jval *out)
@@ -1076,7 +1135,7 @@ static const struct jfilter jfilters[] = {
     {"count", filter_length, 0},
     {"d", filter_default, 0},
     {"default", filter_default, 0},
-    {"dictsort", NULL, 0},
+    {"dictsort", filter_dictsort, 0},
     {"e", filter_escape, 0},
     {"escape", filter_escape, 0},
     {"filesizeformat", NULL, 0},
