@@ -119,6 +119,24 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("values RMS-normed");
     if (n_vk)
         SP_F("values = keys on %u of %u layers", n_vk, hp->n_layer);
+    const struct sp_layer *loc = NULL, *glo = NULL;
+    uint32_t ff_lo = UINT32_MAX, ff_hi = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const struct sp_layer *L = &m->layers[l];
+        if (L->mixer == SP_MIXER_ATTN && L->swa && !loc)
+            loc = L;
+        if (L->mixer == SP_MIXER_ATTN && !L->swa && !glo)
+            glo = L;
+        if (!L->moe && L->n_ff) {
+            ff_lo = L->n_ff < ff_lo ? L->n_ff : ff_lo;
+            ff_hi = L->n_ff > ff_hi ? L->n_ff : ff_hi;
+        }
+    }
+    if (loc && glo && (loc->head_dim != glo->head_dim || loc->n_head_kv != glo->n_head_kv))
+        SP_F("local layers %u KV heads of %u, global layers %u of %u", loc->n_head_kv, loc->head_dim, glo->n_head_kv,
+             glo->head_dim);
+    if (ff_hi > ff_lo && ff_lo != UINT32_MAX)
+        SP_F("feed-forward widths %u to %u by layer", ff_lo, ff_hi);
     if (n_shared)
         SP_F("%u of %u layers read an earlier layer's keys and values (shared KV)", n_shared, hp->n_layer);
     if (hp->n_embd_pl)

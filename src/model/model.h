@@ -285,7 +285,7 @@ struct sp_model {
     uint64_t resident_bytes;   /* weights held in memory: every matrix (all experts) and vector; the
                                   embedding table only as a tied head (other rows are read per token) */
     uint64_t file_bytes;
-    char features[512];        /* sp_model_features' words */
+    char features[1024];       /* sp_model_features' words */
 };
 
 /* After sp_model_open: replaces the file mapping by a private copy of what

@@ -221,6 +221,7 @@ FEATURES = {
     "gemma4": ["GeGLU", "RoPE halves (NEOX)", "QK-norm (per head)", "RoPE frequency factors (rope_freqs) on the global "
                "layers", "sliding window 16 on 3 of 5 layers", "soft-cap: final logits 30", "attention scale 1",
                "values RMS-normed", "values = keys on 1 of 5 layers",
+               "local layers 2 KV heads of 32, global layers 1 of 64", "feed-forward widths 512 to 1024 by layer",
                "2 of 5 layers read an earlier layer's keys and values (shared KV)",
                "per-layer embeddings (32 per layer)", "layer output scales on 5 of 5 layers", "post-norms"],
     "gpt-oss": ["clamped SwiGLU", "RoPE halves (NEOX)", "attention output bias", "router and expert biases",
