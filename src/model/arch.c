@@ -281,6 +281,10 @@ static const struct sp_arch sp_archs[] = {
         .kv_shared = true,
         .per_layer_embd = true,
         .out_scale = true,
+        .moe = SP_MOE_OPTIONAL, /* 26B-A4B: experts beside the dense feed-forward */
+        .moe_norm = true,
+        .moe_ff_key = true,
+        .moe_dense = true,
         .chat_format = "gemma",
     },
     {

@@ -151,7 +151,9 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("%u experts (%u used, %s router%s, width %u)%s", hp->n_expert, hp->n_expert_used,
              ar->router == SP_ROUTER_SOFTMAX ? "softmax" : ar->router == SP_ROUTER_SIGMOID ? "sigmoid"
              : "top-k softmax", ar->moe_norm ? ", weights renormalized" : "",
-             hp->n_ff_exp, ar->shared_expert ? " + shared expert" : "");
+             hp->n_ff_exp, ar->shared_expert ? " + shared expert" : ar->moe_dense ? " beside the dense feed-forward" : "");
+    if (hp->n_expert && ar->moe_dense)
+        SP_F("expert output scales, router input scale");
     if (hp->n_expert && n_moe < hp->n_layer)
         SP_F("experts on %u of %u layers (the others dense)%s", n_moe, hp->n_layer,
              ar->moe_weight_in ? ", router weights on the expert input" : "");

@@ -54,7 +54,7 @@ static int sp_fwd_ff(const struct sp_model *m)
 {
     uint32_t f = 0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
-        uint32_t w = m->layers[il].moe ? m->hp.n_ff_shexp : m->layers[il].n_ff;
+        uint32_t w = m->layers[il].moe && !m->arch->moe_dense ? m->hp.n_ff_shexp : m->layers[il].n_ff;
         f = w > f ? w : f;
     }
     f = m->hp.n_embd_pl > f ? m->hp.n_embd_pl : f; /* g also holds the per-layer gate */
@@ -96,6 +96,8 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     s->kv_seqs = sp_fwd_alloc(s, B * sizeof *s->kv_seqs);
     if (m->arch->q_gate)
         s->qg = sp_fwd_alloc(s, B * 2 * Q * sizeof(float));
+    if (m->arch->moe_dense && hp->n_expert)
+        s->ffn2 = sp_fwd_alloc(s, B * E * sizeof(float));
     const size_t NP = (size_t)hp->n_embd_pl * hp->n_layer;
     if (NP) {
         s->ple = sp_fwd_alloc(s, B * NP * sizeof(float));
@@ -103,7 +105,7 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
     }
     bool ok = s->x && s->h && s->q && s->k && s->v && s->att && s->g && s->u && s->tmp && s->act && s->attn &&
               s->rope && s->attn_plan && s->attn_pos && s->kv_seqs && (s->qg || !m->arch->q_gate) &&
-              (!NP || (s->ple && s->ple_row));
+              (!NP || (s->ple && s->ple_row)) && (s->ffn2 || !(m->arch->moe_dense && hp->n_expert));
     struct sp_fwd_linear_sizes ls;
     sp_fwd_linear_sizes(m, &ls);
     if (ok && ls.lin) {
@@ -152,7 +154,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->attn_plan); free(s->attn_pos);
     free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row); free(s->moe_exp);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
-    free(s->kv_seqs); free(s->qg); free(s->ple); free(s->ple_row); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
+    free(s->kv_seqs); free(s->qg); free(s->ple); free(s->ple_row); free(s->ffn2); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
     memset(s, 0, sizeof *s);
 }
 
@@ -216,6 +218,9 @@ enum sp_fwd_stage {
     SP_FWD_GLU,       /* g = act(g) * u */
     SP_FWD_FFN_OUT,   /* (post-norm) tmp, x += tmp, then the next layer's SP_FWD_ATTN_IN (per_layer_embd:
                          h = x, for inp_gate) */
+    SP_FWD_MOE_IN,    /* moe_dense: ffn2 = rmsnorm(tmp) (the dense half, post_ffw_norm_1), h = the experts'
+                         input (pre_ffw_norm_2), tmp = the router's input */
+    SP_FWD_MOE_OUT,   /* moe_dense: tmp = rmsnorm(tmp) (post_ffw_norm_2) + ffn2 */
     SP_FWD_PLE_GLU,   /* g = gelu(g) * the layer's per-layer input */
     SP_FWD_PLE_OUT,   /* rmsnorm(tmp) with post_norm, x += tmp, then the next layer's SP_FWD_ATTN_IN */
 };
@@ -386,6 +391,24 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         }
         if (j->qw)
             sp_act_quantize_row(j->qw, g, s->act + (size_t)t * sp_act_row_bytes(j->qw));
+        return;
+    }
+    case SP_FWD_MOE_IN: {
+        float *o = s->tmp + (size_t)t * E;
+        const float *sc = L->gate_inp_s.data, r = 1.0f / sqrtf((float)E);
+        sp_rmsnorm(o, L->ffn_post1.data, s->ffn2 + (size_t)t * E, E, hp->eps);
+        sp_rmsnorm(x, L->ffn_pre2.data, h, E, hp->eps);
+        sp_rmsnorm(x, NULL, o, E, hp->eps);
+        for (int i = 0; i < E; i++)
+            o[i] = o[i] * r * sc[i];
+        return;
+    }
+    case SP_FWD_MOE_OUT: {
+        float *o = s->tmp + (size_t)t * E;
+        const float *d = s->ffn2 + (size_t)t * E;
+        sp_rmsnorm(o, L->ffn_post2.data, o, E, hp->eps);
+        for (int i = 0; i < E; i++)
+            o[i] += d[i];
         return;
     }
     case SP_FWD_PLE_GLU: {
@@ -631,7 +654,8 @@ static void sp_moe_input(const struct sp_model *m, struct sp_forward_scratch *s,
  * the selected experts are read at all.  Each token's output is the sum
  * of its experts' outputs times their weights in selection order (then the
  * shared expert's, times its sigmoid gate), whatever else is in the batch. */
-static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *c, const struct sp_layer *L)
+static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *c, const struct sp_layer *L,
+                       const float *router_in)
 {
     const struct sp_model *m = job->m;
     const struct sp_hparams *hp = &m->hp;
@@ -640,11 +664,13 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
     const int FX = (int)hp->n_ff_exp, R = T * K;
     int32_t off[SP_MOE_MAX_EXPERTS + 1] = {0}, fill[SP_MOE_MAX_EXPERTS];
 
-    sp_fwd_mm(s, pool, c, &L->gate_inp, s->h, (size_t)E, T, s->moe_logits, (size_t)X);
+    sp_fwd_mm(s, pool, c, &L->gate_inp, router_in, (size_t)E, T, s->moe_logits, (size_t)X);
     for (int t = 0; t < T; t++) {
         sp_fwd_add(s->moe_logits + (size_t)t * X, &L->gate_inp_b, X);
         sp_moe_route(s->moe_logits + (size_t)t * X, X, K, m->arch->router, m->arch->moe_norm, s->moe_ids + t * K,
                      s->moe_w + t * K);
+        for (int k = 0; L->exps_s.data && k < K; k++) /* each expert's output scale, on its weight */
+            s->moe_w[t * K + k] *= ((const float *)L->exps_s.data)[s->moe_ids[t * K + k]];
         for (int k = 0; k < K; k++)
             off[s->moe_ids[t * K + k] + 1]++;
     }
@@ -927,9 +953,15 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
         /* feed-forward block */
         if (ar->no_ffn) {
             /* the mixer's residual add is the SP_FWD_FFN_OUT stage below */
+        } else if (L->moe && ar->moe_dense) { /* the dense half into ffn2, then the experts beside it */
+            sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, &L->w_gate, &cache);
+            sp_fwd_dense(&job, pool, &cache, L, (int)L->n_ff);
+            sp_fwd_stage(&job, pool, SP_FWD_MOE_IN, NULL, &cache);
+            sp_fwd_moe(&job, pool, &cache, L, s->tmp);
+            sp_fwd_stage(&job, pool, SP_FWD_MOE_OUT, NULL, &cache);
         } else if (L->moe) {
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, NULL, &cache);
-            sp_fwd_moe(&job, pool, &cache, L);
+            sp_fwd_moe(&job, pool, &cache, L, s->h);
         } else {
             /* the stage quantizes for the first matrix that reads h: gate, or up alone (ffn_plain) */
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_OUT, L->w_gate.data ? &L->w_gate : &L->w_up, &cache);

@@ -33,6 +33,7 @@ struct sp_forward_scratch {
     int n_batch, n_ctx;
     float *x, *h, *q, *k, *v, *att, *g, *u, *tmp; /* [n_batch][width] */
     float *qg;                                   /* q_gate families: [n_batch][heads][query, gate] */
+    float *ffn2;                                 /* moe_dense: [n_batch][n_embd] the dense half's output */
     float *ple, *ple_row;                        /* per_layer_embd: [n_batch][n_layer][P] each layer's
                                                     input; one token's per_layer_token_embd row */
     void *act;                                   /* quantized activations */

@@ -842,6 +842,17 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
     }
     if (m->arch->moe_bias)
         SP_T(L->gate_inp_b, "ffn_gate_inp.bias", X, 0, true);
+    if (m->arch->moe_dense) {
+        const int64_t FD = L->n_ff;
+        SP_T(L->w_gate, "ffn_gate.weight", E, FD, true);
+        SP_T(L->w_up, "ffn_up.weight", E, FD, true);
+        SP_T(L->w_down, "ffn_down.weight", FD, E, true);
+        SP_T(L->ffn_post1, "post_ffw_norm_1.weight", E, 0, true);
+        SP_T(L->ffn_pre2, "pre_ffw_norm_2.weight", E, 0, true);
+        SP_T(L->ffn_post2, "post_ffw_norm_2.weight", E, 0, true);
+        SP_T(L->gate_inp_s, "ffn_gate_inp.scale", E, 0, true);
+        SP_T(L->exps_s, "ffn_down_exps.scale", X, 0, false);
+    }
     if (m->arch->shared_expert) {
         int64_t S = hp->n_ff_shexp;
         if (!m->arch->shexp_ungated)
@@ -1327,7 +1338,9 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->ssm_a : NULL, L ? &L->ssm_d : NULL, L ? &L->ssm_norm : NULL,
                                       L ? &L->sc_conv : NULL, L ? &L->sinks : NULL, L ? &L->gate_inp_b : NULL,
                                       L ? &L->exps_b[SP_EXP_GATE] : NULL, L ? &L->exps_b[SP_EXP_UP] : NULL,
-                                      L ? &L->exps_b[SP_EXP_DOWN] : NULL, L ? &L->pl_norm : &m->pl_proj_norm};
+                                      L ? &L->exps_b[SP_EXP_DOWN] : NULL, L ? &L->pl_norm : &m->pl_proj_norm,
+                                      L ? &L->ffn_post1 : NULL, L ? &L->ffn_pre2 : NULL, L ? &L->ffn_post2 : NULL,
+                                      L ? &L->gate_inp_s : NULL, L ? &L->exps_s : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;

@@ -162,6 +162,11 @@ struct sp_arch {
                                   proj(gelu(inp_gate x) * its P-wide input) normed, the inputs from
                                   per_layer_token_embd and the embeddings' projection (sp_forward_ple) */
     bool out_scale;            /* layer_output_scale.weight [1] (optional): the layer's output times it */
+    bool moe_dense;            /* expert layers also run the dense feed-forward (ffn_gate/up/down): dense on
+                                  ffn_norm(x) then post_ffw_norm_1, experts on pre_ffw_norm_2(x) routed by
+                                  rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale, each expert's output times
+                                  ffn_down_exps.scale (optional), then post_ffw_norm_2; the two added (Gemma 4
+                                  26B-A4B) */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -229,6 +234,9 @@ struct sp_layer {
      * biases, F32 [n_expert][rows] (data NULL: none) */
     struct sp_tensor gate_inp_b, exps_b[SP_EXP_KINDS];
     struct sp_tensor sinks;            /* attn_sinks families: F32 [n_head] */
+    /* moe_dense families: post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2 [n_embd], the router input's
+     * scale ffn_gate_inp.scale [n_embd], the experts' output scales ffn_down_exps.scale [n_expert] */
+    struct sp_tensor ffn_post1, ffn_pre2, ffn_post2, gate_inp_s, exps_s;
     /* Mamba-2 mixer: ssm_in [n_embd -> z, x, B, C, dt], the convolution's
      * taps transposed to [taps][channels] (copied at load), its bias, dt's
      * bias, A and D per head, the gated norm's weight [inner], ssm_out */

@@ -225,6 +225,18 @@ FAMILIES = {
                    n_head_kv_swa=2, head_dim_swa=32, n_ff=512, ctx=4096, rope_base=1000000.0, rope_base_swa=10000.0,
                    tied=True, swa_layers=(0, 1, 3), sliding_window=16, shared_kv=2, no_v_layers=(2,), per_layer=32,
                    rope_partial=0.25, final_softcap=30.0, seed=1112),
+    # gemma4-moe (Gemma 4 26B-A4B): gemma4's attention (without per-layer
+    # embeddings or shared KV) and on every layer 8 experts (2 used, softmax
+    # router, weights renormalized, each expert's output scaled by
+    # ffn_down_exps.scale) beside the dense feed-forward: the router reads
+    # rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale, the experts
+    # pre_ffw_norm_2(x), the dense half ffn_norm(x); post_ffw_norm_1 and _2
+    # on the halves, post_ffw_norm on their sum
+    "gemma4-moe": dict(arch="gemma4", vocab="llama-spm", n_embd=256, n_layer=4, n_head=4, n_head_kv=1, head_dim=64,
+                       n_head_kv_swa=2, head_dim_swa=32, n_ff=256, ctx=4096, rope_base=1000000.0,
+                       rope_base_swa=10000.0, tied=True, swa_layers=(0, 1, 2), sliding_window=16, shared_kv=0,
+                       no_v_layers=(), per_layer=0, rope_partial=0.25, final_softcap=30.0, experts=(8, 2, 128),
+                       seed=1113),
 }
 
 
@@ -633,6 +645,7 @@ class Builder:
         DG, DS = s["head_dim"], s["head_dim_swa"]
         heads_kv = [s["n_head_kv_swa"] if i in swa else s["n_head_kv"] for i in range(L)]
         ffs = [F if i < first_shared else 2 * F for i in range(L)]
+        n_exp, n_used, ff_exp = s.get("experts", (0, 0, 0))
         self.key("context_length", s["ctx"], VT.UINT32)
         self.key("embedding_length", E, VT.UINT32)
         self.key("block_count", L, VT.UINT32)
@@ -653,11 +666,16 @@ class Builder:
         self.key("attention.shared_kv_layers", s["shared_kv"], VT.UINT32)
         self.key("embedding_length_per_layer_input", P, VT.UINT32)
         self.key("final_logit_softcapping", s["final_softcap"], VT.FLOAT32)
+        if n_exp:
+            self.key("expert_count", n_exp, VT.UINT32)
+            self.key("expert_used_count", n_used, VT.UINT32)
+            self.key("expert_feed_forward_length", ff_exp, VT.UINT32)
         self.kv += [tuple(x) for x in vocab_kv]
         self.mat("token_embd.weight", n_vocab, E, scale=3.0)
-        self.mat("per_layer_token_embd.weight", n_vocab, L * P, scale=3.0, kind="lookup")
-        self.mat("per_layer_model_proj.weight", L * P, E)
-        self.vec("per_layer_proj_norm.weight", P)
+        if P:
+            self.mat("per_layer_token_embd.weight", n_vocab, L * P, scale=3.0, kind="lookup")
+            self.mat("per_layer_model_proj.weight", L * P, E)
+            self.vec("per_layer_proj_norm.weight", P)
         self.vec("output_norm.weight", E)
         n_rot = int(DG * s["rope_partial"] / 2)
         self.const("rope_freqs.weight", np.array([1.0] * n_rot + [1e30] * (DG // 2 - n_rot), dtype=np.float32))
@@ -680,10 +698,23 @@ class Builder:
             self.mat(p + "ffn_gate.weight", F, E)
             self.mat(p + "ffn_up.weight", F, E)
             self.mat(p + "ffn_down.weight", E, F)
+            if n_exp:
+                self.vec(p + "post_ffw_norm_1.weight", E)
+                self.vec(p + "pre_ffw_norm_2.weight", E)
+                self.vec(p + "post_ffw_norm_2.weight", E)
+                # the router reads rmsnorm(x) / sqrt(n_embd): weights large enough that
+                # its logits (std ~2) rarely tie, as a trained router's
+                self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=32.0, kind="f32")
+                self.vec(p + "ffn_gate_inp.scale", E)
+                self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E, kind="exps")
+                self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E, kind="exps")
+                self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp, kind="exps")
+                self.vec(p + "ffn_down_exps.scale", n_exp, mean=1.0, spread=0.3)
             self.vec(p + "post_ffw_norm.weight", E)
-            self.mat(p + "inp_gate.weight", P, E)
-            self.mat(p + "proj.weight", E, P)
-            self.vec(p + "post_norm.weight", E)
+            if P:
+                self.mat(p + "inp_gate.weight", P, E)
+                self.mat(p + "proj.weight", E, P)
+                self.vec(p + "post_norm.weight", E)
             self.vec(p + "layer_output_scale.weight", 1, mean=0.8)
 
     def build(self):

@@ -224,6 +224,9 @@ FEATURES = {
                "local layers 2 KV heads of 32, global layers 1 of 64", "feed-forward widths 512 to 1024 by layer",
                "2 of 5 layers read an earlier layer's keys and values (shared KV)",
                "per-layer embeddings (32 per layer)", "layer output scales on 5 of 5 layers", "post-norms"],
+    "gemma4-moe": ["GeGLU", "local layers 2 KV heads of 32, global layers 1 of 64", "attention scale 1",
+                   "8 experts (2 used, softmax router, weights renormalized, width 128) beside the dense feed-forward",
+                   "expert output scales, router input scale", "post-norms"],
     "gpt-oss": ["clamped SwiGLU", "RoPE halves (NEOX)", "attention output bias", "router and expert biases",
                 "attention sinks", "QKV bias", "YaRN RoPE scaling 4 (original context 32, beta 32/1",
                 "sliding window 16 on 2 of 4 layers", "8 experts (4 used, top-k softmax router, width 256)"],
@@ -307,7 +310,7 @@ def test_all_local_layers_ring_matches_full_cache(run_spindle):
 
 
 @pytest.mark.parametrize("fam,qtype", [("qwen2moe", "q4_k"), ("mixtral", "q4_k"), ("llama4", "q4_k"),
-                                      ("gpt-oss", "mxfp4")])
+                                      ("gpt-oss", "mxfp4"), ("gemma4-moe", "q4_k")])
 def test_experts_batch_invariant(fam, qtype, run_spindle):
     """A token's logits do not depend on what else is in the batch, though
     the batch's rows are grouped by expert: the last position of each prefix,
