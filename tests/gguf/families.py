@@ -747,18 +747,14 @@ class Builder:
             if post_norms:
                 self.vec(p + "post_ffw_norm.weight", E)
 
-    def write(self, path, qtype, trailing_ones=False):
-        """trailing_ones: every tensor's shape gets one more dimension of 1
-        (vectors [n, 1], matrices [k, n, 1]; up to GGUF's 4), as llama.cpp's converter writes
-        some tensors: the same model, other recorded ranks."""
+    def write(self, path, qtype):
         w = gguf.GGUFWriter(path, self.s["arch"])
         w.add_name("spindle-test-%s-%s" % (self.name, qtype))
         for key, value, vtype, sub in self.kv:
             w.add_key_value(key, value, vtype, sub_type=sub)
         for name, shape, kind, _ in self.tensors:
             dtype, qt, nbytes = storage(shape, kind, qtype)
-            w.add_tensor_info(name, (1,) + tuple(shape) if trailing_ones and len(shape) < 4 else shape, np.dtype(dtype), nbytes,
-                              raw_dtype=qt)
+            w.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=qt)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
@@ -791,9 +787,8 @@ def is_linear(name):
     return any(k in FAMILIES[name] for k in ("ssm", "conv_layers", "delta"))  # Mamba-2, LFM2, DeltaNet
 
 
-def build_family(name, out_dir, types=None, trailing_ones=False):
-    """Writes the family's copies NAME-TYPE.gguf (NAME-TYPE-ones.gguf with
-    trailing_ones: see Builder.write)."""
+def build_family(name, out_dir, types=None):
+    """Writes the family's copies NAME-TYPE.gguf."""
     if name in BENCH:
         b = Builder(name, BENCH[name], seed=2000 + sorted(BENCH).index(name))
     else:
@@ -803,12 +798,101 @@ def build_family(name, out_dir, types=None, trailing_ones=False):
     b.build()
     paths = {}
     for t in types or types_of(name):
-        path = os.path.join(out_dir, "%s-%s%s.gguf" % (name, t, "-ones" if trailing_ones else ""))
+        path = os.path.join(out_dir, "%s-%s.gguf" % (name, t))
         tmp = "%s.%d.tmp" % (path, os.getpid())  # pytest workers may write the same (identical) file at once
-        b.write(tmp, t, trailing_ones)
+        b.write(tmp, t)
         os.replace(tmp, path)
         paths[t] = path
     return paths
+
+
+# GGUF value types by their fixed byte sizes (8: string, 9: array).
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def with_trailing_ones(src, dst):
+    """Copies the GGUF file src to dst with every tensor's shape given one
+    more dimension of 1 (vectors [n, 1], matrices [k, n, 1]; up to GGUF's
+    4), as llama.cpp's converter records some tensors: the same model and
+    bytes, other recorded ranks.  Only the header is parsed; the tensor
+    data is copied as it is (offsets are relative to the data section)."""
+    with open(src, "rb") as f:
+        head = f.read(1 << 20)
+        while True:
+            try:
+                return _rewrite_with_ones(f, head, dst)
+            except IndexError:  # the header is longer than what was read
+                more = f.read(len(head))
+                if not more:
+                    raise ValueError("%s: truncated GGUF header" % src)
+                head += more
+
+
+def _rewrite_with_ones(f, head, dst):
+    import struct
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        n = struct.calcsize(fmt)
+        if pos + n > len(head):
+            raise IndexError
+        v = struct.unpack_from(fmt, head, pos)
+        pos += n
+        return v[0] if len(v) == 1 else v
+
+    def skip_string():
+        nonlocal pos
+        n = take("<Q")
+        if pos + n > len(head):
+            raise IndexError
+        pos += n
+        return head[pos - n:pos]
+
+    def skip_value(t):
+        nonlocal pos
+        if t == 8:
+            return skip_string()
+        if t == 9:
+            et, n = take("<IQ")
+            for _ in range(n) if et in (8, 9) else ():
+                skip_value(et)
+            if et not in (8, 9):
+                pos += n * _GGUF_SIZES[et]
+            return None
+        return take("<" + {1: "B", 2: "H", 4: "I", 8: "Q"}[_GGUF_SIZES[t]])
+
+    magic, version, n_tensors, n_kv = take("<4sIQQ")
+    assert magic == b"GGUF" and version == 3, "not a GGUF v3 file"
+    align = 32
+    for _ in range(n_kv):
+        key = skip_string()
+        value = skip_value(take("<I"))
+        if key == b"general.alignment":
+            align = value
+    infos_at = pos
+    infos = []
+    for _ in range(n_tensors):
+        name = skip_string()
+        n_dims = take("<I")
+        dims = [take("<Q") for _ in range(n_dims)]
+        qtype, offset = take("<IQ")
+        infos.append((name, dims + [1] if n_dims < 4 else dims, qtype, offset))
+    data_at = -(-pos // align) * align
+    out = bytearray(head[:infos_at])
+    for name, dims, qtype, offset in infos:
+        out += struct.pack("<Q", len(name)) + name + struct.pack("<I", len(dims))
+        out += struct.pack("<%dQ" % len(dims), *dims) + struct.pack("<IQ", qtype, offset)
+    out += bytes(-len(out) % align)
+    with open(dst, "wb") as g:
+        g.write(out)
+        f.seek(data_at)
+        while True:
+            block = f.read(1 << 22)
+            if not block:
+                break
+            g.write(block)
+    return dst
 
 
 def sha256_file(path):

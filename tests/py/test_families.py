@@ -325,7 +325,7 @@ def test_trailing_dimensions_of_one_are_the_same_shape(fam, run_spindle, tmp_pat
     as llama.cpp's converter writes e.g. qwen2moe's ffn_gate_inp_shexp; the
     loader treats them as the same shape) loads and gives the same logits
     as the family's own f32 file, bit for bit."""
-    ones = families.build_family(fam, str(tmp_path), types=("f32",), trailing_ones=True)["f32"]
+    ones = families.with_trailing_ones(model_path(fam, "f32"), str(tmp_path / "ones.gguf"))
     ids = [3 + (i * 4507) % 30000 for i in range(12)]
     want = run_spindle("logits", "-m", model_path(fam, "f32"), "--ids", " ".join(map(str, ids)), "--from", 0,
                        "--top", 8)
