@@ -221,16 +221,18 @@ BENCH = {
 }
 
 
+_vocab_cache = {}
+
+
 def read_vocab(name, pre=None, pad_to=None):
-    """Tokenizer key/values of a vocabulary test file: [(key, value, vtype, subtype)]."""
-    r = gguf.GGUFReader(vocab_path(name))
-    kvs = []
-    for key, f in r.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        vtype = f.types[0]
-        sub = f.types[1] if vtype == VT.ARRAY else None
-        kvs.append([key, f.contents(), vtype, sub])
+    """Tokenizer key/values of a vocabulary test file: [(key, value, vtype, subtype)].
+    The file is parsed once per process (seconds for a 128k vocabulary);
+    callers get their own lists."""
+    if name not in _vocab_cache:
+        r = gguf.GGUFReader(vocab_path(name))
+        _vocab_cache[name] = [(key, f.contents(), f.types[0], f.types[1] if f.types[0] == VT.ARRAY else None)
+                              for key, f in r.fields.items() if key.startswith("tokenizer.")]
+    kvs = [list(k) for k in _vocab_cache[name]]
     d = {k[0]: k for k in kvs}
     if pre:
         d["tokenizer.ggml.pre"][1] = pre
