@@ -106,12 +106,48 @@ static bool at_definition(const struct parser *p)
     return e + 3 <= p->len && !memcmp(p->s + e, "::=", 3);
 }
 
+static uint64_t name_hash(const char *name, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)name[i]) * 0x100000001b3ull;
+    return sp_grammar_mix(h);
+}
+
+/* Doubles the rule-name table (every rule re-placed).  False on no memory. */
+static bool rtab_grow(struct parser *p)
+{
+    uint32_t cap = p->rtab_cap ? p->rtab_cap * 2 : 256;
+    uint32_t *t = calloc(cap, sizeof *t);
+    if (!t)
+        return false;
+    const struct rule *r = p->rules.p;
+    for (size_t i = 0; i < p->rules.n; i++) {
+        uint32_t j = (uint32_t)name_hash(r[i].name, strlen(r[i].name)) & (cap - 1);
+        while (t[j])
+            j = (j + 1) & (cap - 1);
+        t[j] = (uint32_t)i + 1;
+    }
+    free(p->rtab);
+    p->rtab = t;
+    p->rtab_cap = cap;
+    return true;
+}
+
+/* The index of the rule called name[0..n), added (undefined) when new. */
 static uint32_t rule_index(struct parser *p, const char *name, size_t n, size_t at)
 {
+    if ((p->rules.n + 1) * 2 > p->rtab_cap && !rtab_grow(p)) {
+        nomem(p);
+        return 0;
+    }
     struct rule *r = p->rules.p;
-    for (size_t i = 0; i < p->rules.n; i++)
-        if (strlen(r[i].name) == n && !memcmp(r[i].name, name, n))
-            return (uint32_t)i;
+    uint32_t j = (uint32_t)name_hash(name, n) & (p->rtab_cap - 1);
+    for (; p->rtab[j]; j = (j + 1) & (p->rtab_cap - 1)) {
+        const char *k = r[p->rtab[j] - 1].name;
+        if (!strncmp(k, name, n) && !k[n])
+            return p->rtab[j] - 1;
+    }
     struct rule nr = {0};
     nr.name = strndup(name, n);
     nr.body = UINT32_MAX;
@@ -121,6 +157,7 @@ static uint32_t rule_index(struct parser *p, const char *name, size_t n, size_t 
         nomem(p);
         return 0;
     }
+    p->rtab[j] = (uint32_t)p->rules.n;
     return (uint32_t)(p->rules.n - 1);
 }
 
@@ -593,5 +630,6 @@ done:
     free(p.bytes.p);
     free(p.ranges.p);
     free(p.rules.p);
+    free(p.rtab);
     return st;
 }

@@ -73,6 +73,8 @@ struct parser {
     int depth;
     bool failed;
     struct vec ast, kids, bytes, ranges, rules; /* ast, uint32, char, uint32 pairs, rule */
+    uint32_t *rtab;             /* rule names: open addressing, rule index + 1 (0: empty) */
+    uint32_t rtab_cap;          /* a power of two, at least twice the rules */
 };
 
 static inline struct ast *ast_at(struct parser *p, uint32_t i) { return (struct ast *)p->ast.p + i; }

@@ -43,9 +43,12 @@ struct builder {
     uint32_t *size;       /* [n_rules] AST nodes of the body, calls counted as one */
     uint32_t *expanded;   /* [n_rules] size with inlinable calls expanded; 0: not yet known */
     uint8_t *recursive;   /* [n_rules] 0: not yet known, 1: no, 2: reaches itself */
+    uint8_t *reach_yes, *reach_no; /* [n_rules] hops_from's answers so far */
     uint32_t in_copies;   /* repetitions with more than INLINE_MAX_COPIES copies being built */
     struct vec edges;     /* raw_edge */
-    struct vec sets;      /* sp_gbits */
+    struct vec sets;      /* sp_gbits, each once */
+    uint32_t *set_tab;    /* sets by value: open addressing, index + 1 (0: empty) */
+    uint32_t set_cap;     /* a power of two, at least twice the sets */
     struct vec state_rule;/* uint32 */
     uint32_t cur_rule;
 };
@@ -89,14 +92,41 @@ static void add_edge(struct builder *b, uint32_t from, uint32_t kind, uint32_t a
         nomem(b->p);
 }
 
+static uint32_t gbits_hash(const struct sp_gbits *s)
+{
+    return (uint32_t)sp_grammar_mix(s->w[0] ^ sp_grammar_mix(s->w[1] ^ sp_grammar_mix(s->w[2] ^ (s->w[3] + 1))));
+}
+
+/* The index of the byte set s in b->sets, appended when new. */
 static uint32_t add_set(struct builder *b, const struct sp_gbits *s)
 {
     const struct sp_gbits *all = b->sets.p;
-    for (size_t i = 0; i < b->sets.n; i++)
-        if (!memcmp(&all[i], s, sizeof *s))
-            return (uint32_t)i;
-    if (!vec_push(&b->sets, s))
+    if ((b->sets.n + 1) * 2 > b->set_cap) {
+        uint32_t cap = b->set_cap ? b->set_cap * 2 : 256;
+        uint32_t *t = calloc(cap, sizeof *t);
+        if (!t) {
+            nomem(b->p);
+            return 0;
+        }
+        for (size_t i = 0; i < b->sets.n; i++) {
+            uint32_t j = gbits_hash(&all[i]) & (cap - 1);
+            while (t[j])
+                j = (j + 1) & (cap - 1);
+            t[j] = (uint32_t)i + 1;
+        }
+        free(b->set_tab);
+        b->set_tab = t;
+        b->set_cap = cap;
+    }
+    uint32_t j = gbits_hash(s) & (b->set_cap - 1);
+    for (; b->set_tab[j]; j = (j + 1) & (b->set_cap - 1))
+        if (!memcmp(&all[b->set_tab[j] - 1], s, sizeof *s))
+            return b->set_tab[j] - 1;
+    if (!vec_push(&b->sets, s)) {
         nomem(b->p);
+        return 0;
+    }
+    b->set_tab[j] = (uint32_t)b->sets.n;
     return (uint32_t)b->sets.n - 1;
 }
 
@@ -125,16 +155,32 @@ static void utf8_bytes(uint32_t cp, unsigned char *o)
     o[0] = (unsigned char)(lead[n] | cp);
 }
 
+/* The state from which c continuation bytes (any of 0x80-0xBF) lead to e:
+ * tail[c], made on first use (UINT32_MAX: not yet), shared by every chain
+ * of one class (they all end at e). */
+static uint32_t tail_state(struct builder *b, uint32_t *tail, int c, uint32_t e)
+{
+    if (c == 0)
+        return e;
+    if (tail[c] == UINT32_MAX) {
+        uint32_t next = tail_state(b, tail, c - 1, e);
+        tail[c] = new_state(b);
+        add_byte_edge(b, tail[c], 0x80, 0xBF, next);
+    }
+    return tail[c];
+}
+
 /* Codepoints [lo, hi] (no surrogates, one encoded length per call after the
- * split) as chains of byte ranges from s to e. */
+ * split) as chains of byte ranges from s to e; a chain's run of full
+ * continuation bytes at its end is the class's shared tail (tail_state). */
 static void utf8_range(struct builder *b, uint32_t lo, uint32_t hi, uint32_t s, uint32_t e,
-                       struct sp_gbits *single)
+                       struct sp_gbits *single, uint32_t *tail)
 {
     static const uint32_t bounds[3] = {0x7F, 0x7FF, 0xFFFF};
     for (int i = 0; i < 3; i++)
         if (lo <= bounds[i] && hi > bounds[i]) {
-            utf8_range(b, lo, bounds[i], s, e, single);
-            utf8_range(b, bounds[i] + 1, hi, s, e, single);
+            utf8_range(b, lo, bounds[i], s, e, single, tail);
+            utf8_range(b, bounds[i] + 1, hi, s, e, single, tail);
             return;
         }
     if (hi < 0x80) {
@@ -147,13 +193,13 @@ static void utf8_range(struct builder *b, uint32_t lo, uint32_t hi, uint32_t s, 
         uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
             if (lo & m) {
-                utf8_range(b, lo, lo | m, s, e, single);
-                utf8_range(b, (lo | m) + 1, hi, s, e, single);
+                utf8_range(b, lo, lo | m, s, e, single, tail);
+                utf8_range(b, (lo | m) + 1, hi, s, e, single, tail);
                 return;
             }
             if ((hi & m) != m) {
-                utf8_range(b, lo, (hi & ~m) - 1, s, e, single);
-                utf8_range(b, hi & ~m, hi, s, e, single);
+                utf8_range(b, lo, (hi & ~m) - 1, s, e, single, tail);
+                utf8_range(b, hi & ~m, hi, s, e, single, tail);
                 return;
             }
         }
@@ -161,10 +207,16 @@ static void utf8_range(struct builder *b, uint32_t lo, uint32_t hi, uint32_t s, 
     unsigned char a[4], z[4];
     utf8_bytes(lo, a);
     utf8_bytes(hi, z);
+    int k = n; /* bytes k.. are full continuation bytes */
+    while (k > 1 && a[k - 1] == 0x80 && z[k - 1] == 0xBF)
+        k--;
     uint32_t cur = s;
     for (int i = 0; i < n && !b->p->failed; i++) {
-        uint32_t nxt = i == n - 1 ? e : new_state(b);
+        bool to_tail = i + 1 >= k;
+        uint32_t nxt = to_tail ? tail_state(b, tail, n - 1 - i, e) : new_state(b);
         add_byte_edge(b, cur, a[i], z[i], nxt);
+        if (to_tail)
+            break;
         cur = nxt;
     }
 }
@@ -223,16 +275,17 @@ static struct frag build_class(struct builder *b, const struct ast *a)
     }
     /* drop surrogates, then emit */
     struct sp_gbits single = {{0}};
+    uint32_t tail[4] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
     for (uint32_t i = 0; i < k && !b->p->failed; i++) {
         uint32_t lo = r[i * 2], hi = r[i * 2 + 1];
         if (lo < 0xD800 && hi >= 0xD800) {
-            utf8_range(b, lo, 0xD7FF, f.s, f.e, &single);
+            utf8_range(b, lo, 0xD7FF, f.s, f.e, &single, tail);
             lo = 0xE000;
         }
         if (lo >= 0xD800 && lo <= 0xDFFF)
             lo = 0xE000;
         if (lo <= hi)
-            utf8_range(b, lo, hi, f.s, f.e, &single);
+            utf8_range(b, lo, hi, f.s, f.e, &single, tail);
     }
     if (single.w[0] | single.w[1] | single.w[2] | single.w[3])
         add_edge(b, f.s, E_BYTES, add_set(b, &single), f.e);
@@ -255,27 +308,43 @@ static uint32_t ast_size(struct parser *p, uint32_t ai, int depth)
     return n;
 }
 
-/* Does the body of rule r refer (directly or through other rules) to target? */
-static bool ast_refers(struct builder *b, uint32_t ai, uint32_t target, int depth);
-static bool rule_reaches(struct builder *b, uint32_t r, uint32_t target, int depth)
+/* Is there a chain of `hops` references from rule r (r calls a rule that
+ * calls a rule ...)?  A rule that reaches itself has chains of any length,
+ * so "r is recursive" is asked as hops_from(r, REACH_HOPS): a chain that
+ * long is taken as recursion (deep chains keep their calls).  The answers
+ * are monotone in hops and kept per rule (reach_yes: the most hops known to
+ * exist, reach_no: the fewest known not to), so every rule's body is read
+ * at most REACH_HOPS times over a whole build; the recursion is at most
+ * REACH_HOPS deep. */
+#define REACH_HOPS 17
+static bool ast_chain(struct builder *b, uint32_t ai, int hops);
+static bool hops_from(struct builder *b, uint32_t r, int hops)
 {
-    if (depth > 16)
-        return true; /* deep chains: treat as recursive, keep the call */
-    return ast_refers(b, ((struct rule *)b->p->rules.p)[r].body, target, depth);
+    if (hops <= b->reach_yes[r])
+        return true;
+    if (hops >= b->reach_no[r])
+        return false;
+    bool yes = ast_chain(b, ((struct rule *)b->p->rules.p)[r].body, hops);
+    if (yes)
+        b->reach_yes[r] = (uint8_t)hops;
+    else
+        b->reach_no[r] = (uint8_t)hops;
+    return yes;
 }
 
-static bool ast_refers(struct builder *b, uint32_t ai, uint32_t target, int depth)
+/* Does the AST ai hold a reference to a rule with a chain of hops - 1? */
+static bool ast_chain(struct builder *b, uint32_t ai, int hops)
 {
     const struct ast *a = ast_at(b->p, ai);
     if (a->kind == A_REF)
-        return a->ref == target || rule_reaches(b, a->ref, target, depth + 1);
+        return hops_from(b, a->ref, hops - 1);
     if (a->kind == A_ALT || a->kind == A_SEQ) {
         for (uint32_t i = 0; i < a->n; i++)
-            if (ast_refers(b, ((const uint32_t *)b->p->kids.p)[a->off + i], target, depth))
+            if (ast_chain(b, ((const uint32_t *)b->p->kids.p)[a->off + i], hops))
                 return true;
         return false;
     }
-    return a->kind == A_REP && ast_refers(b, a->kid, target, depth);
+    return a->kind == A_REP && ast_chain(b, a->kid, hops);
 }
 
 static bool inlinable(struct builder *b, uint32_t r, int depth);
@@ -307,7 +376,7 @@ static bool inlinable(struct builder *b, uint32_t r, int depth)
     if (b->size[r] > INLINE_MAX_NODES || b->inlining[r])
         return false;
     if (!b->recursive[r])
-        b->recursive[r] = rule_reaches(b, r, r, 0) ? 2 : 1;
+        b->recursive[r] = hops_from(b, r, REACH_HOPS) ? 2 : 1;
     if (b->recursive[r] == 2)
         return false;
     if (!b->expanded[r]) {
@@ -448,8 +517,17 @@ static bool flatten(struct flat *f, struct raw_edge *e, size_t n_e, uint32_t n_s
         memcpy(e, by, n_e * sizeof *e);
     free(by);
     for (uint32_t s = 0, lo = 0; s < n_states; s++) { /* at[s]: the end of s's edges now */
-        if (at[s] - lo > 1)
+        if (at[s] - lo > 16) {
             qsort(e + lo, at[s] - lo, sizeof *e, cmp_edge);
+        } else { /* most states have a few edges: insertion sort */
+            for (uint32_t i = lo + 1; i < at[s]; i++) {
+                struct raw_edge x = e[i];
+                uint32_t j = i;
+                for (; j > lo && cmp_edge(&e[j - 1], &x) > 0; j--)
+                    e[j] = e[j - 1];
+                e[j] = x;
+            }
+        }
         lo = at[s];
     }
     free(at);
@@ -885,10 +963,14 @@ sp_status sp_grammar_nfa_construct(struct parser *p, struct sp_grammar_nfa *nfa,
     b.size = malloc((size_t)n_rules * sizeof *b.size);
     b.expanded = calloc(n_rules, sizeof *b.expanded);
     b.recursive = calloc(n_rules, 1);
-    if (!rstart || !rend || !b.inlining || !b.size || !b.expanded || !b.recursive) {
+    b.reach_yes = calloc(n_rules, 1);
+    b.reach_no = malloc(n_rules ? n_rules : 1);
+    if (!rstart || !rend || !b.inlining || !b.size || !b.expanded || !b.recursive || !b.reach_yes ||
+        !b.reach_no) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
         goto done;
     }
+    memset(b.reach_no, REACH_HOPS + 1, n_rules);
     for (uint32_t r = 0; r < n_rules && calls; r++) { /* never built in place, as if recursive */
         for (const char *const *c = calls; *c; c++)
             if (!strcmp(rules[r].name, *c))
@@ -912,6 +994,7 @@ sp_status sp_grammar_nfa_construct(struct parser *p, struct sp_grammar_nfa *nfa,
 done:
     free(b.edges.p);
     free(b.sets.p);
+    free(b.set_tab);
     free(b.state_rule.p);
     free(rstart);
     free(rend);
@@ -919,5 +1002,7 @@ done:
     free(b.size);
     free(b.expanded);
     free(b.recursive);
+    free(b.reach_yes);
+    free(b.reach_no);
     return st;
 }

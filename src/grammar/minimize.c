@@ -89,7 +89,17 @@ static bool signature(struct minimizer *m, uint32_t s, uint32_t at)
             memset(&e[i].bits, 0, sizeof e[i].bits);
         }
     }
-    qsort(e, n, sizeof *e, cmp_sig_edge);
+    if (n > 16) {
+        qsort(e, n, sizeof *e, cmp_sig_edge);
+    } else { /* most states have a few edges: insertion sort */
+        for (uint32_t i = 1; i < n; i++) {
+            struct sig_edge x = e[i];
+            uint32_t j = i;
+            for (; j > 0 && cmp_sig_edge(&e[j - 1], &x) > 0; j--)
+                e[j] = e[j - 1];
+            e[j] = x;
+        }
+    }
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (k && e[k - 1].kind == e[i].kind && e[k - 1].target == e[i].target &&
@@ -163,17 +173,49 @@ static int64_t round_merge(struct minimizer *m)
     return merged;
 }
 
-/* The set id of bits in a's sets (appended when new); UINT32_MAX on no memory. */
-static uint32_t set_id(struct sp_grammar_nfa *a, const struct sp_gbits *bits)
+static uint32_t set_hash(const struct sp_gbits *s)
 {
-    for (uint32_t i = 0; i < a->n_sets; i++)
-        if (!memcmp(&a->sets[i], bits, sizeof *bits))
-            return i;
-    struct sp_gbits *p = realloc(a->sets, ((size_t)a->n_sets + 1) * sizeof *p);
-    if (!p)
-        return UINT32_MAX;
-    a->sets = p;
+    return (uint32_t)sp_grammar_mix(s->w[0] ^ sp_grammar_mix(s->w[1] ^ sp_grammar_mix(s->w[2] ^ (s->w[3] + 1))));
+}
+
+/* The sets of a by value: open addressing, set id + 1 (0: empty); room:
+ * the sets a->sets has room for. */
+struct set_table {
+    uint32_t *t, cap, room;
+};
+
+/* The set id of bits in a's sets (appended when new); UINT32_MAX on no memory. */
+static uint32_t set_id(struct sp_grammar_nfa *a, struct set_table *h, const struct sp_gbits *bits)
+{
+    if (((size_t)a->n_sets + 1) * 2 > h->cap) {
+        uint32_t cap = h->cap ? h->cap * 2 : 256;
+        uint32_t *t = calloc(cap, sizeof *t);
+        if (!t)
+            return UINT32_MAX;
+        for (uint32_t i = 0; i < a->n_sets; i++) {
+            uint32_t j = set_hash(&a->sets[i]) & (cap - 1);
+            while (t[j])
+                j = (j + 1) & (cap - 1);
+            t[j] = i + 1;
+        }
+        free(h->t);
+        h->t = t;
+        h->cap = cap;
+    }
+    uint32_t j = set_hash(bits) & (h->cap - 1);
+    for (; h->t[j]; j = (j + 1) & (h->cap - 1))
+        if (!memcmp(&a->sets[h->t[j] - 1], bits, sizeof *bits))
+            return h->t[j] - 1;
+    if (a->n_sets >= h->room) {
+        uint32_t room = h->room < 64 ? 64 : h->room * 2;
+        struct sp_gbits *p = realloc(a->sets, (size_t)room * sizeof *p);
+        if (!p)
+            return UINT32_MAX;
+        a->sets = p;
+        h->room = room;
+    }
     a->sets[a->n_sets] = *bits;
+    h->t[j] = a->n_sets + 1;
     return a->n_sets++;
 }
 
@@ -182,6 +224,7 @@ static uint32_t set_id(struct sp_grammar_nfa *a, const struct sp_gbits *bits)
 static bool rebuild(struct minimizer *m, struct sp_grammar_nfa *a)
 {
     uint32_t n = a->n_states, n_new = 0, n_edges = 0;
+    struct set_table sets = {.room = a->n_sets};
     uint32_t *id = malloc((size_t)n * sizeof *id);
     if (!id)
         return false;
@@ -207,7 +250,7 @@ static bool rebuild(struct minimizer *m, struct sp_grammar_nfa *a)
             const struct sig_edge *e = &m->sig[m->sig_off[s] + i];
             uint32_t arg = e->arg;
             if (e->kind == SP_GEDGE_BYTES) {
-                arg = set_id(a, &e->bits);
+                arg = set_id(a, &sets, &e->bits);
                 ok = arg != UINT32_MAX;
                 for (int w = 0; w < 4; w++)
                     reads[k].w[w] |= e->bits.w[w];
@@ -240,6 +283,7 @@ static bool rebuild(struct minimizer *m, struct sp_grammar_nfa *a)
         free(reads);
     }
     free(id);
+    free(sets.t);
     return ok;
 }
 
