@@ -50,6 +50,8 @@ static uint32_t set_id(struct sp_grammar_nfa *a, struct set_table *h, const stru
 {
     if (((size_t)a->n_sets + 1) * 2 > h->cap) {
         uint32_t cap = h->cap ? h->cap * 2 : 256;
+        while (((size_t)a->n_sets + 1) * 2 > cap) /* the first table holds the sets made before */
+            cap *= 2;
         uint32_t *t = calloc(cap, sizeof *t);
         if (!t)
             return UINT32_MAX;
