@@ -32,6 +32,10 @@ struct sp_memory_shape {
 struct sp_memory_seq {
     struct sp_kv_seq kv;
     struct sp_state_seq st;
+    /* a block registered at a grid point the state does not hold yet: its
+     * snapshot is taken at a later commit, once the state holds it */
+    uint32_t snap_at;
+    uint64_t snap_key;
 };
 
 struct sp_memory;
