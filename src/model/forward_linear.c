@@ -176,11 +176,25 @@ static struct sp_fwd_grid sp_fwd_grid_start(const struct sp_fwd_run *r, size_t h
     return g;
 }
 
-/* After a run's layer: the slot's floor and the grid point it holds. */
-static void sp_fwd_floor(const struct sp_fwd_run *r)
+/* After a run's layer, before its rings take the run's rows: the slot's
+ * floor and the grid point it holds; when that moves to g, the
+ * convolution's raw inputs of the hist positions before g (hrows[k] is
+ * position g - hist + k's, from the batch or the ring) into conv_held. */
+static void sp_fwd_floor(const struct sp_fwd_run *r, const float *const *hrows, int hist, size_t ch)
 {
-    *r->v.floor = sp_state_floor_after((uint32_t)r->p0, (uint32_t)r->n);
-    *r->v.held = sp_state_grid(*r->v.floor);
+    const uint32_t f = sp_state_floor_after((uint32_t)r->p0, (uint32_t)r->n), g = sp_state_grid(f);
+    if (g != *r->v.held)
+        for (int k = 0; k < hist; k++)
+            memcpy(r->v.conv_held + (size_t)k * ch, hrows[k], ch * sizeof(float));
+    *r->v.floor = f;
+    *r->v.held = g;
+}
+
+/* The position whose convolution history sp_fwd_floor takes: g - hist
+ * + k, g the grid point the run's layer holds after it. */
+static int32_t sp_fwd_hist_pos(const struct sp_fwd_run *r, int hist, int k)
+{
+    return (int32_t)sp_state_grid(sp_state_floor_after((uint32_t)r->p0, (uint32_t)r->n)) - hist + k;
 }
 
 static float *sp_fwd_grid_next(struct sp_fwd_grid *g)
@@ -361,7 +375,10 @@ static void sp_ssm_keep(const struct sp_ssm_job *j)
     for (int i = 0; i < j->s->n_runs; i++) {
         const struct sp_fwd_run *r = &j->s->runs[i];
         const int32_t end = r->p0 + r->n;
-        sp_fwd_floor(r);
+        const float *hrows[SP_CONV_MAX_TAPS];
+        for (int k = 0; k < d->dc - 1; k++)
+            hrows[k] = sp_ssm_conv_row(j, r, sp_fwd_hist_pos(r, d->dc - 1, k));
+        sp_fwd_floor(r, hrows, d->dc - 1, (size_t)d->conv);
         for (int32_t q = end - (int32_t)r->v.in_ring > r->p0 ? end - (int32_t)r->v.in_ring : r->p0; q < end; q++)
             memcpy(r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * j->s->lin_in_floats, sp_ssm_row(j, r, q),
                    j->s->lin_in_floats * sizeof(float));
@@ -449,7 +466,10 @@ void sp_fwd_shortconv(const struct sp_model *m, const struct sp_memory *mem, str
         sp_pool_run(pool, sp_sc_run_fn, &j);
     for (int i = 0; i < s->n_runs; i++) { /* the runs' last B * x rows into their rings, the floor */
         const struct sp_fwd_run *r = &s->runs[i];
-        sp_fwd_floor(r);
+        const float *hrows[SP_CONV_MAX_TAPS];
+        for (int k = 0; k < j.taps - 1; k++)
+            hrows[k] = sp_sc_row(&j, r, sp_fwd_hist_pos(r, j.taps - 1, k));
+        sp_fwd_floor(r, hrows, j.taps - 1, (size_t)j.E);
         const int32_t end = r->p0 + r->n, ring = (int32_t)r->v.conv_ring;
         for (int32_t q = end - ring > r->p0 ? end - ring : r->p0; q < end; q++)
             memcpy(r->v.conv + (size_t)((uint32_t)q % r->v.conv_ring) * j.E, sp_sc_row(&j, r, q),
@@ -685,7 +705,10 @@ void sp_fwd_delta(const struct sp_model *m, const struct sp_memory *mem, struct 
     for (int i = 0; i < s->n_runs; i++) { /* the runs' last rows into their rings, the grid point held */
         const struct sp_fwd_run *r = &s->runs[i];
         const int32_t end = r->p0 + r->n;
-        sp_fwd_floor(r);
+        const float *hrows[SP_CONV_MAX_TAPS];
+        for (int k = 0; k < j.d.dc - 1; k++)
+            hrows[k] = sp_dn_conv_row(&j, r, sp_fwd_hist_pos(r, j.d.dc - 1, k));
+        sp_fwd_floor(r, hrows, j.d.dc - 1, (size_t)j.d.conv);
         for (int32_t q = end - (int32_t)r->v.in_ring > r->p0 ? end - (int32_t)r->v.in_ring : r->p0; q < end; q++)
         {
             float *ring = r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * j.d.ring;

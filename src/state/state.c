@@ -28,7 +28,7 @@ struct sp_state {
     struct sp_state_lay *lay;  /* [n_layer] */
     size_t slot_floats, snap_floats;
     size_t slot_bytes;         /* the floats, then the floor and n_layer held grid points */
-    uint32_t grid_layer;       /* a layer with a grid state (n_layer: none) */
+    uint32_t first_linear;
     uint32_t n_slots;
     float **slots;             /* [n_slots], allocated on first use */
     uint32_t *slot_free;       /* stack of free slot ids */
@@ -76,13 +76,13 @@ sp_status sp_state_new(struct sp_state **out, const struct sp_state_shape *shape
             sp_state_free(st);
             return sp_error_set(SP_ERR_ARG, "state: a convolution of %u positions", s->conv_hist + 1);
         }
-        y->conv_ring = s->conv_ch ? SP_STATE_CHUNK - 1 + s->conv_hist : 0;
-        y->in_ring = s->in_floats ? SP_STATE_CHUNK + SP_STATE_ROLLBACK : 0;
+        y->conv_ring = s->conv_ch ? SP_STATE_ROLLBACK + s->conv_hist : 0;
+        y->in_ring = s->in_floats ? SP_STATE_CHUNK - 1 + SP_STATE_ROLLBACK : 0;
         y->off = (size_t)slot;
         y->snap_off = (size_t)snap;
         if (!sp_mul_u64(s->conv_ch, y->conv_ring, &conv) || !sp_mul_u64(s->in_floats, y->in_ring, &in) ||
             !sp_mul_u64(s->grid_floats, 1, &grid) || !sp_mul_u64(s->conv_ch, s->conv_hist, &hist) ||
-            !sp_add_u64(slot, conv + in + grid, &slot) || !sp_add_u64(snap, s->grid_floats + hist, &snap) ||
+            !sp_add_u64(slot, conv + in + grid + hist, &slot) || !sp_add_u64(snap, s->grid_floats + hist, &snap) ||
             slot > ((uint64_t)1 << 36)) {
             sp_state_free(st);
             return sp_error_set(SP_ERR_NOMEM, "state: a slot's size overflows");
@@ -91,10 +91,9 @@ sp_status sp_state_new(struct sp_state **out, const struct sp_state_shape *shape
     st->slot_floats = (size_t)slot;
     st->slot_bytes = (size_t)slot * sizeof(float) + ((size_t)shape->n_layer + 1) * sizeof(uint32_t);
     st->snap_floats = (size_t)snap;
-    st->grid_layer = shape->n_layer;
     for (uint32_t l = shape->n_layer; l-- > 0;)
-        if (shape->layers[l].grid_floats)
-            st->grid_layer = l;
+        if (sp_state_linear(&shape->layers[l]))
+            st->first_linear = l;
     st->n_slots = shape->n_slots;
     st->slots = calloc(st->n_slots, sizeof *st->slots);
     st->slot_free = malloc(st->n_slots * sizeof *st->slot_free);
@@ -182,7 +181,6 @@ static sp_status sp_state_take(struct sp_state *st, struct sp_state_seq *seq)
     st->n_slot_free--;
     memset(sp_state_trailer(st, s), 0, ((size_t)st->n_layer + 1) * sizeof(uint32_t));
     seq->slot = s + 1;
-    seq->top = 0;
     return SP_OK;
 }
 
@@ -194,8 +192,6 @@ sp_status sp_state_seq_reserve(struct sp_state *st, struct sp_state_seq *seq, ui
     sp_status s = sp_state_take(st, seq);
     if (s != SP_OK)
         return s;
-    if (n_pos > seq->top)
-        seq->top = n_pos;
     seq->n_pos = n_pos;
     return SP_OK;
 }
@@ -208,10 +204,11 @@ sp_status sp_state_seq_truncate(struct sp_state *st, struct sp_state_seq *seq, u
     /* A target t >= floor needs the state at grid(t), which the held state
      * at grid(floor) gives (the chunks between by the chunked form), the
      * input rows [grid(floor), t) and the convolution's rows [t - history,
-     * t).  Positions up to top (at most floor + SP_STATE_ROLLBACK) may have
-     * been written, so the rings keep them: C + SP_STATE_ROLLBACK input rows
-     * cover [grid(floor), top), C - 1 + history convolution rows [floor -
-     * history, top). */
+     * t).  Positions before floor + SP_STATE_ROLLBACK at most were written
+     * (the latest run, or a longer run ending at the floor), so the rings
+     * keep what a target needs: C - 1 + SP_STATE_ROLLBACK input rows cover
+     * [grid(floor), floor + SP_STATE_ROLLBACK), SP_STATE_ROLLBACK + history
+     * convolution rows [floor - history, floor + SP_STATE_ROLLBACK). */
     if (n_pos < floor)
         return sp_error_set(SP_ERR_INTERNAL, "state: cannot roll back from %u to %u positions (the state before %u is "
                             "gone)", seq->n_pos, n_pos, floor);
@@ -229,7 +226,6 @@ sp_status sp_state_seq_fork(struct sp_state *st, struct sp_state_seq *dst, const
         return s;
     memcpy(st->slots[dst->slot - 1], st->slots[src->slot - 1], st->slot_bytes);
     dst->n_pos = src->n_pos;
-    dst->top = src->top;
     return SP_OK;
 }
 
@@ -244,13 +240,14 @@ struct sp_state_view sp_state_view(const struct sp_state *st, const struct sp_st
 {
     const struct sp_state_lay *y = &st->lay[layer];
     float *base = st->slots[seq->slot - 1] + y->off;
-    const size_t grid = y->shape.grid_floats;
+    const size_t grid = y->shape.grid_floats, hist = (size_t)y->shape.conv_ch * y->shape.conv_hist;
     struct sp_state_view v = {
         .grid = grid ? base : NULL,
         .held = sp_state_held(st, seq->slot - 1) + layer,
         .floor = sp_state_trailer(st, seq->slot - 1),
-        .conv = base + grid,
-        .in = base + grid + (size_t)y->shape.conv_ch * y->conv_ring,
+        .conv_held = base + grid,
+        .conv = base + grid + hist,
+        .in = base + grid + hist + (size_t)y->shape.conv_ch * y->conv_ring,
         .conv_ring = y->conv_ring,
         .in_ring = y->in_ring,
     };
@@ -261,9 +258,7 @@ uint32_t sp_state_seq_point(const struct sp_state *st, const struct sp_state_seq
 {
     if (!st || !seq->slot)
         return 0;
-    if (st->grid_layer == st->n_layer)
-        return sp_state_grid(seq->n_pos);
-    return sp_state_held(st, seq->slot - 1)[st->grid_layer];
+    return sp_state_held(st, seq->slot - 1)[st->first_linear];
 }
 
 /* ---- snapshots ---- */
@@ -294,13 +289,16 @@ static void sp_state_snap_copy(const struct sp_state *st, float *snap, const str
             memcpy(grid, s, gf * sizeof *s);
         if (!to_snap)
             *v.held = g;
-        for (uint32_t i = 0; i < y->shape.conv_hist && ch; i++) {
+        /* the history before g: the slot's copy of it, and on a load the
+         * ring rows the next positions read too */
+        const size_t hist = (size_t)y->shape.conv_hist * ch;
+        if (hist && to_snap)
+            memcpy(s + gf, v.conv_held, hist * sizeof *s);
+        else if (hist)
+            memcpy(v.conv_held, s + gf, hist * sizeof *s);
+        for (uint32_t i = 0; i < y->shape.conv_hist && ch && !to_snap; i++) {
             uint32_t q = g - y->shape.conv_hist + i; /* g >= C > conv_hist */
-            float *row = v.conv + (size_t)(q % v.conv_ring) * ch, *srow = s + gf + (size_t)i * ch;
-            if (to_snap)
-                memcpy(srow, row, ch * sizeof *row);
-            else
-                memcpy(row, srow, ch * sizeof *row);
+            memcpy(v.conv + (size_t)(q % v.conv_ring) * ch, s + gf + (size_t)i * ch, ch * sizeof(float));
         }
     }
 }
@@ -308,9 +306,7 @@ static void sp_state_snap_copy(const struct sp_state *st, float *snap, const str
 void sp_state_snapshot_save(struct sp_state *st, const struct sp_state_seq *seq, uint64_t key)
 {
     uint32_t g = sp_state_seq_point(st, seq);
-    /* the convolution's rows [g - history, g) are intact while no position
-     * g + C - 1 or later was written (C - 1 + history rows) */
-    if (!st || !st->n_snaps || !seq->slot || !key || g == 0 || seq->top > g + SP_STATE_CHUNK - 1)
+    if (!st || !st->n_snaps || !seq->slot || !key || g == 0)
         return;
     uint32_t i = sp_state_snap_index(st, key);
     if (i != SP_STATE_NONE) {
@@ -347,7 +343,7 @@ sp_status sp_state_snapshot_load(struct sp_state *st, struct sp_state_seq *seq, 
     uint32_t g = st->snap_grid[i];
     sp_state_snap_copy(st, st->snaps[i], seq, g, false);
     sp_state_trailer(st, seq->slot - 1)[0] = g;
-    seq->n_pos = seq->top = g;
+    seq->n_pos = g;
     st->snap_lru[i] = ++st->clock;
     st->hits++;
     return SP_OK;

@@ -12,14 +12,16 @@
  * positions were batched.
  *
  * Per linear layer a slot holds (struct sp_state_view):
- *   grid     the state at one grid point, the slot's held point (*held);
- *   conv     the causal convolution's raw inputs, position q in row
- *            q % conv_ring (C - 1 + the convolution's history: a position's
- *            own window and the history before its grid point, which a
- *            snapshot takes);
- *   in       the chunked state's per-position inputs, position s in row
- *            s % in_ring (C + SP_STATE_ROLLBACK: the positions from the held
- *            grid point on).
+ *   grid       the state at one grid point, the slot's held point (*held);
+ *   conv_held  the causal convolution's raw inputs of the history positions
+ *              before the held grid point (what a snapshot takes with the
+ *              grid state);
+ *   conv       the causal convolution's raw inputs, position q in row
+ *              q % conv_ring (SP_STATE_ROLLBACK + the convolution's
+ *              history: a roll back's positions and the history before);
+ *   in         the chunked state's per-position inputs, position s in row
+ *              s % in_ring (C - 1 + SP_STATE_ROLLBACK: the positions from
+ *              the held grid point on).
  * Nothing here knows what the floats mean; the forward pass writes them.
  *
  * One grid state per layer, and roll backs: a roll back goes no further
@@ -77,7 +79,6 @@ struct sp_state;
 struct sp_state_seq {
     uint32_t slot;   /* slot + 1 (0: none yet) */
     uint32_t n_pos;  /* positions reserved (the forward pass writes them) */
-    uint32_t top;    /* most positions ever reserved since the slot was filled (the rings' newest rows) */
 };
 
 /* A pool for this shape; *out NULL (and SP_OK) when no layer is linear. */
@@ -111,11 +112,13 @@ void sp_state_seq_release(struct sp_state *st, struct sp_state_seq *seq);
  * reads the state at *held; after a run of positions [p0, p0 + n) it
  * leaves there the state at the grid point of the new floor f =
  * sp_state_floor_after(p0, n) (>= *held: p0 is at or past the old floor),
- * with *held = sp_state_grid(f) and *floor = f. */
+ * with *held = sp_state_grid(f) and *floor = f, and when *held moves, the
+ * convolution inputs of the history before it in conv_held. */
 struct sp_state_view {
     float *grid;      /* the state at grid point *held (NULL: the layer has none) */
     uint32_t *held;   /* this layer's */
     uint32_t *floor;  /* the slot's: the lowest position a roll back may go to */
+    float *conv_held; /* [conv_hist][conv_ch] */
     float *conv, *in;
     uint32_t conv_ring, in_ring;
 };
@@ -128,13 +131,10 @@ struct sp_state_view sp_state_view(const struct sp_state *st, const struct sp_st
  * cached KV block that ends at g); snapshots live within the byte budget,
  * the least recently used evicted first. */
 
-/* The grid point a snapshot of seq now holds: its slot's held grid point
- * (the largest multiple of C <= its positions for a model of convolutions
- * only). */
+/* The grid point a snapshot of seq now holds: its slot's held grid point. */
 uint32_t sp_state_seq_point(const struct sp_state *st, const struct sp_state_seq *seq);
 /* Saves seq's state at sp_state_seq_point (g > 0) under key; nothing when
- * it is already saved, there is no budget, or a position C - 1 or more past
- * g was written since (the convolution's history before g is gone). */
+ * it is already saved or there is no budget. */
 void sp_state_snapshot_save(struct sp_state *st, const struct sp_state_seq *seq, uint64_t key);
 /* The grid point a snapshot under key holds (0: none). */
 uint32_t sp_state_snapshot_find(const struct sp_state *st, uint64_t key);

@@ -65,7 +65,9 @@ static void test_slots_and_rollback(void)
     CHECK(sp_state_new(&st, &shape) == SP_OK && st, "new");
     struct sp_state_stats ss;
     sp_state_stats(st, &ss);
-    const uint64_t want = 4 * ((uint64_t)12 + (C - 1 + 3) * 8 + (C + R) * 5 + (C - 1 + 2) * 4 + 3 + 1); /* the floor and 3 held grid points */
+    /* per layer: grid state, the history before it, convolution ring, input
+     * ring; then the floor and 3 held grid points */
+    const uint64_t want = 4 * ((uint64_t)12 + 3 * 8 + (R + 3) * 8 + (C - 1 + R) * 5 + 2 * 4 + (R + 2) * 4 + 3 + 1);
     CHECK(ss.slot_bytes == want, "slot bytes %llu, want %llu", (unsigned long long)ss.slot_bytes,
           (unsigned long long)want);
     CHECK(ss.snapshot_bytes == 4 * (12 + 3 * 8 + 2 * 4), "snapshot bytes %llu", (unsigned long long)ss.snapshot_bytes);
@@ -76,7 +78,7 @@ static void test_slots_and_rollback(void)
     CHECK(sp_state_seq_reserve(st, &b, 1) == SP_OK, "reserve b");
     CHECK(sp_state_seq_reserve(st, &c, 1) == SP_ERR_FULL, "two slots: the third sequence waits");
     v0 = sp_state_view(st, &a, 0);
-    CHECK(v0.conv_ring == C - 1 + 3 && v0.in_ring == C + R, "rings %u %u", v0.conv_ring, v0.in_ring);
+    CHECK(v0.conv_ring == R + 3 && v0.in_ring == C - 1 + R, "rings %u %u", v0.conv_ring, v0.in_ring);
     CHECK(*v0.held == 0 && *v0.floor == 0 && !sp_state_view(st, &a, 2).grid, "a new slot holds the state at 0");
     forward(st, &a, 0, NAN);
     CHECK(sp_state_seq_truncate(st, &a, 0) == SP_OK, "a run of 10 positions rolls back whole");
@@ -141,13 +143,14 @@ static void test_snapshots(void)
     struct sp_state_view w = sp_state_view(st, &a, 2);
     for (uint32_t q = 2 * C - 2; q < 2 * C; q++) /* layer 2's convolution history before the grid point */
         for (int i = 0; i < 4; i++)
-            w.conv[(q % w.conv_ring) * 4 + i] = (float)(q * 10 + (uint32_t)i);
+            w.conv_held[(q - (2 * C - 2)) * 4 + i] = (float)(q * 10 + (uint32_t)i);
     sp_state_snapshot_save(st, &a, 111);
     CHECK(sp_state_snapshot_find(st, 111) == 2 * C && sp_state_snapshot_find(st, 222) == 0, "found under its key");
     CHECK(sp_state_snapshot_load(st, &b, 111) == SP_OK && b.n_pos == 2 * C, "loaded: %u positions", b.n_pos);
     CHECK(grid_at(st, &b, 5) == 55.0f && *sp_state_view(st, &b, 0).held == 2 * C, "the grid state came back");
     struct sp_state_view wb = sp_state_view(st, &b, 2);
-    CHECK(wb.conv[((2 * C - 1) % wb.conv_ring) * 4 + 3] == (float)((2 * C - 1) * 10 + 3), "the history came back");
+    CHECK(wb.conv[((2 * C - 1) % wb.conv_ring) * 4 + 3] == (float)((2 * C - 1) * 10 + 3) &&
+          wb.conv_held[4 + 3] == (float)((2 * C - 1) * 10 + 3), "the history came back, into the ring too");
     CHECK(sp_state_seq_truncate(st, &b, 2 * C - 1) == SP_ERR_INTERNAL, "nothing before the snapshot's grid point");
     /* two fit: a third evicts the least recently used */
     sp_state_snapshot_save(st, &a, 333);
@@ -160,11 +163,12 @@ static void test_snapshots(void)
     sp_state_snapshot_save(st, &a, 444);
     CHECK(sp_state_snapshot_find(st, 444) && sp_state_snapshot_find(st, 111) && !sp_state_snapshot_find(st, 333),
           "the least recently used (333) went");
-    /* once a position 3C - 1 was written, the convolution rows before 2C are gone */
-    CHECK(sp_state_seq_reserve(st, &a, 3 * C) == SP_OK, "on to 3C");
+    /* the slot keeps the history before its held grid point: a snapshot
+     * there a chunk later */
+    CHECK(sp_state_seq_reserve(st, &a, 3 * C + 5) == SP_OK, "on past 3C");
     CHECK(sp_state_seq_point(st, &a) == 2 * C, "still holding 2C");
     sp_state_snapshot_save(st, &a, 555);
-    CHECK(!sp_state_snapshot_find(st, 555), "no snapshot without the history");
+    CHECK(sp_state_snapshot_find(st, 555) == 2 * C, "a snapshot at 2C");
     sp_state_seq_release(st, &a);
     sp_state_seq_release(st, &b);
     sp_state_free(st);
@@ -194,10 +198,11 @@ static void test_memory(void)
         CHECK(sp_memory_seq_reserve(mem, &a, p) == SP_OK, "reserve %u", p);
         forward_mem(mem, &a);
     }
-    /* the block ending at 2C is registered before the state holds 2C */
+    /* the blocks ending at C and 2C are registered while the state holds C:
+     * a snapshot at C now, the one at 2C waits */
     sp_memory_prefix_commit(mem, &a, toks);
     sp_memory_stats(mem, 1, &ms);
-    CHECK(ms.state.snapshots_used == 0, "no snapshot yet (%u)", ms.state.snapshots_used);
+    CHECK(ms.state.snapshots_used == 1, "one snapshot yet (%u)", ms.state.snapshots_used);
     for (uint32_t p = 2 * C + 1; p <= 2 * C + 20; p++) {
         CHECK(sp_memory_seq_reserve(mem, &a, p) == SP_OK, "reserve %u", p);
         forward_mem(mem, &a);
@@ -206,15 +211,18 @@ static void test_memory(void)
     CHECK(sp_memory_seq_len(&a) == 2 * C + 20, "len %u", sp_memory_seq_len(&a));
     sp_memory_prefix_commit(mem, &a, toks);
     sp_memory_stats(mem, 1, &ms);
-    CHECK(ms.state.snapshots_used == 1, "one snapshot (at %u)", 2 * C);
+    CHECK(ms.state.snapshots_used == 2, "two snapshots (at %u and %u)", C, 2 * C);
     /* a prompt sharing 2C + 20 tokens resumes at 2C; one sharing less than
-     * 2C resumes at nothing (no snapshot at C) */
+     * 2C at C, less than C at nothing */
     CHECK(sp_memory_prefix_attach(mem, &b, toks, 2 * C + 20) == 2 * C, "resumed at 2C");
     CHECK(sp_memory_seq_len(&b) == 2 * C, "b holds 2C");
-    CHECK(sp_memory_prefix_attach(mem, &c, toks, 2 * C - 1) == 0, "no snapshot below 2C");
-    sp_memory_seq_release(mem, &c);
     CHECK(sp_memory_seq_reserve(mem, &c, 1) == SP_ERR_FULL, "two slots held: the third waits");
     CHECK(sp_memory_seq_len(&c) == 0, "nothing changed");
+    sp_memory_seq_release(mem, &c);
+    sp_memory_seq_release(mem, &b);
+    CHECK(sp_memory_prefix_attach(mem, &c, toks, 2 * C - 1) == C, "resumed at C");
+    sp_memory_seq_release(mem, &c);
+    CHECK(sp_memory_prefix_attach(mem, &c, toks, C - 1) == 0, "no snapshot below C");
     sp_memory_seq_release(mem, &a);
     sp_memory_seq_release(mem, &b);
     sp_memory_seq_release(mem, &c);
