@@ -157,9 +157,9 @@ sp_status sp_fwd_runs(struct sp_forward_scratch *s, const struct sp_forward_batc
 /* A (run, head)'s walk along the grid: the head's state at grid point at
  * (NULL: the zero state at 0), in the slot or in one of the pool chunk's
  * two buffers.  sp_fwd_grid_next gives where the state at at + C goes: the
- * slot when it is the one the sequence keeps (the chunked form reads each
- * element of the state before it writes that element, so it may overwrite
- * its own input there), else the buffer not holding the current one. */
+ * buffer not holding the current one; sp_fwd_grid_done then moves it into
+ * the slot when it is the one the sequence keeps (the chunked form's
+ * output does not overlap its input, scan.h). */
 struct sp_fwd_grid {
     const float *h;
     uint32_t at;
@@ -199,11 +199,19 @@ static int32_t sp_fwd_hist_pos(const struct sp_fwd_run *r, int hist, int k)
 
 static float *sp_fwd_grid_next(struct sp_fwd_grid *g)
 {
-    if (g->at + C_ == g->keep)
-        return g->slot;
     float *dst = g->buf[g->next];
     g->next ^= 1;
     return dst;
+}
+
+static void sp_fwd_grid_done(struct sp_fwd_grid *g, float *dst, size_t hs)
+{
+    g->at += C_;
+    g->h = dst;
+    if (g->at == g->keep) {
+        memcpy(g->slot, dst, hs * sizeof *dst);
+        g->h = g->slot;
+    }
 }
 
 /* One layer's job over the batch. */
@@ -286,8 +294,7 @@ static void sp_ssm_advance(const struct sp_ssm_job *j, const struct sp_fwd_run *
     }
     float *dst = sp_fwd_grid_next(g);
     sp_ssd_state(dst, g->h, sp_exp1(lam), (int)C_, w, Bs, xs, d->ds, d->hd);
-    g->h = dst;
-    g->at += C_;
+    sp_fwd_grid_done(g, dst, (size_t)d->ds * d->hd);
 }
 
 /* Phase 3, a (run, head): the head's L and outputs, in position order, and
@@ -610,8 +617,7 @@ static void sp_dn_advance(const struct sp_dn_job *j, const struct sp_fwd_run *r,
     }
     float *dst = sp_fwd_grid_next(g);
     sp_ssd_state(dst, g->h, sp_exp1(lam), (int)C_, w, ks, xs, d->dk, d->dv);
-    g->h = dst;
-    g->at += C_;
+    sp_fwd_grid_done(g, dst, (size_t)d->dk * d->dv);
 }
 
 /* Phase 2, a (run, value head): u and the outputs, in position order, and
