@@ -96,9 +96,11 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
         s->lin_in = sp_fwd_alloc(s, B * ls.in * sizeof(float));
         s->lin_cb = sp_fwd_alloc(s, B * ls.cb * sizeof(float));
         s->lin_y = sp_fwd_alloc(s, B * ls.y * sizeof(float));
+        s->lin_h_floats = ls.h;
+        s->lin_h = sp_fwd_alloc(s, (size_t)sp_pool_chunks_for(n_threads) * 2 * (ls.h ? ls.h : 1) * sizeof(float));
         s->runs = sp_fwd_alloc(s, B * sp_fwd_run_bytes());
         s->tok_run = sp_fwd_alloc(s, B * sizeof *s->tok_run);
-        ok = s->lin && s->lin_in && s->lin_cb && s->lin_y && s->runs && s->tok_run;
+        ok = s->lin && s->lin_in && s->lin_cb && s->lin_y && s->lin_h && s->runs && s->tok_run;
     }
     if (ok && X) {
         size_t FX = hp->n_ff_exp;
@@ -135,7 +137,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->attn_plan); free(s->attn_pos);
     free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row); free(s->moe_exp);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
-    free(s->kv_seqs); free(s->qg); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
+    free(s->kv_seqs); free(s->qg); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->lin_h); free(s->runs); free(s->tok_run);
     memset(s, 0, sizeof *s);
 }
 
