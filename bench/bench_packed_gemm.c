@@ -37,7 +37,7 @@ int main(int argc, char **argv)
     size_t row_bytes, a_stride; /* the file type's row size, as the packed gemm takes it */
     if (!t || !t->gemm || !t->pack || rows % 16 != 0 || nc < 1 || !sp_type_row_size((uint32_t)type, K, &row_bytes) ||
         !sp_type_row_size(t->vec_dot_type, K, &a_stride)) {
-        fprintf(stderr, "usage: %s [65..70] [columns >= 1] [rows, a multiple of 16]\n", argv[0]);
+        fprintf(stderr, "usage: %s [65..71] [columns >= 1] [rows, a multiple of 16]\n", argv[0]);
         return 2;
     }
     uint32_t file = 0; /* the file type packed into `type` */
