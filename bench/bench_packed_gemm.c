@@ -3,7 +3,7 @@
  *
  *   make build/bench_packed_gemm   (built by `make test` too)
  *   build/bench_packed_gemm [type] [columns] [rows]
- *   (type 65 Q4_1_P16, 66 Q8_0_P16, 67 Q5_0_P16, 68 Q4_K_P16, 69 Q6_K_P16, 70 F16_P16)
+ *   (type 65 Q4_1_P16, 66 Q8_0_P16, 67 Q5_0_P16, 68 Q4_K_P16, 69 Q6_K_P16, 70 F16_P16, 71 MXFP4_P16)
  *
  * 256 rows x 1536 (392 KB of Q4_1) stay in L2; 65536 rows stream from
  * memory.  Weights and activations are random values quantized as the
