@@ -351,7 +351,8 @@ static void check_matmul(struct sp_pool *p1, struct sp_pool *p2, uint32_t type, 
 
 static void test_matmul(struct sp_pool *p1, struct sp_pool *p2)
 {
-    const uint32_t types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q5_0, SP_TYPE_F32};
+    const uint32_t types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q5_0, SP_TYPE_MXFP4,
+                              SP_TYPE_F32};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         check_matmul(p1, p2, types[ti], false);
         if (sp_type_packed_for(types[ti], 48))
