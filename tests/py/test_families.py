@@ -221,6 +221,10 @@ FEATURES = {
     "gpt-oss": ["clamped SwiGLU", "RoPE halves (NEOX)", "attention output bias", "router and expert biases",
                 "attention sinks", "QKV bias", "YaRN RoPE scaling 4 (original context 32, beta 32/1",
                 "sliding window 16 on 2 of 4 layers", "8 experts (4 used, top-k softmax router, width 256)"],
+    "deepseek2": ["RoPE adjacent pairs", "multi-head latent attention (cache: latent 128 + RoPE key 32 per position; "
+                  "heads 96/64 wide, query LoRA)", "YaRN RoPE scaling 4 (original context 32, beta 32/1",
+                  "8 experts (2 used, sigmoid router, weights renormalized, width 128) + shared expert",
+                  "expert groups: 2 best of 4", "expert weights x 2.5", "experts on 2 of 3 layers (the others dense)"],
 }
 
 
@@ -301,7 +305,7 @@ def test_all_local_layers_ring_matches_full_cache(run_spindle):
 
 
 @pytest.mark.parametrize("fam,qtype", [("qwen2moe", "q4_k"), ("mixtral", "q4_k"), ("llama4", "q4_k"),
-                                      ("gpt-oss", "mxfp4")])
+                                      ("gpt-oss", "mxfp4"), ("deepseek2", "q4_k")])
 def test_experts_batch_invariant(fam, qtype, run_spindle):
     """A token's logits do not depend on what else is in the batch, though
     the batch's rows are grouped by expert: the last position of each prefix,
