@@ -624,15 +624,21 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
  * largest |value|; with W_kb read transposed (a wrong absorption) or the
  * RoPE part left out of the score the error is 0.23 or 0.25 (largest
  * |value| 0.27: measured).  A prompt batch gives
- * each token bit for bit what it gets alone (the block path). */
-static void test_mla_attention(struct sp_pool *pool)
+ * each token bit for bit what it gets alone (the block path).  v_in_k:
+ * the cache stores the rows once, as keys (the forward pass's cache), and
+ * gives the same outputs bit for bit as one storing them as values too,
+ * on every kernel row. */
+static void test_mla_attention(struct sp_pool *pool, bool v_in_k)
 {
     enum { H = 4, C = 64, NR = 16, D = C + NR, KN = 32, V = 24, P = 40, NT = 21 };
-    struct sp_kv *kv;
-    struct sp_kv_seq seq = {0};
-    const struct sp_kv_shape shape = {.n_layer = 1, .n_head_kv = 1, .head_dim = D};
-    CHECK(sp_kv_new(&kv, &shape, 8) == SP_OK, "mla: kv init");
-    CHECK(sp_kv_seq_reserve(kv, &seq, P) == SP_OK, "mla: reserve");
+    struct sp_kv *kv, *kv2;
+    struct sp_kv_seq seq = {0}, seq2 = {0};
+    const struct sp_kv_shape shape = {.n_layer = 1, .n_head_kv = 1, .head_dim = D, .v_in_k = v_in_k};
+    const struct sp_kv_shape shape2 = {.n_layer = 1, .n_head_kv = 1, .head_dim = D};
+    CHECK(sp_kv_new(&kv, &shape, 8) == SP_OK && sp_kv_new(&kv2, &shape2, 8) == SP_OK, "mla: kv init");
+    CHECK(sp_kv_seq_reserve(kv, &seq, P) == SP_OK && sp_kv_seq_reserve(kv2, &seq2, P) == SP_OK, "mla: reserve");
+    CHECK(sp_kv_block_bytes(&shape) * (v_in_k ? 2 : 1) == sp_kv_block_bytes(&shape2), "mla: block bytes %llu vs %llu",
+          (unsigned long long)sp_kv_block_bytes(&shape), (unsigned long long)sp_kv_block_bytes(&shape2));
     static float wkb[H][C][KN], wvb[H][V][C], lat[P][D], qn[NT][H][KN], qp[NT][H][NR], q[NT][H][D], out[NT][H][D];
     static float o1[H][D];
     unsigned s = 11;
@@ -648,6 +654,7 @@ static void test_mla_attention(struct sp_pool *pool)
         for (int i = 0; i < D; i++)
             lat[p][i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
         sp_kv_store(kv, &seq, 0, (uint32_t)p, lat[p], lat[p]);
+        sp_kv_store(kv2, &seq2, 0, (uint32_t)p, lat[p], lat[p]);
     }
     for (int t = 0; t < NT; t++)
         for (int h = 0; h < H; h++) {
@@ -717,10 +724,34 @@ static void test_mla_attention(struct sp_pool *pool)
     CHECK(worst < 2e-3 * big, "mla: absorbed attention differs from the decompressed heads by %g (largest |value| %g)",
           worst, big);
     CHECK(diff == 0, "mla: %d of %d prompt tokens differ from the token alone", diff, NT);
+    /* the same queries over a cache holding the rows as keys and values */
+    const struct sp_kv_seq *seqs2[NT];
+    for (int t = 0; t < NT; t++)
+        seqs2[t] = &seq2;
+    static float out2[NT][H][D];
+    struct sp_attn_args a2 = a;
+    a2.kv = kv2, a2.seqs = seqs2, a2.out = &out2[0][0][0];
+    const struct sp_kernels_isa *keep = sp_kernels_active();
+    int rows = 0, rdiff = 0;
+    for (int i = 0; i < SP_ISA_COUNT; i++) {
+        const struct sp_kernels_isa *row = sp_kernels_for_isa(sp_isa_name((enum sp_isa)i));
+        if (!row || row->isa != (enum sp_isa)i)
+            continue;
+        sp_kernels_use(row);
+        sp_attention(pool, &a);
+        sp_attention(pool, &a2);
+        rows++;
+        rdiff += memcmp(out, out2, sizeof out) != 0;
+    }
+    sp_kernels_use(keep);
+    CHECK(rdiff == 0, "mla (values %s): %d of %d kernel rows differ between the two caches",
+          v_in_k ? "in the keys" : "stored", rdiff, rows);
     free(scratch);
     free(plan);
     sp_kv_seq_release(kv, &seq);
+    sp_kv_seq_release(kv2, &seq2);
     sp_kv_free(kv);
+    sp_kv_free(kv2);
 }
 
 /* The chunked scan (scan.h) against the recurrence it stands for, in
@@ -948,8 +979,9 @@ int main(void)
     test_matmul(p1, p2);
     test_matmul_grouped(p1, p2);
     test_rows(p2);
-    test_mla_attention(p1);
-    test_mla_attention(p2);
+    test_mla_attention(p1, true);
+    test_mla_attention(p2, true);
+    test_mla_attention(p2, false);
     sp_pool_free(p1);
     sp_pool_free(p2);
     return sp_check_report("kernels");
