@@ -625,9 +625,12 @@ class Builder:
         for i in range(L):
             p = "blk.%d." % i
             self.vec(p + "attn_norm.weight", E)
-            self.mat(p + "attn_q_a.weight", q_lora, E)
-            self.vec(p + "attn_q_a_norm.weight", q_lora)
-            self.mat(p + "attn_q_b.weight", H * (nope + rope), q_lora)
+            if q_lora:
+                self.mat(p + "attn_q_a.weight", q_lora, E)
+                self.vec(p + "attn_q_a_norm.weight", q_lora)
+                self.mat(p + "attn_q_b.weight", H * (nope + rope), q_lora)
+            else:  # V2-Lite: one attn_q
+                self.mat(p + "attn_q.weight", H * (nope + rope), E)
             self.mat(p + "attn_kv_a_mqa.weight", kv_lora + rope, E)
             self.vec(p + "attn_kv_a_norm.weight", kv_lora)
             self.mat(p + "attn_k_b.weight", H, kv_lora, nope)
@@ -640,10 +643,13 @@ class Builder:
                 self.mat(p + "ffn_down.weight", E, F)
                 continue
             self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=2.0, kind="f32")
-            self.vec(p + "exp_probs_b.bias", n_exp, mean=0.0, spread=0.5)
+            self.vec(p + "exp_probs_b.bias", n_exp, mean=0.0, spread=1.0)
             self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E, kind="exps")
             self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E, kind="exps")
-            self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp, kind="exps")
+            # the routed experts' outputs scaled down so that their weights (x 2.5) add
+            # about what other families' do: a router near-tie between the engines then
+            # moves the logits about as much as theirs (test_families's allowance)
+            self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp, scale=0.4, kind="exps")
             self.mat(p + "ffn_gate_shexp.weight", ff_exp * n_shared, E)
             self.mat(p + "ffn_up_shexp.weight", ff_exp * n_shared, E)
             self.mat(p + "ffn_down_shexp.weight", E, ff_exp * n_shared)
