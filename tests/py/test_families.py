@@ -338,6 +338,32 @@ def test_trailing_dimensions_of_one_are_the_same_shape(fam, run_spindle, tmp_pat
     assert got.json()["steps"] == want.json()["steps"]
 
 
+def _deepseek2_variant(tmp_path, name, **change):
+    spec = dict(families.FAMILIES["deepseek2"], **change)
+    b = families.Builder(name, spec, seed=spec["seed"])
+    b.build()
+    path = str(tmp_path / (name + ".gguf"))
+    b.write(path, "f32")
+    return path
+
+
+def test_deepseek2_layouts(run_spindle, tmp_path):
+    """DeepSeek V2-Lite's layout (one attn_q, no query LoRA; softmax
+    gating, no groups, two shared experts) loads and says so; a gating
+    function other than softmax (1) and sigmoid (2), and expert groups that
+    do not hold the used experts, are refused naming the key (exit 2)."""
+    lite = _deepseek2_variant(tmp_path, "lite", mla=(0, 128, 64, 32, 64), ds_moe=(1, 1, 2, 1.0, 1, 1))
+    r = run_spindle("info", "-m", lite)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("features:"))
+    assert "heads 96/64 wide)" in line and "softmax router" in line and "expert groups" not in line, line
+    for name, change, key in (("gating", dict(ds_moe=(4, 2, 1, 2.5, 3, 1)), "deepseek2.expert_gating_func"),
+                              ("groups", dict(ds_moe=(4, 1, 1, 2.5, 2, 1), experts=(8, 4, 128)),
+                               "deepseek2.expert_group_count")):
+        r = run_spindle("info", "-m", _deepseek2_variant(tmp_path, name, **change))
+        assert r.returncode == 2 and key in r.stderr, (name, r.returncode, r.stderr)
+
+
 def test_llama4_builtin_chat_format(run_spindle):
     """A Llama 4 file without a template chats in Llama 4's header format
     (llama.cpp's built-in "llama4", which renders these messages to the
