@@ -266,7 +266,7 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
-        .name = "deepseek2", /* DeepSeek V2 / V2-Lite / V3 / R1 (and Kimi K2): MLA, grouped expert routing */
+        .name = "deepseek2", /* DeepSeek V2 / V2-Lite / V3 / R1: MLA, grouped expert routing */
         .ffn_act = SP_FFN_SILU,
         .yarn = true,
         .mla = true,
