@@ -28,7 +28,8 @@ struct sp_kv {
     uint32_t *layer_index;       /* [n_layer] index among its kind */
     bool *layer_local;           /* [n_layer] */
     sp_cache_type kt, vt;  /* key and value types */
-    uint32_t k_row, v_row; /* bytes of one position of one KV head (sp_kv_row_bytes) */
+    uint32_t k_row, v_row; /* bytes of one position of one KV head (sp_kv_row_bytes; v_row 0: v_in_k) */
+    bool v_in_k;           /* no values stored: they are the keys (sp_kv_shape) */
     size_t k_block, v_block; /* bytes between blocks: SP_KV_BLOCK rows */
     size_t k_head, v_head;   /* bytes between KV heads: n_blocks blocks */
     size_t k_layer, v_layer; /* bytes between paged layers: n_head_kv heads */
@@ -84,7 +85,7 @@ static uint32_t sp_kv_paged_layers(const struct sp_kv_shape *s)
 uint64_t sp_kv_block_bytes(const struct sp_kv_shape *s)
 {
     return (uint64_t)SP_KV_BLOCK * s->n_head_kv *
-           (sp_kv_row_bytes(s->type_k, s->head_dim) + sp_kv_row_bytes(s->type_v, s->head_dim)) *
+           (sp_kv_row_bytes(s->type_k, s->head_dim) + (s->v_in_k ? 0 : sp_kv_row_bytes(s->type_v, s->head_dim))) *
            sp_kv_paged_layers(s);
 }
 
@@ -113,6 +114,14 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
                                 "this model's is %u",
                                 sp_cache_type_name(t), SP_KV_QK, SP_KV_QDIM_MAX, head_dim);
     }
+    bool any_local = false;
+    for (uint32_t l = 0; l < n_layer; l++)
+        any_local = any_local || sp_kv_is_local(shape, l);
+    if (shape->v_in_k && (shape->type_k != SP_CACHE_F16 || shape->type_v != SP_CACHE_F16 || any_local ||
+                          head_dim > SP_KV_VK_DIM_MAX))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "kv cache: values read from the keys need f16 keys and values, no "
+                            "sliding-window layers and a head dimension up to %d (this one: %u)", SP_KV_VK_DIM_MAX,
+                            head_dim);
     const uint32_t kv_dim = shape->n_head_kv * head_dim;
     struct sp_kv *kv = calloc(1, sizeof *kv);
     if (!kv)
@@ -146,7 +155,8 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
     kv->kt = shape->type_k;
     kv->vt = shape->type_v;
     kv->k_row = sp_kv_row_bytes(kv->kt, head_dim);
-    kv->v_row = sp_kv_row_bytes(kv->vt, head_dim);
+    kv->v_row = shape->v_in_k ? 0 : sp_kv_row_bytes(kv->vt, head_dim);
+    kv->v_in_k = shape->v_in_k;
     if (!sp_mul_u64((uint64_t)n_blocks * SP_KV_BLOCK, (uint64_t)shape->n_head_kv * n_paged, &pos_heads) ||
         !sp_mul_u64(pos_heads, kv->k_row, &k_bytes) || !sp_mul_u64(pos_heads, kv->v_row, &v_bytes) ||
         k_bytes + v_bytes > ((uint64_t)1 << 41)) {
@@ -328,7 +338,7 @@ struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq
 {
     const size_t li = kv->layer_index[layer];
     struct sp_kv_view w = {.head_dim = kv->head_dim, .k_row = kv->k_row, .v_row = kv->v_row, .kt = kv->kt,
-                           .vt = kv->vt};
+                           .vt = kv->vt, .v_in_k = kv->v_in_k};
     if (kv->layer_local[layer]) {
         const size_t rows = li * kv->ring_len * (kv->kv_dim / kv->head_dim);
         w.k = kv->ring_k[seq->ring - 1] + rows * kv->k_row;
@@ -387,6 +397,8 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
                     grp[2 * SP_KV_TILE + e * SP_KV_TILE + lane] = blk[2 + e];
             }
         }
+        if (kv->v_in_k) /* the key just stored is the value */
+            continue;
         if (kv->vt == SP_CACHE_F16)
             sp_f16_store((uint16_t *)(void *)vr, 1, vh, D);
         else

@@ -141,9 +141,13 @@ static sp_status sp_model_yarn(struct sp_model *m)
     if (!(log_mul >= 0.0f && log_mul < 100.0f))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.yarn_log_multiplier': %g, expected 0..100",
                             m->arch->name, log_mul);
+    if (m->arch->mla) /* DeepSeek's converter writes 0.1 mscale_all_dim (llama.cpp divides it back) */
+        log_mul /= 0.1f;
+    hp->yarn_log_mul = log_mul;
     float ms1 = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
     float msl = factor <= 1.0f ? 1.0f : 0.1f * log_mul * logf(factor) + 1.0f;
-    float af = log_mul != 0.0f ? ms1 / msl : ms1;
+    /* DeepSeek: mscale is taken equal to mscale_all_dim, so their ratio is 1 (llama.cpp's rule) */
+    float af = log_mul != 0.0f ? (m->arch->mla ? 1.0f : ms1 / msl) : ms1;
     af *= 1.0f / (1.0f + 0.1f * logf(factor));
     hp->rope_mscale *= af;
     return SP_OK;
@@ -298,6 +302,88 @@ static sp_status sp_model_mrope(struct sp_model *m)
     return SP_OK;
 }
 
+/* Multi-head latent attention's widths, checked against each other: the
+ * cache's one KV head is the latent then the RoPE key (key_length), its
+ * values the latent (value_length); a head's query is mla_k wide, its
+ * RoPE part last.  The attention scale is llama.cpp's for DeepSeek: YaRN's
+ * mscale (1 + 0.1 mscale_all_dim ln factor, times the cos/sin scale before
+ * ggml's own correction) squared over sqrt(mla_k). */
+static sp_status sp_model_mla_keys(struct sp_model *m, uint32_t v_len)
+{
+    struct sp_hparams *hp = &m->hp;
+    const char *a = m->arch->name;
+    sp_status st;
+    if ((st = sp_hp_u32(m, "attention.q_lora_rank", false, &hp->n_lora_q)) ||
+        (st = sp_hp_u32(m, "attention.kv_lora_rank", true, &hp->n_lora_kv)) ||
+        (st = sp_hp_u32(m, "attention.key_length_mla", true, &hp->mla_k)) ||
+        (st = sp_hp_u32(m, "attention.value_length_mla", true, &hp->mla_v)))
+        return st;
+    if (hp->n_head_kv != 1 || hp->n_lora_kv == 0 || hp->head_dim != hp->n_lora_kv + hp->n_rot ||
+        v_len != hp->n_lora_kv)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.key_length': %u, value_length %u, head_count_kv "
+                            "%u, kv_lora_rank %u, rope.dimension_count %u: multi-head latent attention needs one KV "
+                            "head of the latent then the RoPE key (a current converter's layout)", a, hp->head_dim,
+                            v_len, hp->n_head_kv, hp->n_lora_kv, hp->n_rot);
+    if (hp->mla_k <= hp->n_rot || hp->mla_k - hp->n_rot > hp->n_lora_kv || hp->mla_v == 0 ||
+        hp->mla_v > hp->head_dim || hp->n_lora_q > 65536)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.key_length_mla': %u (value_length_mla %u, "
+                            "q_lora_rank %u), expected above rope.dimension_count %u and at most it plus kv_lora_rank "
+                            "%u, values at most key_length wide", a, hp->mla_k, hp->mla_v, hp->n_lora_q, hp->n_rot,
+                            hp->n_lora_kv);
+    if (sp_key_present(m, "attention.temperature_scale"))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.temperature_scale': attention temperature is not "
+                            "supported with multi-head latent attention", a);
+    const float lf = logf(1.0f / hp->rope_freq_scale);
+    const float mscale = hp->rope_mscale * (1.0f + 0.1f * lf) * (1.0f + 0.1f * hp->yarn_log_mul * lf);
+    hp->attn_scale = mscale * mscale / sqrtf((float)hp->mla_k);
+    return SP_OK;
+}
+
+/* DeepSeek's expert keys: the gating function (1 softmax, 2 sigmoid; absent:
+ * softmax), renormalization and scale of the selected weights, expert
+ * groups, shared experts and the dense leading layers. */
+static sp_status sp_model_mla_moe_keys(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    const char *a = m->arch->name;
+    uint32_t gating = 0, shared = 0;
+    char key[128];
+    sp_status st;
+    sp_key(m, "expert_weights_norm", key, sizeof key);
+    if ((st = sp_hp_u32(m, "leading_dense_block_count", false, &hp->n_dense_lead)) ||
+        (st = sp_hp_u32(m, "expert_shared_count", true, &shared)) ||
+        (st = sp_hp_f32(m, "expert_weights_scale", false, &hp->exp_w_scale)) ||
+        (st = sp_gguf_get_bool(&m->gguf, key, false, &hp->moe_norm)) ||
+        (st = sp_hp_u32(m, "expert_gating_func", false, &gating)) ||
+        (st = sp_hp_u32(m, "expert_group_count", false, &hp->n_group)) ||
+        (st = sp_hp_u32(m, "expert_group_used_count", false, &hp->n_group_used)))
+        return st;
+    if (gating > 2)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.expert_gating_func': %u, supported: 1 (softmax), 2 (sigmoid)",
+                            a, gating);
+    hp->router = gating == 2 ? SP_ROUTER_SIGMOID : SP_ROUTER_SOFTMAX;
+    if (!isfinite(hp->exp_w_scale))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.expert_weights_scale': %g, expected a finite value", a,
+                            hp->exp_w_scale);
+    if (hp->n_dense_lead > hp->n_layer)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.leading_dense_block_count': %u of %u layers", a, hp->n_dense_lead,
+                            hp->n_layer);
+    if (shared == 0 || shared > 64)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.expert_shared_count': %u, expected 1..64", a, shared);
+    hp->n_ff_shexp = hp->n_ff_exp * shared;
+    if (hp->n_group > 1) {
+        uint32_t per = hp->n_expert / hp->n_group;
+        if (hp->n_expert % hp->n_group || per < 2 || hp->n_group_used == 0 || hp->n_group_used > hp->n_group ||
+            hp->n_expert_used > per * hp->n_group_used)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s.expert_group_count': %u groups (%u used) of %u experts (%u "
+                                "used), expected groups of 2 or more experts holding the used ones", a, hp->n_group,
+                                hp->n_group_used, hp->n_expert, hp->n_expert_used);
+    } else {
+        hp->n_group = hp->n_group_used = 0;
+    }
+    return SP_OK;
+}
+
 /* Head counts and widths, RoPE, windows and soft-caps: the attention
  * layers' keys. */
 static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern)
@@ -342,7 +428,7 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     uint32_t v_len = hp->head_dim;
     if ((st = sp_hp_u32(m, "attention.value_length", false, &v_len)))
         return st;
-    if (v_len != hp->head_dim)
+    if (v_len != hp->head_dim && !m->arch->mla) /* mla: the latent's width (sp_model_mla_keys) */
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length': %u differs from key_length %u", a,
                             v_len, hp->head_dim);
     bool rope = !m->arch->abs_pos && !m->arch->nope; /* absolute positions: no RoPE */
@@ -382,6 +468,8 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
                                 "supported in %s", key, a);
     }
     if (m->arch->mrope_text && (st = sp_model_mrope(m)))
+        return st;
+    if (m->arch->mla && (st = sp_model_mla_keys(m, v_len)))
         return st;
     return SP_OK;
 }
@@ -532,7 +620,10 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
             return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.shortconv.l_cache': %u, expected 1..%d", a,
                                 hp->conv_taps, SP_CONV_MAX_TAPS);
     }
-    if ((st = sp_model_expert_keys(m)) || (st = sp_model_interleave_keys(m)))
+    hp->router = ar->router;
+    hp->moe_norm = ar->moe_norm;
+    if ((st = sp_model_expert_keys(m)) || (st = sp_model_interleave_keys(m)) ||
+        (ar->mla && (st = sp_model_mla_moe_keys(m))))
         return st;
     if (ar->logit_mul && (st = sp_hp_f32(m, "logit_scale", true, &hp->logit_scale)))
         return st;
@@ -729,6 +820,59 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     return SP_OK;
 }
 
+/* Per-head views of a 3-D [n_head][rows][row length] tensor (attn_k_b,
+ * attn_v_b) into out[n_head]. */
+static sp_status sp_model_head_views(struct sp_loader *ld, uint32_t il, const char *suffix, int64_t ne0, int64_t ne1,
+                                     struct sp_tensor *out)
+{
+    const int64_t H = ld->m->hp.n_head, ne[3] = {ne0, ne1, H};
+    const struct sp_gguf_tensor *t;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%u.%s", il, suffix);
+    sp_status st = sp_model_find(ld, name, 3, ne, true, &t);
+    if (st != SP_OK)
+        return st;
+    const size_t row_bytes = (size_t)(t->nbytes / (uint64_t)(ne1 * H));
+    for (int64_t h = 0; h < H; h++)
+        out[h] = (struct sp_tensor){.type = t->type, .ne0 = ne0, .ne1 = ne1, .row_bytes = row_bytes,
+                                    .data = (const uint8_t *)t->data + (size_t)(h * ne1) * row_bytes};
+    return SP_OK;
+}
+
+/* Multi-head latent attention's tensors, as a current llama.cpp converter
+ * writes them (attn_k_b and attn_v_b; an older file's attn_kv_b is
+ * refused). */
+static sp_status sp_model_mla(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_q, C = hp->n_lora_kv, NR = hp->n_rot;
+    const int64_t K = hp->mla_k, V = hp->mla_v;
+    char name[96];
+    sp_status st;
+    snprintf(name, sizeof name, "blk.%u.attn_kv_b.weight", il);
+    if (sp_gguf_tensor_find(&m->gguf, name))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%s': the unsplit latent projection of older conversions is "
+                            "not supported (a current llama.cpp converter writes attn_k_b and attn_v_b)", name);
+    if (R) {
+        SP_T(L->wq_a, "attn_q_a.weight", E, R, true);
+        SP_T(L->q_a_norm, "attn_q_a_norm.weight", R, 0, true);
+        SP_T(L->wq, "attn_q_b.weight", R, H * K, true);
+    } else {
+        SP_T(L->wq, "attn_q.weight", E, H * K, true);
+    }
+    SP_T(L->wkv_a, "attn_kv_a_mqa.weight", E, C + NR, true);
+    SP_T(L->kv_a_norm, "attn_kv_a_norm.weight", C, 0, true);
+    L->wk_b = m->heads + (size_t)il * 2 * H;
+    L->wv_b = L->wk_b + H;
+    if ((st = sp_model_head_views(ld, il, "attn_k_b.weight", K - NR, C, L->wk_b)) ||
+        (st = sp_model_head_views(ld, il, "attn_v_b.weight", C, V, L->wv_b)))
+        return st;
+    SP_T(L->wo, "attn_output.weight", H * V, E, true);
+    return SP_OK;
+}
+
 /* The experts of layer il: 3-D stacks [n_expert][rows][row length], one
  * view per expert. */
 static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
@@ -762,6 +906,8 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
     }
     if (m->arch->moe_bias)
         SP_T(L->gate_inp_b, "ffn_gate_inp.bias", X, 0, true);
+    if (m->arch->mla)
+        SP_T(L->exp_probs_b, "exp_probs_b.bias", X, 0, false);
     if (m->arch->shared_expert) {
         int64_t S = hp->n_ff_shexp;
         if (!m->arch->shexp_ungated)
@@ -918,7 +1064,8 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     bool pre = !ar->post_ln, ln = ar->norm == SP_NORM_LAYER;
     if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK)
         return st;
-    L->moe = hp->n_expert && (!ar->moe_interleave || (hp->n_moe_step && (il + 1) % hp->n_moe_step == 0));
+    L->moe = hp->n_expert && (!ar->moe_interleave || (hp->n_moe_step && (il + 1) % hp->n_moe_step == 0)) &&
+             il >= hp->n_dense_lead;
     SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre && !ar->no_pre_norm);
     if (L->mixer == SP_MIXER_MLP) {
         SP_T(L->w_up, "ffn_up.weight", E, F, true);
@@ -927,6 +1074,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
         st = L->mixer == SP_MIXER_SSM     ? sp_model_ssm(ld, il)
              : L->mixer == SP_MIXER_CONV  ? sp_model_shortconv(ld, il)
              : L->mixer == SP_MIXER_DELTA ? sp_model_delta(ld, il)
+             : ar->mla                    ? sp_model_mla(ld, il)
                                           : sp_model_attn(ld, il);
         if (st != SP_OK)
             return st;
@@ -968,9 +1116,11 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     L->qk_l2 = ar->qk_norm == SP_QK_NORM_L2 && L->mixer == SP_MIXER_ATTN && !L->nope && hp->n_expert != 128;
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                       &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
-                                      &L->dn_beta, &L->dn_alpha};
+                                      &L->dn_beta, &L->dn_alpha, &L->wq_a, &L->wkv_a};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         m->weights_bytes += sp_bytes(mats[i]);
+    for (uint32_t h = 0; L->wk_b && h < hp->n_head; h++)
+        m->weights_bytes += sp_bytes(&L->wk_b[h]) + sp_bytes(&L->wv_b[h]);
     if (L->moe) /* a token reads its n_expert_used experts */
         for (int k = 0; k < SP_EXP_KINDS; k++)
             m->weights_bytes += sp_bytes(&L->exps[k * hp->n_expert]) * hp->n_expert_used;
@@ -1060,7 +1210,7 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
  * one at a time); out[] must hold sp_model_n_matrices(). */
 static size_t sp_model_n_matrices(const struct sp_model *m)
 {
-    return 1 + (size_t)m->hp.n_layer * (16 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
+    return 1 + (size_t)m->hp.n_layer * (18 + 2 * (size_t)m->hp.n_head + SP_EXP_KINDS * (size_t)m->hp.n_expert);
 }
 
 static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
@@ -1071,10 +1221,12 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
         struct sp_layer *L = &m->layers[il];
         struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                   &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
-                                  &L->dn_beta, &L->dn_alpha};
+                                  &L->dn_beta, &L->dn_alpha, &L->wq_a, &L->wkv_a};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->data)
                 out[n++] = ts[i];
+        for (uint32_t h = 0; L->wk_b && h < 2 * m->hp.n_head; h++) /* attn_k_b's views, then attn_v_b's */
+            out[n++] = &L->wk_b[h];
         for (size_t e = 0; L->exps && e < SP_EXP_KINDS * (size_t)m->hp.n_expert; e++)
             out[n++] = &L->exps[e];
     }
@@ -1156,7 +1308,8 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->ssm_a : NULL, L ? &L->ssm_d : NULL, L ? &L->ssm_norm : NULL,
                                       L ? &L->sc_conv : NULL, L ? &L->sinks : NULL, L ? &L->gate_inp_b : NULL,
                                       L ? &L->exps_b[SP_EXP_GATE] : NULL, L ? &L->exps_b[SP_EXP_UP] : NULL,
-                                      L ? &L->exps_b[SP_EXP_DOWN] : NULL};
+                                      L ? &L->exps_b[SP_EXP_DOWN] : NULL, L ? &L->q_a_norm : NULL,
+                                      L ? &L->kv_a_norm : NULL, L ? &L->exp_probs_b : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -1238,7 +1391,9 @@ static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *p
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (hp->n_expert)
         m->exps = calloc((size_t)hp->n_layer * SP_EXP_KINDS * hp->n_expert, sizeof *m->exps);
-    if (!m->layers || (hp->n_expert && !m->exps))
+    if (m->arch->mla)
+        m->heads = calloc((size_t)hp->n_layer * 2 * hp->n_head, sizeof *m->heads);
+    if (!m->layers || (hp->n_expert && !m->exps) || (m->arch->mla && !m->heads))
         return sp_error_set(SP_ERR_NOMEM, "model: no memory for %u layers", hp->n_layer);
     for (uint32_t il = 0; il < hp->n_layer; il++)
         if ((st = sp_model_layer(ld, il, swa_pattern, swa_base)) != SP_OK)
@@ -1349,6 +1504,7 @@ fail:
     free(m->repacked);
     free(m->vectors);
     free(m->exps);
+    free(m->heads);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
@@ -1366,6 +1522,7 @@ void sp_model_close(struct sp_model *m)
     free(m->repacked);
     free(m->vectors);
     free(m->exps);
+    free(m->heads);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
@@ -1393,124 +1550,4 @@ sp_status sp_model_detach(struct sp_model *m, bool lock)
     }
     free(skip);
     return st;
-}
-
-void sp_model_features(const struct sp_model *m, char *buf, size_t size)
-{
-    const struct sp_arch *ar = m->arch;
-    const struct sp_hparams *hp = &m->hp;
-    const struct sp_layer *L0 = &m->layers[0];
-    size_t n = 0;
-    uint32_t n_local = 0, n_nope = 0, n_moe = 0, n_l2 = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        n_local += m->layers[l].swa;
-        n_nope += m->layers[l].nope;
-        n_moe += m->layers[l].moe;
-        n_l2 += m->layers[l].qk_l2;
-    }
-#define SP_F(...)                                                                                    \
-    do {                                                                                            \
-        if (n < size)                                                                               \
-            n += (size_t)snprintf(buf + n, size - n, "%s", n ? ", " : "");                          \
-        if (n < size)                                                                               \
-            n += (size_t)snprintf(buf + n, size - n, __VA_ARGS__);                                  \
-    } while (0)
-    buf[0] = 0;
-    if (hp->n_linear && ar->linear == SP_MIXER_SSM)
-        SP_F("Mamba-2 on %u of %u layers (%u heads x %u, state %u, %u group%s, convolution %u)", hp->n_linear,
-             hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_state, hp->ssm_groups,
-             hp->ssm_groups > 1 ? "s" : "", hp->ssm_conv);
-    if (hp->n_linear && ar->linear == SP_MIXER_DELTA)
-        SP_F("gated delta rule on %u of %u layers (%u value heads x %u, %u key heads, convolution %u)", hp->n_linear,
-             hp->n_layer, hp->ssm_heads, hp->ssm_head_dim, hp->ssm_groups, hp->ssm_conv);
-    if (hp->n_linear && ar->dn_grouped)
-        SP_F("value heads grouped by key head");
-    if (ar->q_gate)
-        SP_F("gated attention (sigmoid)");
-    if (hp->n_linear && ar->linear == SP_MIXER_CONV)
-        SP_F("gated short convolutions on %u of %u layers (%u taps)", hp->n_linear, hp->n_layer, hp->conv_taps);
-    uint32_t n_mlp = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++)
-        n_mlp += m->layers[l].mixer == SP_MIXER_MLP;
-    if (n_mlp)
-        SP_F("feed-forward alone on %u layers (%s, no gate)", n_mlp, ar->ffn_act == SP_FFN_RELU2 ? "ReLU^2" : "GELU");
-    else if (ar->no_ffn)
-        SP_F("no feed-forward");
-    else if (ar->ffn_plain)
-        SP_F("%s feed-forward (no gate)", ar->ffn_act == SP_FFN_GELU ? "GELU" : "SiLU");
-    else
-        SP_F("%s", ar->ffn_act == SP_FFN_GELU ? "GeGLU" : ar->ffn_act == SP_FFN_SWIGLU_OAI ? "clamped SwiGLU" : "SwiGLU");
-    if (ar->abs_pos)
-        SP_F("absolute position embeddings, token types");
-    else if (hp->n_head && hp->n_rot)
-        SP_F("RoPE %s", ar->rope_neox ? "halves (NEOX)" : "adjacent pairs");
-    else if (hp->n_head)
-        SP_F("no position encoding in attention (NoPE)");
-    if (n_nope && hp->n_rot && ar->nope_interval)
-        SP_F("no RoPE on %u of %u layers (NoPE every %u layers)", n_nope, hp->n_layer, ar->nope_interval);
-    else if (n_nope && hp->n_rot)
-        SP_F("no RoPE on the global layers (%u of %u, NoPE)", n_nope, hp->n_layer);
-    if (ar->granite && (hp->embd_scale || hp->resid_scale || hp->logit_scale))
-        SP_F("scales: embeddings %g, residuals %g, logits 1/%g", hp->embd_scale, hp->resid_scale, hp->logit_scale);
-    if (ar->logit_mul && hp->logit_scale != 1.0f)
-        SP_F("logits x %g", hp->logit_scale);
-    if (ar->parallel)
-        SP_F("parallel attention and feed-forward");
-    if (ar->no_pre_norm)
-        SP_F("no pre-norms");
-    if (ar->bidirectional)
-        SP_F("bidirectional attention (embeddings only)");
-    if (ar->norm == SP_NORM_LAYER)
-        SP_F("LayerNorm %s", ar->post_ln ? "with bias after each residual" : "without bias");
-    if (ar->layer_bias)
-        SP_F("output and feed-forward biases");
-    if (ar->out_bias)
-        SP_F("attention output bias");
-    if (ar->moe_bias)
-        SP_F("router and expert biases");
-    if (ar->attn_sinks)
-        SP_F("attention sinks");
-    if (hp->n_head_kv < hp->n_head)
-        SP_F("grouped-query attention (%u query heads per KV head)", hp->n_head / hp->n_head_kv);
-    if (L0->bq.data)
-        SP_F("QKV bias");
-    if (ar->qk_norm == SP_QK_NORM_L2 && n_l2)
-        SP_F("QK-norm (L2 per head after RoPE, on %u of %u layers)", n_l2, hp->n_layer);
-    else if (ar->qk_norm && ar->qk_norm != SP_QK_NORM_L2)
-        SP_F("QK-norm (%s)", ar->qk_norm == SP_QK_NORM_HEAD ? "per head" : "whole rows");
-    if (m->rope_freqs)
-        SP_F("RoPE frequency factors (rope_freqs)");
-    if (m->rope_long)
-        SP_F("LongRoPE (long factors above %u positions, attention factor %g)", hp->n_ctx_orig, hp->rope_mscale);
-    if (hp->yarn)
-        SP_F("YaRN RoPE scaling %g (original context %u, beta %g/%g, attention factor %g)",
-             1.0f / hp->rope_freq_scale, hp->n_ctx_orig, hp->yarn_beta_fast, hp->yarn_beta_slow,
-             hp->rope_mscale * (1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale))); /* sp_rope_table's scale */
-    else if (hp->rope_freq_scale != 1.0f)
-        SP_F("linear RoPE scaling %g", 1.0f / hp->rope_freq_scale);
-    if (hp->attn_temp != 0.0f)
-        SP_F("attention temperature %g per %u positions%s", hp->attn_temp, hp->attn_temp_floor,
-             ar->nope_temp ? " on the NoPE layers" : "");
-    if (n_local)
-        SP_F("%s %u on %u of %u layers", ar->swa_chunked ? "attention chunks of" : "sliding window", hp->n_swa,
-             n_local, hp->n_layer);
-    if (hp->attn_softcap > 0.0f)
-        SP_F("soft-cap: attention %g, final logits %g", hp->attn_softcap, hp->final_softcap);
-    if (ar->post_norms)
-        SP_F("post-norms");
-    if (ar->embed_scale)
-        SP_F("embeddings x sqrt(n_embd)");
-    if (hp->n_expert)
-        SP_F("%u experts (%u used, %s router%s, width %u)%s", hp->n_expert, hp->n_expert_used,
-             ar->router == SP_ROUTER_SOFTMAX ? "softmax" : ar->router == SP_ROUTER_SIGMOID ? "sigmoid"
-             : "top-k softmax", ar->moe_norm ? ", weights renormalized" : "",
-             hp->n_ff_exp, ar->shared_expert ? " + shared expert" : "");
-    if (hp->n_expert && n_moe < hp->n_layer)
-        SP_F("experts on %u of %u layers (the others dense)%s", n_moe, hp->n_layer,
-             ar->moe_weight_in ? ", router weights on the expert input" : "");
-    if (m->qkv_fused)
-        SP_F("fused QKV");
-    if (ar->ffn_fused && !hp->n_expert)
-        SP_F("fused gate-up");
-#undef SP_F
 }

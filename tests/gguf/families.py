@@ -206,6 +206,20 @@ FAMILIES = {
                     head_dim=64, n_ff=256, ctx=4096, rope_base=150000.0, tied=False, qkv_bias=True,
                     sliding_window=16, yarn=(4.0, 32, 32.0, 1.0, None), experts=(8, 4, 256), gpt_oss=True,
                     extra_types=("mxfp4",), seed=1110),
+    # deepseek2 (DeepSeek V3 shape at small widths): multi-head latent
+    # attention as the current converter writes it (q through a rank-128
+    # LoRA with its norm, one attn_kv_a_mqa to a 128-wide latent and 32 RoPE
+    # dims on adjacent pairs, attn_k_b / attn_v_b per head; key_length =
+    # latent + RoPE, head_count_kv 1), a dense leading layer, then 8 experts
+    # in 4 groups (2 groups, then 2 experts used) routed by sigmoid with a
+    # selection bias, weights renormalized and scaled, one ungated shared
+    # expert; YaRN with DeepSeek's yarn_log_multiplier (0.1 mscale_all_dim)
+    # mla = (q_lora, kv_lora, qk_nope, rope, v_head); moe = (groups, groups
+    # used, shared count, weights scale, gating func, dense leading layers)
+    "deepseek2": dict(arch="deepseek2", vocab="gpt-2", pre="qwen2", n_embd=256, n_layer=3, n_head=4, n_head_kv=1,
+                      head_dim=160, n_ff=512, ctx=4096, rope_base=10000.0, tied=False,
+                      yarn=(4.0, 32, 32.0, 1.0, 0.0707), experts=(8, 2, 128), mla=(128, 128, 64, 32, 64),
+                      ds_moe=(4, 2, 1, 2.5, 2, 1), seed=1112),
 }
 
 
@@ -578,6 +592,70 @@ class Builder:
                 self.mat(p + "ffn_up.weight", F, E)
                 self.mat(p + "ffn_down.weight", E, F)
 
+    def build_deepseek2(self, vocab_kv, n_vocab):
+        s = self.s
+        E, H, F, L = s["n_embd"], s["n_head"], s["n_ff"], s["n_layer"]
+        q_lora, kv_lora, nope, rope, v_head = s["mla"]
+        groups, groups_used, n_shared, w_scale, gating, lead = s["ds_moe"]
+        n_exp, n_used, ff_exp = s["experts"]
+        factor, orig, fast, slow, log_mul = s["yarn"]
+        for suffix, value, vt in (
+                ("context_length", s["ctx"], VT.UINT32), ("embedding_length", E, VT.UINT32),
+                ("block_count", L, VT.UINT32), ("feed_forward_length", F, VT.UINT32),
+                ("leading_dense_block_count", lead, VT.UINT32),
+                ("attention.head_count", H, VT.UINT32), ("attention.head_count_kv", 1, VT.UINT32),
+                ("attention.q_lora_rank", q_lora, VT.UINT32), ("attention.kv_lora_rank", kv_lora, VT.UINT32),
+                ("attention.key_length", kv_lora + rope, VT.UINT32), ("attention.value_length", kv_lora, VT.UINT32),
+                ("attention.key_length_mla", nope + rope, VT.UINT32),
+                ("attention.value_length_mla", v_head, VT.UINT32),
+                ("attention.layer_norm_rms_epsilon", 1e-6, VT.FLOAT32),
+                ("rope.dimension_count", rope, VT.UINT32), ("rope.freq_base", s["rope_base"], VT.FLOAT32),
+                ("rope.scaling.type", "yarn", VT.STRING), ("rope.scaling.factor", factor, VT.FLOAT32),
+                ("rope.scaling.original_context_length", orig, VT.UINT32),
+                ("rope.scaling.yarn_beta_fast", fast, VT.FLOAT32), ("rope.scaling.yarn_beta_slow", slow, VT.FLOAT32),
+                ("rope.scaling.yarn_log_multiplier", log_mul, VT.FLOAT32),
+                ("expert_count", n_exp, VT.UINT32), ("expert_used_count", n_used, VT.UINT32),
+                ("expert_feed_forward_length", ff_exp, VT.UINT32), ("expert_shared_count", n_shared, VT.UINT32),
+                ("expert_group_count", groups, VT.UINT32), ("expert_group_used_count", groups_used, VT.UINT32),
+                ("expert_weights_scale", w_scale, VT.FLOAT32), ("expert_weights_norm", True, VT.BOOL),
+                ("expert_gating_func", gating, VT.UINT32)):
+            self.key(suffix, value, vt)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="lookup")
+        self.vec("output_norm.weight", E)
+        self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if q_lora:
+                self.mat(p + "attn_q_a.weight", q_lora, E)
+                self.vec(p + "attn_q_a_norm.weight", q_lora)
+                self.mat(p + "attn_q_b.weight", H * (nope + rope), q_lora)
+            else:  # V2-Lite: one attn_q
+                self.mat(p + "attn_q.weight", H * (nope + rope), E)
+            self.mat(p + "attn_kv_a_mqa.weight", kv_lora + rope, E)
+            self.vec(p + "attn_kv_a_norm.weight", kv_lora)
+            self.mat(p + "attn_k_b.weight", H, kv_lora, nope)
+            self.mat(p + "attn_v_b.weight", H, v_head, kv_lora)
+            self.mat(p + "attn_output.weight", E, H * v_head)
+            self.vec(p + "ffn_norm.weight", E)
+            if i < lead:
+                self.mat(p + "ffn_gate.weight", F, E)
+                self.mat(p + "ffn_up.weight", F, E)
+                self.mat(p + "ffn_down.weight", E, F)
+                continue
+            self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=2.0, kind="f32")
+            self.vec(p + "exp_probs_b.bias", n_exp, mean=0.0, spread=1.0)
+            self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E, kind="exps")
+            self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E, kind="exps")
+            # the routed experts' outputs scaled down so that their weights (x 2.5) add
+            # about what other families' do: a router near-tie between the engines then
+            # moves the logits about as much as theirs (test_families's allowance)
+            self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp, scale=0.4, kind="exps")
+            self.mat(p + "ffn_gate_shexp.weight", ff_exp * n_shared, E)
+            self.mat(p + "ffn_up_shexp.weight", ff_exp * n_shared, E)
+            self.mat(p + "ffn_down_shexp.weight", E, ff_exp * n_shared)
+
     def build_mamba2(self, vocab_kv, n_vocab):
         s = self.s
         E, L = s["n_embd"], s["n_layer"]
@@ -616,6 +694,8 @@ class Builder:
             return self.build_nemotron_h(vocab_kv, n_vocab)
         if arch in ("qwen35", "qwen35moe", "qwen3next"):
             return self.build_qwen35(vocab_kv, n_vocab)
+        if arch == "deepseek2":
+            return self.build_deepseek2(vocab_kv, n_vocab)
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         Q, KV = H * D, HKV * D
         self.key("context_length", s["ctx"], VT.UINT32)
