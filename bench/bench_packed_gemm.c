@@ -3,7 +3,7 @@
  *
  *   make build/bench_packed_gemm   (built by `make test` too)
  *   build/bench_packed_gemm [type] [columns] [rows]
- *   (type 65 Q4_1_P16, 66 Q8_0_P16, 67 Q5_0_P16, 68 Q4_K_P16, 69 Q6_K_P16, 70 F16_P16)
+ *   (type 65 Q4_1_P16, 66 Q8_0_P16, 67 Q5_0_P16, 68 Q4_K_P16, 69 Q6_K_P16, 70 F16_P16, 71 MXFP4_P16)
  *
  * 256 rows x 1536 (392 KB of Q4_1) stay in L2; 65536 rows stream from
  * memory.  Weights and activations are random values quantized as the
@@ -37,7 +37,7 @@ int main(int argc, char **argv)
     size_t row_bytes, a_stride; /* the file type's row size, as the packed gemm takes it */
     if (!t || !t->gemm || !t->pack || rows % 16 != 0 || nc < 1 || !sp_type_row_size((uint32_t)type, K, &row_bytes) ||
         !sp_type_row_size(t->vec_dot_type, K, &a_stride)) {
-        fprintf(stderr, "usage: %s [65..70] [columns >= 1] [rows, a multiple of 16]\n", argv[0]);
+        fprintf(stderr, "usage: %s [65..71] [columns >= 1] [rows, a multiple of 16]\n", argv[0]);
         return 2;
     }
     uint32_t file = 0; /* the file type packed into `type` */

@@ -466,8 +466,8 @@ typedef struct sp_engine_stats {
                                        verified, and those the model kept */
     /* Models with linear (recurrent) layers keep each sequence's state in a
      * slot, allocated when a sequence first needs one (all 0 otherwise): */
-    uint64_t state_bytes_per_seq;   /* one slot: every linear layer's two grid
-                                       states and its rings of recent inputs */
+    uint64_t state_bytes_per_seq;   /* one slot: every linear layer's grid
+                                       state and its rings of recent inputs */
     uint64_t mem_state;             /* a slot per parallel request */
     uint32_t state_slots_used;      /* slots held by sequences now */
     uint32_t state_snapshots;       /* prefix-cache snapshots held */

@@ -40,15 +40,46 @@ static int sp_logits_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The c->top best ids (by logit, descending; ties by ascending id, as
+ * sp_logits_cmp orders) without sorting the whole vocabulary: a min-heap
+ * of the best so far keeps each position's cost near n_vocab. */
+static void sp_logits_sift(int32_t *h, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, m = i;
+        if (l < n && sp_logits_cmp(&h[l], &h[m]) > 0)
+            m = l;
+        if (l + 1 < n && sp_logits_cmp(&h[l + 1], &h[m]) > 0)
+            m = l + 1;
+        if (m == i)
+            return;
+        int32_t t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
 static json_t *sp_logits_top(struct sp_logits_ctx *c, const float *logits)
 {
-    for (uint32_t i = 0; i < c->n_vocab; i++)
-        c->idx[i] = (int32_t)i;
+    int32_t *h = c->idx;
+    int k = c->top;
     sp_logits_base = logits;
-    qsort(c->idx, c->n_vocab, sizeof *c->idx, sp_logits_cmp);
+    for (int i = 0; i < k; i++)
+        h[i] = i;
+    for (int i = k / 2 - 1; i >= 0; i--)
+        sp_logits_sift(h, k, i);  /* h[0]: the worst of the kept */
+    for (uint32_t i = (uint32_t)k; i < c->n_vocab; i++) {
+        int32_t id = (int32_t)i;
+        if (sp_logits_cmp(&id, &h[0]) < 0) {
+            h[0] = id;
+            sp_logits_sift(h, k, 0);
+        }
+    }
+    qsort(h, (size_t)k, sizeof *h, sp_logits_cmp);
     json_t *jtop = json_array();
-    for (int i = 0; i < c->top; i++)
-        json_array_append_new(jtop, json_pack("[if]", c->idx[i], (double)logits[c->idx[i]]));
+    for (int i = 0; i < k; i++)
+        json_array_append_new(jtop, json_pack("[if]", h[i], (double)logits[h[i]]));
     return jtop;
 }
 

@@ -88,7 +88,9 @@ static sp_status sp_engine_memory_new(struct sp_engine *e, const struct sp_engin
         .kv = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .local = local,
                .stateless = stateless, .source = source, .heads_kv = source + hp->n_layer,
                .head_dims = source + 2 * hp->n_layer, .ring_len = ring_len, .n_rings = n_seqs, .type_k = p->cache_type_k,
-               .type_v = p->cache_type_v},
+               .type_v = p->cache_type_v,
+               /* multi-head latent attention: the latent row is the value too (f16 caches) */
+               .v_in_k = e->model->arch->mla && p->cache_type_k == SP_CACHE_F16 && p->cache_type_v == SP_CACHE_F16},
         /* snapshots: a few per parallel request, within 256 MiB */
         .state = {.n_layer = hp->n_layer, .layers = lin, .n_slots = n_seqs,
                   .n_snapshots = 8 + 4 * (uint32_t)e->n_parallel, .snapshot_budget = (uint64_t)256 << 20},

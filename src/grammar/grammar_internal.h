@@ -1,4 +1,4 @@
-/* The compiled form of a grammar, shared by the compiler (gbnf.c) and the
+/* The compiled form of a grammar, shared by the compiler (gbnf.c, gbnf_nfa.c) and the
  * matcher (match.c).  Not an interface for other rooms.
  *
  * Each rule is an NFA over bytes without epsilon edges.  A state has byte

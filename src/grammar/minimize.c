@@ -27,15 +27,64 @@
  * deep in one rule) costs a pass over every state each and saves little. */
 #define MIN_MERGE_SHARE 1000u
 
-/* One edge of a state's signature: bytes to a target (set by value) or a
- * call (rule) returning to a target. */
+/* One edge of a state's signature: bytes (a set id: a's sets are unique by
+ * value, so equal ids are equal sets) to a target, or a call (rule)
+ * returning to a target. */
 struct sig_edge {
-    uint32_t kind, arg, target, zero; /* no padding: signatures compare with memcmp */
-    struct sp_gbits bits;
+    uint32_t kind, arg, target; /* no padding: signatures compare with memcmp */
 };
 
+static uint32_t set_hash(const struct sp_gbits *s)
+{
+    return (uint32_t)sp_grammar_mix(s->w[0] ^ sp_grammar_mix(s->w[1] ^ sp_grammar_mix(s->w[2] ^ (s->w[3] + 1))));
+}
+
+/* The sets of a by value: open addressing, set id + 1 (0: empty); room:
+ * the sets a->sets has room for. */
+struct set_table {
+    uint32_t *t, cap, room;
+};
+
+/* The set id of bits in a's sets (appended when new); UINT32_MAX on no memory. */
+static uint32_t set_id(struct sp_grammar_nfa *a, struct set_table *h, const struct sp_gbits *bits)
+{
+    if (((size_t)a->n_sets + 1) * 2 > h->cap) {
+        uint32_t cap = h->cap ? h->cap * 2 : 256;
+        while (((size_t)a->n_sets + 1) * 2 > cap) /* the first table holds the sets made before */
+            cap *= 2;
+        uint32_t *t = calloc(cap, sizeof *t);
+        if (!t)
+            return UINT32_MAX;
+        for (uint32_t i = 0; i < a->n_sets; i++) {
+            uint32_t j = set_hash(&a->sets[i]) & (cap - 1);
+            while (t[j])
+                j = (j + 1) & (cap - 1);
+            t[j] = i + 1;
+        }
+        free(h->t);
+        h->t = t;
+        h->cap = cap;
+    }
+    uint32_t j = set_hash(bits) & (h->cap - 1);
+    for (; h->t[j]; j = (j + 1) & (h->cap - 1))
+        if (!memcmp(&a->sets[h->t[j] - 1], bits, sizeof *bits))
+            return h->t[j] - 1;
+    if (a->n_sets >= h->room) {
+        uint32_t room = h->room < 64 ? 64 : h->room * 2;
+        struct sp_gbits *p = realloc(a->sets, (size_t)room * sizeof *p);
+        if (!p)
+            return UINT32_MAX;
+        a->sets = p;
+        h->room = room;
+    }
+    a->sets[a->n_sets] = *bits;
+    h->t[j] = a->n_sets + 1;
+    return a->n_sets++;
+}
+
 struct minimizer {
-    const struct sp_grammar_nfa *a;
+    struct sp_grammar_nfa *a;     /* its sets grow by the unions signatures make */
+    struct set_table sets;
     uint32_t *rep;            /* [n_states] representative, rep[rep[s]] == rep[s] */
     struct sig_edge *sig;     /* signatures of this round, state s at sig_off[s] */
     uint32_t *sig_off, *sig_n;     /* sig_off[s]: a->edge_off[s], room for every edge */
@@ -54,16 +103,14 @@ static int cmp_sig_edge(const void *x, const void *y)
         return a->kind < b->kind ? -1 : 1;
     if (a->target != b->target)
         return a->target < b->target ? -1 : 1;
-    if (a->arg != b->arg)
-        return a->arg < b->arg ? -1 : 1;
-    return memcmp(&a->bits, &b->bits, sizeof a->bits);
+    return a->arg < b->arg ? -1 : a->arg > b->arg ? 1 : 0;
 }
 
 /* The signature of s with targets through rep: sorted, byte edges to one
  * target merged (their sets united), duplicate calls dropped. */
 static bool signature(struct minimizer *m, uint32_t s, uint32_t at)
 {
-    const struct sp_grammar_nfa *a = m->a;
+    struct sp_grammar_nfa *a = m->a;
     uint32_t n = a->edge_off[s + 1] - a->edge_off[s];
     if (!m->sig || at + n > m->cap_sig) {
         uint32_t cap = m->cap_sig ? m->cap_sig : 1024;
@@ -78,34 +125,39 @@ static bool signature(struct minimizer *m, uint32_t s, uint32_t at)
     struct sig_edge *e = m->sig + at;
     for (uint32_t i = 0; i < n; i++) {
         const struct sp_gedge *x = &a->edges[a->edge_off[s] + i];
-        e[i].kind = x->kind;
-        e[i].zero = 0;
-        e[i].target = m->rep[x->target];
-        if (x->kind == SP_GEDGE_BYTES) {
-            e[i].arg = 0;
-            e[i].bits = a->sets[x->arg];
-        } else {
-            e[i].arg = x->arg;
-            memset(&e[i].bits, 0, sizeof e[i].bits);
+        e[i] = (struct sig_edge){x->kind, x->arg, m->rep[x->target]};
+    }
+    if (n > 16) {
+        qsort(e, n, sizeof *e, cmp_sig_edge);
+    } else { /* most states have a few edges: insertion sort */
+        for (uint32_t i = 1; i < n; i++) {
+            struct sig_edge x = e[i];
+            uint32_t j = i;
+            for (; j > 0 && cmp_sig_edge(&e[j - 1], &x) > 0; j--)
+                e[j] = e[j - 1];
+            e[j] = x;
         }
     }
-    qsort(e, n, sizeof *e, cmp_sig_edge);
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (k && e[k - 1].kind == e[i].kind && e[k - 1].target == e[i].target &&
             (e[i].kind == SP_GEDGE_BYTES || e[k - 1].arg == e[i].arg)) {
-            for (int w = 0; w < 4; w++)
-                e[k - 1].bits.w[w] |= e[i].bits.w[w];
+            if (e[i].kind == SP_GEDGE_BYTES && e[k - 1].arg != e[i].arg) {
+                struct sp_gbits u = a->sets[e[k - 1].arg];
+                for (int w = 0; w < 4; w++)
+                    u.w[w] |= a->sets[e[i].arg].w[w];
+                uint32_t id = set_id(a, &m->sets, &u);
+                if (id == UINT32_MAX)
+                    return false;
+                e[k - 1].arg = id;
+            }
             continue;
         }
         e[k++] = e[i];
     }
     uint64_t h = sp_grammar_mix(((uint64_t)a->rule_of[s] << 1 | a->final[s]) + 0x9e3779b97f4a7c15ull);
-    for (uint32_t i = 0; i < k; i++) {
+    for (uint32_t i = 0; i < k; i++)
         h = sp_grammar_mix(h ^ ((uint64_t)e[i].kind << 62 ^ (uint64_t)e[i].arg << 32 ^ e[i].target));
-        for (int w = 0; w < 4; w++)
-            h = sp_grammar_mix(h ^ e[i].bits.w[w]);
-    }
     m->sig_off[s] = at;
     m->sig_n[s] = k;
     m->hash[s] = h;
@@ -163,20 +215,6 @@ static int64_t round_merge(struct minimizer *m)
     return merged;
 }
 
-/* The set id of bits in a's sets (appended when new); UINT32_MAX on no memory. */
-static uint32_t set_id(struct sp_grammar_nfa *a, const struct sp_gbits *bits)
-{
-    for (uint32_t i = 0; i < a->n_sets; i++)
-        if (!memcmp(&a->sets[i], bits, sizeof *bits))
-            return i;
-    struct sp_gbits *p = realloc(a->sets, ((size_t)a->n_sets + 1) * sizeof *p);
-    if (!p)
-        return UINT32_MAX;
-    a->sets = p;
-    a->sets[a->n_sets] = *bits;
-    return a->n_sets++;
-}
-
 /* Rebuilds a with one state per class, numbered in order of the
  * representatives; the signatures of the last round are the edges. */
 static bool rebuild(struct minimizer *m, struct sp_grammar_nfa *a)
@@ -205,14 +243,10 @@ static bool rebuild(struct minimizer *m, struct sp_grammar_nfa *a)
         rule_of[k] = a->rule_of[s];
         for (uint32_t i = 0; i < m->sig_n[s] && ok; i++) {
             const struct sig_edge *e = &m->sig[m->sig_off[s] + i];
-            uint32_t arg = e->arg;
-            if (e->kind == SP_GEDGE_BYTES) {
-                arg = set_id(a, &e->bits);
-                ok = arg != UINT32_MAX;
+            if (e->kind == SP_GEDGE_BYTES)
                 for (int w = 0; w < 4; w++)
-                    reads[k].w[w] |= e->bits.w[w];
-            }
-            edges[ne++] = (struct sp_gedge){e->kind, arg, id[e->target]};
+                    reads[k].w[w] |= a->sets[e->arg].w[w];
+            edges[ne++] = (struct sp_gedge){e->kind, e->arg, id[e->target]};
         }
         k++;
     }
@@ -245,7 +279,7 @@ static bool rebuild(struct minimizer *m, struct sp_grammar_nfa *a)
 
 sp_status sp_grammar_nfa_minimize(struct sp_grammar_nfa *a)
 {
-    struct minimizer m = {.a = a};
+    struct minimizer m = {.a = a, .sets = {.room = a->n_sets}};
     uint32_t n = a->n_states;
     sp_status st = SP_OK;
     if (n == 0)
@@ -300,5 +334,6 @@ done:
     free(m.tab);
     free(m.old);
     free(m.dirty);
+    free(m.sets.t);
     return st;
 }

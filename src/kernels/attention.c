@@ -176,16 +176,18 @@ void sp_attn_group_scalar(const struct sp_attn_args *a, int t, int h0, int nh, f
         sp_attn_softmax(scores + (size_t)h * n, n, sp_attn_sink_max(mx[h], sink), j0, sink);
     }
     memset(qf, 0, (size_t)nh * D * sizeof *qf); /* reused as the output accumulator */
+    uint16_t vbuf[SP_KV_TILE * SP_KV_VK_DIM_MAX]; /* v_in_k caches: a run's values */
     for (int j = j0; j <= pos;) {
         const uint32_t run = sp_kv_view_run(&w, (uint32_t)j, (uint32_t)(pos + 1 - j));
-        const uint8_t *v = sp_kv_view_vrow(&w, (uint32_t)j, (uint32_t)hk);
+        uint32_t vr;
+        const uint8_t *v = sp_kv_view_vrows(&w, (uint32_t)j, (uint32_t)hk, run, vbuf, &vr);
         for (uint32_t r = 0; r < run; r++) {
             for (int h = 0; h < nh; h++)
                 p[h] = scores[(size_t)h * n + (j - j0) + r];
             if (w.vt == SP_CACHE_F16)
-                sp_attn_axpy(qf, p, nh, (const uint16_t *)(const void *)(v + (size_t)r * w.v_row), D);
+                sp_attn_axpy(qf, p, nh, (const uint16_t *)(const void *)(v + (size_t)r * vr), D);
             else
-                sp_attn_axpy_q(qf, p, nh, v + (size_t)r * w.v_row, w.vt, D);
+                sp_attn_axpy_q(qf, p, nh, v + (size_t)r * vr, w.vt, D);
         }
         j += (int)run;
     }

@@ -118,6 +118,21 @@ void sp_softcap(float *x, int64_t n, float cap);
 enum sp_router { SP_ROUTER_SOFTMAX, SP_ROUTER_SIGMOID, SP_ROUTER_SOFTMAX_WEIGHT };
 void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router router, bool norm, int32_t *ids,
                   float *w);
+/* sp_moe_route with DeepSeek's selection rules: the experts are chosen by
+ * their probability plus sel_bias (NULL: none; the weights stay the
+ * unbiased probabilities), only from the n_group_used groups (of n_group
+ * consecutive groups; n_group <= 1: no groups) whose two best biased
+ * probabilities sum highest, and the weights (after `norm`) times scale
+ * (0 or 1: none), as llama.cpp's build_moe_ffn. */
+struct sp_moe_rule {
+    enum sp_router router;
+    bool norm;
+    const float *sel_bias;
+    int n_group, n_group_used;
+    float scale;
+};
+void sp_moe_route_rule(const float *logits, int n_expert, int k, const struct sp_moe_rule *rule, int32_t *ids,
+                       float *w);
 
 /* ISA level of the norm, activation and attention kernels in use
  * ("avx512", "avx2", "neon", "scalar"): the active level (core/cpu.h) or

@@ -260,6 +260,31 @@ void sp_softcap(float *x, int64_t n, float cap)
 void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router router, bool norm, int32_t *ids,
                   float *w)
 {
+    const struct sp_moe_rule rule = {.router = router, .norm = norm};
+    sp_moe_route_rule(logits, n_expert, k, &rule, ids, w);
+}
+
+/* The n best of x[0, n_x) (highest first, the lower index on a tie) into idx. */
+static void sp_moe_top(const float *x, int n_x, int n, int *idx)
+{
+    for (int i = 0; i < n; i++) {
+        int best = -1;
+        for (int e = 0; e < n_x; e++) {
+            bool taken = false;
+            for (int j = 0; j < i; j++)
+                taken = taken || idx[j] == e;
+            if (!taken && (best < 0 || x[e] > x[best]))
+                best = e;
+        }
+        idx[i] = best;
+    }
+}
+
+void sp_moe_route_rule(const float *logits, int n_expert, int k, const struct sp_moe_rule *rule, int32_t *ids,
+                       float *w)
+{
+    const enum sp_router router = rule->router;
+    const bool norm = rule->norm;
     /* probabilities of every expert (softmax: e^(l - max) over a sum in
      * double, as llama.cpp's softmax; sigmoid: each alone), then the k
      * largest by selection (highest first, the lower id on a tie) */
@@ -282,17 +307,29 @@ void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router route
         for (int e = 0; e < n_expert; e++)
             p[e] = 1.0f / (1.0f + expf(-logits[e]));
     }
-    for (int i = 0; i < k; i++) {
-        int best = -1;
-        for (int e = 0; e < n_expert; e++) {
-            bool taken = false;
-            for (int j = 0; j < i; j++)
-                taken = taken || ids[j] == e;
-            if (!taken && (best < 0 || p[e] > p[best]))
-                best = e;
+    float sel[SP_MOE_MAX_EXPERTS];
+    for (int e = 0; e < n_expert; e++)
+        sel[e] = rule->sel_bias ? p[e] + rule->sel_bias[e] : p[e];
+    if (rule->n_group > 1) { /* each group scored by its two best; the others' experts out */
+        const int per = n_expert / rule->n_group;
+        float score[SP_MOE_MAX_EXPERTS];
+        int top[SP_MOE_MAX_EXPERTS], two[2];
+        bool keep[SP_MOE_MAX_EXPERTS] = {false};
+        for (int g = 0; g < rule->n_group; g++) {
+            sp_moe_top(sel + g * per, per, 2, two);
+            score[g] = sel[g * per + two[0]] + sel[g * per + two[1]];
         }
-        ids[i] = best;
-        w[i] = p[best];
+        sp_moe_top(score, rule->n_group, rule->n_group_used, top);
+        for (int i = 0; i < rule->n_group_used; i++)
+            keep[top[i]] = true;
+        for (int e = 0; e < n_expert; e++)
+            sel[e] = keep[e / per] ? sel[e] : -INFINITY;
+    }
+    int idx[SP_MOE_MAX_EXPERTS];
+    sp_moe_top(sel, n_expert, k, idx);
+    for (int i = 0; i < k; i++) {
+        ids[i] = idx[i];
+        w[i] = p[idx[i]];
     }
     if (router == SP_ROUTER_SOFTMAX_WEIGHT) { /* as ggml's soft_max over the k: the first is the largest */
         double sum = 0.0;
@@ -314,6 +351,9 @@ void sp_moe_route(const float *logits, int n_expert, int k, enum sp_router route
         for (int i = 0; i < k; i++)
             w[i] /= sum;
     }
+    if (rule->scale != 0.0f && rule->scale != 1.0f)
+        for (int i = 0; i < k; i++)
+            w[i] *= rule->scale;
 }
 
 void sp_swiglu(const float *g, const float *u, float *y, int64_t n) { sp_kernels_active()->swiglu(g, u, y, n); }

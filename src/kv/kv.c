@@ -38,6 +38,7 @@ struct sp_kv {
     bool *layer_local;           /* [n_layer] */
     uint32_t *layer_src;         /* [n_layer] the layer whose rows a layer reads (shape.source) */
     sp_cache_type kt, vt;  /* key and value types */
+    bool v_in_k;           /* no values stored: they are the keys (sp_kv_shape); every layer's vrow is 0 */
     size_t k_bytes, v_bytes; /* bytes of k and of v */
     uint8_t *k, *v;        /* each paged layer's [heads][n_blocks][SP_KV_BLOCK][row], keys in tiles */
     /* local layers: ring slots, allocated on first use, reused after */
@@ -115,6 +116,13 @@ static uint32_t sp_kv_dim(const struct sp_kv_shape *s, uint32_t l)
     return s->head_dims ? s->head_dims[l] : s->head_dim;
 }
 
+/* Bytes of one position's value of one KV head at width d: none when the
+ * values are the keys (v_in_k). */
+static uint32_t sp_kv_vrow_bytes(const struct sp_kv_shape *s, uint32_t d)
+{
+    return s->v_in_k ? 0 : sp_kv_row_bytes(s->type_v, d);
+}
+
 /* Bytes of one position of the paged layers' keys and values; a model of
  * local layers only counts one layer of the shape's geometry (its blocks'
  * rows, unused). */
@@ -125,11 +133,11 @@ static uint64_t sp_kv_paged_pos_bytes(const struct sp_kv_shape *s)
     for (uint32_t l = 0; l < s->n_layer; l++)
         if (!sp_kv_is_local(s, l) && !sp_kv_is_stateless(s, l)) {
             const uint32_t d = sp_kv_dim(s, l);
-            n += (uint64_t)sp_kv_heads(s, l) * (sp_kv_row_bytes(s->type_k, d) + sp_kv_row_bytes(s->type_v, d));
+            n += (uint64_t)sp_kv_heads(s, l) * (sp_kv_row_bytes(s->type_k, d) + sp_kv_vrow_bytes(s, d));
             any = true;
         }
     if (!any && sp_kv_paged_layers(s))
-        n = (uint64_t)s->n_head_kv * (sp_kv_row_bytes(s->type_k, s->head_dim) + sp_kv_row_bytes(s->type_v, s->head_dim));
+        n = (uint64_t)s->n_head_kv * (sp_kv_row_bytes(s->type_k, s->head_dim) + sp_kv_vrow_bytes(s, s->head_dim));
     return n;
 }
 
@@ -148,7 +156,7 @@ static bool sp_kv_layout(struct sp_kv *kv, const struct sp_kv_shape *shape, uint
         y->heads = sp_kv_heads(shape, l);
         y->dim = sp_kv_dim(shape, l);
         y->krow = sp_kv_row_bytes(kv->kt, y->dim);
-        y->vrow = sp_kv_row_bytes(kv->vt, y->dim);
+        y->vrow = sp_kv_vrow_bytes(shape, y->dim);
         if (sp_kv_is_stateless(shape, l))
             continue;
         const bool local = kv->layer_local[l];
@@ -166,7 +174,7 @@ static bool sp_kv_layout(struct sp_kv *kv, const struct sp_kv_shape *shape, uint
     if (!kb && sp_kv_paged_layers(shape)) { /* local layers only: one phantom layer's rows */
         const uint64_t pos = (uint64_t)n_blocks * SP_KV_BLOCK * shape->n_head_kv;
         kb = pos * sp_kv_row_bytes(kv->kt, shape->head_dim);
-        vb = pos * sp_kv_row_bytes(kv->vt, shape->head_dim);
+        vb = pos * sp_kv_vrow_bytes(shape, shape->head_dim);
     }
     if (kb + vb > ((uint64_t)1 << 41) || (rk + rv) * (uint64_t)kv->n_rings > ((uint64_t)1 << 42))
         return false;
@@ -200,6 +208,11 @@ static sp_status sp_kv_check_geometry(const struct sp_kv_shape *shape, bool rows
                                     "this model's is %u",
                                     sp_cache_type_name(t), SP_KV_QK, SP_KV_QDIM_MAX, d);
         }
+        if (shape->v_in_k && (shape->type_k != SP_CACHE_F16 || shape->type_v != SP_CACHE_F16 ||
+                              (!phantom && sp_kv_is_local(shape, l)) || d > SP_KV_VK_DIM_MAX))
+            return sp_error_set(SP_ERR_UNSUPPORTED, "kv cache: values read from the keys need f16 keys and values, "
+                                "no sliding-window layers and a head dimension up to %d (this one: %u)",
+                                SP_KV_VK_DIM_MAX, d);
     }
     return SP_OK;
 }
@@ -258,6 +271,7 @@ sp_status sp_kv_new(struct sp_kv **out, const struct sp_kv_shape *shape, uint32_
     }
     kv->kt = shape->type_k;
     kv->vt = shape->type_v;
+    kv->v_in_k = shape->v_in_k;
     if (!sp_kv_layout(kv, shape, n_blocks)) {
         sp_kv_free(kv);
         return sp_error_set(SP_ERR_NOMEM, "kv cache: size overflows");
@@ -428,7 +442,8 @@ struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq
 {
     layer = kv->layer_src[layer];
     const struct sp_kv_layer *y = &kv->lay[layer];
-    struct sp_kv_view w = {.head_dim = y->dim, .k_row = y->krow, .v_row = y->vrow, .kt = kv->kt, .vt = kv->vt};
+    struct sp_kv_view w = {.head_dim = y->dim, .k_row = y->krow, .v_row = y->vrow, .kt = kv->kt, .vt = kv->vt,
+                           .v_in_k = kv->v_in_k};
     if (kv->layer_local[layer]) {
         w.k = kv->ring_k[seq->ring - 1] + y->koff;
         w.v = kv->ring_v[seq->ring - 1] + y->voff;
@@ -486,6 +501,8 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
                     grp[2 * SP_KV_TILE + e * SP_KV_TILE + lane] = blk[2 + e];
             }
         }
+        if (kv->v_in_k) /* the key just stored is the value */
+            continue;
         if (kv->vt == SP_CACHE_F16)
             sp_f16_store((uint16_t *)(void *)vr, 1, vh, D);
         else

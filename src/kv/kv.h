@@ -54,6 +54,10 @@ struct sp_kv_shape {
     uint32_t n_rings;  /* most sequences alive at once that need rings */
     sp_cache_type type_k, type_v; /* how keys and values are stored (0: f16); quantized
                                      types need head_dim % SP_KV_QK == 0 */
+    bool v_in_k;       /* each position's value is its key (multi-head latent attention: the
+                          latent and RoPE key serve as both): only keys are stored, readers
+                          take a run's values from its key tile (sp_kv_view_vrows).  f16
+                          keys and values, no local layers, every layer's head width <= SP_KV_VK_DIM_MAX. */
 };
 
 /* A sequence's place in the cache.  The caller owns the storage (zeroed
@@ -174,6 +178,7 @@ void sp_kv_store(struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer, 
 #define SP_KV_TILE 16
 #define SP_KV_QK 32 /* values per quantized block */
 #define SP_KV_QDIM_MAX 1024 /* largest head_dim a quantized type takes */
+#define SP_KV_VK_DIM_MAX 1024 /* largest head_dim of a v_in_k cache */
 
 /* Bytes of one position's key or value of one KV head stored as `t`. */
 static inline uint32_t sp_kv_row_bytes(sp_cache_type t, uint32_t head_dim)
@@ -192,6 +197,7 @@ struct sp_kv_view {
     uint32_t span;              /* positions in a block, or in the ring */
     uint32_t head_dim;
     sp_cache_type kt, vt;       /* the key and value types */
+    bool v_in_k;                /* the values are the keys (sp_kv_shape); v, v_row are unset */
 };
 
 struct sp_kv_view sp_kv_view(const struct sp_kv *kv, const struct sp_kv_seq *seq, uint32_t layer);
@@ -218,6 +224,26 @@ static inline const uint8_t *sp_kv_view_vrow(const struct sp_kv_view *w, uint32_
     const uint32_t slot = pos % w->span;
     const size_t blk = w->blocks ? (size_t)w->blocks[pos / w->span] * w->v_block : 0;
     return w->v + head * w->v_head + blk + (size_t)slot * w->v_row;
+}
+
+/* The value rows of positions [pos, pos + n) (n from sp_kv_view_run, so
+ * within one key tile) in KV head `head`, *row bytes apart: the stored
+ * rows, or for a v_in_k cache the keys' f16 values copied out of their
+ * tile into buf ([n][head_dim], SP_KV_TILE * SP_KV_VK_DIM_MAX at most), the
+ * same values the rows would hold. */
+static inline const uint8_t *sp_kv_view_vrows(const struct sp_kv_view *w, uint32_t pos, uint32_t head, uint32_t n,
+                                              uint16_t *buf, uint32_t *row)
+{
+    if (!w->v_in_k) {
+        *row = w->v_row;
+        return sp_kv_view_vrow(w, pos, head);
+    }
+    const uint16_t *k = (const uint16_t *)(const void *)sp_kv_view_ktile(w, pos, head) + pos % SP_KV_TILE;
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t d = 0; d < w->head_dim; d++)
+            buf[(size_t)r * w->head_dim + d] = k[(size_t)d * SP_KV_TILE + r];
+    *row = w->head_dim * 2;
+    return (const uint8_t *)buf;
 }
 
 /* The f16 value row of `pos` in KV head `head` (head_dim values). */

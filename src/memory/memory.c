@@ -67,6 +67,8 @@ sp_status sp_memory_seq_truncate(struct sp_memory *mem, struct sp_memory_seq *se
     sp_status s;
     if (mem->st && (s = sp_state_seq_truncate(mem->st, &seq->st, n_pos)) != SP_OK)
         return s;
+    if (n_pos < seq->snap_at)
+        seq->snap_at = 0;
     return sp_kv_seq_truncate(mem->kv, &seq->kv, n_pos);
 }
 
@@ -79,6 +81,8 @@ sp_status sp_memory_seq_fork(struct sp_memory *mem, struct sp_memory_seq *dst, c
         sp_memory_seq_release(mem, dst);
         return s;
     }
+    dst->snap_at = src->snap_at;
+    dst->snap_key = src->snap_key;
     return SP_OK;
 }
 
@@ -87,6 +91,7 @@ void sp_memory_seq_release(struct sp_memory *mem, struct sp_memory_seq *seq)
     sp_kv_seq_release(mem->kv, &seq->kv);
     if (mem->st)
         sp_state_seq_release(mem->st, &seq->st);
+    seq->snap_at = 0;
 }
 
 uint32_t sp_memory_seq_len(const struct sp_memory_seq *seq) { return sp_kv_seq_len(&seq->kv); }
@@ -118,17 +123,23 @@ uint32_t sp_memory_prefix_attach(struct sp_memory *mem, struct sp_memory_seq *se
 }
 
 /* The snapshot to take while registering: the key of the block that ends
- * at the latest grid point. */
+ * at the grid point the state holds, and of the newest block ending at a
+ * later grid point (taken by a later commit). */
 struct sp_memory_commit {
-    uint32_t block_tokens, grid;
-    uint64_t key;
+    uint32_t block_tokens, at, pend_at;
+    uint64_t key, pend_key;
 };
 
 static void sp_memory_commit_block(void *ud, uint32_t i, uint64_t key)
 {
     struct sp_memory_commit *c = ud;
-    if ((i + 1) * c->block_tokens == c->grid)
+    uint32_t end = (i + 1) * c->block_tokens;
+    if (end == c->at) {
         c->key = key;
+    } else if (end > c->at && end % SP_STATE_CHUNK == 0) {
+        c->pend_at = end;
+        c->pend_key = key;
+    }
 }
 
 void sp_memory_prefix_commit(struct sp_memory *mem, struct sp_memory_seq *seq, const sp_token *tokens)
@@ -139,8 +150,13 @@ void sp_memory_prefix_commit(struct sp_memory *mem, struct sp_memory_seq *seq, c
     }
     struct sp_kv_stats ks;
     sp_kv_stats(mem->kv, 0, &ks);
-    struct sp_memory_commit c = {ks.block_tokens, sp_state_grid(seq->st.n_pos), 0};
+    struct sp_memory_commit c = {ks.block_tokens, sp_state_seq_point(mem->st, &seq->st), seq->snap_at, 0,
+                                 seq->snap_key};
     sp_kv_prefix_commit_each(mem->kv, &seq->kv, tokens, sp_memory_commit_block, &c);
+    if (!c.key && c.pend_at && c.pend_at == c.at)
+        c.key = c.pend_key;
+    seq->snap_at = c.pend_at > c.at ? c.pend_at : 0;
+    seq->snap_key = c.pend_key;
     if (c.key)
         sp_state_snapshot_save(mem->st, &seq->st, c.key);
 }

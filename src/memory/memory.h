@@ -7,9 +7,10 @@
  *
  * Every operation is the pair's: reserving positions takes blocks and a
  * slot, forking shares blocks and copies the slot, rolling back drops
- * blocks and goes back to an older grid state, the prefix cache attaches
- * cached blocks up to a point where a state snapshot exists.  Running out
- * of blocks or slots is SP_ERR_FULL, nothing changed.
+ * blocks (the state's slot still holds the grid state from before the
+ * latest step), the prefix cache attaches cached blocks up to a point
+ * where a state snapshot exists.  Running out of blocks or slots is
+ * SP_ERR_FULL, nothing changed.
  * Owned by the engine's thread; not thread-safe. */
 #ifndef SP_MEMORY_H
 #define SP_MEMORY_H
@@ -32,6 +33,10 @@ struct sp_memory_shape {
 struct sp_memory_seq {
     struct sp_kv_seq kv;
     struct sp_state_seq st;
+    /* a block registered at a grid point the state does not hold yet: its
+     * snapshot is taken at a later commit, once the state holds it */
+    uint32_t snap_at;
+    uint64_t snap_key;
 };
 
 struct sp_memory;
@@ -67,7 +72,9 @@ uint32_t sp_memory_seq_len(const struct sp_memory_seq *seq);
 uint32_t sp_memory_prefix_attach(struct sp_memory *mem, struct sp_memory_seq *seq, const sp_token *tokens,
                                  uint32_t max_tokens);
 /* Registers seq's full blocks (tokens[0, written positions)) and, with
- * state, a snapshot at its latest grid point. */
+ * state, a snapshot at the grid point its slot holds, filed under the key
+ * of the block ending there (registered now, or by an earlier commit before
+ * the slot held that grid point). */
 void sp_memory_prefix_commit(struct sp_memory *mem, struct sp_memory_seq *seq, const sp_token *tokens);
 
 /* ---- for the forward pass ---- */

@@ -288,6 +288,18 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "gemma",
     },
     {
+        .name = "deepseek2", /* DeepSeek V2 / V2-Lite / V3 / R1: MLA, grouped expert routing */
+        .ffn_act = SP_FFN_SILU,
+        .yarn = true,
+        .mla = true,
+        .moe = SP_MOE_REQUIRED,
+        .router = SP_ROUTER_SOFTMAX, /* expert_gating_func absent: softmax, as llama.cpp for V2 */
+        .moe_ff_key = true,
+        .shared_expert = true,
+        .shexp_ungated = true,
+        .chat_format = "chatml",
+    },
+    {
         .name = "bert", /* BERT sentence encoders (all-MiniLM, bge): embeddings only */
         .ffn_act = SP_FFN_GELU,
         .qkv_bias = true,

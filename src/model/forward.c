@@ -22,9 +22,14 @@ static size_t sp_fwd_max_act(const struct sp_model *m, bool experts)
         const struct sp_layer *L = &m->layers[il];
         const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
                                         &L->gate_inp, &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv,
-                                        &L->dn_z, &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj};
+                                        &L->dn_z, &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj, &L->wq_a,
+                                        &L->wkv_a};
         for (size_t i = 0; !experts && i < sizeof ts / sizeof ts[0]; i++) {
             size_t b = ts[i]->data ? sp_act_row_bytes(ts[i]) : 0;
+            mx = b > mx ? b : mx;
+        }
+        for (uint32_t h = 0; !experts && L->wk_b && h < 2 * m->hp.n_head; h++) { /* attn_k_b's, attn_v_b's */
+            size_t b = sp_act_row_bytes(&L->wk_b[h]);
             mx = b > mx ? b : mx;
         }
         for (int k = 0; experts && L->exps && k < SP_EXP_KINDS; k++) {
@@ -73,7 +78,10 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
         NR = L->n_rot > NR ? L->n_rot : NR;
     }
     size_t B = (size_t)n_batch, E = hp->n_embd, Q = (size_t)hp->n_head * D, F = (size_t)sp_fwd_ff(m);
+    if ((size_t)hp->n_head * hp->mla_k > Q) /* mla: att holds the query rows before absorption */
+        Q = (size_t)hp->n_head * hp->mla_k;
     size_t W = E > Q ? E : Q, X = hp->n_expert, R = B * hp->n_expert_used; /* routed rows */
+    W = W > hp->n_lora_q ? W : hp->n_lora_q; /* mla: tmp holds the query LoRA's rows */
     memset(s, 0, sizeof *s);
     s->n_batch = n_batch;
     s->n_ctx = n_ctx;
@@ -115,9 +123,11 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
         s->lin_in = sp_fwd_alloc(s, B * ls.in * sizeof(float));
         s->lin_cb = sp_fwd_alloc(s, B * ls.cb * sizeof(float));
         s->lin_y = sp_fwd_alloc(s, B * ls.y * sizeof(float));
+        s->lin_h_floats = ls.h;
+        s->lin_h = sp_fwd_alloc(s, (size_t)sp_pool_chunks_for(n_threads) * 2 * (ls.h ? ls.h : 1) * sizeof(float));
         s->runs = sp_fwd_alloc(s, B * sp_fwd_run_bytes());
         s->tok_run = sp_fwd_alloc(s, B * sizeof *s->tok_run);
-        ok = s->lin && s->lin_in && s->lin_cb && s->lin_y && s->runs && s->tok_run;
+        ok = s->lin && s->lin_in && s->lin_cb && s->lin_y && s->lin_h && s->runs && s->tok_run;
     }
     if (ok && X) {
         size_t FX = hp->n_ff_exp;
@@ -154,7 +164,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->attn_plan); free(s->attn_pos);
     free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row); free(s->moe_exp);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
-    free(s->kv_seqs); free(s->qg); free(s->ple); free(s->ple_row); free(s->ffn2); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->runs); free(s->tok_run);
+    free(s->kv_seqs); free(s->qg); free(s->ple); free(s->ple_row); free(s->ffn2); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->lin_h); free(s->runs); free(s->tok_run);
     memset(s, 0, sizeof *s);
 }
 
@@ -214,6 +224,9 @@ enum sp_fwd_stage {
     SP_FWD_ATTN_IN,   /* rmsnorm(x) -> h with attn_norm */
     SP_FWD_GATE,      /* q_gate: the attention output times sigmoid(gate) */
     SP_FWD_QK,        /* q/k norm and RoPE, then K/V into the cache */
+    SP_FWD_MLA_Q,     /* mla: the query LoRA's norm over tmp's rows */
+    SP_FWD_MLA,       /* mla: the query's RoPE part, the latent's norm and the key's RoPE, then the
+                         latent and RoPE key into the cache */
     SP_FWD_ATTN_OUT,  /* (post-norm) tmp, x += tmp, rmsnorm(x) -> h with ffn_norm */
     SP_FWD_GLU,       /* g = act(g) * u */
     SP_FWD_FFN_OUT,   /* (post-norm) tmp, x += tmp, then the next layer's SP_FWD_ATTN_IN (per_layer_embd:
@@ -295,6 +308,29 @@ static void sp_fwd_add(float *restrict x, const struct sp_tensor *bias, int n)
 
 static const struct sp_tensor sp_fwd_none;
 
+/* Multi-head latent attention's per-token part: each head's RoPE query
+ * (the last n_rot of its mla_k in att) roped into q after its absorbed
+ * part, and the cache row (k: latent then RoPE key) normed, roped and
+ * stored as both key and value (the value sum reads the latent part; one
+ * KV head for every query head). */
+static void sp_fwd_mla_token(const struct sp_fwd_job *j, int t)
+{
+    const struct sp_hparams *hp = &j->m->hp;
+    struct sp_forward_scratch *s = j->s;
+    const int H = (int)hp->n_head, D = (int)hp->head_dim, NR = (int)hp->n_rot, C = (int)hp->n_lora_kv;
+    const int K = (int)hp->mla_k;
+    const float *cs = s->rope + (size_t)t * NR;
+    for (int h = 0; h < H; h++) {
+        float *qr = s->q + (size_t)t * H * D + (size_t)h * D + C;
+        memcpy(qr, s->att + (size_t)t * H * K + (size_t)h * K + (K - NR), (size_t)NR * sizeof *qr);
+        sp_rope_apply(qr, cs, NR, false);
+    }
+    float *k = s->k + (size_t)t * D;
+    sp_rmsnorm(k, j->L->kv_a_norm.data, k, C, hp->eps);
+    sp_rope_apply(k + C, cs, NR, false);
+    sp_kv_store(j->kv, s->kv_seqs[t], j->il, (uint32_t)j->b->pos[t], k, k);
+}
+
 static void sp_fwd_token(const struct sp_fwd_job *j, int t)
 {
     const struct sp_hparams *hp = &j->m->hp;
@@ -341,6 +377,16 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         sp_kv_store(j->kv, s->kv_seqs[t], j->il, (uint32_t)j->b->pos[t], kt, vt);
         break;
     }
+    case SP_FWD_MLA_Q: {
+        float *r = s->tmp + (size_t)t * hp->n_lora_q;
+        sp_rmsnorm(r, L->q_a_norm.data, r, (int64_t)hp->n_lora_q, hp->eps);
+        if (j->qw)
+            sp_act_quantize_row(j->qw, r, s->act + (size_t)t * sp_act_row_bytes(j->qw));
+        return;
+    }
+    case SP_FWD_MLA:
+        sp_fwd_mla_token(j, t);
+        return;
     case SP_FWD_ATTN_OUT:
     case SP_FWD_FFN_OUT: {
         float *o = s->tmp + (size_t)t * E;
@@ -460,7 +506,10 @@ static void sp_fwd_stage(struct sp_fwd_job *j, struct sp_pool *pool, enum sp_fwd
         sp_pool_run(pool, sp_fwd_job_run, j);
     }
     if (qw) {
-        c->src = stage == SP_FWD_GLU || stage == SP_FWD_PLE_GLU ? j->s->g : stage == SP_FWD_GATE ? j->s->att : j->s->h;
+        c->src = stage == SP_FWD_GLU || stage == SP_FWD_PLE_GLU ? j->s->g
+                 : stage == SP_FWD_GATE                       ? j->s->att
+                 : stage == SP_FWD_MLA_Q                      ? j->s->tmp
+                                                              : j->s->h;
         c->type = sp_type_get(qw->type)->vec_dot_type;
     }
 }
@@ -664,11 +713,13 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
     const int FX = (int)hp->n_ff_exp, R = T * K;
     int32_t off[SP_MOE_MAX_EXPERTS + 1] = {0}, fill[SP_MOE_MAX_EXPERTS];
 
+    const struct sp_moe_rule rule = {.router = hp->router, .norm = hp->moe_norm, .sel_bias = L->exp_probs_b.data,
+                                     .n_group = (int)hp->n_group, .n_group_used = (int)hp->n_group_used,
+                                     .scale = hp->exp_w_scale};
     sp_fwd_mm(s, pool, c, &L->gate_inp, router_in, (size_t)E, T, s->moe_logits, (size_t)X);
     for (int t = 0; t < T; t++) {
         sp_fwd_add(s->moe_logits + (size_t)t * X, &L->gate_inp_b, X);
-        sp_moe_route(s->moe_logits + (size_t)t * X, X, K, m->arch->router, m->arch->moe_norm, s->moe_ids + t * K,
-                     s->moe_w + t * K);
+        sp_moe_route_rule(s->moe_logits + (size_t)t * X, X, K, &rule, s->moe_ids + t * K, s->moe_w + t * K);
         for (int k = 0; L->exps_s.data && k < K; k++) /* each expert's output scale, on its weight */
             s->moe_w[t * K + k] *= ((const float *)L->exps_s.data)[s->moe_ids[t * K + k]];
         for (int k = 0; k < K; k++)
@@ -743,7 +794,78 @@ static void sp_cap_run(void *arg, int ith, int nth)
 static const struct sp_tensor *sp_fwd_first(const struct sp_layer *L)
 {
     return L->mixer == SP_MIXER_SSM ? &L->ssm_in : L->mixer == SP_MIXER_CONV ? &L->sc_in
-           : L->mixer == SP_MIXER_MLP ? &L->w_up : L->mixer == SP_MIXER_DELTA ? &L->dn_qkv : &L->wq;
+           : L->mixer == SP_MIXER_MLP ? &L->w_up : L->mixer == SP_MIXER_DELTA ? &L->dn_qkv
+           : L->wq_a.data ? &L->wq_a : &L->wq;
+}
+
+/* The batch's cos/sin table for the layer's RoPE base (layers sharing a
+ * base share it). */
+static void sp_fwd_rope_table(struct sp_fwd_job *job, const float *rope_factors)
+{
+    const struct sp_hparams *hp = &job->m->hp;
+    const struct sp_layer *L = job->L;
+    struct sp_forward_scratch *s = job->s;
+    const float base = L->rope_base;
+    const int NR = (int)L->n_rot;
+    if (!L->rope_ff)
+        rope_factors = NULL;
+    if (s->rope_base == base && s->rope_ff == rope_factors && s->rope_nr == NR) /* shared by layers alike */
+        return;
+    float yarn[2];
+    if (hp->yarn)
+        sp_rope_yarn_dims(NR, hp->n_ctx_orig, base, hp->yarn_beta_fast, hp->yarn_beta_slow, yarn);
+    for (int t = 0; t < job->b->n_tok; t++)
+        sp_rope_table(s->rope + (size_t)t * NR, NR, job->b->pos[t], base, hp->rope_freq_scale, rope_factors,
+                      hp->rope_mscale, hp->yarn ? yarn : NULL);
+    s->rope_base = base;
+    s->rope_ff = rope_factors;
+    s->rope_nr = NR;
+}
+
+/* Multi-head latent attention (the absorbed form, as llama.cpp runs a
+ * current conversion): s->h -> s->tmp.  The query rows (att) come from
+ * attn_q or the query LoRA; each head's no-RoPE part is absorbed into the
+ * latent by its attn_k_b view (q gets [absorbed, RoPE part] per head),
+ * the keys are the cached [latent, RoPE key] rows of one KV head, so
+ * q . k = q_nope . k_nope + q_pe . k_pe of the decompressed heads; each
+ * head's output latent (the first n_lora_kv of its attention output) is
+ * widened by its attn_v_b view, then attn_output. */
+static void sp_fwd_mla(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *cache,
+                       const float *rope_factors, const int32_t *attn_pos, int max_pos)
+{
+    const struct sp_model *m = job->m;
+    const struct sp_hparams *hp = &m->hp;
+    const struct sp_layer *L = job->L;
+    struct sp_forward_scratch *s = job->s;
+    const int T = job->b->n_tok, E = (int)hp->n_embd, H = (int)hp->n_head, D = (int)hp->head_dim;
+    const size_t K = hp->mla_k, V = hp->mla_v, R = hp->n_lora_q, QD = (size_t)H * (size_t)D, QK = (size_t)H * K;
+    if (L->wq_a.data) {
+        const struct sp_tensor *w2[2] = {&L->wq_a, &L->wkv_a};
+        float *o2[2] = {s->tmp, s->k};
+        const size_t st2[2] = {R, (size_t)D};
+        sp_fwd_mm_multi(s, pool, cache, 2, w2, s->h, (size_t)E, T, o2, st2);
+        sp_fwd_stage(job, pool, SP_FWD_MLA_Q, &L->wq, cache);
+        sp_fwd_mm(s, pool, cache, &L->wq, s->tmp, R, T, s->att, QK);
+    } else {
+        const struct sp_tensor *w2[2] = {&L->wq, &L->wkv_a};
+        float *o2[2] = {s->att, s->k};
+        const size_t st2[2] = {QK, (size_t)D};
+        sp_fwd_mm_multi(s, pool, cache, 2, w2, s->h, (size_t)E, T, o2, st2);
+    }
+    for (int h = 0; h < H; h++) /* q_nope of head h -> its absorbed query */
+        sp_fwd_mm(s, pool, cache, &L->wk_b[h], s->att + (size_t)h * K, QK, T, s->q + (size_t)h * D, QD);
+    sp_fwd_rope_table(job, rope_factors);
+    sp_fwd_stage(job, pool, SP_FWD_MLA, NULL, cache);
+    struct sp_attn_args aa = {
+        .kv = job->kv, .layer = job->il, .n_tok = T, .q = s->q, .q_stride = QD, .seqs = s->kv_seqs, .pos = attn_pos,
+        .n_head = H, .n_head_kv = 1, .head_dim = D, .scale = hp->attn_scale, .out = s->att, .out_stride = QD,
+        .scratch = s->attn, .scratch_per_thread = s->attn_per_thread, .max_pos = max_pos, .plan = s->attn_plan,
+    };
+    sp_attention(pool, &aa);
+    cache->src = NULL; /* att holds the attention's output now, not the query rows */
+    for (int h = 0; h < H; h++) /* head h's output latent -> its values */
+        sp_fwd_mm(s, pool, cache, &L->wv_b[h], s->att + (size_t)h * D, QD, T, s->q + (size_t)h * V, (size_t)H * V);
+    sp_fwd_mm(s, pool, cache, &L->wo, s->q, (size_t)H * V, T, s->tmp, E);
 }
 
 /* The attention block of layer il: s->h -> s->tmp (attention output
@@ -763,20 +885,7 @@ static void sp_fwd_attention(struct sp_fwd_job *job, struct sp_pool *pool, struc
     const size_t st3[3] = {(size_t)(m->arch->q_gate ? 2 * Q : Q), (size_t)KVW, (size_t)KVW};
     /* q alone where the keys and values are another layer's; q and k where the values are the keys */
     sp_fwd_mm_multi(s, pool, cache, !L->wk.data ? 1 : !L->wv.data ? 2 : 3, w3, s->h, E, T, o3, st3);
-    const int NR = (int)L->n_rot;
-    if (!L->rope_ff)
-        rope_factors = NULL;
-    if (s->rope_base != L->rope_base || s->rope_ff != rope_factors || s->rope_nr != NR) { /* shared by layers alike */
-        float yarn[2];
-        if (hp->yarn)
-            sp_rope_yarn_dims(NR, hp->n_ctx_orig, L->rope_base, hp->yarn_beta_fast, hp->yarn_beta_slow, yarn);
-        for (int t = 0; t < T; t++)
-            sp_rope_table(s->rope + (size_t)t * NR, NR, b->pos[t], L->rope_base, hp->rope_freq_scale, rope_factors,
-                          hp->rope_mscale, hp->yarn ? yarn : NULL);
-        s->rope_base = L->rope_base;
-        s->rope_ff = rope_factors;
-        s->rope_nr = NR;
-    }
+    sp_fwd_rope_table(job, rope_factors);
     sp_fwd_stage(job, pool, SP_FWD_QK, NULL, cache);
     struct sp_attn_args aa = {
         .kv = job->kv, .layer = job->il, .n_tok = T, .q = s->q, .q_stride = (size_t)Q, .seqs = s->kv_seqs,
@@ -947,6 +1056,8 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
             sp_fwd_mm(s, pool, &cache, &L->sc_in, s->h, E, T, s->lin, s->lin_stride);
             sp_fwd_shortconv(m, mem, s, pool, b, il);
             sp_fwd_mm(s, pool, &cache, &L->sc_out, s->lin_y, E, T, s->tmp, E);
+        } else if (ar->mla) {
+            sp_fwd_mla(&job, pool, &cache, rope_factors, attn_pos, max_pos);
         } else {
             sp_fwd_attention(&job, pool, &cache, rope_factors, attn_pos, max_pos);
         }

@@ -67,10 +67,12 @@ struct sp_forward_scratch {
      * projection [n_batch][its width], each position's inputs to the state
      * (the rows the state's ring keeps) [n_batch][lin_in_floats], the
      * chunk's B.C products [n_batch][groups][SP_STATE_CHUNK], the mixer's
-     * output [n_batch][inner]; the batch's runs (one per sequence) and each
+     * output [n_batch][inner], two of a head's grid states per pool chunk
+     * [chunks][2][lin_h_floats] (the grid states a run passes before the
+     * one its sequence keeps); the batch's runs (one per sequence) and each
      * token's run */
-    float *lin, *lin_in, *lin_cb, *lin_y;
-    size_t lin_stride, lin_in_floats;
+    float *lin, *lin_in, *lin_cb, *lin_y, *lin_h;
+    size_t lin_stride, lin_in_floats, lin_h_floats;
     struct sp_fwd_run *runs;
     int32_t *tok_run;
     int n_runs;

@@ -12,11 +12,13 @@
  *
  * so a position's output is computed from the grid state h_g and the
  * inputs (x, B, C, dt, L) of the positions g .. p, the same way whether
- * they arrive in one batch or one per step; the state at g + C is
- * computed once, when position g + C - 1 is, from h_g and the whole
- * chunk.  A position's inputs are read from the batch (positions of this
- * step) or from the sequence's ring (earlier steps); after the layer the
- * ring takes the batch's last rows.
+ * they arrive in one batch or one per step.  The sequence's slot holds one
+ * grid state (state.h: the one at its floor's grid point); a run whose
+ * positions lie past it computes the grid states between from it and the
+ * chunks' inputs, where its positions first need them, and stores the one
+ * the slot keeps.  A position's inputs are read from the batch (positions
+ * of this step) or from the sequence's ring (earlier steps); after the
+ * layer the ring takes the batch's last rows.
  *
  * Layout of a position's input row (lin_in, and the state's ring): the
  * convolution's outputs x [inner], B [groups][state], C [groups][state],
@@ -114,6 +116,7 @@ void sp_fwd_linear_sizes(const struct sp_model *m, struct sp_fwd_linear_sizes *o
         o->in = (size_t)d.in;
         o->cb = (size_t)d.nk * 2 * C_;
         o->y = (size_t)d.vd;
+        o->h = (size_t)d.dk * d.dv;
         return;
     }
     if (m->arch->linear == SP_MIXER_CONV) { /* B, C, x; B * x; the gated output */
@@ -126,6 +129,7 @@ void sp_fwd_linear_sizes(const struct sp_model *m, struct sp_fwd_linear_sizes *o
     o->in = (size_t)d.in_floats;
     o->cb = (size_t)d.ng * C_;
     o->y = (size_t)d.di;
+    o->h = (size_t)d.ds * d.hd;
 }
 
 size_t sp_fwd_run_bytes(void) { return sizeof(struct sp_fwd_run); }
@@ -148,6 +152,66 @@ sp_status sp_fwd_runs(struct sp_forward_scratch *s, const struct sp_forward_batc
     }
     s->n_runs = n;
     return SP_OK;
+}
+
+/* A (run, head)'s walk along the grid: the head's state at grid point at
+ * (NULL: the zero state at 0), in the slot or in one of the pool chunk's
+ * two buffers.  sp_fwd_grid_next gives where the state at at + C goes: the
+ * buffer not holding the current one; sp_fwd_grid_done then moves it into
+ * the slot when it is the one the sequence keeps (the chunked form's
+ * output does not overlap its input, scan.h). */
+struct sp_fwd_grid {
+    const float *h;
+    uint32_t at;
+    float *slot, *buf[2];
+    uint32_t keep;
+    int next;
+};
+
+static struct sp_fwd_grid sp_fwd_grid_start(const struct sp_fwd_run *r, size_t head, float *buf, size_t hs)
+{
+    uint32_t held = *r->v.held, keep = sp_state_grid(sp_state_floor_after((uint32_t)r->p0, (uint32_t)r->n));
+    struct sp_fwd_grid g = {.at = held, .slot = r->v.grid + head, .buf = {buf, buf + hs}, .keep = keep};
+    g.h = held ? g.slot : NULL;
+    return g;
+}
+
+/* After a run's layer, before its rings take the run's rows: the slot's
+ * floor and the grid point it holds; when that moves to g, the
+ * convolution's raw inputs of the hist positions before g (hrows[k] is
+ * position g - hist + k's, from the batch or the ring) into conv_held. */
+static void sp_fwd_floor(const struct sp_fwd_run *r, const float *const *hrows, int hist, size_t ch)
+{
+    const uint32_t f = sp_state_floor_after((uint32_t)r->p0, (uint32_t)r->n), g = sp_state_grid(f);
+    if (g != *r->v.held)
+        for (int k = 0; k < hist; k++)
+            memcpy(r->v.conv_held + (size_t)k * ch, hrows[k], ch * sizeof(float));
+    *r->v.floor = f;
+    *r->v.held = g;
+}
+
+/* The position whose convolution history sp_fwd_floor takes: g - hist
+ * + k, g the grid point the run's layer holds after it. */
+static int32_t sp_fwd_hist_pos(const struct sp_fwd_run *r, int hist, int k)
+{
+    return (int32_t)sp_state_grid(sp_state_floor_after((uint32_t)r->p0, (uint32_t)r->n)) - hist + k;
+}
+
+static float *sp_fwd_grid_next(struct sp_fwd_grid *g)
+{
+    float *dst = g->buf[g->next];
+    g->next ^= 1;
+    return dst;
+}
+
+static void sp_fwd_grid_done(struct sp_fwd_grid *g, float *dst, size_t hs)
+{
+    g->at += C_;
+    g->h = dst;
+    if (g->at == g->keep) {
+        memcpy(g->slot, dst, hs * sizeof *dst);
+        g->h = g->slot;
+    }
 }
 
 /* One layer's job over the batch. */
@@ -211,15 +275,38 @@ static void sp_ssm_cb_token(const struct sp_ssm_job *j, int t)
     }
 }
 
-/* Phase 3, a (run, head): the head's L, outputs and chunk-end states, in
- * position order. */
-static void sp_ssm_head(const struct sp_ssm_job *j, const struct sp_fwd_run *r, int h)
+/* The state at the grid point after g->at, from the state there and the
+ * chunk's inputs (all written: the chunk lies before a position of the
+ * run, or before the floor). */
+static void sp_ssm_advance(const struct sp_ssm_job *j, const struct sp_fwd_run *r, int h, struct sp_fwd_grid *g)
+{
+    const struct sp_ssm_dims *d = &j->d;
+    const int grp = h / (d->nh / d->ng), i_dt = d->conv + h, i_l = d->conv + d->nh + h;
+    const float *xs[C_], *Bs[C_];
+    float w[C_];
+    const int32_t g0 = (int32_t)g->at;
+    const float lam = sp_ssm_row(j, r, g0 + (int32_t)C_ - 1)[i_l];
+    for (int q = 0; q < (int)C_; q++) {
+        const float *rq = sp_ssm_row(j, r, g0 + q);
+        xs[q] = rq + (size_t)h * d->hd;
+        Bs[q] = rq + d->di + (size_t)grp * d->ds;
+        w[q] = sp_exp1(lam - rq[i_l]) * rq[i_dt];
+    }
+    float *dst = sp_fwd_grid_next(g);
+    sp_ssd_state(dst, g->h, sp_exp1(lam), (int)C_, w, Bs, xs, d->ds, d->hd);
+    sp_fwd_grid_done(g, dst, (size_t)d->ds * d->hd);
+}
+
+/* Phase 3, a (run, head): the head's L and outputs, in position order, and
+ * the grid states they and the slot need.  buf: two head states. */
+static void sp_ssm_head(const struct sp_ssm_job *j, const struct sp_fwd_run *r, int h, float *buf)
 {
     const struct sp_ssm_dims *d = &j->d;
     const float A = ((const float *)j->L->ssm_a.data)[h], D = ((const float *)j->L->ssm_d.data)[h];
     const int grp = h / (d->nh / d->ng), i_dt = d->conv + h, i_l = d->conv + d->nh + h;
     const size_t head = (size_t)h * d->ds * d->hd;
-    const float *xs[C_], *Bs[C_];
+    struct sp_fwd_grid g = sp_fwd_grid_start(r, head, buf, (size_t)d->ds * d->hd);
+    const float *xs[C_];
     float w[C_];
     for (int k = 0; k < r->n; k++) {
         const int t = r->t0 + k;
@@ -227,28 +314,22 @@ static void sp_ssm_head(const struct sp_ssm_job *j, const struct sp_fwd_run *r, 
         float *row = sp_ssm_row(j, r, p);
         const float lam = (p == g0 ? 0.0f : sp_ssm_row(j, r, p - 1)[i_l]) + row[i_dt] * A;
         row[i_l] = lam;
+        while ((int32_t)g.at < g0)
+            sp_ssm_advance(j, r, h, &g);
         const int n = p - g0 + 1;
         const float *cb = j->s->lin_cb + (size_t)t * d->ng * C_ + (size_t)grp * C_;
         for (int q = 0; q < n; q++) {
             const float *rq = q == n - 1 ? row : sp_ssm_row(j, r, g0 + q);
             xs[q] = rq + (size_t)h * d->hd;
-            Bs[q] = rq + d->di + (size_t)grp * d->ds;
             w[q] = sp_exp1(lam - rq[i_l]) * rq[i_dt] * cb[q];
         }
-        const float *h0 = g0 ? r->v.grid[((uint32_t)g0 / C_) & 1] + head : NULL;
-        const float decay = sp_exp1(lam);
         float *y = j->s->lin_y + (size_t)t * d->di + (size_t)h * d->hd;
-        sp_ssd_out(y, h0, row + d->di + (size_t)(d->ng + grp) * d->ds, decay, n, w, xs, d->ds, d->hd);
+        sp_ssd_out(y, g.h, row + d->di + (size_t)(d->ng + grp) * d->ds, sp_exp1(lam), n, w, xs, d->ds, d->hd);
         for (int i = 0; i < d->hd; i++)
             y[i] += xs[n - 1][i] * D;
-        if (n == (int)C_) { /* the chunk is complete: the state at the next grid point */
-            for (int q = 0; q < n; q++) {
-                const float *rq = q == n - 1 ? row : sp_ssm_row(j, r, g0 + q);
-                w[q] = sp_exp1(lam - rq[i_l]) * rq[i_dt];
-            }
-            sp_ssd_state(r->v.grid[((uint32_t)(p + 1) / C_) & 1] + head, h0, decay, n, w, Bs, xs, d->ds, d->hd);
-        }
     }
+    while (g.at < g.keep)
+        sp_ssm_advance(j, r, h, &g);
 }
 
 /* Phase 5, a token: y * silu(z), then the RMSNorm of each group. */
@@ -276,9 +357,10 @@ static void sp_ssm_run_fn(void *arg, int ith, int nth)
     const struct sp_ssm_job *j = a->j;
     long lo, hi;
     if (a->phase == SP_SSM_SCAN) { /* items: (run, head) */
+        float *buf = j->s->lin_h + (size_t)ith * 2 * j->s->lin_h_floats;
         sp_pool_split((long)j->s->n_runs * j->d.nh, 1, ith, nth, &lo, &hi);
         for (long i = lo; i < hi; i++)
-            sp_ssm_head(j, &j->s->runs[i / j->d.nh], (int)(i % j->d.nh));
+            sp_ssm_head(j, &j->s->runs[i / j->d.nh], (int)(i % j->d.nh), buf);
         return;
     }
     sp_pool_split(j->b->n_tok, 1, ith, nth, &lo, &hi);
@@ -293,13 +375,17 @@ static void sp_ssm_run_fn(void *arg, int ith, int nth)
 }
 
 /* Phase 4: each run's last rows into its rings (after every head read the
- * rows there). */
+ * rows there), and the grid point its slot now holds. */
 static void sp_ssm_keep(const struct sp_ssm_job *j)
 {
     const struct sp_ssm_dims *d = &j->d;
     for (int i = 0; i < j->s->n_runs; i++) {
         const struct sp_fwd_run *r = &j->s->runs[i];
         const int32_t end = r->p0 + r->n;
+        const float *hrows[SP_CONV_MAX_TAPS];
+        for (int k = 0; k < d->dc - 1; k++)
+            hrows[k] = sp_ssm_conv_row(j, r, sp_fwd_hist_pos(r, d->dc - 1, k));
+        sp_fwd_floor(r, hrows, d->dc - 1, (size_t)d->conv);
         for (int32_t q = end - (int32_t)r->v.in_ring > r->p0 ? end - (int32_t)r->v.in_ring : r->p0; q < end; q++)
             memcpy(r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * j->s->lin_in_floats, sp_ssm_row(j, r, q),
                    j->s->lin_in_floats * sizeof(float));
@@ -385,8 +471,12 @@ void sp_fwd_shortconv(const struct sp_model *m, const struct sp_memory *mem, str
         s->runs[i].v = sp_memory_state_view(mem, s->runs[i].seq, il);
     for (j.phase = 0; j.phase < 2; j.phase++)
         sp_pool_run(pool, sp_sc_run_fn, &j);
-    for (int i = 0; i < s->n_runs; i++) { /* the runs' last B * x rows into their rings */
+    for (int i = 0; i < s->n_runs; i++) { /* the runs' last B * x rows into their rings, the floor */
         const struct sp_fwd_run *r = &s->runs[i];
+        const float *hrows[SP_CONV_MAX_TAPS];
+        for (int k = 0; k < j.taps - 1; k++)
+            hrows[k] = sp_sc_row(&j, r, sp_fwd_hist_pos(r, j.taps - 1, k));
+        sp_fwd_floor(r, hrows, j.taps - 1, (size_t)j.E);
         const int32_t end = r->p0 + r->n, ring = (int32_t)r->v.conv_ring;
         for (int32_t q = end - ring > r->p0 ? end - ring : r->p0; q < end; q++)
             memcpy(r->v.conv + (size_t)((uint32_t)q % r->v.conv_ring) * j.E, sp_sc_row(&j, r, q),
@@ -510,14 +600,35 @@ static void sp_dn_dots(const struct sp_dn_job *j, int t)
     }
 }
 
-/* Phase 2, a (run, value head): u, the outputs and the chunk-end states,
- * in position order. */
-static void sp_dn_head(const struct sp_dn_job *j, const struct sp_fwd_run *r, int h)
+/* The state at the grid point after g->at (as sp_ssm_advance). */
+static void sp_dn_advance(const struct sp_dn_job *j, const struct sp_fwd_run *r, int h, int kh, struct sp_fwd_grid *g)
+{
+    const struct sp_dn_dims *d = &j->d;
+    const size_t u_off = (size_t)d->nv + (size_t)h * d->dv;
+    const float *xs[C_], *ks[C_];
+    float w[C_];
+    const int32_t g0 = (int32_t)g->at;
+    const float lam = sp_dn_lu(j, r, g0 + (int32_t)C_ - 1)[h];
+    for (int q = 0; q < (int)C_; q++) {
+        const float *lu = sp_dn_lu(j, r, g0 + q);
+        xs[q] = lu + u_off;
+        ks[q] = sp_dn_k(j, r, g0 + q) + (size_t)kh * d->dk;
+        w[q] = sp_exp1(lam - lu[h]);
+    }
+    float *dst = sp_fwd_grid_next(g);
+    sp_ssd_state(dst, g->h, sp_exp1(lam), (int)C_, w, ks, xs, d->dk, d->dv);
+    sp_fwd_grid_done(g, dst, (size_t)d->dk * d->dv);
+}
+
+/* Phase 2, a (run, value head): u and the outputs, in position order, and
+ * the grid states they and the slot need.  buf: two head states. */
+static void sp_dn_head(const struct sp_dn_job *j, const struct sp_fwd_run *r, int h, float *buf)
 {
     const struct sp_dn_dims *d = &j->d;
     const int kh = j->grouped ? h / (d->nv / d->nk) : h % d->nk, i_b = d->conv + h, i_g = i_b + d->nv, i_l = i_g + d->nv;
     const size_t u_off = (size_t)d->nv + (size_t)h * d->dv, head = (size_t)h * d->dk * d->dv; /* in sp_dn_lu */
     const float scale = 1.0f / sqrtf((float)d->dv);
+    struct sp_fwd_grid g = sp_fwd_grid_start(r, head, buf, (size_t)d->dk * d->dv);
     const float *xs[C_], *ks[C_];
     float w[C_], kv[SP_DN_MAX_WIDTH];
     for (int n = 0; n < r->n; n++) {
@@ -526,6 +637,8 @@ static void sp_dn_head(const struct sp_dn_job *j, const struct sp_fwd_run *r, in
         float *row = sp_dn_row(j, r, p);
         const float lam = (p == g0 ? 0.0f : sp_dn_lu(j, r, p - 1)[h]) + row[i_g];
         row[i_l] = lam;
+        while ((int32_t)g.at < g0)
+            sp_dn_advance(j, r, h, kh, &g);
         const int k = p - g0; /* positions of the chunk before p */
         const float *cb = j->s->lin_cb + (size_t)t * d->nk * 2 * C_ + (size_t)2 * kh * C_;
         for (int q = 0; q <= k; q++) {
@@ -534,10 +647,9 @@ static void sp_dn_head(const struct sp_dn_job *j, const struct sp_fwd_run *r, in
             ks[q] = sp_dn_k(j, r, g0 + q) + (size_t)kh * d->dk;
             w[q] = q < k ? sp_exp1(lam - lu[h]) * cb[q] : 0.0f;
         }
-        const float *h0 = g0 ? r->v.grid[((uint32_t)g0 / C_) & 1] + head : NULL;
         const float decay = sp_exp1(lam);
         /* u_p = beta (v - S^T k_p) */
-        sp_ssd_out(kv, h0, ks[k], decay, k, w, xs, d->dk, d->dv);
+        sp_ssd_out(kv, g.h, ks[k], decay, k, w, xs, d->dk, d->dv);
         const float *v = row + 2 * (size_t)d->kd + (size_t)h * d->dv;
         float *u = row + d->conv + 2 * (size_t)d->nv + u_off;
         for (int i = 0; i < d->dv; i++)
@@ -546,15 +658,12 @@ static void sp_dn_head(const struct sp_dn_job *j, const struct sp_fwd_run *r, in
         for (int q = 0; q <= k; q++)
             w[q] = sp_exp1(lam - (q == k ? lam : sp_dn_lu(j, r, g0 + q)[h])) * cb[C_ + q];
         float *y = j->s->lin_y + (size_t)t * d->vd + (size_t)h * d->dv;
-        sp_ssd_out(y, h0, row + (size_t)kh * d->dk, decay, k + 1, w, xs, d->dk, d->dv);
+        sp_ssd_out(y, g.h, row + (size_t)kh * d->dk, decay, k + 1, w, xs, d->dk, d->dv);
         for (int i = 0; i < d->dv; i++)
             y[i] *= scale;
-        if (k + 1 == (int)C_) { /* the chunk is complete: the state at the next grid point */
-            for (int q = 0; q <= k; q++)
-                w[q] = sp_exp1(lam - (q == k ? lam : sp_dn_lu(j, r, g0 + q)[h]));
-            sp_ssd_state(r->v.grid[((uint32_t)(p + 1) / C_) & 1] + head, h0, decay, k + 1, w, ks, xs, d->dk, d->dv);
-        }
     }
+    while (g.at < g.keep)
+        sp_dn_advance(j, r, h, kh, &g);
 }
 
 /* Phase 3, a token: each value head RMS-normed, times SiLU(z). */
@@ -573,9 +682,10 @@ static void sp_dn_run_fn(void *arg, int ith, int nth)
     const struct sp_dn_job *j = arg;
     long lo, hi;
     if (j->phase == 2) {
+        float *buf = j->s->lin_h + (size_t)ith * 2 * j->s->lin_h_floats;
         sp_pool_split((long)j->s->n_runs * j->d.nv, 1, ith, nth, &lo, &hi);
         for (long i = lo; i < hi; i++)
-            sp_dn_head(j, &j->s->runs[i / j->d.nv], (int)(i % j->d.nv));
+            sp_dn_head(j, &j->s->runs[i / j->d.nv], (int)(i % j->d.nv), buf);
         return;
     }
     sp_pool_split(j->b->n_tok, 1, ith, nth, &lo, &hi);
@@ -598,9 +708,13 @@ void sp_fwd_delta(const struct sp_model *m, const struct sp_memory *mem, struct 
         s->runs[i].v = sp_memory_state_view(mem, s->runs[i].seq, il);
     for (j.phase = 0; j.phase < 3; j.phase++)
         sp_pool_run(pool, sp_dn_run_fn, &j);
-    for (int i = 0; i < s->n_runs; i++) { /* the runs' last rows into their rings */
+    for (int i = 0; i < s->n_runs; i++) { /* the runs' last rows into their rings, the grid point held */
         const struct sp_fwd_run *r = &s->runs[i];
         const int32_t end = r->p0 + r->n;
+        const float *hrows[SP_CONV_MAX_TAPS];
+        for (int k = 0; k < j.d.dc - 1; k++)
+            hrows[k] = sp_dn_conv_row(&j, r, sp_fwd_hist_pos(r, j.d.dc - 1, k));
+        sp_fwd_floor(r, hrows, j.d.dc - 1, (size_t)j.d.conv);
         for (int32_t q = end - (int32_t)r->v.in_ring > r->p0 ? end - (int32_t)r->v.in_ring : r->p0; q < end; q++)
         {
             float *ring = r->v.in + (size_t)((uint32_t)q % r->v.in_ring) * j.d.ring;

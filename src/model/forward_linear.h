@@ -8,9 +8,9 @@
 
 /* Widths of the linear layers' scratch (all 0 without linear layers):
  * the input projection's row, a position's state inputs, the groups' B.C
- * products per token, the mixer's output row. */
+ * products per token, the mixer's output row, one head's grid state. */
 struct sp_fwd_linear_sizes {
-    size_t lin, in, cb, y;
+    size_t lin, in, cb, y, h;
 };
 void sp_fwd_linear_sizes(const struct sp_model *m, struct sp_fwd_linear_sizes *out);
 

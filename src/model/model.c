@@ -141,9 +141,13 @@ static sp_status sp_model_yarn(struct sp_model *m)
     if (!(log_mul >= 0.0f && log_mul < 100.0f))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.rope.scaling.yarn_log_multiplier': %g, expected 0..100",
                             m->arch->name, log_mul);
+    if (m->arch->mla) /* DeepSeek's converter writes 0.1 mscale_all_dim (llama.cpp divides it back) */
+        log_mul /= 0.1f;
+    hp->yarn_log_mul = log_mul;
     float ms1 = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
     float msl = factor <= 1.0f ? 1.0f : 0.1f * log_mul * logf(factor) + 1.0f;
-    float af = log_mul != 0.0f ? ms1 / msl : ms1;
+    /* DeepSeek: mscale is taken equal to mscale_all_dim, so their ratio is 1 (llama.cpp's rule) */
+    float af = log_mul != 0.0f ? (m->arch->mla ? 1.0f : ms1 / msl) : ms1;
     af *= 1.0f / (1.0f + 0.1f * logf(factor));
     hp->rope_mscale *= af;
     return SP_OK;
@@ -329,6 +333,88 @@ static sp_status sp_model_u32_widest(struct sp_model *m, const char *suffix, boo
     return SP_OK;
 }
 
+/* Multi-head latent attention's widths, checked against each other: the
+ * cache's one KV head is the latent then the RoPE key (key_length), its
+ * values the latent (value_length); a head's query is mla_k wide, its
+ * RoPE part last.  The attention scale is llama.cpp's for DeepSeek: YaRN's
+ * mscale (1 + 0.1 mscale_all_dim ln factor, times the cos/sin scale before
+ * ggml's own correction) squared over sqrt(mla_k). */
+static sp_status sp_model_mla_keys(struct sp_model *m, uint32_t v_len)
+{
+    struct sp_hparams *hp = &m->hp;
+    const char *a = m->arch->name;
+    sp_status st;
+    if ((st = sp_hp_u32(m, "attention.q_lora_rank", false, &hp->n_lora_q)) ||
+        (st = sp_hp_u32(m, "attention.kv_lora_rank", true, &hp->n_lora_kv)) ||
+        (st = sp_hp_u32(m, "attention.key_length_mla", true, &hp->mla_k)) ||
+        (st = sp_hp_u32(m, "attention.value_length_mla", true, &hp->mla_v)))
+        return st;
+    if (hp->n_head_kv != 1 || hp->n_lora_kv == 0 || hp->head_dim != hp->n_lora_kv + hp->n_rot ||
+        v_len != hp->n_lora_kv)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.key_length': %u, value_length %u, head_count_kv "
+                            "%u, kv_lora_rank %u, rope.dimension_count %u: multi-head latent attention needs one KV "
+                            "head of the latent then the RoPE key (a current converter's layout)", a, hp->head_dim,
+                            v_len, hp->n_head_kv, hp->n_lora_kv, hp->n_rot);
+    if (hp->mla_k <= hp->n_rot || hp->mla_k - hp->n_rot > hp->n_lora_kv || hp->mla_v == 0 ||
+        hp->mla_v > hp->head_dim || hp->n_lora_q > 65536)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.key_length_mla': %u (value_length_mla %u, "
+                            "q_lora_rank %u), expected above rope.dimension_count %u and at most it plus kv_lora_rank "
+                            "%u, values at most key_length wide", a, hp->mla_k, hp->mla_v, hp->n_lora_q, hp->n_rot,
+                            hp->n_lora_kv);
+    if (sp_key_present(m, "attention.temperature_scale"))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.temperature_scale': attention temperature is not "
+                            "supported with multi-head latent attention", a);
+    const float lf = logf(1.0f / hp->rope_freq_scale);
+    const float mscale = hp->rope_mscale * (1.0f + 0.1f * lf) * (1.0f + 0.1f * hp->yarn_log_mul * lf);
+    hp->attn_scale = mscale * mscale / sqrtf((float)hp->mla_k);
+    return SP_OK;
+}
+
+/* DeepSeek's expert keys: the gating function (1 softmax, 2 sigmoid; absent:
+ * softmax), renormalization and scale of the selected weights, expert
+ * groups, shared experts and the dense leading layers. */
+static sp_status sp_model_mla_moe_keys(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    const char *a = m->arch->name;
+    uint32_t gating = 0, shared = 0;
+    char key[128];
+    sp_status st;
+    sp_key(m, "expert_weights_norm", key, sizeof key);
+    if ((st = sp_hp_u32(m, "leading_dense_block_count", false, &hp->n_dense_lead)) ||
+        (st = sp_hp_u32(m, "expert_shared_count", true, &shared)) ||
+        (st = sp_hp_f32(m, "expert_weights_scale", false, &hp->exp_w_scale)) ||
+        (st = sp_gguf_get_bool(&m->gguf, key, false, &hp->moe_norm)) ||
+        (st = sp_hp_u32(m, "expert_gating_func", false, &gating)) ||
+        (st = sp_hp_u32(m, "expert_group_count", false, &hp->n_group)) ||
+        (st = sp_hp_u32(m, "expert_group_used_count", false, &hp->n_group_used)))
+        return st;
+    if (gating > 2)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.expert_gating_func': %u, supported: 1 (softmax), 2 (sigmoid)",
+                            a, gating);
+    hp->router = gating == 2 ? SP_ROUTER_SIGMOID : SP_ROUTER_SOFTMAX;
+    if (!isfinite(hp->exp_w_scale))
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.expert_weights_scale': %g, expected a finite value", a,
+                            hp->exp_w_scale);
+    if (hp->n_dense_lead > hp->n_layer)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.leading_dense_block_count': %u of %u layers", a, hp->n_dense_lead,
+                            hp->n_layer);
+    if (shared == 0 || shared > 64)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.expert_shared_count': %u, expected 1..64", a, shared);
+    hp->n_ff_shexp = hp->n_ff_exp * shared;
+    if (hp->n_group > 1) {
+        uint32_t per = hp->n_expert / hp->n_group;
+        if (hp->n_expert % hp->n_group || per < 2 || hp->n_group_used == 0 || hp->n_group_used > hp->n_group ||
+            hp->n_expert_used > per * hp->n_group_used)
+            return sp_error_set(SP_ERR_FORMAT, "key '%s.expert_group_count': %u groups (%u used) of %u experts (%u "
+                                "used), expected groups of 2 or more experts holding the used ones", a, hp->n_group,
+                                hp->n_group_used, hp->n_expert, hp->n_expert_used);
+    } else {
+        hp->n_group = hp->n_group_used = 0;
+    }
+    return SP_OK;
+}
+
 /* Head counts and widths, RoPE, windows and soft-caps: the attention
  * layers' keys. */
 static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern)
@@ -373,7 +459,7 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     uint32_t v_len = hp->head_dim;
     if ((st = sp_hp_u32(m, "attention.value_length", false, &v_len)))
         return st;
-    if (v_len != hp->head_dim)
+    if (v_len != hp->head_dim && !m->arch->mla) /* mla: the latent's width (sp_model_mla_keys) */
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length': %u differs from key_length %u", a,
                             v_len, hp->head_dim);
     hp->head_dim_swa = hp->head_dim;
@@ -382,7 +468,7 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
     uint32_t v_swa = v_len; /* as llama.cpp: each _swa length defaults to its global one */
     if ((st = sp_hp_u32(m, "attention.value_length_swa", false, &v_swa)))
         return st;
-    if (v_swa != hp->head_dim_swa || hp->head_dim_swa == 0 || hp->head_dim_swa > 4096)
+    if ((v_swa != hp->head_dim_swa && !m->arch->mla) || hp->head_dim_swa == 0 || hp->head_dim_swa > 4096)
         return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.value_length_swa': %u, key_length_swa %u (expected "
                             "equal, 1..4096)", a, v_swa, hp->head_dim_swa);
     bool rope = !m->arch->abs_pos && !m->arch->nope; /* absolute positions: no RoPE */
@@ -431,6 +517,8 @@ static sp_status sp_model_attn_hparams(struct sp_model *m, uint32_t *swa_pattern
                                 "supported in %s", key, a);
     }
     if (m->arch->mrope_text && (st = sp_model_mrope(m)))
+        return st;
+    if (m->arch->mla && (st = sp_model_mla_keys(m, v_len)))
         return st;
     return SP_OK;
 }
@@ -606,7 +694,10 @@ static sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
             return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.shortconv.l_cache': %u, expected 1..%d", a,
                                 hp->conv_taps, SP_CONV_MAX_TAPS);
     }
-    if ((st = sp_model_expert_keys(m)) || (st = sp_model_interleave_keys(m)) || (st = sp_model_shared_keys(m)))
+    hp->router = ar->router;
+    hp->moe_norm = ar->moe_norm;
+    if ((st = sp_model_expert_keys(m)) || (st = sp_model_interleave_keys(m)) || (st = sp_model_shared_keys(m)) ||
+        (ar->mla && (st = sp_model_mla_moe_keys(m))))
         return st;
     if (ar->logit_mul && (st = sp_hp_f32(m, "logit_scale", true, &hp->logit_scale)))
         return st;
@@ -809,6 +900,59 @@ static sp_status sp_model_attn(struct sp_loader *ld, uint32_t il)
     return SP_OK;
 }
 
+/* Per-head views of a 3-D [n_head][rows][row length] tensor (attn_k_b,
+ * attn_v_b) into out[n_head]. */
+static sp_status sp_model_head_views(struct sp_loader *ld, uint32_t il, const char *suffix, int64_t ne0, int64_t ne1,
+                                     struct sp_tensor *out)
+{
+    const int64_t H = ld->m->hp.n_head, ne[3] = {ne0, ne1, H};
+    const struct sp_gguf_tensor *t;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%u.%s", il, suffix);
+    sp_status st = sp_model_find(ld, name, 3, ne, true, &t);
+    if (st != SP_OK)
+        return st;
+    const size_t row_bytes = (size_t)(t->nbytes / (uint64_t)(ne1 * H));
+    for (int64_t h = 0; h < H; h++)
+        out[h] = (struct sp_tensor){.type = t->type, .ne0 = ne0, .ne1 = ne1, .row_bytes = row_bytes,
+                                    .data = (const uint8_t *)t->data + (size_t)(h * ne1) * row_bytes};
+    return SP_OK;
+}
+
+/* Multi-head latent attention's tensors, as a current llama.cpp converter
+ * writes them (attn_k_b and attn_v_b; an older file's attn_kv_b is
+ * refused). */
+static sp_status sp_model_mla(struct sp_loader *ld, uint32_t il)
+{
+    struct sp_model *m = ld->m;
+    const struct sp_hparams *hp = &m->hp;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_q, C = hp->n_lora_kv, NR = hp->n_rot;
+    const int64_t K = hp->mla_k, V = hp->mla_v;
+    char name[96];
+    sp_status st;
+    snprintf(name, sizeof name, "blk.%u.attn_kv_b.weight", il);
+    if (sp_gguf_tensor_find(&m->gguf, name))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "tensor '%s': the unsplit latent projection of older conversions is "
+                            "not supported (a current llama.cpp converter writes attn_k_b and attn_v_b)", name);
+    if (R) {
+        SP_T(L->wq_a, "attn_q_a.weight", E, R, true);
+        SP_T(L->q_a_norm, "attn_q_a_norm.weight", R, 0, true);
+        SP_T(L->wq, "attn_q_b.weight", R, H * K, true);
+    } else {
+        SP_T(L->wq, "attn_q.weight", E, H * K, true);
+    }
+    SP_T(L->wkv_a, "attn_kv_a_mqa.weight", E, C + NR, true);
+    SP_T(L->kv_a_norm, "attn_kv_a_norm.weight", C, 0, true);
+    L->wk_b = m->heads + (size_t)il * 2 * H;
+    L->wv_b = L->wk_b + H;
+    if ((st = sp_model_head_views(ld, il, "attn_k_b.weight", K - NR, C, L->wk_b)) ||
+        (st = sp_model_head_views(ld, il, "attn_v_b.weight", C, V, L->wv_b)))
+        return st;
+    SP_T(L->wo, "attn_output.weight", H * V, E, true);
+    return SP_OK;
+}
+
 /* The experts of layer il: 3-D stacks [n_expert][rows][row length], one
  * view per expert. */
 static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
@@ -853,6 +997,8 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
         SP_T(L->gate_inp_s, "ffn_gate_inp.scale", E, 0, true);
         SP_T(L->exps_s, "ffn_down_exps.scale", X, 0, false);
     }
+    if (m->arch->mla)
+        SP_T(L->exp_probs_b, "exp_probs_b.bias", X, 0, false);
     if (m->arch->shared_expert) {
         int64_t S = hp->n_ff_shexp;
         if (!m->arch->shexp_ungated)
@@ -1095,7 +1241,8 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     if ((st = sp_model_mixer(m, il, &L->mixer)) != SP_OK || (st = sp_model_layer_kind(m, il, swa_pattern)))
         return st;
     F = L->n_ff;
-    L->moe = hp->n_expert && (!ar->moe_interleave || (hp->n_moe_step && (il + 1) % hp->n_moe_step == 0));
+    L->moe = hp->n_expert && (!ar->moe_interleave || (hp->n_moe_step && (il + 1) % hp->n_moe_step == 0)) &&
+             il >= hp->n_dense_lead;
     SP_T(L->attn_norm, "attn_norm.weight", E, 0, pre && !ar->no_pre_norm);
     if (L->mixer == SP_MIXER_MLP) {
         SP_T(L->w_up, "ffn_up.weight", E, F, true);
@@ -1104,6 +1251,7 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
         st = L->mixer == SP_MIXER_SSM     ? sp_model_ssm(ld, il)
              : L->mixer == SP_MIXER_CONV  ? sp_model_shortconv(ld, il)
              : L->mixer == SP_MIXER_DELTA ? sp_model_delta(ld, il)
+             : ar->mla                    ? sp_model_mla(ld, il)
                                           : sp_model_attn(ld, il);
         if (st != SP_OK)
             return st;
@@ -1146,9 +1294,11 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     L->qk_l2 = ar->qk_norm == SP_QK_NORM_L2 && L->mixer == SP_MIXER_ATTN && !L->nope && hp->n_expert != 128;
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                       &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
-                                      &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj};
+                                      &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj, &L->wq_a, &L->wkv_a};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         m->weights_bytes += sp_bytes(mats[i]);
+    for (uint32_t h = 0; L->wk_b && h < hp->n_head; h++)
+        m->weights_bytes += sp_bytes(&L->wk_b[h]) + sp_bytes(&L->wv_b[h]);
     if (L->moe) /* a token reads its n_expert_used experts */
         for (int k = 0; k < SP_EXP_KINDS; k++)
             m->weights_bytes += sp_bytes(&L->exps[k * hp->n_expert]) * hp->n_expert_used;
@@ -1240,7 +1390,7 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
  * one at a time); out[] must hold sp_model_n_matrices(). */
 static size_t sp_model_n_matrices(const struct sp_model *m)
 {
-    return 2 + (size_t)m->hp.n_layer * (18 + SP_EXP_KINDS * (size_t)m->hp.n_expert);
+    return 2 + (size_t)m->hp.n_layer * (20 + 2 * (size_t)m->hp.n_head + SP_EXP_KINDS * (size_t)m->hp.n_expert);
 }
 
 static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
@@ -1253,10 +1403,12 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
         struct sp_layer *L = &m->layers[il];
         struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                   &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
-                                  &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj};
+                                  &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj, &L->wq_a, &L->wkv_a};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->data)
                 out[n++] = ts[i];
+        for (uint32_t h = 0; L->wk_b && h < 2 * m->hp.n_head; h++) /* attn_k_b's views, then attn_v_b's */
+            out[n++] = &L->wk_b[h];
         for (size_t e = 0; L->exps && e < SP_EXP_KINDS * (size_t)m->hp.n_expert; e++)
             out[n++] = &L->exps[e];
     }
@@ -1340,7 +1492,8 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->exps_b[SP_EXP_GATE] : NULL, L ? &L->exps_b[SP_EXP_UP] : NULL,
                                       L ? &L->exps_b[SP_EXP_DOWN] : NULL, L ? &L->pl_norm : &m->pl_proj_norm,
                                       L ? &L->ffn_post1 : NULL, L ? &L->ffn_pre2 : NULL, L ? &L->ffn_post2 : NULL,
-                                      L ? &L->gate_inp_s : NULL, L ? &L->exps_s : NULL};
+                                      L ? &L->gate_inp_s : NULL, L ? &L->exps_s : NULL, L ? &L->q_a_norm : NULL,
+                                      L ? &L->kv_a_norm : NULL, L ? &L->exp_probs_b : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -1430,7 +1583,9 @@ static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *p
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (hp->n_expert)
         m->exps = calloc((size_t)hp->n_layer * SP_EXP_KINDS * hp->n_expert, sizeof *m->exps);
-    if (!m->layers || (hp->n_expert && !m->exps))
+    if (m->arch->mla)
+        m->heads = calloc((size_t)hp->n_layer * 2 * hp->n_head, sizeof *m->heads);
+    if (!m->layers || (hp->n_expert && !m->exps) || (m->arch->mla && !m->heads))
         return sp_error_set(SP_ERR_NOMEM, "model: no memory for %u layers", hp->n_layer);
     for (uint32_t il = 0; il < hp->n_layer; il++)
         if ((st = sp_model_layer(ld, il, swa_pattern, swa_base)) != SP_OK)
@@ -1542,6 +1697,7 @@ fail:
     free(m->repacked);
     free(m->vectors);
     free(m->exps);
+    free(m->heads);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);
@@ -1559,6 +1715,7 @@ void sp_model_close(struct sp_model *m)
     free(m->repacked);
     free(m->vectors);
     free(m->exps);
+    free(m->heads);
     free(m->layers);
     sp_gguf_free(&m->gguf);
     sp_mapping_free(&m->map);

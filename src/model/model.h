@@ -167,6 +167,15 @@ struct sp_arch {
                                   rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale, each expert's output times
                                   ffn_down_exps.scale (optional), then post_ffw_norm_2; the two added (Gemma 4
                                   26B-A4B) */
+    bool mla;                  /* multi-head latent attention (DeepSeek V2/V3): q from attn_q (or the
+                                  attn_q_a -> attn_q_a_norm -> attn_q_b LoRA), one attn_kv_a_mqa row per
+                                  token holding the latent (normed by attn_kv_a_norm) and the shared RoPE
+                                  key; each head's query absorbed into the latent by attn_k_b and its
+                                  output widened by attn_v_b, so the cache holds the latent and the RoPE
+                                  key per position, one KV head (key_length = kv_lora_rank + RoPE dims);
+                                  also DeepSeek's MoE keys (expert_gating_func, expert_weights_scale and
+                                  _norm, expert groups, leading dense layers, exp_probs_b, shared experts
+                                  expert_shared_count x the experts' width) and its YaRN attention scale */
     const char *chat_format;   /* built-in chat format when the file has no template */
 };
 
@@ -189,6 +198,7 @@ struct sp_hparams {
                                   attention temperature: the trained context */
     bool yarn;                 /* YaRN RoPE scaling (rope_mscale then holds llama.cpp's attention factor) */
     float yarn_beta_fast, yarn_beta_slow;
+    float yarn_log_mul;        /* rope.scaling.yarn_log_multiplier (mla: over 0.1, DeepSeek's mscale_all_dim) */
     float attn_temp;           /* attention temperature scale (0: none): queries times
                                   1 + attn_temp ln(floor((pos + attn_temp_offset) / attn_temp_floor) + 1) */
     uint32_t attn_temp_floor;
@@ -213,6 +223,16 @@ struct sp_hparams {
     uint32_t n_linear;         /* linear layers */
     uint32_t n_embd_pl;        /* per_layer_embd: each layer's input width P (0: none) */
     uint32_t n_kv_own;         /* kv_shared: layers [0, n_kv_own) compute their own keys and values */
+    /* mla families: the query LoRA's rank (0: attn_q), the latent's width,
+     * a head's key width before absorption (no-RoPE part + n_rot) and its
+     * value width after attn_v_b */
+    uint32_t n_lora_q, n_lora_kv, mla_k, mla_v;
+    uint32_t n_dense_lead;     /* the first n_dense_lead layers dense (leading_dense_block_count) */
+    uint32_t n_group, n_group_used; /* experts in n_group groups; only the n_group_used best groups (each
+                                       scored by its two best experts) are selected from (0: no groups) */
+    float exp_w_scale;         /* the selected experts' weights times this (0 or 1: none) */
+    enum sp_router router;     /* the family's router, or the file's expert_gating_func (mla) */
+    bool moe_norm;             /* the family's moe_norm, or the file's expert_weights_norm (mla) */
 };
 
 /* The expert stacks of one layer: views of each expert's matrix. */
@@ -237,6 +257,14 @@ struct sp_layer {
     /* moe_dense families: post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2 [n_embd], the router input's
      * scale ffn_gate_inp.scale [n_embd], the experts' output scales ffn_down_exps.scale [n_expert] */
     struct sp_tensor ffn_post1, ffn_pre2, ffn_post2, gate_inp_s, exps_s;
+    /* mla: the query LoRA (wq_a, q_a_norm, wq_b; or wq alone), the
+     * latent + RoPE key projection and the latent's norm, and per head
+     * attn_k_b's [n_lora_kv][mla_k - n_rot] and attn_v_b's [mla_v][n_lora_kv]
+     * views ([n_head] each, owned by the model) */
+    struct sp_tensor wq_a, q_a_norm, wkv_a, kv_a_norm;
+    struct sp_tensor *wk_b, *wv_b;
+    struct sp_tensor exp_probs_b;      /* mla: F32 [n_expert] added to the router's probabilities for the
+                                          selection alone (data NULL: none) */
     /* Mamba-2 mixer: ssm_in [n_embd -> z, x, B, C, dt], the convolution's
      * taps transposed to [taps][channels] (copied at load), its bias, dt's
      * bias, A and D per head, the gated norm's weight [inner], ssm_out */
@@ -279,6 +307,7 @@ struct sp_model {
     struct sp_tensor pl_tok_embd, pl_model_proj, pl_proj_norm;
     struct sp_layer *layers;   /* [n_layer] */
     struct sp_tensor *exps;    /* owned: every layer's expert views */
+    struct sp_tensor *heads;   /* owned: every layer's attn_k_b and attn_v_b head views (mla) */
     bool qkv_fused;            /* Q, K, V are row views of one attn_qkv */
     bool tied_output;          /* the output head is token_embd */
     void *packed;              /* owned (sp_huge_alloc): matrices repacked at load (NULL: none) */

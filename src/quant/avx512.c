@@ -178,6 +178,49 @@ ALWAYS_INLINE void q5_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
     for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
 }
 
+/* The 16 rows' E8M0 exponents e as sp_e8m0_half's floats: (e - 1) << 23,
+ * or the subnormals 2^-128 and 2^-129 for e = 1 and 0. */
+ALWAYS_INLINE __m512 p16_e8m0_half(const uint8_t *e)
+{
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)e));
+    const __m512i norm = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v);
+    const __mmask16 small = _mm512_cmplt_epu32_mask(v, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(norm, small, sub));
+}
+
+/* MXFP4: each nibble looks up its doubled value + 16 (vpshufb on the
+ * 16-entry table in every 128-bit lane); the column's -16 * sum(qs) starts
+ * the sum, as Q5_0's. */
+ALWAYS_INLINE void mxfp4_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a, size_t a_stride, float *s,
+                                  size_t s_stride, const int nc, bool pf)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)sp_mxfp4_u16));
+    __m512 acc[P16_COLS];
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i lo[4], hi[4];
+        if (pf)
+            p16_prefetch(nc, wg + (size_t)b * 272, P16_PF_BYTES, 272);
+        for (int j = 0; j < 4; j++) {
+            __m512i v = _mm512_loadu_si512(wg + sp_p16_mxfp4_qs(b) + 64 * j);
+            lo[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+            hi[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        }
+        const __m512 d = p16_e8m0_half(wg + sp_p16_mxfp4_e(b));
+        __m512i isum[P16_COLS];
+        for (int c = 0; c < nc; c++)
+            isum[c] = _mm512_set1_epi32(((const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b)->m16);
+        p16_dots(nc, isum, lo, hi, a + (size_t)b * sizeof(struct sp_block_q8_p), a_stride);
+        for (int c = 0; c < nc; c++) {
+            const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
+}
+
 /* Q4_K (layout and arithmetic in quant_isa.h): scales and mins of the 16 rows
  * unpacked at once (the file kernels' q4k_scales_fast on vector lanes);
  * per sub-block an exact int dot, times its scale (vpmulld); the mins'
@@ -333,6 +376,7 @@ ALWAYS_INLINE void q6_K_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
 P16_GEMM(q4_1_p16_gemm, q4_1_p16_tile, SP_QK)
 P16_GEMM(q8_0_p16_gemm, q8_0_p16_tile, SP_QK)
 P16_GEMM(q5_0_p16_gemm, q5_0_p16_tile, SP_QK)
+P16_GEMM(mxfp4_p16_gemm, mxfp4_p16_tile, SP_QK)
 P16_GEMM(q4_K_p16_gemm, q4_K_p16_tile, SP_QK_K)
 P16_GEMM(q6_K_p16_gemm, q6_K_p16_tile, SP_QK_K)
 
@@ -435,5 +479,7 @@ void sp_quant_register_avx512(struct sp_type_traits *table)
     table[SP_TYPE_Q6_K_P16].gemm = q6_K_p16_gemm;
     table[SP_TYPE_F16].packed = SP_TYPE_F16_P16;
     table[SP_TYPE_F16_P16].gemm = f16_p16_gemm;
+    table[SP_TYPE_MXFP4].packed = SP_TYPE_MXFP4_P16;
+    table[SP_TYPE_MXFP4_P16].gemm = mxfp4_p16_gemm;
 }
 #endif

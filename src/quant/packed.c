@@ -132,6 +132,19 @@ static void q6_K_put(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *
     memcpy(o + SP_P16_Q6_K_D + 2 * r, &x->d, 2);
 }
 
+static void mxfp4_put(uint8_t *out, int64_t nb, int64_t b, int r, const uint8_t *blk)
+{
+    const struct sp_block_mxfp4 *x = (const struct sp_block_mxfp4 *)blk;
+    (void)nb;
+    for (int j = 0; j < 4; j++) memcpy(out + sp_p16_mxfp4_qs(b) + j * 64 + r * 4, x->qs + 4 * j, 4);
+    out[sp_p16_mxfp4_e(b) + r] = x->e;
+}
+
+void sp_mxfp4_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
+{
+    p16_pack(src, src_row_bytes, dst, n, n_rows, SP_QK, sizeof(struct sp_block_mxfp4), mxfp4_put);
+}
+
 void sp_q4_K_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows)
 {
     p16_pack(src, src_row_bytes, dst, n, n_rows, SP_QK_K, sizeof(struct sp_block_q4_K), q4_K_put);
@@ -218,6 +231,21 @@ static float q5_0_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_
     return acc;
 }
 
+static float mxfp4_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_block_q8_p *y)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int isum = y[b].m16;
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 4; k++) {
+                uint8_t q = wg[sp_p16_mxfp4_qs(b) + j * 64 + r * 4 + k];
+                isum += sp_mxfp4_u16[q & 0xF] * y[b].qs[4 * j + k] + sp_mxfp4_u16[q >> 4] * y[b].qs[16 + 4 * j + k];
+            }
+        acc = fmaf((float)isum, sp_e8m0_half(wg[sp_p16_mxfp4_e(b) + r]) * y[b].d, acc);
+    }
+    return acc;
+}
+
 /* K types: nb super-blocks; the file-layout kernels' arithmetic (quant_isa.h). */
 static float q4_K_p16_dot(int64_t nb, const uint8_t *wg, int r, const struct sp_block_q8_K *y)
 {
@@ -290,3 +318,4 @@ P16_GEMM_REF(sp_q5_0_p16_gemm_ref, q5_0_p16_dot, SP_QK, struct sp_block_q8_p)
 P16_GEMM_REF(sp_q4_K_p16_gemm_ref, q4_K_p16_dot, SP_QK_K, struct sp_block_q8_K)
 P16_GEMM_REF(sp_q6_K_p16_gemm_ref, q6_K_p16_dot, SP_QK_K, struct sp_block_q8_K)
 P16_GEMM_REF(sp_f16_p16_gemm_ref, f16_p16_dot, 1, float)
+P16_GEMM_REF(sp_mxfp4_p16_gemm_ref, mxfp4_p16_dot, SP_QK, struct sp_block_q8_p)

@@ -45,7 +45,8 @@ enum sp_type {
     SP_TYPE_Q4_K_P16 = 68,
     SP_TYPE_Q6_K_P16 = 69,
     SP_TYPE_F16_P16 = 70,
-    SP_TYPE_COUNT = 71
+    SP_TYPE_MXFP4_P16 = 71,
+    SP_TYPE_COUNT = 72
 };
 
 /* s = dot(w[0..n), a[0..n)): w a row of the weight type, a a row of the

@@ -92,6 +92,12 @@ _Static_assert(sizeof(struct sp_block_q8_p) == 48, "q8_p");
  *             2i..2i+1 the high 2 bits of element 64i+4w+k), scales[16][16]
  *             (sub-block of 16, row) as int8, then d[16] as f16.  Stored
  *             values are q + 32 (unsigned).
+ *   MXFP4_P16: per block 272 bytes: qs[4][16][4] as in Q4_1 (the file's
+ *             E2M1 codes), then e[16] (the E8M0 exponents).  Kernels map
+ *             a code to its doubled value + 16 (sp_mxfp4_u16, 4..28,
+ *             unsigned for vpdpbusd) and start the sum at the column's
+ *             -16 * sum(qs): isum is exactly the file's sum of doubled
+ *             values times activations, acc = fma(isum, half(e) * dy, acc).
  *   F16_P16:  element k of the group's 16 rows at k * 32 + 2 r, as f16:
  *             one 256-bit load converts to a vector of 16 rows.  Its
  *             activations are F32 rows (no rounding), and every output is
@@ -118,6 +124,10 @@ static inline size_t sp_p16_q5_0_d(int64_t nb, int64_t b)
 {
     return (size_t)(b / 2) * 704 + ((b | 1) < nb ? 640 : 320) + (size_t)(b & 1) * 32;
 }
+static inline size_t sp_p16_mxfp4_qs(int64_t b) { return (size_t)b * 272; }
+static inline size_t sp_p16_mxfp4_e(int64_t b) { return (size_t)b * 272 + 256; }
+/* MXFP4 codes' doubled values + 16 (sp_mxfp4_values + 16) */
+static const uint8_t sp_mxfp4_u16[16] = {16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4};
 #define SP_P16_Q4_K_BYTES 2304 /* a group's super-block: 16 x 144 */
 #define SP_P16_Q4_K_SC 2048
 #define SP_P16_Q4_K_D 2240
@@ -134,6 +144,7 @@ void sp_q5_0_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t 
 void sp_q4_K_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 void sp_q6_K_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 void sp_f16_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
+void sp_mxfp4_p16_pack(const void *src, size_t src_row_bytes, void *dst, int64_t n, int64_t n_rows);
 void sp_q4_1_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
                           const void *a, size_t a_stride, int nc);
 void sp_q8_0_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
@@ -144,6 +155,8 @@ void sp_q4_K_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, s
                           const void *a, size_t a_stride, int nc);
 void sp_q6_K_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
                           const void *a, size_t a_stride, int nc);
+void sp_mxfp4_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                           const void *a, size_t a_stride, int nc);
 void sp_f16_p16_gemm_ref(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
                          const void *a, size_t a_stride, int nc);
 

@@ -817,6 +817,8 @@ static const struct sp_type_traits ref_table[SP_TYPE_COUNT] = {
                           .gemm = sp_q6_K_p16_gemm_ref, .pack = sp_q6_K_p16_pack},
     [SP_TYPE_F16_P16] = {.name = "F16_P16", .block_size = 1, .type_size = 2, .vec_dot_type = SP_TYPE_F32,
                          .gemm = sp_f16_p16_gemm_ref, .pack = sp_f16_p16_pack},
+    [SP_TYPE_MXFP4_P16] = {.name = "MXFP4_P16", .block_size = 32, .type_size = 17, .vec_dot_type = SP_TYPE_Q8_P,
+                           .gemm = sp_mxfp4_p16_gemm_ref, .pack = sp_mxfp4_p16_pack},
 };
 
 /* The ISA levels' registrars, each applied on top of its parent's table

@@ -1,6 +1,7 @@
 /* The state pool (see state.h).  A slot is one allocation: for each linear
- * layer in order, its two grid states, then its convolution ring, then its
- * input ring (offsets per layer in layer_off).  A snapshot is one
+ * layer in order, its grid state, then its convolution ring, then its
+ * input ring (offsets per layer in off); after them the slot's floor and
+ * every layer's held grid point (uint32_t each).  A snapshot is one
  * allocation too: per layer the grid state, then conv_hist rows of the
  * convolution's inputs, oldest first. */
 #include "state/state.h"
@@ -13,12 +14,12 @@
 
 #define SP_STATE_NONE UINT32_MAX
 
-_Static_assert(SP_STATE_ROLLBACK < SP_STATE_CHUNK, "a roll back stays within the two grid states and the rings");
+_Static_assert(SP_STATE_ROLLBACK < SP_STATE_CHUNK, "the rings hold a chunk and a roll back");
 
 struct sp_state_lay {
     struct sp_state_layer shape;
     uint32_t conv_ring, in_ring;
-    size_t off;       /* floats from the slot's start to the layer's grid[0] */
+    size_t off;       /* floats from the slot's start to the layer's grid state */
     size_t snap_off;  /* floats from a snapshot's start to the layer's part */
 };
 
@@ -26,6 +27,8 @@ struct sp_state {
     uint32_t n_layer;
     struct sp_state_lay *lay;  /* [n_layer] */
     size_t slot_floats, snap_floats;
+    size_t slot_bytes;         /* the floats, then the floor and n_layer held grid points */
+    uint32_t first_linear;
     uint32_t n_slots;
     float **slots;             /* [n_slots], allocated on first use */
     uint32_t *slot_free;       /* stack of free slot ids */
@@ -73,20 +76,24 @@ sp_status sp_state_new(struct sp_state **out, const struct sp_state_shape *shape
             sp_state_free(st);
             return sp_error_set(SP_ERR_ARG, "state: a convolution of %u positions", s->conv_hist + 1);
         }
-        y->conv_ring = s->conv_ch ? SP_STATE_CHUNK - 1 + s->conv_hist : 0;
-        y->in_ring = s->in_floats ? SP_STATE_CHUNK + SP_STATE_ROLLBACK : 0;
+        y->conv_ring = s->conv_ch ? SP_STATE_ROLLBACK + s->conv_hist : 0;
+        y->in_ring = s->in_floats ? SP_STATE_CHUNK - 1 + SP_STATE_ROLLBACK : 0;
         y->off = (size_t)slot;
         y->snap_off = (size_t)snap;
         if (!sp_mul_u64(s->conv_ch, y->conv_ring, &conv) || !sp_mul_u64(s->in_floats, y->in_ring, &in) ||
-            !sp_mul_u64(s->grid_floats, 2, &grid) || !sp_mul_u64(s->conv_ch, s->conv_hist, &hist) ||
-            !sp_add_u64(slot, conv + in + grid, &slot) || !sp_add_u64(snap, s->grid_floats + hist, &snap) ||
+            !sp_mul_u64(s->grid_floats, 1, &grid) || !sp_mul_u64(s->conv_ch, s->conv_hist, &hist) ||
+            !sp_add_u64(slot, conv + in + grid + hist, &slot) || !sp_add_u64(snap, s->grid_floats + hist, &snap) ||
             slot > ((uint64_t)1 << 36)) {
             sp_state_free(st);
             return sp_error_set(SP_ERR_NOMEM, "state: a slot's size overflows");
         }
     }
     st->slot_floats = (size_t)slot;
+    st->slot_bytes = (size_t)slot * sizeof(float) + ((size_t)shape->n_layer + 1) * sizeof(uint32_t);
     st->snap_floats = (size_t)snap;
+    for (uint32_t l = shape->n_layer; l-- > 0;)
+        if (sp_state_linear(&shape->layers[l]))
+            st->first_linear = l;
     st->n_slots = shape->n_slots;
     st->slots = calloc(st->n_slots, sizeof *st->slots);
     st->slot_free = malloc(st->n_slots * sizeof *st->slot_free);
@@ -137,7 +144,7 @@ void sp_state_stats(const struct sp_state *st, struct sp_state_stats *o)
     memset(o, 0, sizeof *o);
     if (!st)
         return;
-    o->slot_bytes = (uint64_t)st->slot_floats * sizeof(float);
+    o->slot_bytes = st->slot_bytes;
     o->slots_total = st->n_slots;
     o->slots_used = st->n_slots - st->n_slot_free;
     o->snapshot_bytes = (uint64_t)st->snap_floats * sizeof(float);
@@ -146,7 +153,19 @@ void sp_state_stats(const struct sp_state *st, struct sp_state_stats *o)
     o->snapshot_hits = st->hits;
 }
 
-/* Gives seq a slot (its memory allocated on the slot's first use). */
+/* Slot s's floor, then every layer's held grid point. */
+static uint32_t *sp_state_trailer(const struct sp_state *st, uint32_t s)
+{
+    return (uint32_t *)(st->slots[s] + st->slot_floats);
+}
+
+static uint32_t *sp_state_held(const struct sp_state *st, uint32_t s)
+{
+    return sp_state_trailer(st, s) + 1;
+}
+
+/* Gives seq a slot (its memory allocated on the slot's first use), holding
+ * the state at 0. */
 static sp_status sp_state_take(struct sp_state *st, struct sp_state_seq *seq)
 {
     if (seq->slot)
@@ -155,12 +174,12 @@ static sp_status sp_state_take(struct sp_state *st, struct sp_state_seq *seq)
         return sp_error_set(SP_ERR_FULL, "state: all %u recurrent-state slots are in use", st->n_slots);
     uint32_t s = st->slot_free[st->n_slot_free - 1];
     if (!st->slots[s]) {
-        st->slots[s] = aligned_alloc(64, (st->slot_floats * sizeof(float) + 63) / 64 * 64);
+        st->slots[s] = aligned_alloc(64, (st->slot_bytes + 63) / 64 * 64);
         if (!st->slots[s])
-            return sp_error_set(SP_ERR_NOMEM, "state: no memory for a slot of %zu bytes",
-                                st->slot_floats * sizeof(float));
+            return sp_error_set(SP_ERR_NOMEM, "state: no memory for a slot of %zu bytes", st->slot_bytes);
     }
     st->n_slot_free--;
+    memset(sp_state_trailer(st, s), 0, ((size_t)st->n_layer + 1) * sizeof(uint32_t));
     seq->slot = s + 1;
     return SP_OK;
 }
@@ -179,23 +198,20 @@ sp_status sp_state_seq_reserve(struct sp_state *st, struct sp_state_seq *seq, ui
 
 sp_status sp_state_seq_truncate(struct sp_state *st, struct sp_state_seq *seq, uint32_t n_pos)
 {
-    (void)st;
     if (n_pos >= seq->n_pos)
         return SP_OK;
-    /* A target t needs the grid state at grid(t) (the forward pass wrote
-     * the one at grid(n_pos) over the one two grid points before), the
-     * input rows [grid(t), t) and the convolution's rows [t - history, t),
-     * which positions up to n_pos may have written over: t >= n_pos -
-     * SP_STATE_ROLLBACK (< C) keeps grid(t) at or after the older grid
-     * point and the rows inside the rings (C + SP_STATE_ROLLBACK and C - 1 +
-     * history rows).  The floor only rises: rows written before a roll
-     * back stay overwritten. */
-    uint32_t floor = seq->n_pos > SP_STATE_ROLLBACK ? seq->n_pos - SP_STATE_ROLLBACK : 0;
-    if (floor > seq->floor)
-        seq->floor = floor;
-    if (n_pos < seq->floor)
+    const uint32_t floor = seq->slot ? sp_state_trailer(st, seq->slot - 1)[0] : 0;
+    /* A target t >= floor needs the state at grid(t), which the held state
+     * at grid(floor) gives (the chunks between by the chunked form), the
+     * input rows [grid(floor), t) and the convolution's rows [t - history,
+     * t).  Positions before floor + SP_STATE_ROLLBACK at most were written
+     * (the latest run, or a longer run ending at the floor), so the rings
+     * keep what a target needs: C - 1 + SP_STATE_ROLLBACK input rows cover
+     * [grid(floor), floor + SP_STATE_ROLLBACK), SP_STATE_ROLLBACK + history
+     * convolution rows [floor - history, floor + SP_STATE_ROLLBACK). */
+    if (n_pos < floor)
         return sp_error_set(SP_ERR_INTERNAL, "state: cannot roll back from %u to %u positions (the state before %u is "
-                            "gone)", seq->n_pos, n_pos, seq->floor);
+                            "gone)", seq->n_pos, n_pos, floor);
     seq->n_pos = n_pos;
     return SP_OK;
 }
@@ -208,9 +224,8 @@ sp_status sp_state_seq_fork(struct sp_state *st, struct sp_state_seq *dst, const
     sp_status s = sp_state_take(st, dst);
     if (s != SP_OK)
         return s;
-    memcpy(st->slots[dst->slot - 1], st->slots[src->slot - 1], st->slot_floats * sizeof(float));
+    memcpy(st->slots[dst->slot - 1], st->slots[src->slot - 1], st->slot_bytes);
     dst->n_pos = src->n_pos;
-    dst->floor = src->floor;
     return SP_OK;
 }
 
@@ -225,15 +240,25 @@ struct sp_state_view sp_state_view(const struct sp_state *st, const struct sp_st
 {
     const struct sp_state_lay *y = &st->lay[layer];
     float *base = st->slots[seq->slot - 1] + y->off;
-    const size_t grid = y->shape.grid_floats;
+    const size_t grid = y->shape.grid_floats, hist = (size_t)y->shape.conv_ch * y->shape.conv_hist;
     struct sp_state_view v = {
-        .grid = {base, base + grid},
-        .conv = base + 2 * grid,
-        .in = base + 2 * grid + (size_t)y->shape.conv_ch * y->conv_ring,
+        .grid = grid ? base : NULL,
+        .held = sp_state_held(st, seq->slot - 1) + layer,
+        .floor = sp_state_trailer(st, seq->slot - 1),
+        .conv_held = base + grid,
+        .conv = base + grid + hist,
+        .in = base + grid + hist + (size_t)y->shape.conv_ch * y->conv_ring,
         .conv_ring = y->conv_ring,
         .in_ring = y->in_ring,
     };
     return v;
+}
+
+uint32_t sp_state_seq_point(const struct sp_state *st, const struct sp_state_seq *seq)
+{
+    if (!st || !seq->slot)
+        return 0;
+    return sp_state_held(st, seq->slot - 1)[st->first_linear];
 }
 
 /* ---- snapshots ---- */
@@ -256,27 +281,32 @@ static void sp_state_snap_copy(const struct sp_state *st, float *snap, const str
         if (!sp_state_linear(&y->shape))
             continue;
         struct sp_state_view v = sp_state_view(st, seq, l);
-        float *s = snap + y->snap_off, *grid = v.grid[(g / SP_STATE_CHUNK) & 1];
+        float *s = snap + y->snap_off, *grid = v.grid;
         const size_t gf = y->shape.grid_floats, ch = y->shape.conv_ch;
-        if (to_snap)
+        if (gf && to_snap)
             memcpy(s, grid, gf * sizeof *s);
-        else
+        else if (gf)
             memcpy(grid, s, gf * sizeof *s);
-        for (uint32_t i = 0; i < y->shape.conv_hist && ch; i++) {
+        if (!to_snap)
+            *v.held = g;
+        /* the history before g: the slot's copy of it, and on a load the
+         * ring rows the next positions read too */
+        const size_t hist = (size_t)y->shape.conv_hist * ch;
+        if (hist && to_snap)
+            memcpy(s + gf, v.conv_held, hist * sizeof *s);
+        else if (hist)
+            memcpy(v.conv_held, s + gf, hist * sizeof *s);
+        for (uint32_t i = 0; i < y->shape.conv_hist && ch && !to_snap; i++) {
             uint32_t q = g - y->shape.conv_hist + i; /* g >= C > conv_hist */
-            float *row = v.conv + (size_t)(q % v.conv_ring) * ch, *srow = s + gf + (size_t)i * ch;
-            if (to_snap)
-                memcpy(srow, row, ch * sizeof *row);
-            else
-                memcpy(row, srow, ch * sizeof *row);
+            memcpy(v.conv + (size_t)(q % v.conv_ring) * ch, s + gf + (size_t)i * ch, ch * sizeof(float));
         }
     }
 }
 
 void sp_state_snapshot_save(struct sp_state *st, const struct sp_state_seq *seq, uint64_t key)
 {
-    uint32_t g = sp_state_grid(seq->n_pos);
-    if (!st || !st->n_snaps || !seq->slot || !key || g == 0 || g < seq->floor)
+    uint32_t g = sp_state_seq_point(st, seq);
+    if (!st || !st->n_snaps || !seq->slot || !key || g == 0)
         return;
     uint32_t i = sp_state_snap_index(st, key);
     if (i != SP_STATE_NONE) {
@@ -312,7 +342,8 @@ sp_status sp_state_snapshot_load(struct sp_state *st, struct sp_state_seq *seq, 
         return s;
     uint32_t g = st->snap_grid[i];
     sp_state_snap_copy(st, st->snaps[i], seq, g, false);
-    seq->n_pos = seq->floor = g;
+    sp_state_trailer(st, seq->slot - 1)[0] = g;
+    seq->n_pos = g;
     st->snap_lru[i] = ++st->clock;
     st->hits++;
     return SP_OK;

@@ -237,6 +237,20 @@ FAMILIES = {
                        rope_base_swa=10000.0, tied=True, swa_layers=(0, 1, 2), sliding_window=16, shared_kv=0,
                        no_v_layers=(), per_layer=0, rope_partial=0.25, final_softcap=30.0, experts=(8, 2, 128),
                        seed=1113),
+    # deepseek2 (DeepSeek V3 shape at small widths): multi-head latent
+    # attention as the current converter writes it (q through a rank-128
+    # LoRA with its norm, one attn_kv_a_mqa to a 128-wide latent and 32 RoPE
+    # dims on adjacent pairs, attn_k_b / attn_v_b per head; key_length =
+    # latent + RoPE, head_count_kv 1), a dense leading layer, then 8 experts
+    # in 4 groups (2 groups, then 2 experts used) routed by sigmoid with a
+    # selection bias, weights renormalized and scaled, one ungated shared
+    # expert; YaRN with DeepSeek's yarn_log_multiplier (0.1 mscale_all_dim)
+    # mla = (q_lora, kv_lora, qk_nope, rope, v_head); moe = (groups, groups
+    # used, shared count, weights scale, gating func, dense leading layers)
+    "deepseek2": dict(arch="deepseek2", vocab="gpt-2", pre="qwen2", n_embd=256, n_layer=3, n_head=4, n_head_kv=1,
+                      head_dim=160, n_ff=512, ctx=4096, rope_base=10000.0, tied=False,
+                      yarn=(4.0, 32, 32.0, 1.0, 0.0707), experts=(8, 2, 128), mla=(128, 128, 64, 32, 64),
+                      ds_moe=(4, 2, 1, 2.5, 2, 1), seed=1112),
 }
 
 
@@ -252,16 +266,18 @@ BENCH = {
 }
 
 
+_vocab_cache = {}
+
+
 def read_vocab(name, pre=None, pad_to=None):
-    """Tokenizer key/values of a vocabulary test file: [(key, value, vtype, subtype)]."""
-    r = gguf.GGUFReader(vocab_path(name))
-    kvs = []
-    for key, f in r.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        vtype = f.types[0]
-        sub = f.types[1] if vtype == VT.ARRAY else None
-        kvs.append([key, f.contents(), vtype, sub])
+    """Tokenizer key/values of a vocabulary test file: [(key, value, vtype, subtype)].
+    The file is parsed once per process (seconds for a 128k vocabulary);
+    callers get their own lists."""
+    if name not in _vocab_cache:
+        r = gguf.GGUFReader(vocab_path(name))
+        _vocab_cache[name] = [(key, f.contents(), f.types[0], f.types[1] if f.types[0] == VT.ARRAY else None)
+                              for key, f in r.fields.items() if key.startswith("tokenizer.")]
+    kvs = [list(k) for k in _vocab_cache[name]]
     d = {k[0]: k for k in kvs}
     if pre:
         d["tokenizer.ggml.pre"][1] = pre
@@ -607,6 +623,70 @@ class Builder:
                 self.mat(p + "ffn_up.weight", F, E)
                 self.mat(p + "ffn_down.weight", E, F)
 
+    def build_deepseek2(self, vocab_kv, n_vocab):
+        s = self.s
+        E, H, F, L = s["n_embd"], s["n_head"], s["n_ff"], s["n_layer"]
+        q_lora, kv_lora, nope, rope, v_head = s["mla"]
+        groups, groups_used, n_shared, w_scale, gating, lead = s["ds_moe"]
+        n_exp, n_used, ff_exp = s["experts"]
+        factor, orig, fast, slow, log_mul = s["yarn"]
+        for suffix, value, vt in (
+                ("context_length", s["ctx"], VT.UINT32), ("embedding_length", E, VT.UINT32),
+                ("block_count", L, VT.UINT32), ("feed_forward_length", F, VT.UINT32),
+                ("leading_dense_block_count", lead, VT.UINT32),
+                ("attention.head_count", H, VT.UINT32), ("attention.head_count_kv", 1, VT.UINT32),
+                ("attention.q_lora_rank", q_lora, VT.UINT32), ("attention.kv_lora_rank", kv_lora, VT.UINT32),
+                ("attention.key_length", kv_lora + rope, VT.UINT32), ("attention.value_length", kv_lora, VT.UINT32),
+                ("attention.key_length_mla", nope + rope, VT.UINT32),
+                ("attention.value_length_mla", v_head, VT.UINT32),
+                ("attention.layer_norm_rms_epsilon", 1e-6, VT.FLOAT32),
+                ("rope.dimension_count", rope, VT.UINT32), ("rope.freq_base", s["rope_base"], VT.FLOAT32),
+                ("rope.scaling.type", "yarn", VT.STRING), ("rope.scaling.factor", factor, VT.FLOAT32),
+                ("rope.scaling.original_context_length", orig, VT.UINT32),
+                ("rope.scaling.yarn_beta_fast", fast, VT.FLOAT32), ("rope.scaling.yarn_beta_slow", slow, VT.FLOAT32),
+                ("rope.scaling.yarn_log_multiplier", log_mul, VT.FLOAT32),
+                ("expert_count", n_exp, VT.UINT32), ("expert_used_count", n_used, VT.UINT32),
+                ("expert_feed_forward_length", ff_exp, VT.UINT32), ("expert_shared_count", n_shared, VT.UINT32),
+                ("expert_group_count", groups, VT.UINT32), ("expert_group_used_count", groups_used, VT.UINT32),
+                ("expert_weights_scale", w_scale, VT.FLOAT32), ("expert_weights_norm", True, VT.BOOL),
+                ("expert_gating_func", gating, VT.UINT32)):
+            self.key(suffix, value, vt)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="lookup")
+        self.vec("output_norm.weight", E)
+        self.mat("output.weight", n_vocab, E, scale=3.0)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            if q_lora:
+                self.mat(p + "attn_q_a.weight", q_lora, E)
+                self.vec(p + "attn_q_a_norm.weight", q_lora)
+                self.mat(p + "attn_q_b.weight", H * (nope + rope), q_lora)
+            else:  # V2-Lite: one attn_q
+                self.mat(p + "attn_q.weight", H * (nope + rope), E)
+            self.mat(p + "attn_kv_a_mqa.weight", kv_lora + rope, E)
+            self.vec(p + "attn_kv_a_norm.weight", kv_lora)
+            self.mat(p + "attn_k_b.weight", H, kv_lora, nope)
+            self.mat(p + "attn_v_b.weight", H, v_head, kv_lora)
+            self.mat(p + "attn_output.weight", E, H * v_head)
+            self.vec(p + "ffn_norm.weight", E)
+            if i < lead:
+                self.mat(p + "ffn_gate.weight", F, E)
+                self.mat(p + "ffn_up.weight", F, E)
+                self.mat(p + "ffn_down.weight", E, F)
+                continue
+            self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=2.0, kind="f32")
+            self.vec(p + "exp_probs_b.bias", n_exp, mean=0.0, spread=1.0)
+            self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E, kind="exps")
+            self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E, kind="exps")
+            # the routed experts' outputs scaled down so that their weights (x 2.5) add
+            # about what other families' do: a router near-tie between the engines then
+            # moves the logits about as much as theirs (test_families's allowance)
+            self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp, scale=0.4, kind="exps")
+            self.mat(p + "ffn_gate_shexp.weight", ff_exp * n_shared, E)
+            self.mat(p + "ffn_up_shexp.weight", ff_exp * n_shared, E)
+            self.mat(p + "ffn_down_shexp.weight", E, ff_exp * n_shared)
+
     def build_mamba2(self, vocab_kv, n_vocab):
         s = self.s
         E, L = s["n_embd"], s["n_layer"]
@@ -732,6 +812,8 @@ class Builder:
             return self.build_nemotron_h(vocab_kv, n_vocab)
         if arch in ("qwen35", "qwen35moe", "qwen3next"):
             return self.build_qwen35(vocab_kv, n_vocab)
+        if arch == "deepseek2":
+            return self.build_deepseek2(vocab_kv, n_vocab)
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         Q, KV = H * D, HKV * D
         self.key("context_length", s["ctx"], VT.UINT32)
@@ -865,18 +947,14 @@ class Builder:
             if post_norms:
                 self.vec(p + "post_ffw_norm.weight", E)
 
-    def write(self, path, qtype, trailing_ones=False):
-        """trailing_ones: every tensor's shape gets one more dimension of 1
-        (vectors [n, 1], matrices [k, n, 1]; up to GGUF's 4), as llama.cpp's converter writes
-        some tensors: the same model, other recorded ranks."""
+    def write(self, path, qtype):
         w = gguf.GGUFWriter(path, self.s["arch"])
         w.add_name("spindle-test-%s-%s" % (self.name, qtype))
         for key, value, vtype, sub in self.kv:
             w.add_key_value(key, value, vtype, sub_type=sub)
         for name, shape, kind, _ in self.tensors:
             dtype, qt, nbytes = storage(shape, kind, qtype)
-            w.add_tensor_info(name, (1,) + tuple(shape) if trailing_ones and len(shape) < 4 else shape, np.dtype(dtype), nbytes,
-                              raw_dtype=qt)
+            w.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=qt)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
@@ -909,9 +987,8 @@ def is_linear(name):
     return any(k in FAMILIES[name] for k in ("ssm", "conv_layers", "delta"))  # Mamba-2, LFM2, DeltaNet
 
 
-def build_family(name, out_dir, types=None, trailing_ones=False):
-    """Writes the family's copies NAME-TYPE.gguf (NAME-TYPE-ones.gguf with
-    trailing_ones: see Builder.write)."""
+def build_family(name, out_dir, types=None):
+    """Writes the family's copies NAME-TYPE.gguf."""
     if name in BENCH:
         b = Builder(name, BENCH[name], seed=2000 + sorted(BENCH).index(name))
     else:
@@ -921,12 +998,101 @@ def build_family(name, out_dir, types=None, trailing_ones=False):
     b.build()
     paths = {}
     for t in types or types_of(name):
-        path = os.path.join(out_dir, "%s-%s%s.gguf" % (name, t, "-ones" if trailing_ones else ""))
+        path = os.path.join(out_dir, "%s-%s.gguf" % (name, t))
         tmp = "%s.%d.tmp" % (path, os.getpid())  # pytest workers may write the same (identical) file at once
-        b.write(tmp, t, trailing_ones)
+        b.write(tmp, t)
         os.replace(tmp, path)
         paths[t] = path
     return paths
+
+
+# GGUF value types by their fixed byte sizes (8: string, 9: array).
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def with_trailing_ones(src, dst):
+    """Copies the GGUF file src to dst with every tensor's shape given one
+    more dimension of 1 (vectors [n, 1], matrices [k, n, 1]; up to GGUF's
+    4), as llama.cpp's converter records some tensors: the same model and
+    bytes, other recorded ranks.  Only the header is parsed; the tensor
+    data is copied as it is (offsets are relative to the data section)."""
+    with open(src, "rb") as f:
+        head = f.read(1 << 20)
+        while True:
+            try:
+                return _rewrite_with_ones(f, head, dst)
+            except IndexError:  # the header is longer than what was read
+                more = f.read(len(head))
+                if not more:
+                    raise ValueError("%s: truncated GGUF header" % src)
+                head += more
+
+
+def _rewrite_with_ones(f, head, dst):
+    import struct
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        n = struct.calcsize(fmt)
+        if pos + n > len(head):
+            raise IndexError
+        v = struct.unpack_from(fmt, head, pos)
+        pos += n
+        return v[0] if len(v) == 1 else v
+
+    def skip_string():
+        nonlocal pos
+        n = take("<Q")
+        if pos + n > len(head):
+            raise IndexError
+        pos += n
+        return head[pos - n:pos]
+
+    def skip_value(t):
+        nonlocal pos
+        if t == 8:
+            return skip_string()
+        if t == 9:
+            et, n = take("<IQ")
+            for _ in range(n) if et in (8, 9) else ():
+                skip_value(et)
+            if et not in (8, 9):
+                pos += n * _GGUF_SIZES[et]
+            return None
+        return take("<" + {1: "B", 2: "H", 4: "I", 8: "Q"}[_GGUF_SIZES[t]])
+
+    magic, version, n_tensors, n_kv = take("<4sIQQ")
+    assert magic == b"GGUF" and version == 3, "not a GGUF v3 file"
+    align = 32
+    for _ in range(n_kv):
+        key = skip_string()
+        value = skip_value(take("<I"))
+        if key == b"general.alignment":
+            align = value
+    infos_at = pos
+    infos = []
+    for _ in range(n_tensors):
+        name = skip_string()
+        n_dims = take("<I")
+        dims = [take("<Q") for _ in range(n_dims)]
+        qtype, offset = take("<IQ")
+        infos.append((name, dims + [1] if n_dims < 4 else dims, qtype, offset))
+    data_at = -(-pos // align) * align
+    out = bytearray(head[:infos_at])
+    for name, dims, qtype, offset in infos:
+        out += struct.pack("<Q", len(name)) + name + struct.pack("<I", len(dims))
+        out += struct.pack("<%dQ" % len(dims), *dims) + struct.pack("<IQ", qtype, offset)
+    out += bytes(-len(out) % align)
+    with open(dst, "wb") as g:
+        g.write(out)
+        f.seek(data_at)
+        while True:
+            block = f.read(1 << 22)
+            if not block:
+                break
+            g.write(block)
+    return dst
 
 
 def sha256_file(path):

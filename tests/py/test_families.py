@@ -230,6 +230,10 @@ FEATURES = {
     "gpt-oss": ["clamped SwiGLU", "RoPE halves (NEOX)", "attention output bias", "router and expert biases",
                 "attention sinks", "QKV bias", "YaRN RoPE scaling 4 (original context 32, beta 32/1",
                 "sliding window 16 on 2 of 4 layers", "8 experts (4 used, top-k softmax router, width 256)"],
+    "deepseek2": ["RoPE adjacent pairs", "multi-head latent attention (cache: latent 128 + RoPE key 32 per position; "
+                  "heads 96/64 wide, query LoRA)", "YaRN RoPE scaling 4 (original context 32, beta 32/1",
+                  "8 experts (2 used, sigmoid router, weights renormalized, width 128) + shared expert",
+                  "expert groups: 2 best of 4", "expert weights x 2.5", "experts on 2 of 3 layers (the others dense)"],
 }
 
 
@@ -310,7 +314,7 @@ def test_all_local_layers_ring_matches_full_cache(run_spindle):
 
 
 @pytest.mark.parametrize("fam,qtype", [("qwen2moe", "q4_k"), ("mixtral", "q4_k"), ("llama4", "q4_k"),
-                                      ("gpt-oss", "mxfp4"), ("gemma4-moe", "q4_k")])
+                                      ("gpt-oss", "mxfp4"), ("gemma4-moe", "q4_k"), ("deepseek2", "q4_k")])
 def test_experts_batch_invariant(fam, qtype, run_spindle):
     """A token's logits do not depend on what else is in the batch, though
     the batch's rows are grouped by expert: the last position of each prefix,
@@ -354,13 +358,39 @@ def test_trailing_dimensions_of_one_are_the_same_shape(fam, run_spindle, tmp_pat
     as llama.cpp's converter writes e.g. qwen2moe's ffn_gate_inp_shexp; the
     loader treats them as the same shape) loads and gives the same logits
     as the family's own f32 file, bit for bit."""
-    ones = families.build_family(fam, str(tmp_path), types=("f32",), trailing_ones=True)["f32"]
+    ones = families.with_trailing_ones(model_path(fam, "f32"), str(tmp_path / "ones.gguf"))
     ids = [3 + (i * 4507) % 30000 for i in range(12)]
     want = run_spindle("logits", "-m", model_path(fam, "f32"), "--ids", " ".join(map(str, ids)), "--from", 0,
                        "--top", 8)
     got = run_spindle("logits", "-m", ones, "--ids", " ".join(map(str, ids)), "--from", 0, "--top", 8)
     assert want.returncode == 0 and got.returncode == 0, got.stderr
     assert got.json()["steps"] == want.json()["steps"]
+
+
+def _deepseek2_variant(tmp_path, name, **change):
+    spec = dict(families.FAMILIES["deepseek2"], **change)
+    b = families.Builder(name, spec, seed=spec["seed"])
+    b.build()
+    path = str(tmp_path / (name + ".gguf"))
+    b.write(path, "f32")
+    return path
+
+
+def test_deepseek2_layouts(run_spindle, tmp_path):
+    """DeepSeek V2-Lite's layout (one attn_q, no query LoRA; softmax
+    gating, no groups, two shared experts) loads and says so; a gating
+    function other than softmax (1) and sigmoid (2), and expert groups that
+    do not hold the used experts, are refused naming the key (exit 2)."""
+    lite = _deepseek2_variant(tmp_path, "lite", mla=(0, 128, 64, 32, 64), ds_moe=(1, 1, 2, 1.0, 1, 1))
+    r = run_spindle("info", "-m", lite)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("features:"))
+    assert "heads 96/64 wide)" in line and "softmax router" in line and "expert groups" not in line, line
+    for name, change, key in (("gating", dict(ds_moe=(4, 2, 1, 2.5, 3, 1)), "deepseek2.expert_gating_func"),
+                              ("groups", dict(ds_moe=(4, 1, 1, 2.5, 2, 1), experts=(8, 4, 128)),
+                               "deepseek2.expert_group_count")):
+        r = run_spindle("info", "-m", _deepseek2_variant(tmp_path, name, **change))
+        assert r.returncode == 2 and key in r.stderr, (name, r.returncode, r.stderr)
 
 
 def test_llama4_builtin_chat_format(run_spindle):

@@ -131,23 +131,24 @@ def test_forked_choices_keep_their_own_state(fam, run_spindle):
 @pytest.mark.parametrize("fam", LINEAR)
 def test_info_prints_the_state_per_sequence(fam, run_spindle):
     """`spindle info` prints the state beside the KV cache: per sequence,
-    every linear layer's two grid states, its input ring (C + 33 positions
-    of what the chunked state reads: a chunk and a roll back) and its
-    convolution ring (C - 1 + taps - 1 positions of the raw inputs), in
-    f32."""
+    every linear layer's one grid state, its input ring (C - 1 + 33
+    positions of what the chunked state reads: a chunk and a roll back), its
+    convolution ring (33 + taps - 1 positions of the raw inputs) and the
+    convolution's taps - 1 inputs before the grid state, in f32, and the
+    slot's floor and each layer's held grid point (4 bytes each)."""
     spec = families.FAMILIES[fam]
     if "ssm" in spec:  # Mamba-2: x, B, C, dt, L per position
         dc, di, ds, ng, hd = spec["ssm"]
         nh, conv = di // hd, di + 2 * ng * ds
-        layer = 2 * nh * ds * hd + (GRID + ROLLBACK) * (conv + 2 * nh) + (GRID - 1 + dc - 1) * conv
+        layer = nh * ds * hd + (GRID - 1 + ROLLBACK) * (conv + 2 * nh) + (ROLLBACK + 2 * (dc - 1)) * conv
     elif "delta" in spec:  # k, L, u per position (q, v, beta and g are read at their own position only)
         dc, nk, nv, w = spec["delta"]
         conv = (2 * nk + nv) * w
-        layer = 2 * nv * w * w + (GRID + ROLLBACK) * (nk * w + nv + nv * w) + (GRID - 1 + dc - 1) * conv
+        layer = nv * w * w + (GRID - 1 + ROLLBACK) * (nk * w + nv + nv * w) + (ROLLBACK + 2 * (dc - 1)) * conv
     else:  # LFM2: the convolution's inputs only
-        layer = (GRID - 1 + spec["conv_taps"] - 1) * spec["n_embd"]
+        layer = (ROLLBACK + 2 * (spec["conv_taps"] - 1)) * spec["n_embd"]
     n_linear = sum(1 for i in range(spec["n_layer"]) if _linear_layer(spec, i))
-    want = n_linear * layer * 4
+    want = n_linear * layer * 4 + (spec["n_layer"] + 1) * 4
     r = run_spindle("info", "-m", model_path(fam, "q8_0"), "--parallel", 3)
     assert r.returncode == 0, r.stderr
     m = re.search(r"^  state +([0-9.]+) MiB \(linear layers' recurrent state: ([0-9.]+) MiB per sequence", r.stdout,

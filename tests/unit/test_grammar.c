@@ -257,6 +257,32 @@ static void test_minimize(void)
     sp_grammar_free(g);
 }
 
+/* Many distinct byte sets (300 classes) whose edges merge once their targets
+ * do: minimizing unites them into sets it has not seen (a table of sets
+ * sized for all of them, not for a few). */
+static void test_minimize_many_sets(void)
+{
+    char *text = malloc(300 * 24 + 32);
+    if (!text)
+        return;
+    size_t n = (size_t)sprintf(text, "root ::= ( ");
+    for (int i = 0; i < 300; i++) {
+        int lo = 0x21 + i / 80, hi = lo + 1 + i % 80;
+        n += (size_t)sprintf(text + n, "%s[\\x%02X-\\x%02X] \"x\"", i ? " | " : "", lo, hi);
+    }
+    sprintf(text + n, " )");
+    struct sp_grammar *g = compile(text);
+    free(text);
+    if (!g)
+        return;
+    struct sp_grammar_stats gs;
+    sp_grammar_stats(g, &gs);
+    CHECK(gs.n_states <= 4, "%u states: the 300 alternatives are one edge", gs.n_states);
+    CHECK(accepts(g, "!x", 2) && accepts(g, "sx", 2) && !accepts(g, "~x", 2) && !accepts(g, "!", 1),
+          "language kept");
+    sp_grammar_free(g);
+}
+
 /* Lazy grammars: free text, then the grammar from its trigger on. */
 static void test_lazy(void)
 {
@@ -408,6 +434,7 @@ int main(void)
     test_errors();
     test_masks();
     test_minimize();
+    test_minimize_many_sets();
     test_lazy();
     test_cache();
     test_budget();

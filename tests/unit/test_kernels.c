@@ -199,6 +199,37 @@ static void test_moe_route(void)
           "top-k softmax of large logits: %d %d %g %g", ids[0], ids[1], w[0], w[1]);
 }
 
+/* DeepSeek's routing (sp_moe_route_rule): 8 experts in 4 groups of 2,
+ * sigmoid probabilities, a selection bias that changes the choice but not
+ * the weights, the 2 best groups (by their two best biased probabilities)
+ * selected from, weights renormalized and scaled. */
+static void test_moe_route_groups(void)
+{
+    const float logits[8] = {3.0f, 2.0f, 1.0f, 1.0f, 2.5f, 2.5f, 0.0f, 4.0f};
+    const float bias[8] = {0, 0, 0, 0, 0, 0, 0, -3.0f};
+    double p[8];
+    for (int e = 0; e < 8; e++)
+        p[e] = 1 / (1 + exp(-(double)logits[e]));
+    int32_t ids[2];
+    float w[2];
+    /* groups {0,1} {2,3} {4,5} {6,7}, scored 1.834, 1.462, 1.848 and -1.518 (the bias on 7):
+       {4,5} and {0,1} are kept; the best two of those are 0 and 4 (p0 > p4 = p5: the lower id) */
+    struct sp_moe_rule r = {.router = SP_ROUTER_SIGMOID, .norm = true, .sel_bias = bias, .n_group = 4,
+                            .n_group_used = 2, .scale = 2.5f};
+    sp_moe_route_rule(logits, 8, 2, &r, ids, w);
+    CHECK(ids[0] == 0 && ids[1] == 4, "grouped routing: %d %d", ids[0], ids[1]);
+    CHECK(fabs(w[0] - 2.5 * p[0] / (p[0] + p[4])) < 1e-6 && fabs(w[1] - 2.5 * p[4] / (p[0] + p[4])) < 1e-6,
+          "grouped routing weights %g %g", w[0], w[1]);
+    /* without the bias and the groups expert 7 wins; the bias enters the choice only */
+    r.sel_bias = NULL, r.n_group = 0;
+    sp_moe_route_rule(logits, 8, 2, &r, ids, w);
+    CHECK(ids[0] == 7 && ids[1] == 0, "ungrouped-bias routing: %d %d", ids[0], ids[1]);
+    /* one group used: only its experts */
+    r.sel_bias = bias, r.n_group = 4, r.n_group_used = 1, r.norm = false, r.scale = 0.0f;
+    sp_moe_route_rule(logits, 8, 2, &r, ids, w);
+    CHECK(ids[0] == 4 && ids[1] == 5 && fabs(w[0] - p[4]) < 1e-6, "one group: %d %d %g", ids[0], ids[1], w[0]);
+}
+
 /* gpt-oss's clamped SwiGLU against its formula in double: the gate capped
  * above at 7 (not below), the up value clamped to [-7, 7], plus one. */
 static void test_swiglu_oai(void)
@@ -351,7 +382,8 @@ static void check_matmul(struct sp_pool *p1, struct sp_pool *p2, uint32_t type, 
 
 static void test_matmul(struct sp_pool *p1, struct sp_pool *p2)
 {
-    const uint32_t types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q5_0, SP_TYPE_F32};
+    const uint32_t types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q5_0, SP_TYPE_MXFP4,
+                              SP_TYPE_F32};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         check_matmul(p1, p2, types[ti], false);
         if (sp_type_packed_for(types[ti], 48))
@@ -582,6 +614,147 @@ static void test_attention(struct sp_pool *pool, const int HKV, const int D, sp_
     sp_kv_free(kv);
 }
 
+/* Multi-head latent attention as the forward pass runs it (the absorbed
+ * form): the cache holds one KV head per position, [latent c, RoPE key
+ * k_pe] (C + NR wide) as both key and value; head h's query is
+ * [W_kb[h] q_nope, q_pe] and its output's first C values, times W_vb[h],
+ * its values.  Against the decompressed heads in double: keys
+ * [W_kb[h]^T c, k_pe], values W_vb[h] c, softmax of (q_nope . k_nope +
+ * q_pe . k_pe) x scale.  The query rounds to f16 after absorption and the
+ * probabilities to f16 (llama.cpp's points), so within 2e-3 of the
+ * largest |value|; with W_kb read transposed (a wrong absorption) or the
+ * RoPE part left out of the score the error is 0.23 or 0.25 (largest
+ * |value| 0.27: measured).  A prompt batch gives
+ * each token bit for bit what it gets alone (the block path).  v_in_k:
+ * the cache stores the rows once, as keys (the forward pass's cache), and
+ * gives the same outputs bit for bit as one storing them as values too,
+ * on every kernel row. */
+static void test_mla_attention(struct sp_pool *pool, bool v_in_k)
+{
+    enum { H = 4, C = 64, NR = 16, D = C + NR, KN = 32, V = 24, P = 40, NT = 21 };
+    struct sp_kv *kv, *kv2;
+    struct sp_kv_seq seq = {0}, seq2 = {0};
+    const struct sp_kv_shape shape = {.n_layer = 1, .n_head_kv = 1, .head_dim = D, .v_in_k = v_in_k};
+    const struct sp_kv_shape shape2 = {.n_layer = 1, .n_head_kv = 1, .head_dim = D};
+    CHECK(sp_kv_new(&kv, &shape, 8) == SP_OK && sp_kv_new(&kv2, &shape2, 8) == SP_OK, "mla: kv init");
+    CHECK(sp_kv_seq_reserve(kv, &seq, P) == SP_OK && sp_kv_seq_reserve(kv2, &seq2, P) == SP_OK, "mla: reserve");
+    CHECK(sp_kv_block_bytes(&shape) * (v_in_k ? 2 : 1) == sp_kv_block_bytes(&shape2), "mla: block bytes %llu vs %llu",
+          (unsigned long long)sp_kv_block_bytes(&shape), (unsigned long long)sp_kv_block_bytes(&shape2));
+    static float wkb[H][C][KN], wvb[H][V][C], lat[P][D], qn[NT][H][KN], qp[NT][H][NR], q[NT][H][D], out[NT][H][D];
+    static float o1[H][D];
+    unsigned s = 11;
+    for (int h = 0; h < H; h++) {
+        for (int r = 0; r < C; r++)
+            for (int i = 0; i < KN; i++)
+                wkb[h][r][i] = frand(&s) / sqrtf(KN);
+        for (int j = 0; j < V; j++)
+            for (int r = 0; r < C; r++)
+                wvb[h][j][r] = frand(&s) / sqrtf(C);
+    }
+    for (int p = 0; p < P; p++) {
+        for (int i = 0; i < D; i++)
+            lat[p][i] = sp_f16_to_f32(sp_f32_to_f16(frand(&s)));
+        sp_kv_store(kv, &seq, 0, (uint32_t)p, lat[p], lat[p]);
+        sp_kv_store(kv2, &seq2, 0, (uint32_t)p, lat[p], lat[p]);
+    }
+    for (int t = 0; t < NT; t++)
+        for (int h = 0; h < H; h++) {
+            for (int i = 0; i < KN; i++)
+                qn[t][h][i] = 2 * frand(&s);
+            for (int i = 0; i < NR; i++)
+                qp[t][h][i] = 2 * frand(&s);
+            for (int r = 0; r < C; r++) { /* absorbed: q_abs[r] = sum_i W_kb[r][i] q_nope[i] */
+                float a = 0;
+                for (int i = 0; i < KN; i++)
+                    a += wkb[h][r][i] * qn[t][h][i];
+                q[t][h][r] = a;
+            }
+            memcpy(&q[t][h][C], qp[t][h], sizeof qp[t][h]);
+        }
+    const float scale = 0.15f;
+    size_t per = sp_attention_scratch_floats(P, D);
+    float *scratch = malloc(sizeof(float) * per * (size_t)sp_pool_chunks_for(sp_pool_size(pool)));
+    int32_t *plan = malloc(sizeof(int32_t) * sp_attention_plan_ints(NT, H)), pos[NT];
+    const struct sp_kv_seq *seqs[NT];
+    for (int t = 0; t < NT; t++)
+        seqs[t] = &seq, pos[t] = P - NT + t;
+    struct sp_attn_args a = {.kv = kv, .layer = 0, .n_tok = NT, .q = &q[0][0][0], .q_stride = H * D, .seqs = seqs,
+                             .pos = pos, .n_head = H, .n_head_kv = 1, .head_dim = D, .scale = scale,
+                             .out = &out[0][0][0], .out_stride = H * D, .scratch = scratch,
+                             .scratch_per_thread = per, .max_pos = P, .plan = plan};
+    sp_attention(pool, &a);
+    double worst = 0, big = 0;
+    int diff = 0;
+    for (int t = 0; t < NT; t++) {
+        for (int h = 0; h < H; h++) {
+            double sc[P], mx = -1e30, sum = 0;
+            for (int j = 0; j <= pos[t]; j++) {
+                double d = 0;
+                for (int i = 0; i < KN; i++) { /* k_nope[i] = sum_r W_kb[r][i] c[r] */
+                    double k = 0;
+                    for (int r = 0; r < C; r++)
+                        k += (double)wkb[h][r][i] * lat[j][r];
+                    d += (double)qn[t][h][i] * k;
+                }
+                for (int i = 0; i < NR; i++)
+                    d += (double)qp[t][h][i] * lat[j][C + i];
+                sc[j] = d * scale;
+                mx = fmax(mx, sc[j]);
+            }
+            for (int j = 0; j <= pos[t]; j++)
+                sum += sc[j] = exp(sc[j] - mx);
+            for (int jv = 0; jv < V; jv++) {
+                double ref = 0, got = 0;
+                for (int j = 0; j <= pos[t]; j++) {
+                    double v = 0;
+                    for (int r = 0; r < C; r++)
+                        v += (double)wvb[h][jv][r] * lat[j][r];
+                    ref += sc[j] / sum * v;
+                }
+                for (int r = 0; r < C; r++) /* the output latent widened by W_vb */
+                    got += (double)wvb[h][jv][r] * out[t][h][r];
+                worst = maxd(worst, fabs(got - ref));
+                big = maxd(big, fabs(ref));
+            }
+        }
+        struct sp_attn_args a1 = a;
+        a1.n_tok = 1, a1.q = &q[t][0][0], a1.seqs = &seqs[t], a1.pos = &pos[t], a1.out = &o1[0][0];
+        sp_attention(pool, &a1);
+        diff += memcmp(o1, out[t], sizeof o1) != 0;
+    }
+    CHECK(worst < 2e-3 * big, "mla: absorbed attention differs from the decompressed heads by %g (largest |value| %g)",
+          worst, big);
+    CHECK(diff == 0, "mla: %d of %d prompt tokens differ from the token alone", diff, NT);
+    /* the same queries over a cache holding the rows as keys and values */
+    const struct sp_kv_seq *seqs2[NT];
+    for (int t = 0; t < NT; t++)
+        seqs2[t] = &seq2;
+    static float out2[NT][H][D];
+    struct sp_attn_args a2 = a;
+    a2.kv = kv2, a2.seqs = seqs2, a2.out = &out2[0][0][0];
+    const struct sp_kernels_isa *keep = sp_kernels_active();
+    int rows = 0, rdiff = 0;
+    for (int i = 0; i < SP_ISA_COUNT; i++) {
+        const struct sp_kernels_isa *row = sp_kernels_for_isa(sp_isa_name((enum sp_isa)i));
+        if (!row || row->isa != (enum sp_isa)i)
+            continue;
+        sp_kernels_use(row);
+        sp_attention(pool, &a);
+        sp_attention(pool, &a2);
+        rows++;
+        rdiff += memcmp(out, out2, sizeof out) != 0;
+    }
+    sp_kernels_use(keep);
+    CHECK(rdiff == 0, "mla (values %s): %d of %d kernel rows differ between the two caches",
+          v_in_k ? "in the keys" : "stored", rdiff, rows);
+    free(scratch);
+    free(plan);
+    sp_kv_seq_release(kv, &seq);
+    sp_kv_seq_release(kv2, &seq2);
+    sp_kv_free(kv);
+    sp_kv_free(kv2);
+}
+
 /* The chunked scan (scan.h) against the recurrence it stands for, in
  * double: h_p = a_p h_(p-1) + dt_p x_p B_p^T, y_p = h_p C_p, over three
  * chunks (a grid state after each, as the forward pass does) for a head
@@ -800,12 +973,16 @@ int main(void)
     test_rope_yarn();
     test_softcap();
     test_moe_route();
+    test_moe_route_groups();
     test_swiglu_oai();
     test_glu();
     test_ssd();
     test_matmul(p1, p2);
     test_matmul_grouped(p1, p2);
     test_rows(p2);
+    test_mla_attention(p1, true);
+    test_mla_attention(p2, true);
+    test_mla_attention(p2, false);
     sp_pool_free(p1);
     sp_pool_free(p2);
     return sp_check_report("kernels");

@@ -378,6 +378,69 @@ static void test_layer_geometry(sp_cache_type t)
     sp_kv_free(kv);
 }
 
+/* A cache whose values are its keys (v_in_k) with layers of their own
+ * heads and widths and a layer reading another's: a block holds each
+ * owning layer's key rows alone, the values a reader takes out of the key
+ * tile (sp_kv_view_vrows) are the keys stored, copy-on-write copies them,
+ * and a quantized type is refused (the engine then stores values). */
+static void test_vk_geometry(void)
+{
+    const uint32_t heads[3] = {2, 1, 1}, dims[3] = {32, 64, 64}, source[3] = {0, 1, 1};
+    const struct sp_kv_shape shape = {.n_layer = 3, .n_head_kv = 2, .head_dim = 64, .heads_kv = heads,
+                                      .head_dims = dims, .source = source, .v_in_k = true};
+    const uint64_t want = (uint64_t)BT * (2 * sp_kv_row_bytes(SP_CACHE_F16, 32) + sp_kv_row_bytes(SP_CACHE_F16, 64));
+    CHECK(sp_kv_block_bytes(&shape) == want, "v_in_k: a block holds the owning layers' keys only (%llu, expected "
+          "%llu)", (unsigned long long)sp_kv_block_bytes(&shape), (unsigned long long)want);
+    struct sp_kv *kv = NULL;
+    struct sp_kv_seq a = {0}, b = {0};
+    CHECK(sp_kv_new(&kv, &shape, 6) == SP_OK, "v_in_k init");
+    struct sp_kv_stats ks;
+    sp_kv_stats(kv, 0, &ks);
+    CHECK(ks.bytes == 6 * want, "v_in_k: the cache's bytes are its blocks' (%llu)", (unsigned long long)ks.bytes);
+    CHECK(sp_kv_seq_reserve(kv, &a, 20) == SP_OK, "reserve");
+    float k[2 * 64], junk[2 * 64];
+    for (uint32_t l = 0; l < 2; l++) /* layer 2 reads layer 1's */
+        for (uint32_t p = 0; p < 20; p++) {
+            for (uint32_t i = 0; i < heads[l] * dims[l]; i++) {
+                k[i] = (float)((l * 7 + p * 3 + i) % 64) - 32.0f;
+                junk[i] = 1000.0f; /* not stored: the values are the keys */
+            }
+            sp_kv_store(kv, &a, l, p, k, junk);
+        }
+    CHECK(sp_kv_seq_fork(kv, &b, &a) == SP_OK && sp_kv_seq_reserve(kv, &b, 21) == SP_OK &&
+          b.blocks[1] != a.blocks[1], "b copies the shared partial block");
+    int bad = 0, checked = 0;
+    uint16_t buf[SP_KV_TILE * 64];
+    for (int s = 0; s < 2; s++)
+        for (uint32_t l = 0; l < 3; l++) {
+            const uint32_t src = source[l];
+            const struct sp_kv_view w = sp_kv_view(kv, s ? &b : &a, l);
+            bad += w.head_dim != dims[l] || !w.v_in_k;
+            for (uint32_t p = 0; p < 20; p += 4)
+                for (uint32_t h = 0; h < heads[src]; h++) {
+                    const uint32_t n = sp_kv_view_run(&w, p, 4);
+                    uint32_t row = 0;
+                    const uint8_t *vr = sp_kv_view_vrows(&w, p, h, n, buf, &row);
+                    bad += row != dims[l] * 2;
+                    for (uint32_t r = 0; r < n; r++)
+                        for (uint32_t d = 0; d < dims[l]; d++) {
+                            const float want_k = (float)((src * 7 + (p + r) * 3 + h * dims[l] + d) % 64) - 32.0f;
+                            const float kk = f16_value(sp_kv_view_k(&w, p + r, h)[(size_t)d * SP_KV_TILE]);
+                            const float vv = f16_value(((const uint16_t *)(const void *)(vr + (size_t)r * row))[d]);
+                            bad += kk != want_k || vv != want_k;
+                            checked++;
+                        }
+                }
+        }
+    CHECK(bad == 0 && checked > 0, "v_in_k: every layer's keys and values read back (%d of %d wrong)", bad, checked);
+    sp_kv_seq_release(kv, &a);
+    sp_kv_seq_release(kv, &b);
+    sp_kv_free(kv);
+    struct sp_kv_shape q = shape;
+    q.type_k = q.type_v = SP_CACHE_Q8_0;
+    CHECK(sp_kv_new(&kv, &q, 6) == SP_ERR_UNSUPPORTED && !kv, "v_in_k: a quantized cache is refused");
+}
+
 int main(void)
 {
     test_rotate();
@@ -546,6 +609,7 @@ int main(void)
     test_shared_layers();
     test_layer_geometry(SP_CACHE_F16);
     test_layer_geometry(SP_CACHE_Q8_0);
+    test_vk_geometry();
     test_quantized(SP_CACHE_Q8_0);
     test_quantized(SP_CACHE_Q4_0);
     return sp_check_report("test_kv");

@@ -506,6 +506,13 @@ static void saturate_row(uint32_t ft, uint8_t *row, int64_t n)
             memset(x->scales, b % 2 ? 0x7F : 0x80, sizeof x->scales);
             break;
         }
+        case SP_TYPE_MXFP4: { /* codes +-12; every fourth block's exponent a subnormal scale (e 0, 1) */
+            struct sp_block_mxfp4 *x = &((struct sp_block_mxfp4 *)row)[b];
+            memset(x->qs, b % 2 ? 0xFF : 0x77, sizeof x->qs);
+            if (b % 4 == 3)
+                x->e = b % 8 == 3 ? 0 : 1;
+            break;
+        }
         default: break;
         }
     }
@@ -524,9 +531,9 @@ static void test_packed(bool ran[SP_ISA_COUNT])
         ran[i] = i == SP_ISA_SCALAR; /* the oracle runs everywhere */
     }
     static const uint32_t file_types[] = {SP_TYPE_Q4_1, SP_TYPE_Q8_0, SP_TYPE_Q5_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K,
-                                          SP_TYPE_F16};
+                                          SP_TYPE_F16,  SP_TYPE_MXFP4};
     static const uint32_t packed_types[] = {SP_TYPE_Q4_1_P16, SP_TYPE_Q8_0_P16, SP_TYPE_Q5_0_P16, SP_TYPE_Q4_K_P16,
-                                            SP_TYPE_Q6_K_P16, SP_TYPE_F16_P16};
+                                            SP_TYPE_Q6_K_P16, SP_TYPE_F16_P16,  SP_TYPE_MXFP4_P16};
     enum { NR = 80, NC = 19 }; /* five row groups: F16_P16's tile of four and a tail of one */
     static float x[N], af[NC][N], wf[N];
     static uint8_t wq[NR][N * 2], packed[NR * N * 2], aq[NC][N * 4], aq2[N * 4];

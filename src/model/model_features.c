@@ -1,5 +1,5 @@
-/* sp_model_features: a loaded model's features in words, for `spindle
- * info` (model.h). */
+/* `spindle info`'s features line: a model's family differences in words
+ * (sp_model_features, model.h). */
 #include "model/model.h"
 
 #include <math.h>
@@ -84,7 +84,10 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("router and expert biases");
     if (ar->attn_sinks)
         SP_F("attention sinks");
-    if (hp->n_head_kv < hp->n_head)
+    if (ar->mla)
+        SP_F("multi-head latent attention (cache: latent %u + RoPE key %u per position; heads %u/%u wide%s)",
+             hp->n_lora_kv, hp->n_rot, hp->mla_k, hp->mla_v, hp->n_lora_q ? ", query LoRA" : "");
+    else if (hp->n_head_kv < hp->n_head)
         SP_F("grouped-query attention (%u query heads per KV head)", hp->n_head / hp->n_head_kv);
     if (L0->bq.data)
         SP_F("QKV bias");
@@ -149,11 +152,15 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("embeddings x sqrt(n_embd)");
     if (hp->n_expert)
         SP_F("%u experts (%u used, %s router%s, width %u)%s", hp->n_expert, hp->n_expert_used,
-             ar->router == SP_ROUTER_SOFTMAX ? "softmax" : ar->router == SP_ROUTER_SIGMOID ? "sigmoid"
-             : "top-k softmax", ar->moe_norm ? ", weights renormalized" : "",
+             hp->router == SP_ROUTER_SOFTMAX ? "softmax" : hp->router == SP_ROUTER_SIGMOID ? "sigmoid"
+             : "top-k softmax", hp->moe_norm ? ", weights renormalized" : "",
              hp->n_ff_exp, ar->shared_expert ? " + shared expert" : ar->moe_dense ? " beside the dense feed-forward" : "");
     if (hp->n_expert && ar->moe_dense)
         SP_F("expert output scales, router input scale");
+    if (hp->n_group)
+        SP_F("expert groups: %u best of %u", hp->n_group_used, hp->n_group);
+    if (hp->exp_w_scale != 0.0f && hp->exp_w_scale != 1.0f)
+        SP_F("expert weights x %g", hp->exp_w_scale);
     if (hp->n_expert && n_moe < hp->n_layer)
         SP_F("experts on %u of %u layers (the others dense)%s", n_moe, hp->n_layer,
              ar->moe_weight_in ? ", router weights on the expert input" : "");
