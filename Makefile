@@ -261,6 +261,10 @@ asan:
 # is Llama 4's prompt across its 8192-position attention chunk (an
 # 8,320-token prompt per file: about 15 s each in the plain build); its
 # short prompts run here, through the same chunk rule and expert code.
+# test_spec's sampled chi-square (about 2,000 speculative samples: the
+# longest unit binary under ASan, minutes on 2 cores) runs in the plain
+# build, as under emulation (SP_TEST_SANITIZED); the sampled speculation
+# paths stay here in test_speculative.py.
 # test_file_descriptor_limit runs the server under
 # `ulimit -n 64`, which ASan's own descriptors and slower start do not fit;
 # the plain build and TSan run it.  Of the split-model tests the whole-model
@@ -284,7 +288,7 @@ ASAN_PYTEST_ARGS ?= -k "not (test_goldens and (gemma3 or teacher or long)) and n
     and not test_quantize_reads_the_parts and not test_split_runs_as_the_single_file \
     and not (test_draft_rollback_keeps_greedy_exact and not qwen3next) and not (test_hybrid and qwen35moe)"
 test-asan: asan
-	@PYTEST_ADDOPTS='$(ASAN_PYTEST_ARGS)' ASAN_OPTIONS=detect_leaks=1 \
+	@PYTEST_ADDOPTS='$(ASAN_PYTEST_ARGS)' ASAN_OPTIONS=detect_leaks=1 SP_TEST_SANITIZED=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 scripts/run-tests build-asan
 
 # ThreadSanitizer build of the binary only (the server is the threaded part).
