@@ -342,6 +342,14 @@ void sp_model_close(struct sp_model *m);
 /* The family's features in words (also kept in m->features) ("QKV bias, sliding window 4096 on 1 of 2
  * layers, 8 experts (2 used)"): for `spindle info`. */
 void sp_model_features(const struct sp_model *m, char *buf, size_t size);
+/* Loading (model.c, model_hparams.c): m->hp from the file's "<arch>.*"
+ * keys for m->arch, checked against each other, and *swa_pattern for the
+ * layers' kinds (sp_model_layer_kind).  Bad keys: an error naming the key. */
+sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern);
+/* "<arch>.<suffix>" into key. */
+void sp_model_key(const struct sp_model *m, const char *suffix, char *key, size_t size);
+/* An optional positive finite float key (left at its default when absent). */
+sp_status sp_model_hp_pos(const struct sp_model *m, const char *suffix, float *out);
 /* Rope factors for a context of n_ctx positions (NULL: none). */
 const float *sp_model_rope_factors(const struct sp_model *m, int n_ctx);
 /* The built-in chat format of the model's architecture ("chatml", "gemma"). */
