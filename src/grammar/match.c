@@ -123,6 +123,8 @@ struct sp_grammar {
     uint32_t n_slots, max_slots;
     uint32_t *walk;              /* [max_len + 1] dstates along a token */
     uint64_t hits, misses;
+    uint64_t n_whole;            /* subtrees the walks accepted whole */
+    bool plain_walk;             /* tests: no subtree accepted whole */
 };
 
 /* ---- hash tables ---- */
@@ -700,6 +702,8 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g);
 }
 
+void sp_grammar_set_plain_walk(struct sp_grammar *g, bool plain) { g->plain_walk = plain; }
+
 void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *o)
 {
     memset(o, 0, sizeof *o);
@@ -715,6 +719,7 @@ void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *o)
         }
     }
     o->n_nodes = g->n_nodes;
+    o->n_whole = g->n_whole;
     o->n_dstates = g->n_ds;
     o->n_masks_cached = g->n_slots;
     o->mask_hits = g->hits;
@@ -983,6 +988,16 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
             /* nothing below can be accepted; an earlier escape leaves it open */
             if (esc_a)
                 add_range(c->unc, &c->n_unc, here, sp_gtok_subtree_end(t, i));
+            i = t->node_next[i];
+            continue;
+        }
+        if (!g->plain_walk && t->node_next[i] > i + 1 && ((g->ds_flags[nd] & 4) || !(g->ds_flags[nd] & 2)) &&
+            sp_gtok_below_in(t, i, g->ds_self[nd].w)) {
+            /* every byte below loops back to nd (string characters): the
+             * plain walk would accept each token below and descend (real
+             * tops, or no escape to take), so the subtree is accepted whole */
+            add_acc(c, here, sp_gtok_subtree_end(t, i));
+            g->n_whole++;
             i = t->node_next[i];
             continue;
         }

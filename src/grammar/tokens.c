@@ -26,6 +26,8 @@ void sp_grammar_tokens_free(struct sp_grammar_tokens *t)
     free(t->node_next);
     free(t->node_lo);
     free(t->node_here);
+    free(t->node_sum);
+    free(t->sum_set);
     free(t);
 }
 
@@ -105,6 +107,88 @@ static sp_status build_trie(struct sp_grammar_tokens *t)
     return SP_OK;
 }
 
+/* The hash of a 256-bit set, for interning the subtree summaries. */
+static uint64_t sum_hash(const uint64_t *w)
+{
+    uint64_t h = w[0] * 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 29) ^ w[1]) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 31) ^ w[2]) * 0x94d049bb133111ebull;
+    h = (h ^ (h >> 30) ^ w[3]) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 32);
+}
+
+/* node_sum and sum_set: in reverse preorder (children before their
+ * parent), each node's set is the union of its children's bytes and sets,
+ * interned in an open-addressing table of set indices. */
+static sp_status build_sums(struct sp_grammar_tokens *t)
+{
+    sp_status st = SP_OK;
+    uint32_t cap = 1024, hcap = 2048, *hash = NULL;
+    t->node_sum = malloc((t->n_nodes ? t->n_nodes : 1) * sizeof *t->node_sum);
+    t->sum_set = calloc((size_t)cap * 4, sizeof *t->sum_set);
+    hash = calloc(hcap, sizeof *hash); /* set index + 1; 0: empty */
+    if (!t->node_sum || !t->sum_set || !hash) {
+        st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
+        goto done;
+    }
+    t->n_sums = 1; /* set 0: nothing below (leaves) */
+    for (uint32_t i = t->n_nodes; i-- > 0;) {
+        uint64_t w[4] = {0, 0, 0, 0};
+        for (uint32_t c = i + 1; c < t->node_next[i]; c = t->node_next[c]) {
+            const uint64_t *cs = t->sum_set + 4 * (size_t)t->node_sum[c];
+            for (int k = 0; k < 4; k++)
+                w[k] |= cs[k];
+            w[t->node_byte[c] >> 6] |= 1ull << (t->node_byte[c] & 63);
+        }
+        if (!(w[0] | w[1] | w[2] | w[3])) {
+            t->node_sum[i] = 0;
+            continue;
+        }
+        uint32_t j = (uint32_t)sum_hash(w) & (hcap - 1);
+        while (hash[j] && memcmp(t->sum_set + 4 * (size_t)(hash[j] - 1), w, sizeof w))
+            j = (j + 1) & (hcap - 1);
+        if (hash[j]) {
+            t->node_sum[i] = hash[j] - 1;
+            continue;
+        }
+        if (t->n_sums == cap) {
+            uint64_t *ns = realloc(t->sum_set, (size_t)cap * 2 * 4 * sizeof *ns);
+            if (!ns) {
+                st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
+                goto done;
+            }
+            t->sum_set = ns;
+            cap *= 2;
+        }
+        memcpy(t->sum_set + 4 * (size_t)t->n_sums, w, sizeof w);
+        hash[j] = t->n_sums + 1;
+        t->node_sum[i] = t->n_sums++;
+        if (t->n_sums * 2 > hcap) { /* rehash at half full */
+            if (hcap > UINT32_MAX / 4) {
+                st = sp_error_set(SP_ERR_NOMEM, "grammar: too many token trie summaries");
+                goto done;
+            }
+            uint32_t ncap = hcap * 2, *nh = calloc(ncap, sizeof *nh);
+            if (!nh) {
+                st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
+                goto done;
+            }
+            for (uint32_t k = 1; k < t->n_sums; k++) {
+                uint32_t h = (uint32_t)sum_hash(t->sum_set + 4 * (size_t)k) & (ncap - 1);
+                while (nh[h])
+                    h = (h + 1) & (ncap - 1);
+                nh[h] = k + 1;
+            }
+            free(hash);
+            hash = nh;
+            hcap = ncap;
+        }
+    }
+done:
+    free(hash);
+    return st;
+}
+
 sp_status sp_grammar_tokens_init(struct sp_grammar_tokens **out, uint32_t n_vocab,
                                  const char *const *bytes, const uint32_t *lens,
                                  const uint8_t *kinds)
@@ -139,6 +223,8 @@ sp_status sp_grammar_tokens_init(struct sp_grammar_tokens **out, uint32_t n_voca
     }
     t->off[n_vocab] = o;
     sp_status st = build_trie(t);
+    if (st == SP_OK)
+        st = build_sums(t);
     if (st != SP_OK) {
         sp_grammar_tokens_free(t);
         return st;

@@ -25,6 +25,13 @@ struct sp_grammar_tokens {
     uint8_t *node_byte;
     uint16_t *node_depth;
     uint32_t *node_next, *node_lo, *node_here;
+    /* the bytes read below node i (its subtree less i itself) are the
+     * 256-bit set sum_set[4 * node_sum[i] ..]; set 0 is empty.  Equal sets
+     * are stored once (a JSON string state accepts a subtree whole when
+     * these bytes all loop back to its dstate). */
+    uint32_t *node_sum;
+    uint64_t *sum_set;
+    uint32_t n_sums;
 };
 
 /* First sorted index after node i's subtree. */
@@ -32,6 +39,13 @@ static inline uint32_t sp_gtok_subtree_end(const struct sp_grammar_tokens *t, ui
 {
     uint32_t nx = t->node_next[i];
     return nx < t->n_nodes ? t->node_lo[nx] : t->n_sorted;
+}
+
+/* Whether every byte read below node i is in the 256-bit set `in`. */
+static inline int sp_gtok_below_in(const struct sp_grammar_tokens *t, uint32_t i, const uint64_t *in)
+{
+    const uint64_t *s = t->sum_set + 4 * (size_t)t->node_sum[i];
+    return !((s[0] & ~in[0]) | (s[1] & ~in[1]) | (s[2] & ~in[2]) | (s[3] & ~in[3]));
 }
 
 #endif
