@@ -27,6 +27,7 @@ void sp_grammar_tokens_free(struct sp_grammar_tokens *t)
     free(t->node_lo);
     free(t->node_here);
     free(t->node_sum);
+    free(t->node_utf8);
     free(t->sum_set);
     free(t);
 }
@@ -42,6 +43,44 @@ static int cmp_tok(const void *x, const void *y, void *ctx)
     if (la != lb)
         return la < lb ? -1 : 1;
     return a < b ? -1 : a > b;
+}
+
+/* The length of the valid UTF-8 character at b[0..n), 0 if none. */
+static uint32_t utf8_char(const unsigned char *b, uint32_t n)
+{
+    unsigned c = b[0], lo = 0x80, hi = 0xbf;
+    uint32_t k;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        k = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        k = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+        k = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+        return 0;
+    if (n < k || b[1] < lo || b[1] > hi)
+        return 0;
+    for (uint32_t j = 2; j < k; j++)
+        if (b[j] < 0x80 || b[j] > 0xbf)
+            return 0;
+    return k;
+}
+
+/* Clears node_utf8 on the nodes of the token b[0..len) (path[1..len]) that
+ * do not end a whole character of a valid UTF-8 token. */
+static void mark_utf8(struct sp_grammar_tokens *t, const uint32_t *path, const unsigned char *b, uint32_t len)
+{
+    uint32_t d = 0, k = 0;
+    while (d < len && (k = utf8_char(b + d, len - d)) > 0) {
+        for (uint32_t j = 1; j < k; j++)
+            t->node_utf8[path[d + j]] = 0;
+        d += k;
+    }
+    if (d < len) /* not valid UTF-8: none of its nodes */
+        for (uint32_t j = 1; j <= len; j++)
+            t->node_utf8[path[j]] = 0;
 }
 
 static sp_status build_trie(struct sp_grammar_tokens *t)
@@ -62,7 +101,8 @@ static sp_status build_trie(struct sp_grammar_tokens *t)
     t->node_next = malloc(total * sizeof *t->node_next);
     t->node_lo = malloc(total * sizeof *t->node_lo);
     t->node_here = malloc(total * sizeof *t->node_here);
-    if (!t->sorted || !t->ends || !t->node_byte || !t->node_depth || !t->node_next || !t->node_lo ||
+    t->node_utf8 = malloc(total);
+    if (!t->node_utf8 || !t->sorted || !t->ends || !t->node_byte || !t->node_depth || !t->node_next || !t->node_lo ||
         !t->node_here)
         return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
     uint32_t k = 0, e = 0;
@@ -94,9 +134,11 @@ static sp_status build_trie(struct sp_grammar_tokens *t)
             t->node_depth[nn] = (uint16_t)(d + 1);
             t->node_lo[nn] = s;
             t->node_here[nn] = 0;
+            t->node_utf8[nn] = 1;
             nn++;
         }
         t->node_here[path[len]]++;
+        mark_utf8(t, path, b, len);
         if (len > t->max_len)
             t->max_len = len;
         prev = id;

@@ -31,6 +31,10 @@ struct sp_grammar_tokens {
      * these bytes all loop back to its dstate). */
     uint32_t *node_sum;
     uint64_t *sum_set;
+    /* node_utf8[i]: every token through node i is valid UTF-8 and node i
+     * ends a whole character (so each token's bytes below are whole
+     * characters) */
+    uint8_t *node_utf8;
     uint32_t n_sums;
 };
 

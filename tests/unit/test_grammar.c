@@ -442,13 +442,15 @@ static const char *fast_grammars[] = {
     "\"required\":[\"name\"]}",
     "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\"}}",
     "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}",
+    "{\"type\":\"string\",\"pattern\":\"^[a-z \\u00e0-\\u00e8]*$\"}",
 };
 
 static void gen_vocab(char **bytes, uint32_t *lens, uint8_t *kinds, uint64_t *rng)
 {
     static const char *pieces[] = {"a", "b", "e", "x", "ab", " ", "  ", "1", "9", "\"", "\\", "\\n", "\\\"",
                                    "{", "}", ":", ",", "[", "]", "\xc3\xa9", "\xe2\x82\xac", "\n", "\t", "_",
-                                   "\":", "\",\"", "-", "."};
+                                   "\":", "\",\"", "-", ".", "\xc3", "\xa9", "\xf0\x9f\x98\x80", "\xc3\xa0"};
+    static const char *utf8[] = {"\xc3\xa9", "\xc3\xa0", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
     const uint32_t n_pieces = sizeof pieces / sizeof pieces[0];
     for (uint32_t i = 0; i < GEN_VOCAB; i++) {
         bytes[i] = malloc(64);
@@ -465,8 +467,9 @@ static void gen_vocab(char **bytes, uint32_t *lens, uint8_t *kinds, uint64_t *rn
         for (uint32_t k = 0; k < n; k++) {
             *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
             uint32_t r = (uint32_t)(*rng >> 33) % 100;
-            /* mostly plain string bytes, which the JSON string state loops on */
-            const char *p = r < 70 ? pieces[r % 8] : pieces[(r >> 2) % n_pieces];
+            /* mostly string characters, ASCII (which the JSON string state loops
+             * on) or UTF-8 (which lead back to it) */
+            const char *p = r < 60 ? pieces[r % 8] : r < 80 ? utf8[r % 4] : pieces[(uint32_t)(*rng >> 12) % n_pieces];
             size_t pl = strlen(p);
             if (lens[i] + pl <= 56) {
                 memcpy(bytes[i] + lens[i], p, pl);
