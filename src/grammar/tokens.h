@@ -45,11 +45,4 @@ static inline uint32_t sp_gtok_subtree_end(const struct sp_grammar_tokens *t, ui
     return nx < t->n_nodes ? t->node_lo[nx] : t->n_sorted;
 }
 
-/* Whether every byte read below node i is in the 256-bit set `in`. */
-static inline int sp_gtok_below_in(const struct sp_grammar_tokens *t, uint32_t i, const uint64_t *in)
-{
-    const uint64_t *s = t->sum_set + 4 * (size_t)t->node_sum[i];
-    return !((s[0] & ~in[0]) | (s[1] & ~in[1]) | (s[2] & ~in[2]) | (s[3] & ~in[3]));
-}
-
 #endif
