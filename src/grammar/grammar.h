@@ -175,8 +175,13 @@ struct sp_grammar_stats {
     uint32_t n_uncertain;     /* uncertain tokens summed over read states */
     uint32_t n_nodes, n_dstates, n_masks_cached;
     uint64_t mask_hits, mask_misses;
+    uint64_t n_whole;         /* trie subtrees the walks accepted whole */
 };
 void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *out);
+
+/* For tests: g's trie walks visit every node (no subtree accepted whole
+ * from the trie's byte summaries), the reference the fast walk must equal. */
+void sp_grammar_set_plain_walk(struct sp_grammar *g, bool plain);
 
 /* ---- matching ----
  * sp_grammar_state, SP_GRAMMAR_DEAD, sp_grammar_start, sp_grammar_mask,

@@ -123,6 +123,12 @@ struct sp_grammar {
     uint32_t n_slots, max_slots;
     uint32_t *walk;              /* [max_len + 1] dstates along a token */
     uint64_t hits, misses;
+    uint64_t n_whole;            /* subtrees the walks accepted whole */
+    uint64_t *uni;               /* [cap_uni] per dstate: bytes 0xc0.. as bits; bit 0 (0xc0, never a
+                                    lead): known; others: each whole character with this lead
+                                    byte leads back to the dstate (walk_uni) */
+    uint32_t cap_uni;
+    bool plain_walk;             /* tests: no subtree accepted whole */
 };
 
 /* ---- hash tables ---- */
@@ -683,6 +689,7 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g->wds);
     free(g->wids);
     free(g->wesc);
+    free(g->uni);
     if (g->proto) {
         sp_grammar_free(g->proto);
     } else {
@@ -700,6 +707,8 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g);
 }
 
+void sp_grammar_set_plain_walk(struct sp_grammar *g, bool plain) { g->plain_walk = plain; }
+
 void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *o)
 {
     memset(o, 0, sizeof *o);
@@ -715,6 +724,7 @@ void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *o)
         }
     }
     o->n_nodes = g->n_nodes;
+    o->n_whole = g->n_whole;
     o->n_dstates = g->n_ds;
     o->n_masks_cached = g->n_slots;
     o->mask_hits = g->hits;
@@ -953,6 +963,95 @@ static bool compute_follow(struct sp_grammar *g)
 
 static sp_status over_budget(bool work);
 
+/* Whether the dstate e may be on a path the walk accepts whole from a
+ * dstate with flags f (see walk_state): all real tops, or none escaping. */
+static inline bool whole_flags(const struct sp_grammar *g, uint8_t f, uint32_t e)
+{
+    return (f & 4) ? (g->ds_flags[e] & 4) != 0 : !(g->ds_flags[e] & 2);
+}
+
+/* Whether every k continuation bytes (the first in lo..hi, the rest in
+ * 0x80..0xbf) from e lead back to home through live dstates with flags
+ * like home's; seen[k] remembers a dstate already shown to. */
+static int uni_chain(struct sp_grammar *g, uint32_t home, uint32_t e, uint32_t k, unsigned lo, unsigned hi,
+                     uint32_t *seen)
+{
+    for (unsigned c = lo; c <= hi; c++) {
+        uint32_t x = step(g, e, c);
+        if (x == UINT32_MAX)
+            return -1;
+        if (k == 1) {
+            if (x != home)
+                return 0;
+            continue;
+        }
+        if (x == SP_GRAMMAR_DEAD || !whole_flags(g, g->ds_flags[home], x))
+            return 0;
+        if (seen[k - 1] == x)
+            continue;
+        int r = uni_chain(g, home, x, k - 1, 0x80, 0xbf, seen);
+        if (r <= 0)
+            return r;
+        seen[k - 1] = x;
+    }
+    return 1;
+}
+
+/* The lead bytes (bits of 0xc0..0xff) of d whose whole characters all
+ * lead back to d (walk_uni's set, made once per dstate); UINT64_MAX on no
+ * memory. */
+static uint64_t walk_uni(struct sp_grammar *g, uint32_t d)
+{
+    if (d >= g->cap_uni) {
+        uint32_t cap = g->cap_uni;
+        if (!grow((void **)&g->uni, &cap, d + 1, sizeof *g->uni))
+            return UINT64_MAX;
+        memset(g->uni + g->cap_uni, 0, (size_t)(cap - g->cap_uni) * sizeof *g->uni);
+        g->cap_uni = cap;
+    }
+    if (g->uni[d] & 1)
+        return g->uni[d];
+    uint64_t u = 1;
+    for (unsigned c = 0xc2; c <= 0xf4; c++) {
+        if (!sp_gbits_has(&g->ds_reads[d], c))
+            continue;
+        uint32_t x = step(g, d, c);
+        if (x == UINT32_MAX)
+            return UINT64_MAX;
+        if (x == SP_GRAMMAR_DEAD || !whole_flags(g, g->ds_flags[d], x))
+            continue;
+        unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+        unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+        uint32_t seen[4] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
+        int r = uni_chain(g, d, x, c < 0xe0 ? 1 : c < 0xf0 ? 2 : 3, lo, hi, seen);
+        if (r < 0)
+            return UINT64_MAX;
+        if (r)
+            u |= 1ull << (c - 0xc0);
+    }
+    g->uni[d] = u;
+    return u;
+}
+
+/* Whether the walk may accept node i's subtree whole from dstate nd: every
+ * byte below loops back to nd, or the tokens below are whole UTF-8
+ * characters each of which leads back to nd.  -1 on no memory. */
+static int whole_below(struct sp_grammar *g, uint32_t i, uint32_t nd)
+{
+    const struct sp_grammar_tokens *t = g->toks;
+    const uint64_t *s = t->sum_set + 4 * (size_t)t->node_sum[i], *self = g->ds_self[nd].w;
+    if ((s[0] & ~self[0]) | (s[1] & ~self[1]))
+        return 0;
+    if (!((s[2] & ~self[2]) | (s[3] & ~self[3])))
+        return 1;
+    if (!t->node_utf8[i])
+        return 0;
+    uint64_t u = walk_uni(g, nd);
+    if (u == UINT64_MAX)
+        return -1;
+    return !(s[3] & ~u);
+}
+
 /* One trie walk from the stack (q, NODE_ESC).  A path that leaves q's rule
  * with bytes to go makes the token uncertain only when the next byte may
  * follow the rule somewhere (FOLLOW). */
@@ -983,6 +1082,20 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
             /* nothing below can be accepted; an earlier escape leaves it open */
             if (esc_a)
                 add_range(c->unc, &c->n_unc, here, sp_gtok_subtree_end(t, i));
+            i = t->node_next[i];
+            continue;
+        }
+        int whole = !g->plain_walk && t->node_next[i] > i + 1 && whole_flags(g, g->ds_flags[nd], nd)
+                        ? whole_below(g, i, nd) : 0;
+        if (whole < 0)
+            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+        if (whole) {
+            /* the bytes below (string characters) come back to nd through
+             * live dstates that all have real tops, or none that escape:
+             * the plain walk would accept each token below and descend, so
+             * the subtree is accepted whole */
+            add_acc(c, here, sp_gtok_subtree_end(t, i));
+            g->n_whole++;
             i = t->node_next[i];
             continue;
         }

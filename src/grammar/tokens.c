@@ -26,6 +26,9 @@ void sp_grammar_tokens_free(struct sp_grammar_tokens *t)
     free(t->node_next);
     free(t->node_lo);
     free(t->node_here);
+    free(t->node_sum);
+    free(t->node_utf8);
+    free(t->sum_set);
     free(t);
 }
 
@@ -40,6 +43,44 @@ static int cmp_tok(const void *x, const void *y, void *ctx)
     if (la != lb)
         return la < lb ? -1 : 1;
     return a < b ? -1 : a > b;
+}
+
+/* The length of the valid UTF-8 character at b[0..n), 0 if none. */
+static uint32_t utf8_char(const unsigned char *b, uint32_t n)
+{
+    unsigned c = b[0], lo = 0x80, hi = 0xbf;
+    uint32_t k;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        k = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        k = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+        k = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+        return 0;
+    if (n < k || b[1] < lo || b[1] > hi)
+        return 0;
+    for (uint32_t j = 2; j < k; j++)
+        if (b[j] < 0x80 || b[j] > 0xbf)
+            return 0;
+    return k;
+}
+
+/* Clears node_utf8 on the nodes of the token b[0..len) (path[1..len]) that
+ * do not end a whole character of a valid UTF-8 token. */
+static void mark_utf8(struct sp_grammar_tokens *t, const uint32_t *path, const unsigned char *b, uint32_t len)
+{
+    uint32_t d = 0, k = 0;
+    while (d < len && (k = utf8_char(b + d, len - d)) > 0) {
+        for (uint32_t j = 1; j < k; j++)
+            t->node_utf8[path[d + j]] = 0;
+        d += k;
+    }
+    if (d < len) /* not valid UTF-8: none of its nodes */
+        for (uint32_t j = 1; j <= len; j++)
+            t->node_utf8[path[j]] = 0;
 }
 
 static sp_status build_trie(struct sp_grammar_tokens *t)
@@ -60,7 +101,8 @@ static sp_status build_trie(struct sp_grammar_tokens *t)
     t->node_next = malloc(total * sizeof *t->node_next);
     t->node_lo = malloc(total * sizeof *t->node_lo);
     t->node_here = malloc(total * sizeof *t->node_here);
-    if (!t->sorted || !t->ends || !t->node_byte || !t->node_depth || !t->node_next || !t->node_lo ||
+    t->node_utf8 = malloc(total);
+    if (!t->node_utf8 || !t->sorted || !t->ends || !t->node_byte || !t->node_depth || !t->node_next || !t->node_lo ||
         !t->node_here)
         return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
     uint32_t k = 0, e = 0;
@@ -92,9 +134,11 @@ static sp_status build_trie(struct sp_grammar_tokens *t)
             t->node_depth[nn] = (uint16_t)(d + 1);
             t->node_lo[nn] = s;
             t->node_here[nn] = 0;
+            t->node_utf8[nn] = 1;
             nn++;
         }
         t->node_here[path[len]]++;
+        mark_utf8(t, path, b, len);
         if (len > t->max_len)
             t->max_len = len;
         prev = id;
@@ -103,6 +147,88 @@ static sp_status build_trie(struct sp_grammar_tokens *t)
         t->node_next[path[depth--]] = nn;
     t->n_nodes = nn;
     return SP_OK;
+}
+
+/* The hash of a 256-bit set, for interning the subtree summaries. */
+static uint64_t sum_hash(const uint64_t *w)
+{
+    uint64_t h = w[0] * 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 29) ^ w[1]) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 31) ^ w[2]) * 0x94d049bb133111ebull;
+    h = (h ^ (h >> 30) ^ w[3]) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 32);
+}
+
+/* node_sum and sum_set: in reverse preorder (children before their
+ * parent), each node's set is the union of its children's bytes and sets,
+ * interned in an open-addressing table of set indices. */
+static sp_status build_sums(struct sp_grammar_tokens *t)
+{
+    sp_status st = SP_OK;
+    uint32_t cap = 1024, hcap = 2048, *hash = NULL;
+    t->node_sum = malloc((t->n_nodes ? t->n_nodes : 1) * sizeof *t->node_sum);
+    t->sum_set = calloc((size_t)cap * 4, sizeof *t->sum_set);
+    hash = calloc(hcap, sizeof *hash); /* set index + 1; 0: empty */
+    if (!t->node_sum || !t->sum_set || !hash) {
+        st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
+        goto done;
+    }
+    t->n_sums = 1; /* set 0: nothing below (leaves) */
+    for (uint32_t i = t->n_nodes; i-- > 0;) {
+        uint64_t w[4] = {0, 0, 0, 0};
+        for (uint32_t c = i + 1; c < t->node_next[i]; c = t->node_next[c]) {
+            const uint64_t *cs = t->sum_set + 4 * (size_t)t->node_sum[c];
+            for (int k = 0; k < 4; k++)
+                w[k] |= cs[k];
+            w[t->node_byte[c] >> 6] |= 1ull << (t->node_byte[c] & 63);
+        }
+        if (!(w[0] | w[1] | w[2] | w[3])) {
+            t->node_sum[i] = 0;
+            continue;
+        }
+        uint32_t j = (uint32_t)sum_hash(w) & (hcap - 1);
+        while (hash[j] && memcmp(t->sum_set + 4 * (size_t)(hash[j] - 1), w, sizeof w))
+            j = (j + 1) & (hcap - 1);
+        if (hash[j]) {
+            t->node_sum[i] = hash[j] - 1;
+            continue;
+        }
+        if (t->n_sums == cap) {
+            uint64_t *ns = realloc(t->sum_set, (size_t)cap * 2 * 4 * sizeof *ns);
+            if (!ns) {
+                st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
+                goto done;
+            }
+            t->sum_set = ns;
+            cap *= 2;
+        }
+        memcpy(t->sum_set + 4 * (size_t)t->n_sums, w, sizeof w);
+        hash[j] = t->n_sums + 1;
+        t->node_sum[i] = t->n_sums++;
+        if (t->n_sums * 2 > hcap) { /* rehash at half full */
+            if (hcap > UINT32_MAX / 4) {
+                st = sp_error_set(SP_ERR_NOMEM, "grammar: too many token trie summaries");
+                goto done;
+            }
+            uint32_t ncap = hcap * 2, *nh = calloc(ncap, sizeof *nh);
+            if (!nh) {
+                st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
+                goto done;
+            }
+            for (uint32_t k = 1; k < t->n_sums; k++) {
+                uint32_t h = (uint32_t)sum_hash(t->sum_set + 4 * (size_t)k) & (ncap - 1);
+                while (nh[h])
+                    h = (h + 1) & (ncap - 1);
+                nh[h] = k + 1;
+            }
+            free(hash);
+            hash = nh;
+            hcap = ncap;
+        }
+    }
+done:
+    free(hash);
+    return st;
 }
 
 sp_status sp_grammar_tokens_init(struct sp_grammar_tokens **out, uint32_t n_vocab,
@@ -139,6 +265,8 @@ sp_status sp_grammar_tokens_init(struct sp_grammar_tokens **out, uint32_t n_voca
     }
     t->off[n_vocab] = o;
     sp_status st = build_trie(t);
+    if (st == SP_OK)
+        st = build_sums(t);
     if (st != SP_OK) {
         sp_grammar_tokens_free(t);
         return st;

@@ -25,6 +25,17 @@ struct sp_grammar_tokens {
     uint8_t *node_byte;
     uint16_t *node_depth;
     uint32_t *node_next, *node_lo, *node_here;
+    /* the bytes read below node i (its subtree less i itself) are the
+     * 256-bit set sum_set[4 * node_sum[i] ..]; set 0 is empty.  Equal sets
+     * are stored once (a JSON string state accepts a subtree whole when
+     * these bytes all loop back to its dstate). */
+    uint32_t *node_sum;
+    uint64_t *sum_set;
+    /* node_utf8[i]: every token through node i is valid UTF-8 and node i
+     * ends a whole character (so each token's bytes below are whole
+     * characters) */
+    uint8_t *node_utf8;
+    uint32_t n_sums;
 };
 
 /* First sorted index after node i's subtree. */

@@ -428,11 +428,135 @@ static void test_cache_bytes(void)
     sp_grammar_tokens_free(v.t);
 }
 
+/* ---- the fast walk against the plain one ----
+ * A generated vocabulary of many string-like tokens (letters, digits,
+ * spaces, quotes, backslashes, JSON punctuation, UTF-8 letters; shared
+ * prefixes): walks that accept trie subtrees whole from the byte summaries
+ * must give the same masks, bit for bit, as walks visiting every node. */
+
+#define GEN_VOCAB 3000
+
+static const char *fast_grammars[] = {
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"tags\":{\"type\":\"array\","
+    "\"items\":{\"type\":\"string\",\"maxLength\":6}},\"n\":{\"type\":\"integer\"},\"k\":{\"enum\":[\"ab\",\"a b\"]}},"
+    "\"required\":[\"name\"]}",
+    "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\"}}",
+    "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}",
+    "{\"type\":\"string\",\"pattern\":\"^[a-z \\u00e0-\\u00e8]*$\"}",
+};
+
+static void gen_vocab(char **bytes, uint32_t *lens, uint8_t *kinds, uint64_t *rng)
+{
+    static const char *pieces[] = {"a", "b", "e", "x", "ab", " ", "  ", "1", "9", "\"", "\\", "\\n", "\\\"",
+                                   "{", "}", ":", ",", "[", "]", "\xc3\xa9", "\xe2\x82\xac", "\n", "\t", "_",
+                                   "\":", "\",\"", "-", ".", "\xc3", "\xa9", "\xf0\x9f\x98\x80", "\xc3\xa0"};
+    static const char *utf8[] = {"\xc3\xa9", "\xc3\xa0", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+    const uint32_t n_pieces = sizeof pieces / sizeof pieces[0];
+    for (uint32_t i = 0; i < GEN_VOCAB; i++) {
+        bytes[i] = malloc(64);
+        lens[i] = 0;
+        kinds[i] = i == 7 ? SP_GRAMMAR_TOKEN_END : SP_GRAMMAR_TOKEN_TEXT;
+        if (!bytes[i])
+            continue;
+        if (i > 0 && i % 3 == 0 && lens[i - 1] < 40) { /* extend the previous token: deep subtrees */
+            memcpy(bytes[i], bytes[i - 1], lens[i - 1]);
+            lens[i] = lens[i - 1];
+        }
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t n = 1 + (uint32_t)(*rng >> 60) % 6;
+        for (uint32_t k = 0; k < n; k++) {
+            *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t r = (uint32_t)(*rng >> 33) % 100;
+            /* mostly string characters, ASCII (which the JSON string state loops
+             * on) or UTF-8 (which lead back to it) */
+            const char *p = r < 60 ? pieces[r % 8] : r < 80 ? utf8[r % 4] : pieces[(uint32_t)(*rng >> 12) % n_pieces];
+            size_t pl = strlen(p);
+            if (lens[i] + pl <= 56) {
+                memcpy(bytes[i] + lens[i], p, pl);
+                lens[i] += (uint32_t)pl;
+            }
+        }
+    }
+}
+
+static void compare_walks(struct sp_grammar *fast, struct sp_grammar *plain, const char *label, uint64_t *rng)
+{
+    for (int walk = 0; walk < 25; walk++) {
+        sp_grammar_state sf = sp_grammar_start(fast), sp = sp_grammar_start(plain);
+        for (int step = 0; step < 10; step++) {
+            const uint64_t *mf = NULL, *mp = NULL;
+            uint32_t nf = 0, np = 0;
+            sp_status stf = sp_grammar_mask(fast, sf, &mf, &nf);
+            sp_status stp = sp_grammar_mask(plain, sp, &mp, &np);
+            CHECK(stf == stp && nf == np, "%s walk %d step %d: fast %d/%u plain %d/%u", label, walk, step, stf, nf,
+                  stp, np);
+            if (stf != SP_OK || stp != SP_OK || nf != np)
+                break;
+            CHECK(!memcmp(mf, mp, (GEN_VOCAB + 63) / 64 * 8), "%s walk %d step %d: masks differ", label, walk, step);
+            *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t pick = (uint32_t)(*rng >> 33) % nf, k = 0;
+            sp_token t = -1;
+            for (uint32_t i = 0; i < GEN_VOCAB && t < 0; i++)
+                if ((mf[i >> 6] >> (i & 63) & 1) && k++ == pick)
+                    t = (sp_token)i;
+            if (t == 7) /* the end token */
+                break;
+            sf = sp_grammar_advance(fast, sf, t);
+            sp = sp_grammar_advance(plain, sp, t);
+        }
+    }
+}
+
+static void test_fast_walk(void)
+{
+    char *bytes[GEN_VOCAB];
+    uint32_t lens[GEN_VOCAB];
+    uint8_t kinds[GEN_VOCAB];
+    uint64_t rng = 7;
+    gen_vocab(bytes, lens, kinds, &rng);
+    struct sp_grammar_tokens *t = NULL;
+    CHECK(sp_grammar_tokens_init(&t, GEN_VOCAB, (const char *const *)bytes, lens, kinds) == SP_OK, "tokens: %s",
+          sp_error_message());
+    uint64_t whole = 0;
+    size_t n_schemas = sizeof fast_grammars / sizeof fast_grammars[0];
+    size_t n_gbnf = sizeof mask_grammars / sizeof mask_grammars[0];
+    for (size_t gi = 0; t && gi < n_schemas + n_gbnf; gi++) {
+        struct sp_grammar *g[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++) {
+            sp_status st = gi < n_schemas
+                               ? sp_grammar_compile_schema(&g[k], fast_grammars[gi], strlen(fast_grammars[gi]), 0)
+                               : sp_grammar_compile(&g[k], mask_grammars[gi - n_schemas],
+                                                    strlen(mask_grammars[gi - n_schemas]), NULL);
+            CHECK(st == SP_OK, "compile %zu: %s", gi, sp_error_message());
+            CHECK(st != SP_OK || sp_grammar_bind(g[k], t) == SP_OK, "bind %zu: %s", gi, sp_error_message());
+        }
+        if (g[0] && g[1]) {
+            sp_grammar_set_plain_walk(g[1], true);
+            char label[32];
+            snprintf(label, sizeof label, "fast walk %zu", gi);
+            compare_walks(g[0], g[1], label, &rng);
+            struct sp_grammar_stats s0, s1;
+            sp_grammar_stats(g[0], &s0);
+            sp_grammar_stats(g[1], &s1);
+            CHECK(s1.n_whole == 0, "%s: the plain walk took %llu subtrees whole", label,
+                  (unsigned long long)s1.n_whole);
+            whole += s0.n_whole;
+        }
+        sp_grammar_free(g[0]);
+        sp_grammar_free(g[1]);
+    }
+    CHECK(whole > 100, "the fast walk took only %llu subtrees whole", (unsigned long long)whole);
+    sp_grammar_tokens_free(t);
+    for (uint32_t i = 0; i < GEN_VOCAB; i++)
+        free(bytes[i]);
+}
+
 int main(void)
 {
     test_languages();
     test_errors();
     test_masks();
+    test_fast_walk();
     test_minimize();
     test_minimize_many_sets();
     test_lazy();
