@@ -94,6 +94,22 @@ ALWAYS_INLINE void p16_dots(const int nc, __m512i *isum, const __m512i *lo, cons
         }
 }
 
+/* acc[c] += d * y.d * (block b's dots with column c, started at the
+ * column's -16 * sum(qs), m16): the tiles whose 16 rows' values are
+ * stored + 16 (Q5_0, MXFP4) end each block so. */
+ALWAYS_INLINE void p16_offset_block(const int nc, __m512 *acc, const __m512i *lo, const __m512i *hi, __m512 d,
+                                    const uint8_t *a, size_t a_stride, int64_t b)
+{
+    __m512i isum[P16_COLS];
+    for (int c = 0; c < nc; c++)
+        isum[c] = _mm512_set1_epi32(((const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b)->m16);
+    p16_dots(nc, isum, lo, hi, a + (size_t)b * sizeof(struct sp_block_q8_p), a_stride);
+    for (int c = 0; c < nc; c++) {
+        const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
+    }
+}
+
 /* 16 rows (one group) x nc columns; s gets s[c * s_stride + r]. */
 ALWAYS_INLINE void q4_1_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a, size_t a_stride, float *s,
                                  size_t s_stride, const int nc, bool pf)
@@ -166,14 +182,7 @@ ALWAYS_INLINE void q5_0_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *a
             hi[j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hh);
         }
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wg + sp_p16_q5_0_d(nb, b))));
-        __m512i isum[P16_COLS];
-        for (int c = 0; c < nc; c++)
-            isum[c] = _mm512_set1_epi32(((const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b)->m16);
-        p16_dots(nc, isum, lo, hi, a + (size_t)b * sizeof(struct sp_block_q8_p), a_stride);
-        for (int c = 0; c < nc; c++) {
-            const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
-        }
+        p16_offset_block(nc, acc, lo, hi, d, a, a_stride, b);
     }
     for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
 }
@@ -209,14 +218,7 @@ ALWAYS_INLINE void mxfp4_p16_tile(int64_t nb, const uint8_t *wg, const uint8_t *
             hi[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
         }
         const __m512 d = p16_e8m0_half(wg + sp_p16_mxfp4_e(b));
-        __m512i isum[P16_COLS];
-        for (int c = 0; c < nc; c++)
-            isum[c] = _mm512_set1_epi32(((const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b)->m16);
-        p16_dots(nc, isum, lo, hi, a + (size_t)b * sizeof(struct sp_block_q8_p), a_stride);
-        for (int c = 0; c < nc; c++) {
-            const struct sp_block_q8_p *y = (const struct sp_block_q8_p *)(a + (size_t)c * a_stride) + b;
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(y->d)), acc[c]);
-        }
+        p16_offset_block(nc, acc, lo, hi, d, a, a_stride, b);
     }
     for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
 }
