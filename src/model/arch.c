@@ -111,12 +111,18 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "chatml",
     },
     {
-        .name = "granitehybrid", /* Granite 4.0-H (dense): Mamba-2 layers and a few attention layers */
+        .name = "granitehybrid", /* Granite 4.0-H: Mamba-2 layers and a few attention layers; Micro dense,
+                                    Tiny and Small with experts and a shared expert */
         .ffn_act = SP_FFN_SILU,
         .rope_neox = false,
         .linear = SP_MIXER_SSM,
         .kinds = SP_KINDS_KV_ZERO,
         .granite = true,
+        .moe = SP_MOE_OPTIONAL,
+        .moe_norm = true,
+        .shared_expert = true,
+        .shexp_ungated = true,
+        .shexp_keyed = true,
         .chat_format = "chatml",
     },
     {

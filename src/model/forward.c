@@ -611,7 +611,7 @@ static void sp_moe_sum_rows(const struct sp_moe_sum *j, long lo, long hi)
             for (int i = 0; i < E; i++)
                 acc[i] += w[k] * d[i];
         }
-        if (!j->m->arch->shared_expert) {
+        if (!hp->n_ff_shexp) {
             memcpy(o, acc, (size_t)E * sizeof *o);
             continue;
         }
@@ -761,7 +761,7 @@ static void sp_fwd_moe(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
     n = sp_moe_groups(L, hp, SP_EXP_DOWN, off, s->moe_act, sp_act_row_bytes(down), s->moe_d, (size_t)E, g);
     sp_matmul_grouped(pool, n, g);
 
-    if (m->arch->shared_expert) /* into s->tmp */
+    if (hp->n_ff_shexp) /* into s->tmp */
         sp_fwd_dense(job, pool, c, L, (int)hp->n_ff_shexp);
     struct sp_moe_sum sum = {m, s, L, T};
     if (T < 4)

@@ -359,7 +359,7 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
     }
     if (m->arch->mla)
         SP_T(L->exp_probs_b, "exp_probs_b.bias", X, 0, false);
-    if (m->arch->shared_expert) {
+    if (hp->n_ff_shexp) {
         int64_t S = hp->n_ff_shexp;
         if (!m->arch->shexp_ungated)
             SP_T(L->shexp_gate, "ffn_gate_inp_shexp.weight", E, 0, true);

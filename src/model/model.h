@@ -93,7 +93,7 @@ struct sp_arch {
     enum sp_router router;
     bool moe_norm;             /* renormalize the selected experts' weights to sum to 1 */
     bool moe_ff_key;           /* expert width from expert_feed_forward_length (else feed_forward_length) */
-    bool shared_expert;        /* ffn_*_shexp with a sigmoid gate ffn_gate_inp_shexp */
+    bool shared_expert;        /* ffn_*_shexp with a sigmoid gate ffn_gate_inp_shexp (hp.n_ff_shexp > 0) */
     enum sp_norm norm;
     bool post_ln;              /* the norm after each residual add (attn_output_norm, layer_output_norm)
                                   instead of before each block; no output_norm */
@@ -141,6 +141,8 @@ struct sp_arch {
                                   mixture-of-experts, the others dense (s = 0: all dense) */
     bool shexp_ungated;        /* the shared expert's output is added as is (no ffn_gate_inp_shexp); its
                                   width defaults to the experts' */
+    bool shexp_keyed;          /* a shared expert only where expert_shared_feed_forward_length is given and
+                                  > 0 (Granite 4.0-H: absent or 0, the experts alone) */
     bool moe_weight_in;        /* each selected expert reads its input times its router weight; the
                                   outputs add unweighted (Llama 4) */
     bool nope_temp;            /* the NoPE layers' queries times Llama 4's temperature 1 + 0.1 ln(floor((pos
@@ -205,7 +207,7 @@ struct sp_hparams {
     float attn_temp_offset;
     uint32_t n_moe_step;       /* moe_interleave families: every n_moe_step-th layer has experts (0: none) */
     float attn_softcap, final_softcap; /* 0 = none */
-    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense */
+    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* 0 = dense; n_ff_shexp 0: no shared expert */
     uint32_t pooling;          /* pooling_type as stored (llama.cpp's values: 0 none, 1 mean, 2 cls,
                                   3 last; absent: 0); the embed room interprets it */
     /* Mamba-2 layers (ssm.*): convolution taps, inner width (heads x head

@@ -154,7 +154,7 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("%u experts (%u used, %s router%s, width %u)%s", hp->n_expert, hp->n_expert_used,
              hp->router == SP_ROUTER_SOFTMAX ? "softmax" : hp->router == SP_ROUTER_SIGMOID ? "sigmoid"
              : "top-k softmax", hp->moe_norm ? ", weights renormalized" : "",
-             hp->n_ff_exp, ar->shared_expert ? " + shared expert" : ar->moe_dense ? " beside the dense feed-forward" : "");
+             hp->n_ff_exp, hp->n_ff_shexp ? " + shared expert" : ar->moe_dense ? " beside the dense feed-forward" : "");
     if (hp->n_expert && ar->moe_dense)
         SP_F("expert output scales, router input scale");
     if (hp->n_group)

@@ -200,11 +200,11 @@ static sp_status sp_model_expert_keys(struct sp_model *m)
     if (ar->moe_ff_key && (st = sp_hp_u32(m, "expert_feed_forward_length", false, &hp->n_ff_exp)))
         return st;
     if (ar->shared_expert) {
-        hp->n_ff_shexp = ar->shexp_ungated ? hp->n_ff_exp : hp->n_ff;
+        hp->n_ff_shexp = ar->shexp_keyed ? 0 : ar->shexp_ungated ? hp->n_ff_exp : hp->n_ff;
         if ((st = sp_hp_u32(m, "expert_shared_feed_forward_length", false, &hp->n_ff_shexp)))
             return st;
     }
-    if (hp->n_ff_exp == 0 || (ar->shared_expert && hp->n_ff_shexp == 0))
+    if (hp->n_ff_exp == 0 || (ar->shared_expert && !ar->shexp_keyed && hp->n_ff_shexp == 0))
         return sp_error_set(SP_ERR_FORMAT, "key '%s.expert_%sfeed_forward_length': 0, expected > 0", a,
                             hp->n_ff_exp ? "shared_" : "");
     return SP_OK;

@@ -122,6 +122,14 @@ FAMILIES = {
     "granitehybrid": dict(arch="granitehybrid", vocab="gpt-2", n_embd=256, n_layer=3, n_head=4, n_head_kv=2,
                           head_dim=64, n_ff=512, ctx=4096, tied=False, ssm=(4, 512, 64, 2, 64), attn_layers=(1,),
                           scales=(0.5, 0.75, 0.125, 4.0), seed=1102),
+    # granitehybrid-moe (Granite 4.0-H Tiny / Small): the same layers with
+    # a mixture of experts in place of each dense feed-forward: 8 experts
+    # of feed_forward_length (2 used, softmax router, weights renormalized)
+    # and a shared expert without gate (expert_shared_feed_forward_length),
+    # attention on layer 2, the output head tied to the embeddings
+    "granitehybrid-moe": dict(arch="granitehybrid", vocab="gpt-2", n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
+                              head_dim=64, n_ff=256, ctx=4096, tied=True, ssm=(4, 512, 64, 2, 64), attn_layers=(2,),
+                              scales=(2.0, 0.5, 0.0625, 3.0), experts=(8, 2, None), shared_ff=512, seed=1114),
     # nemotron_h (Nemotron-H, dense): layers "M-M*-": Mamba-2 (M), a
     # ReLU^2 feed-forward alone (-), attention without RoPE (*), each one
     # block with its norm and residual; kinds from head_count_kv and
@@ -263,6 +271,15 @@ BENCH = {
     "olmoe-1b-7b": dict(arch="olmoe", vocab="gpt-2", pre="olmo", pad_vocab=50304, n_embd=2048, n_layer=16,
                         n_head=16, n_head_kv=16, head_dim=128, n_ff=1024, ctx=4096, rope_base=10000.0, tied=False,
                         qk_norm="full", experts=(64, 8, None)),
+    # Granite-4.0-H-Tiny's shape: 40 layers, attention (12 x 128, 4 KV
+    # heads, no RoPE) on layers 5, 15, 25 and 35 (its config's layer_types),
+    # Mamba-2 on the others (48 heads of 64, state 128, 1 group, 4 taps),
+    # 64 experts of 512 (6 used) and a shared expert of 1024 on every layer,
+    # the head tied to the embeddings, 100352 tokens, its multipliers
+    "granite4-tiny": dict(arch="granitehybrid", vocab="gpt-2", pad_vocab=100352, n_embd=1536, n_layer=40, n_head=12,
+                          n_head_kv=4, head_dim=128, n_ff=512, ctx=1 << 20, tied=True, ssm=(4, 3072, 128, 1, 64),
+                          attn_layers=(5, 15, 25, 35), scales=(12.0, 0.22, 0.0078125, 6.0), experts=(64, 6, None),
+                          shared_ff=1024, seed=2100),
 }
 
 
@@ -456,11 +473,16 @@ class Builder:
 
     def build_granitehybrid(self, vocab_kv, n_vocab):
         """Granite 4.0-H as its converter writes it: head_count_kv per layer
-        (0: a Mamba-2 layer), the ssm.* keys, Granite's scales, RoPE off."""
+        (0: a Mamba-2 layer), the ssm.* keys, Granite's scales, RoPE off;
+        with experts (Tiny, Small) expert_count, expert_used_count and
+        expert_shared_feed_forward_length, each layer's router, its experts'
+        gate and up (the converter splits input_linear in two), down, and
+        the shared expert's gate, up and down (shared_mlp)."""
         s = self.s
         E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
         dc, di, ds, ng, hd = s["ssm"]
         embd, resid, attn, logit = s["scales"]
+        n_exp, n_used, _ = s.get("experts", (0, 0, None))
         self.key("context_length", s["ctx"], VT.UINT32)
         self.key("embedding_length", E, VT.UINT32)
         self.key("block_count", L, VT.UINT32)
@@ -479,6 +501,11 @@ class Builder:
         self.key("ssm.state_size", ds, VT.UINT32)
         self.key("ssm.time_step_rank", di // hd, VT.UINT32)
         self.key("ssm.group_count", ng, VT.UINT32)
+        if n_exp:
+            self.key("expert_count", n_exp, VT.UINT32)
+            self.key("expert_used_count", n_used, VT.UINT32)
+            if s.get("shared_ff"):
+                self.key("expert_shared_feed_forward_length", s["shared_ff"], VT.UINT32)
         self.kv += [tuple(x) for x in vocab_kv]
         self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="mat" if s["tied"] else "lookup")
         self.vec("output_norm.weight", E)
@@ -495,9 +522,20 @@ class Builder:
             else:
                 self.mamba2_layer(p)
             self.vec(p + "ffn_norm.weight", E)
-            self.mat(p + "ffn_gate.weight", F, E)
-            self.mat(p + "ffn_up.weight", F, E)
-            self.mat(p + "ffn_down.weight", E, F)
+            if not n_exp:
+                self.mat(p + "ffn_gate.weight", F, E)
+                self.mat(p + "ffn_up.weight", F, E)
+                self.mat(p + "ffn_down.weight", E, F)
+                continue
+            self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=2.0, kind="f32")
+            self.mat(p + "ffn_gate_exps.weight", n_exp, F, E, kind="exps")
+            self.mat(p + "ffn_up_exps.weight", n_exp, F, E, kind="exps")
+            self.mat(p + "ffn_down_exps.weight", n_exp, E, F, kind="exps")
+            if s.get("shared_ff"):
+                sf = s["shared_ff"]
+                self.mat(p + "ffn_gate_shexp.weight", sf, E)
+                self.mat(p + "ffn_up_shexp.weight", sf, E)
+                self.mat(p + "ffn_down_shexp.weight", E, sf)
 
     def build_nemotron_h(self, vocab_kv, n_vocab):
         """Nemotron-H as its converter writes it: feed_forward_length and
@@ -990,7 +1028,9 @@ def is_linear(name):
 def build_family(name, out_dir, types=None):
     """Writes the family's copies NAME-TYPE.gguf."""
     if name in BENCH:
-        b = Builder(name, BENCH[name], seed=2000 + sorted(BENCH).index(name))
+        spec = BENCH[name]
+        seed = spec.get("seed") or 2000 + sorted(n for n in BENCH if "seed" not in BENCH[n]).index(name)
+        b = Builder(name, spec, seed=seed)
     else:
         spec = FAMILIES[name]
         seed = spec.get("seed") or 1000 + sorted(n for n in FAMILIES if "seed" not in FAMILIES[n]).index(name)

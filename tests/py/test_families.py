@@ -193,6 +193,9 @@ FEATURES = {
     "lfm2": ["gated short convolutions on 3 of 4 layers (3 taps)", "QK-norm (per head)", "RoPE halves (NEOX)"],
     "granitehybrid": ["Mamba-2 on 2 of 3 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
                       "no position encoding in attention (NoPE)", "scales: embeddings 0.5, residuals 0.75, logits 1/4"],
+    "granitehybrid-moe": ["Mamba-2 on 3 of 4 layers (8 heads x 64, state 64, 2 groups, convolution 4)",
+                          "no position encoding in attention (NoPE)", "scales: embeddings 2, residuals 0.5, logits 1/3",
+                          "8 experts (2 used, softmax router, weights renormalized, width 256) + shared expert"],
     "qwen35": ["gated delta rule on 3 of 4 layers (4 value heads x 64, 2 key heads, convolution 4)",
                "gated attention (sigmoid)", "QK-norm (per head)", "RoPE halves (NEOX)"],
     "qwen35moe": ["gated delta rule on 3 of 4 layers (4 value heads x 64, 2 key heads, convolution 4)",
@@ -314,7 +317,8 @@ def test_all_local_layers_ring_matches_full_cache(run_spindle):
 
 
 @pytest.mark.parametrize("fam,qtype", [("qwen2moe", "q4_k"), ("mixtral", "q4_k"), ("llama4", "q4_k"),
-                                      ("gpt-oss", "mxfp4"), ("gemma4-moe", "q4_k"), ("deepseek2", "q4_k")])
+                                      ("gpt-oss", "mxfp4"), ("gemma4-moe", "q4_k"), ("deepseek2", "q4_k"),
+                                      ("granitehybrid-moe", "q4_k")])
 def test_experts_batch_invariant(fam, qtype, run_spindle):
     """A token's logits do not depend on what else is in the batch, though
     the batch's rows are grouped by expert: the last position of each prefix,

@@ -217,7 +217,9 @@ REFUSALS = [
      "3 values, expected one or 4 (one per layer)"),
     ("granitehybrid", lambda b: (b.key("expert_count", 4, families.VT.UINT32),
                                  b.key("expert_used_count", 2, families.VT.UINT32)),
-     "has no mixture-of-experts layers"),
+     "tensor 'blk.0.ffn_gate_inp.weight': missing"),
+    ("granitehybrid-moe", lambda b: _set_key(b, "expert_used_count", 9),
+     "expert_used_count': 9, expected 1..8 (expert_count)"),
     ("qwen3next", lambda b: b.mat("blk.0.ssm_in.weight", 2 * 128 + 2 * 256, 256),
      "blk.0.ssm_in.weight': a fused q/k/v/z projection is not supported"),
     ("qwen35moe", lambda b: _set_key(b, "expert_count", 0), "expert_count': 0, but expert_used_count is 2"),
@@ -228,6 +230,66 @@ REFUSALS = [
 def test_malformed_files_are_refused(fam, edit, expect, run_spindle, tmp_path):
     r = run_spindle("info", "-m", _variant(tmp_path, fam, edit))
     assert r.returncode == 2 and expect in r.stderr, r.stderr
+
+
+def _logits(run_spindle, path):
+    ids = " ".join(str(3 + (i * 4507) % 30000) for i in range(40))
+    r = run_spindle("logits", "-m", path, "--ids", ids, "--from", 0, "--top", 8)
+    assert r.returncode == 0, r.stderr
+    return r.json()["steps"]
+
+
+def test_granitehybrid_dense_with_the_converters_expert_keys(run_spindle, tmp_path):
+    """Granite 4.0-H Micro as llama.cpp's converter writes it: expert_count 0,
+    expert_used_count 0 and expert_shared_feed_forward_length beside the
+    dense feed-forward; the keys change nothing (the model stays dense, as
+    in llama.cpp): the logits of the file without them, bit for bit."""
+    def keys(b):
+        b.key("expert_count", 0, families.VT.UINT32)
+        b.key("expert_used_count", 0, families.VT.UINT32)
+        b.key("expert_shared_feed_forward_length", 512, families.VT.UINT32)
+    path = _variant(tmp_path, "granitehybrid", keys)
+    r = run_spindle("info", "-m", path)
+    assert r.returncode == 0 and "experts" not in r.stdout, r.stderr + r.stdout
+    plain = tmp_path / "plain.gguf"
+    b = families.Builder("granitehybrid", dict(families.FAMILIES["granitehybrid"]), seed=7)
+    b.build()
+    b.write(str(plain), "q8_0")
+    assert _logits(run_spindle, path) == _logits(run_spindle, str(plain))
+
+
+def test_granitehybrid_experts_without_a_shared_expert(run_spindle, tmp_path):
+    """Without expert_shared_feed_forward_length (or with 0) a Granite
+    4.0-H file's experts run alone, with no ffn_*_shexp tensors: the logits
+    of the same weights whose shared expert's down projection is zero, bit
+    for bit (every other tensor drawn alike)."""
+    shexp = ("ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight")
+
+    def zero_down(b):
+        b.tensors = [(n, shape, kind, (lambda mk: lambda rng: mk(rng) * 0)(mk) if n.endswith(shexp[2]) else mk)
+                     for n, shape, kind, mk in b.tensors]
+
+    def drop(b):  # the dropped tensors' values are still drawn, before the next tensor's
+        out, pending = [], []
+        for n, shape, kind, mk in b.tensors:
+            if n.endswith(shexp):
+                pending.append(mk)
+                continue
+            if pending:
+                mk = (lambda mk, before: lambda rng: [p(rng) for p in before] and mk(rng))(mk, pending)
+                pending = []
+            out.append((n, shape, kind, mk))
+        b.tensors = out
+        b.kv = [kv for kv in b.kv if not kv[0].endswith(".expert_shared_feed_forward_length")]
+
+    alone = _variant(tmp_path, "granitehybrid-moe", drop)
+    os.replace(alone, tmp_path / "alone.gguf")
+    zeroed = _variant(tmp_path, "granitehybrid-moe", zero_down)
+    r = run_spindle("info", "-m", tmp_path / "alone.gguf")
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("features:"))
+    assert "8 experts (2 used" in line and "shared expert" not in line, line
+    assert _logits(run_spindle, str(tmp_path / "alone.gguf")) == _logits(run_spindle, str(zeroed))
 
 
 def test_lfm2_sliding_window_applies_to_its_attention_layers(run_spindle, tmp_path):

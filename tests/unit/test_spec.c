@@ -573,8 +573,8 @@ int main(void)
         return sp_check_report("test_spec");
     test_rollback(smol_path, 29);
     test_rollback(gemma_path, 600);
-    static const char *const linear[] = {"mamba2", "lfm2", "granitehybrid", "nemotron_h", "qwen35", "qwen35moe",
-                                         "qwen3next"};
+    static const char *const linear[] = {"mamba2", "lfm2", "granitehybrid", "granitehybrid-moe", "nemotron_h",
+                                         "qwen35", "qwen35moe", "qwen3next"};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char *fam = family(linear[i]);
         if (fam)
