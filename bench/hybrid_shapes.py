@@ -47,7 +47,7 @@ def main():
         b = families.Builder(name, SHAPES[name], seed=SHAPES[name]["seed"])
         b.build()
         path = os.path.join(args.out, name + "-q4_k.gguf")
-        b.write(path + ".tmp", "q4_k", False)
+        b.write(path + ".tmp", "q4_k")
         os.replace(path + ".tmp", path)
         print(path)
 
