@@ -9,7 +9,8 @@
  * subset lacks, long lengths), and narrower where that keeps it small
  * (no property beyond those listed unless additionalProperties,
  * patternProperties or minProperties asks for more; extra properties come
- * after the listed ones; numbers of at most 16 digits).
+ * where the object may end: among the listed ones after the last required
+ * one; numbers of at most 16 digits).
  *
  * Objects hold their properties in the schema's `properties` order, each
  * optional one skippable where it stands: a chain of rules, one per
@@ -949,13 +950,24 @@ static size_t gen_props(struct sc *c, const json_t *s, struct prop **props)
 /* An object: "{" W A W "}" where A, "the properties", is one of
  *   kv_i b_{i+1}  for each i up to the first required property r (the
  *                 first one written is i: those before it are skipped),
- *   extra b_n, or nothing, when no property is required;
+ *   X E b_0       when unlisted properties may appear and no property is
+ *                 required (unlisted ones first),
+ *   nothing       when no property is required;
  * and b_i, "the properties from i on, after something was written", is
  *   ( W "," W kv_i )? b_{i+1}  (optional i)   W "," W kv_i b_{i+1}  (required i)
- *   ( W "," W extra )*  (i = n).
- * b_1 .. b_L (L = min(r + 1, n)) are rules, b_L spelling the rest of the
- * chain; with a required first property b_1 is spelled inside A.  kv_i is
- * a rule where it is named twice (1 <= i <= r). */
+ *   ""  (i = n).
+ * X is one unlisted property (gen_extra) and E, "more of them", is
+ * ( W "," W X )*: with unlisted properties allowed, E follows every kv_i
+ * from the last required property on, so they stand in any gap where the
+ * object may end (all of them when nothing is required).  Not before a
+ * required one: a model writing unlisted keys could write them forever
+ * where "}" is not yet allowed.  An unlisted key is none of the listed
+ * names (the key's trie), so a listed property is written only in its
+ * place.  b_1 .. b_L (L = min(r + 1, n))
+ * are rules, b_L spelling the rest of the chain; with a required first
+ * property and no unlisted ones b_1 is spelled inside A.  kv_i is a rule
+ * where it is named twice.  A map (no property listed) is X E with E's
+ * count bounded by minProperties/maxProperties. */
 static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
 {
     struct prop *props = NULL;
@@ -970,13 +982,6 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
     while (r < n && !props[r].required)
         r++;
     size_t last = r + 1 < n ? r + 1 : n;
-    for (size_t i = 1; i <= r && i < n; i++) { /* kv_i named twice */
-        char kvn[64];
-        snprintf(kvn, sizeof kvn, "%s-kv%zu", name, i);
-        emit_rule(c, kvn, &props[i].kv);
-        props[i].kv.n = 0;
-        sp_gstr_add(&props[i].kv, kvn);
-    }
     /* a map (no property listed): its size bounds the extras */
     long long mn = n ? 0 : count(s, "minProperties", 0), mx = n ? -1 : count(s, "maxProperties", -1);
     if (mx >= 0 && mn > mx) {
@@ -986,12 +991,40 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
     grammar_counts(&mn, &mx);
     if (mx == 0)
         more = false;
-    if (more && mx > 0)
-        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,%lld}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0, mx - 1);
-    else if (more)
-        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0);
-    else
+    bool gaps = more && n > 0; /* unlisted properties in the gaps where the object may end */
+    size_t rl = n; /* the last required property (n: none) */
+    for (size_t i = 0; i < n; i++)
+        if (props[i].required)
+            rl = i;
+    if (gaps) {
+        char xn[64];
+        snprintf(xn, sizeof xn, "%s-x", name);
+        emit_rule(c, xn, &extra);
+        extra.n = 0;
+        sp_gstr_add(&extra, xn);
+        sp_gstr_addf(&tail, "(%s\",\"%s%s )*", c->w, c->w, xn);
+        snprintf(xn, sizeof xn, "%s-e", name);
+        emit_rule(c, xn, &tail);
+        for (size_t i = rl < n ? rl : 0; i < n; i++)
+            sp_gstr_addf(&props[i].kv, " %s", xn);
+        tail.n = 0;
         sp_gstr_add(&tail, "\"\"");
+    } else if (more && mx > 0) {
+        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,%lld}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0, mx - 1);
+    } else if (more) {
+        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0);
+    } else {
+        sp_gstr_add(&tail, "\"\"");
+    }
+    bool lead = gaps && rl == n; /* unlisted properties first: X E b_0 */
+    for (size_t i = lead ? 0 : 1; i <= r && i < n; i++) { /* kv_i named twice */
+        char kvn[64];
+        snprintf(kvn, sizeof kvn, "%s-kv%zu", name, i);
+        emit_rule(c, kvn, &props[i].kv);
+        props[i].kv.n = 0;
+        sp_gstr_add(&props[i].kv, kvn);
+    }
+    bool inline_b1 = r == 0 && !lead;
     for (size_t j = last; j >= 1; j--) {
         struct sp_gstr b = {0};
         for (size_t i = j; i < (j == last ? n : j + 1); i++)
@@ -1000,7 +1033,7 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
             sp_gstr_addn(&b, tail.p, tail.n);
         else
             sp_gstr_addf(&b, "%s-b%zu", name, j + 1);
-        if (r == 0) { /* b_1, named once */
+        if (inline_b1) { /* b_1, named once */
             inl = b;
             break;
         }
@@ -1014,14 +1047,17 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
         if (i)
             sp_gstr_add(&body, " | ");
         sp_gstr_addn(&body, props[i].kv.p, props[i].kv.n);
-        if (r == 0)
+        if (inline_b1)
             sp_gstr_addf(&body, " %s", inl.p);
         else
             sp_gstr_addf(&body, " %s-b%zu", name, i + 1);
     }
+    if (lead)
+        sp_gstr_addf(&body, " | %s %s-e %s%s\",\"%s%s%s %s-b1", extra.p, name, props[0].required ? "" : "(",
+                     c->w, c->w, props[0].kv.p, props[0].required ? "" : " )?", name);
     if (r == n) { /* nothing required: extras first, or nothing at all */
-        if (more)
-            sp_gstr_addf(&body, "%s( %s ) %s", n ? " | " : "", extra.p, tail.p);
+        if (more && !gaps)
+            sp_gstr_addf(&body, "( %s ) %s", extra.p, tail.p);
         if (!more || n || mn == 0)
             sp_gstr_add(&body, n || more ? " | \"\"" : "\"\"");
     }

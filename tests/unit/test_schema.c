@@ -38,7 +38,7 @@ static const struct scase cases[] = {
      "\"required\":[\"a\"],\"additionalProperties\":false}",
      {"{\"a\":1}"}, {"{ \"a\" : 1 }"}, {"{\"a\":\"x\"}", "{}", "{\"a\":1,\"b\":2}"}, {"{}", "{\"b\":1}"}, true},
     /* properties the schema does not list: any key but the listed ones, any
-     * value, after the listed ones (before them only when none is required) */
+     * value, after the required ones */
     {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}},"
      "\"required\":[\"name\"]}",
      {"{\"name\":\"x\",\"labels\":{\"a\":[1,null]}}", "{\"name\":\"x\",\"age\":3,\"nam\":1,\"namex\":true,\"\":0}",
@@ -51,6 +51,37 @@ static const struct scase cases[] = {
     {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"ab\":{\"type\":\"null\"}}}",
      {"{\"b\":\"x\"}", "{\"a\":1,\"b\":2}", "{}", "{\"abc\":1,\"\":2}", "{\"ab\":null,\"aa\":{}}"},
      {"{\"b\":1,\"a\":2}"}, {"{\"a\":\"x\"}", "{\"ab\":1}"}, {"{\"a\":\"x\"}", "{\"ab\":1}", "{\"b\":1,\"a\":\"x\"}"}, false},
+    /* unlisted keys first, between and last where the object may end:
+     * anywhere when nothing is required, else once the last required
+     * property is written (so that a model writing unlisted keys can always
+     * close the object instead); the listed ones keep their order, and one is
+     * never written twice nor as an unlisted key (the unlisted keys' trie
+     * excludes the listed names) */
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}}}",
+     {"{\"x\":1,\"a\":2,\"b\":\"s\"}", "{\"a\":2,\"x\":[1],\"y\":{},\"b\":\"s\"}", "{\"a\":2,\"b\":\"s\",\"x\":null}",
+      "{\"x\":1,\"b\":\"s\",\"z\":3}", "{\"ab\":1,\"a\":2,\"bb\":3,\"b\":\"s\",\"\":4}", "{\"x\":1}"},
+     {"{\"b\":\"s\",\"a\":1}"},
+     {"{\"a\":1,\"a\":2,\"b\":\"s\"}", "{\"x\":1,\"b\":\"s\",\"a\":\"t\"}", "{\"a\":\"t\"}"},
+     {"{\"a\":1,\"b\":\"s\",\"a\":2}", "{\"x\":1,\"b\":\"s\",\"b\":\"t\"}", "{\"b\":\"s\",\"x\":1,\"a\":2}",
+      "{\"x\":1,\"a\":\"s\",\"b\":\"s\"}", "{\"a\":1,\"x\":2,\"a\":3}", "{\"b\":\"s\",\"a\":1}"},
+     false},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"},"
+     "\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}",
+     {"{\"a\":1,\"b\":\"s\",\"x\":2,\"c\":true,\"y\":3}", "{\"b\":\"s\",\"x\":2,\"c\":true}", "{\"b\":\"s\",\"x\":2}",
+      "{\"a\":1,\"b\":\"s\",\"c\":false,\"z\":{}}"},
+     {"{\"x\":1,\"b\":\"s\"}", "{\"a\":1,\"x\":2,\"b\":\"s\"}"},
+     {"{\"b\":\"s\",\"c\":true,\"c\":false}", "{\"x\":1}", "{\"b\":\"s\",\"x\":1,\"c\":1}"},
+     {"{\"x\":1,\"b\":\"s\"}", "{\"a\":1,\"x\":2,\"b\":\"s\"}", "{\"b\":\"s\",\"c\":true,\"c\":false}",
+      "{\"b\":\"s\",\"x\":1,\"a\":1}", "{\"b\":\"s\",\"c\":true,\"b\":\"t\"}", "{\"b\":\"s\",\"x\":1,\"c\":1}"},
+     false},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"null\"}},"
+     "\"additionalProperties\":{\"type\":\"boolean\"}}",
+     {"{\"x\":true,\"a\":1}", "{\"x\":true,\"a\":1,\"y\":false,\"b\":null,\"z\":true}", "{\"a\":1,\"x\":true}"},
+     {NULL},
+     {"{\"x\":1,\"a\":1}", "{\"a\":true}", "{\"a\":1,\"x\":null}"},
+     {"{\"x\":1,\"a\":1}", "{\"a\":true}", "{\"x\":true,\"a\":1,\"a\":2}", "{\"a\":true,\"a\":1}",
+      "{\"b\":null,\"x\":true,\"a\":1}", "{\"a\":1,\"x\":null}"},
+     true},
     /* unknown format: an annotation */
     {"{\"type\":\"string\",\"format\":\"phone-number\",\"maxLength\":3}", {"\"abc\""}, {"\"+1\""}, {"\"abcd\""},
      {"\"abcd\""}, true},
@@ -127,7 +158,9 @@ static const struct scase cases[] = {
      {"{\"x-ab\":1}", "{}"}, {NULL}, {"{\"x-ab\":\"s\"}", "{\"y\":1}"}, {"{\"y\":1}", "{\"x-ab\":\"s\"}"}, true},
     {"{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},\"patternProperties\":"
      "{\"^n\":{\"type\":\"string\"}},\"additionalProperties\":{\"type\":\"boolean\"}}",
-     {"{\"id\":1,\"name\":\"x\",\"ok\":true}"}, {NULL}, {"{\"name\":1}", "{\"ok\":1}"}, {NULL}, false},
+     {"{\"id\":1,\"name\":\"x\",\"ok\":true}", "{\"name\":\"x\",\"id\":1}", "{\"ok\":true,\"id\":1,\"no\":\"y\"}"},
+     {NULL}, {"{\"name\":1}", "{\"ok\":1}", "{\"ok\":true,\"id\":\"s\"}"}, {"{\"ok\":1,\"id\":1}", "{\"ok\":true,\"id\":\"s\"}"},
+     false},
     {"{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]+$\",\"maxLength\":3}}",
      {"{\"abc\":1}"}, {NULL}, {"{\"ABC\":1}", "{\"abcd\":1}"}, {"{\"ABC\":1}"}, false},
     /* ---- if / then / else ---- */
@@ -165,9 +198,10 @@ static const struct scase cases[] = {
      {"\"-bad.com\"", "\"a..b\""}, {"\"-bad.com\""}, true},
     {"{\"type\":\"string\",\"format\":\"uri\"}", {"\"https://example.com/a?b=1#c\"", "\"urn:isbn:0451450523\""}, {NULL},
      {"\"no scheme\"", "\"http://a b\"", "\"/relative\""}, {"\"/relative\""}, true},
-    /* MaskBench's MCP set: "http://example.com/resource/{" is no URI template */
+    /* MaskBench's MCP set: "http://example.com/resource/{" is no URI template;
+     * "{,}" is an operator without a variable */
     {"{\"type\":\"string\",\"format\":\"uri-template\"}", {"\"http://x/{id}\"", "\"/a{?q,r*}\"", "\"plain\"", "\"\""},
-     {NULL}, {"\"http://x/{\"", "\"a b\"", "\"{}\"", "\"{a{b}}\"", "\"a}\""},
+     {NULL}, {"\"http://x/{\"", "\"a b\"", "\"{}\"", "\"{a{b}}\"", "\"a}\"", "\"{,}\""},
      {"\"http://x/{\"", "\"a b\"", "\"{}\""}, true},
     /* a relative reference has no ":" in its first segment (MaskBench: "://" was accepted) */
     {"{\"type\":\"string\",\"format\":\"uri-reference\"}", {"\"../a?b\"", "\"\"", "\"a/b:c\"", "\"x:y\"", "\"?q:1\""},
@@ -467,7 +501,7 @@ static void test_counts(void)
 
 /* Closed objects (SP_SCHEMA_CLOSED, the server's strict json_schema and
  * tool calls): only the listed properties, unless the schema asks for more;
- * the same schema left open takes any other key after them. */
+ * the same schema left open takes any other key after the required ones. */
 static void test_closed(void)
 {
     const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
@@ -476,7 +510,7 @@ static void test_closed(void)
     sp_status st = sp_grammar_compile_schema(&closed, s, strlen(s), SP_SCHEMA_CLOSED);
     CHECK(st == SP_OK && closed, "closed: %s", sp_error_message());
     if (open && closed) {
-        const char *extra[] = {"{\"a\":1,\"x\":2}", "{\"a\":1,\"b\":{\"c\":null,\"d\":[]}}", "{\"a\":1,\"b\":{\"d\":1}}"};
+        const char *extra[] = {"{\"a\":1,\"x\":2}", "{\"a\":1,\"x\":2,\"b\":{\"c\":null}}", "{\"a\":1,\"b\":{\"c\":null,\"d\":[]}}", "{\"a\":1,\"b\":{\"d\":1}}"};
         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
             CHECK(grammar_accepts(open, extra[i]), "open accepts %s", extra[i]);
             CHECK(!grammar_accepts(closed, extra[i]), "closed refuses %s", extra[i]);
