@@ -43,15 +43,21 @@
 #define MAX_NEST 64
 #define MAX_RULES 20000
 #define MAX_BOUND 1000000000000000LL /* integer bounds: 16 digits at most */
-/* Lengths and item counts up to this are spelled out by the grammar (a
- * copy of the item, or of a character's automaton, per position); larger
- * maxima are left to the validator and larger minima are enforced up to
- * this. */
+/* Lengths and counts of items or properties up to this are spelled out by
+ * the grammar (a copy of the item, or of a character's automaton, per
+ * position); larger maxima are left to the validator and larger minima are
+ * enforced up to this. */
 #define MAX_COUNT_GRAMMAR 256
 /* String positions spelled out in one schema (each about 14 automaton
- * states, and a walk of the vocabulary when bound); lengths past this
- * budget are the validator's. */
+ * states, and a walk of the vocabulary when bound) ... */
 #define MAX_SPELLED_CHARS 2048
+/* ... and copies of an array's item or an object's unlisted property (a
+ * call of the item's rule, a few states, or a copy of a small one: an
+ * integer is about 18).  Counts past these
+ * budgets are the validator's: a maximum is dropped, a minimum enforced as
+ * far as the budget goes, so no count makes a schema's automaton grow past
+ * a few tens of thousands of states. */
+#define MAX_SPELLED_ITEMS 1024
 
 /* ---- growable strings ---- */
 
@@ -178,6 +184,7 @@ struct sc {
     int depth;
     bool closed;     /* SP_SCHEMA_CLOSED */
     uint32_t spelled; /* string positions spelled so far (MAX_SPELLED_CHARS) */
+    uint32_t copies;  /* item and property copies spelled so far (MAX_SPELLED_ITEMS) */
     json_t *owned;   /* merged schemas made here, kept alive until the end */
 };
 
@@ -484,14 +491,24 @@ static long long count(const json_t *s, const char *k, long long none)
     return json_is_integer(v) ? (long long)json_integer_value(v) : none;
 }
 
-/* The grammar's share of a count range: minima up to MAX_COUNT_GRAMMAR,
- * maxima only when within it (-1: none). */
-static void grammar_counts(long long *mn, long long *mx)
+/* The grammar's share of a count range mn..mx (mx < 0: none), one copy
+ * spelled per position, charged to *used of a budget of cap: the range
+ * exactly when its maximum is within MAX_COUNT_GRAMMAR and the budget;
+ * else no maximum and the minimum as far as both go.  The validator checks
+ * the whole range. */
+static void grammar_counts(long long *mn, long long *mx, uint32_t *used, uint32_t cap)
 {
+    long long left = *used < cap ? (long long)(cap - *used) : 0;
+    if (*mx >= 0 && *mx <= MAX_COUNT_GRAMMAR && *mx <= left) {
+        *used += (uint32_t)*mx;
+        return;
+    }
+    *mx = -1;
     if (*mn > MAX_COUNT_GRAMMAR)
         *mn = MAX_COUNT_GRAMMAR;
-    if (*mx > MAX_COUNT_GRAMMAR)
-        *mx = -1;
+    if (*mn > left)
+        *mn = left;
+    *used += (uint32_t)*mn;
 }
 
 /* ---- types ---- */
@@ -520,14 +537,7 @@ static void gen_string(struct sc *c, const json_t *s, struct sp_gstr *o)
         if (!why || rx.failed)
             return;
     }
-    grammar_counts(&mn, &mx);
-    long long spell = mx >= 0 ? mx : mn;
-    if (c->spelled + spell > MAX_SPELLED_CHARS) { /* over the budget: the validator's */
-        mn = 0;
-        mx = -1;
-        spell = 0;
-    }
-    c->spelled += (uint32_t)spell;
+    grammar_counts(&mn, &mx, &c->spelled, MAX_SPELLED_CHARS);
     if (mn == 0 && mx < 0)
         sp_gstr_add(o, "json-string");
     else if (mx < 0)
@@ -644,7 +654,7 @@ static void gen_array(struct sc *c, const json_t *s, struct sp_gstr *o)
         gen(c, items, &item);
         sp_jpath_pop(&c->path, old);
     }
-    grammar_counts(&mn, &mx);
+    grammar_counts(&mn, &mx, &c->copies, MAX_SPELLED_ITEMS);
     sp_gstr_addf(&body, "\"[\"%s", c->w);
     /* prefix items: the first min(mn, k) required, then each optional */
     size_t open = 0;
@@ -988,7 +998,7 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
         fail(c, "unsatisfiable schema: minProperties %lld > maxProperties %lld", mn, mx);
         goto done;
     }
-    grammar_counts(&mn, &mx);
+    grammar_counts(&mn, &mx, &c->copies, MAX_SPELLED_ITEMS);
     if (mx == 0)
         more = false;
     bool gaps = more && n > 0; /* unlisted properties in the gaps where the object may end */
@@ -996,12 +1006,14 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
     for (size_t i = 0; i < n; i++)
         if (props[i].required)
             rl = i;
-    if (gaps) {
-        char xn[64];
+    char xn[64];
+    if (more) { /* X, a rule: named in several places, its copies call it */
         snprintf(xn, sizeof xn, "%s-x", name);
         emit_rule(c, xn, &extra);
         extra.n = 0;
         sp_gstr_add(&extra, xn);
+    }
+    if (gaps) {
         sp_gstr_addf(&tail, "(%s\",\"%s%s )*", c->w, c->w, xn);
         snprintf(xn, sizeof xn, "%s-e", name);
         emit_rule(c, xn, &tail);
@@ -1010,9 +1022,9 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
         tail.n = 0;
         sp_gstr_add(&tail, "\"\"");
     } else if (more && mx > 0) {
-        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,%lld}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0, mx - 1);
+        sp_gstr_addf(&tail, "(%s\",\"%s%s ){%lld,%lld}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0, mx - 1);
     } else if (more) {
-        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0);
+        sp_gstr_addf(&tail, "(%s\",\"%s%s ){%lld,}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0);
     } else {
         sp_gstr_add(&tail, "\"\"");
     }
@@ -1057,7 +1069,7 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
                      c->w, c->w, props[0].kv.p, props[0].required ? "" : " )?", name);
     if (r == n) { /* nothing required: extras first, or nothing at all */
         if (more && !gaps)
-            sp_gstr_addf(&body, "( %s ) %s", extra.p, tail.p);
+            sp_gstr_addf(&body, "%s %s", extra.p, tail.p);
         if (!more || n || mn == 0)
             sp_gstr_add(&body, n || more ? " | \"\"" : "\"\"");
     }

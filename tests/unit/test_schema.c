@@ -499,6 +499,104 @@ static void test_counts(void)
     free(s);
 }
 
+/* open, then n items (fmt formatted with the item's index twice) joined
+ * by sep, then close; malloc'd. */
+static char *joined(const char *open, const char *fmt, const char *sep, int n, const char *close)
+{
+    size_t cap = strlen(open) + strlen(close) + (size_t)n * (strlen(fmt) + strlen(sep) + 24) + 1;
+    char *t = malloc(cap);
+    size_t k = (size_t)snprintf(t, cap, "%s", open);
+    for (int i = 0; i < n; i++) {
+        k += (size_t)snprintf(t + k, cap - k, "%s", i ? sep : "");
+        k += (size_t)snprintf(t + k, cap - k, fmt, i, i);
+    }
+    snprintf(t + k, cap - k, "%s", close);
+    return t;
+}
+
+/* Large counts (lengths, items, properties; nested) compile to small
+ * automata: the grammar spells a count up to 256 within a budget per
+ * schema and takes no more than that of it, the validator checks the rest.
+ * Texts at both ends of the range pass both; one past either end is
+ * refused by the validator; one short of what the grammar enforces is
+ * refused by the grammar too. */
+static void test_large_counts(void)
+{
+    char s300[400], s260[300];
+    snprintf(s300, sizeof s300, "{\"s\":\"%0300d\",\"t\":[1,2]}", 0);
+    snprintf(s260, sizeof s260, "\"k%%d\":\"%0260d\"", 0);
+    const struct {
+        const char *schema, *open, *fmt, *sep, *close;
+        int lo, hi; /* the count range (hi < 0: no maximum) */
+        int few;    /* a count the grammar refuses */
+    } cases[] = {
+        {"{\"type\":\"string\",\"minLength\":10000}", "\"", "a", "", "\"", 10000, -1, 100},
+        {"{\"type\":\"string\",\"minLength\":300,\"maxLength\":10000}", "\"", "\xc3\xa9", "", "\"", 300, 10000, 255},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":500,\"maxItems\":600}", "[", "%d", ",", "]",
+         500, 600, 255},
+        {"{\"type\":\"array\",\"minItems\":500,\"items\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\","
+         "\"minLength\":300,\"maxLength\":10000},\"t\":{\"type\":\"array\",\"minItems\":2,\"maxItems\":1000}},"
+         "\"required\":[\"s\"]}}",
+         "[", s300, ",", "]", 500, -1, 10},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"},\"minProperties\":300,"
+         "\"maxProperties\":400}",
+         "{", "\"k%d\":%d", ",", "}", 300, 400, 200},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^k[0-9]{1,4}$\":{\"type\":\"string\",\"minLength\":260}},"
+         "\"additionalProperties\":false,\"minProperties\":300}",
+         "{", s260, ",", "}", 300, -1, 100},
+    };
+    char why[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct sp_grammar *g = compile_schema(cases[i].schema, false);
+        if (!g)
+            continue;
+        struct sp_grammar_stats gs;
+        sp_grammar_stats(g, &gs);
+        CHECK(gs.n_states < 20000, "case %zu: %u states", i, gs.n_states);
+        const int counts[5] = {cases[i].lo, cases[i].hi, cases[i].lo - 1, cases[i].hi + 1, cases[i].few};
+        for (int k = 0; k < 5; k++) {
+            if (counts[k] < 0 || (k == 3 && cases[i].hi < 0))
+                continue;
+            char *t = joined(cases[i].open, cases[i].fmt, cases[i].sep, counts[k], cases[i].close);
+            bool ok = valid(cases[i].schema, t, why, sizeof why), gram = grammar_accepts(g, t);
+            if (k < 2)
+                CHECK(ok && gram, "case %zu: %d: valid %d (%s), grammar %d", i, counts[k], ok, why, gram);
+            else
+                CHECK(!ok && (k < 4 || !gram), "case %zu: %d: valid %d, grammar %d", i, counts[k], ok, gram);
+            free(t);
+        }
+        sp_grammar_free(g);
+    }
+    /* 40 arrays of 200 to 256 items: the first ones are spelled, the rest
+     * are the validator's once the budget is spent */
+    char *s = malloc(1 << 16);
+    size_t n = (size_t)snprintf(s, 1 << 16, "{\"type\":\"object\",\"properties\":{");
+    for (int p = 0; p < 40; p++)
+        n += (size_t)snprintf(s + n, (1 << 16) - n, "%s\"p%d\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
+                              "\"minItems\":200,\"maxItems\":256}", p ? "," : "", p);
+    snprintf(s + n, (1 << 16) - n, "},\"required\":[\"p0\",\"p39\"]}");
+    struct sp_grammar *g = compile_schema(s, false);
+    if (g) {
+        struct sp_grammar_stats gs;
+        sp_grammar_stats(g, &gs);
+        CHECK(gs.n_states < 20000, "40 arrays: %u states", gs.n_states);
+        char *few = joined("[", "%d", ",", 100, "]"), *enough = joined("[", "%d", ",", 200, "]");
+        char *t = malloc(4096);
+        snprintf(t, 4096, "{\"p0\":%s,\"p39\":%s}", enough, few);
+        CHECK(grammar_accepts(g, t) && !valid(s, t, why, sizeof why) && strstr(why, "minItems"),
+              "past the budget the count is the validator's");
+        snprintf(t, 4096, "{\"p0\":%s,\"p39\":%s}", few, enough);
+        CHECK(!grammar_accepts(g, t), "within the budget the grammar holds the count");
+        snprintf(t, 4096, "{\"p0\":%s,\"p39\":%s}", enough, enough);
+        CHECK(grammar_accepts(g, t) && valid(s, t, why, sizeof why), "valid: %s", why);
+        free(t);
+        free(few);
+        free(enough);
+    }
+    sp_grammar_free(g);
+    free(s);
+}
+
 /* Closed objects (SP_SCHEMA_CLOSED, the server's strict json_schema and
  * tool calls): only the listed properties, unless the schema asks for more;
  * the same schema left open takes any other key after the required ones. */
@@ -541,5 +639,6 @@ int main(void)
     test_many_properties();
     test_whitespace();
     test_counts();
+    test_large_counts();
     return sp_check_report("test_schema");
 }
