@@ -58,6 +58,10 @@
  * far as the budget goes, so no count makes a schema's automaton grow past
  * a few tens of thousands of states. */
 #define MAX_SPELLED_ITEMS 1024
+/* Character positions the patterns of one schema spell (a repetition's
+ * copies counted: `^[a-z]{1,255}$` is 255); a pattern past the budget is
+ * the validator's, as one beyond the regex subset is. */
+#define MAX_SPELLED_PATTERN 8192
 
 /* ---- growable strings ---- */
 
@@ -185,6 +189,7 @@ struct sc {
     bool closed;     /* SP_SCHEMA_CLOSED */
     uint32_t spelled; /* string positions spelled so far (MAX_SPELLED_CHARS) */
     uint32_t copies;  /* item and property copies spelled so far (MAX_SPELLED_ITEMS) */
+    double patterns;  /* pattern positions spelled so far (MAX_SPELLED_PATTERN) */
     json_t *owned;   /* merged schemas made here, kept alive until the end */
 };
 
@@ -511,6 +516,19 @@ static void grammar_counts(long long *mn, long long *mx, uint32_t *used, uint32_
     *used += (uint32_t)*mn;
 }
 
+/* A pattern's GBNF (sp_regex_to_gbnf), charged to the schema's budget:
+ * NULL, or why the grammar leaves it to the validator. */
+static const char *pattern_gbnf(struct sc *c, const char *pattern, size_t len, struct sp_gstr *out)
+{
+    double spelled = 0;
+    const char *why = sp_regex_to_gbnf(pattern, len, out, &spelled);
+    if (!why && c->patterns + spelled > MAX_SPELLED_PATTERN)
+        return "past the schema's budget of pattern positions";
+    if (!why)
+        c->patterns += spelled;
+    return why;
+}
+
 /* ---- types ---- */
 
 static void gen_string(struct sc *c, const json_t *s, struct sp_gstr *o)
@@ -528,7 +546,7 @@ static void gen_string(struct sc *c, const json_t *s, struct sp_gstr *o)
     }
     if (pat) { /* lengths beside it: the validator's; a pattern beyond the subset: too */
         struct sp_gstr rx = {0};
-        const char *why = sp_regex_to_gbnf(json_string_value(pat), json_string_length(pat), &rx);
+        const char *why = pattern_gbnf(c, json_string_value(pat), json_string_length(pat), &rx);
         if (!why)
             sp_gstr_addf(o, "( \"\\\"\" %s \"\\\"\" )", rx.p ? rx.p : "");
         else if (rx.failed)
@@ -857,7 +875,7 @@ static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_
         if (never(pv)) /* keys it matches are forbidden: the validator's */
             continue;
         struct sp_gstr key = {0};
-        const char *why = sp_regex_to_gbnf(pk, strlen(pk), &key);
+        const char *why = pattern_gbnf(c, pk, strlen(pk), &key);
         sp_gstr_addf(extra, "%s( \"\\\"\" %s \"\\\"\"%s\":\"%s", any ? " | " : "", why ? "json-char*" : key.p,
                      c->w, c->w);
         free(key.p);

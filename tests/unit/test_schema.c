@@ -514,9 +514,10 @@ static char *joined(const char *open, const char *fmt, const char *sep, int n, c
     return t;
 }
 
-/* Large counts (lengths, items, properties; nested) compile to small
- * automata: the grammar spells a count up to 256 within a budget per
- * schema and takes no more than that of it, the validator checks the rest.
+/* Large counts (lengths, items, properties, patterns' repetitions; nested)
+ * compile to small automata: the grammar spells a count up to 256 within a
+ * budget per schema and takes no more than that of it, the validator checks
+ * the rest.
  * Texts at both ends of the range pass both; one past either end is
  * refused by the validator; one short of what the grammar enforces is
  * refused by the grammar too. */
@@ -592,6 +593,27 @@ static void test_large_counts(void)
         free(t);
         free(few);
         free(enough);
+    }
+    sp_grammar_free(g);
+    /* 60 patterns of up to 1000 characters (more than the automaton's
+     * state limit when all are spelled): the first ones are, the rest are
+     * the validator's */
+    n = (size_t)snprintf(s, 1 << 16, "{\"type\":\"object\",\"properties\":{");
+    for (int p = 0; p < 60; p++)
+        n += (size_t)snprintf(s + n, (1 << 16) - n, "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"^.{0,1000}$\"}",
+                              p ? "," : "", p);
+    snprintf(s + n, (1 << 16) - n, "}}");
+    g = compile_schema(s, false);
+    if (g) {
+        char *t = malloc(2048);
+        for (int k = 0; k < 3; k++) {
+            int len = k == 2 ? 1000 : 1001;
+            snprintf(t, 2048, "{\"%s\":\"%0*d\"}", k == 0 ? "p0" : "p59", len, 0);
+            bool ok = valid(s, t, why, sizeof why), gram = grammar_accepts(g, t);
+            CHECK(k == 0 ? !ok && !gram : k == 1 ? !ok && gram : ok && gram, "pattern %d: valid %d, grammar %d", k,
+                  ok, gram);
+        }
+        free(t);
     }
     sp_grammar_free(g);
     free(s);
