@@ -10,7 +10,7 @@
  * sampling, grammars, tools, cancellation, deadlines, metrics, the prefix
  * cache) is the same code for all of them.
  *
- *   OpenAI (server_schema.c, sse.c)     /v1/completions, /v1/chat/completions, /v1/embeddings
+ *   OpenAI (server_schema.c, server_embed.c, sse.c)  /v1/completions, /v1/chat/completions, /v1/embeddings
  *   Anthropic (dialect_anthropic.c)     /v1/messages, /v1/messages/count_tokens
  *   Ollama (dialect_ollama.c)           /api/chat, /api/generate, /api/embed, /api/embeddings, /api/tags, ...
  *   OpenAI Responses (dialect_responses.c)  /v1/responses
@@ -122,7 +122,7 @@ struct sp_dialect {
     char *(*error_body)(const struct sp_api_error *err); /* an error in its shape (malloc'd) */
     const char *stream_type;                        /* the Content-Type of its streams */
     const struct sp_resp_ops *resp;                 /* NULL: OpenAI's chunks (sse.c) */
-    /* embeddings in its shapes; NULL: OpenAI's (server_schema.c) */
+    /* embeddings in its shapes; NULL: OpenAI's (server_embed.c) */
     sp_status (*embed_parse)(struct sp_api_embed_request *out, const char *body, size_t len,
                              const sp_model *model, const struct sp_api_embed_limits *lim,
                              struct sp_api_error *err);

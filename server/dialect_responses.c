@@ -24,7 +24,6 @@
 
 #include "server/dialect.h"
 
-#define SP_API_INVALID "invalid_request_error"
 
 static const char *const sp_responses_names[][2] = {
     {"max_tokens", "max_output_tokens"}, {"response_format", "text.format"}, {"messages", "input"},

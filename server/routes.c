@@ -6,7 +6,7 @@
 #include "server/dialect.h"
 
 /* OpenAI's API is the server's own: the parser of server_schema.c, the
- * chunks and bodies of sse.c, the embeddings of server_schema.c. */
+ * chunks and bodies of sse.c, the embeddings of server_embed.c. */
 const struct sp_dialect sp_dialect_openai = {
     .name = "openai",
     .parse = sp_api_request_parse_item,

@@ -1,4 +1,7 @@
-/* OpenAI request parsing and validation, and small JSON helpers (see server_schema.h). */
+/* OpenAI request parsing and validation of the generation routes
+ * (/v1/completions, /v1/chat/completions), the field readers, and small
+ * JSON helpers (see server_schema.h).  The routes that generate nothing
+ * (/tokenize, /detokenize, /v1/embeddings) are server_embed.c. */
 #include "server/server_schema.h"
 
 #include <errno.h>
@@ -9,8 +12,6 @@
 #include <string.h>
 #include <utf8proc.h>
 
-
-#define SP_API_INVALID "invalid_request_error"
 
 void sp_api_limits_default(struct sp_api_limits *lim)
 {
@@ -118,19 +119,18 @@ json_t *sp_api_usage_json(const struct sp_api_usage *u)
     return o;
 }
 
-/* ---- field readers: absent and null mean "not given" (return 0), 1 when
- * read, -1 after setting *err for a wrong type or range. ---- */
+/* ---- field readers (server_schema.h) ---- */
 
-static json_t *sp_field(const json_t *obj, const char *key)
+json_t *sp_api_field(const json_t *obj, const char *key)
 {
     json_t *v = json_object_get(obj, key);
     return (v && !json_is_null(v)) ? v : NULL;
 }
 
-static int sp_read_number(const json_t *obj, const char *key, double lo, double hi, double *out,
-                          struct sp_api_error *err)
+int sp_api_read_number(const json_t *obj, const char *key, double lo, double hi, double *out,
+                       struct sp_api_error *err)
 {
-    json_t *v = sp_field(obj, key);
+    json_t *v = sp_api_field(obj, key);
     if (!v)
         return 0;
     if (!json_is_number(v)) {
@@ -148,10 +148,10 @@ static int sp_read_number(const json_t *obj, const char *key, double lo, double 
     return 1;
 }
 
-static int sp_read_int(const json_t *obj, const char *key, json_int_t lo, json_int_t hi,
-                       json_int_t *out, struct sp_api_error *err)
+int sp_api_read_int(const json_t *obj, const char *key, json_int_t lo, json_int_t hi,
+                    json_int_t *out, struct sp_api_error *err)
 {
-    json_t *v = sp_field(obj, key);
+    json_t *v = sp_api_field(obj, key);
     if (!v)
         return 0;
     if (!json_is_integer(v)) {
@@ -170,9 +170,9 @@ static int sp_read_int(const json_t *obj, const char *key, json_int_t lo, json_i
     return 1;
 }
 
-static int sp_read_bool(const json_t *obj, const char *key, bool *out, struct sp_api_error *err)
+int sp_api_read_bool(const json_t *obj, const char *key, bool *out, struct sp_api_error *err)
 {
-    json_t *v = sp_field(obj, key);
+    json_t *v = sp_api_field(obj, key);
     if (!v)
         return 0;
     if (!json_is_boolean(v)) {
@@ -200,7 +200,7 @@ static char *sp_strndup_json(const json_t *s)
 static sp_status sp_parse_stop(struct sp_api_request *r, const json_t *root,
                                const struct sp_api_limits *lim, struct sp_api_error *err)
 {
-    json_t *v = sp_field(root, "stop");
+    json_t *v = sp_api_field(root, "stop");
     if (!v)
         return SP_OK;
     size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
@@ -237,7 +237,7 @@ static sp_status sp_parse_logit_bias(struct sp_api_request *r, const json_t *roo
                                      const sp_model *model,
                                      const struct sp_api_limits *lim, struct sp_api_error *err)
 {
-    json_t *v = sp_field(root, "logit_bias");
+    json_t *v = sp_api_field(root, "logit_bias");
     if (!v)
         return SP_OK;
     if (!json_is_object(v))
@@ -377,7 +377,7 @@ static sp_status sp_parse_prompt(struct sp_api_request *r, const json_t *root, s
                                  const sp_model *model, const struct sp_api_limits *lim,
                                  struct sp_api_error *err)
 {
-    json_t *p = sp_field(root, "prompt");
+    json_t *p = sp_api_field(root, "prompt");
     if (!p)
         return sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "prompt",
                            "Missing required parameter: 'prompt'.");
@@ -447,7 +447,7 @@ static sp_status sp_check_message_fields(const json_t *msg, size_t i, struct sp_
 static sp_status sp_template_vars(const json_t *root, char **out, struct sp_api_error *err)
 {
     static const char *const efforts[] = {"none", "minimal", "low", "medium", "high"};
-    json_t *kw = sp_field(root, "chat_template_kwargs"), *effort = sp_field(root, "reasoning_effort");
+    json_t *kw = sp_api_field(root, "chat_template_kwargs"), *effort = sp_api_field(root, "reasoning_effort");
     *out = NULL;
     if (kw && !json_is_object(kw))
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "chat_template_kwargs",
@@ -482,7 +482,7 @@ static sp_status sp_parse_messages(struct sp_api_request *r, const json_t *root,
                                    const sp_model *model,
                                    const struct sp_api_limits *lim, struct sp_api_error *err)
 {
-    json_t *m = sp_field(root, "messages");
+    json_t *m = sp_api_field(root, "messages");
     if (!m)
         return sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "messages",
                            "Missing required parameter: 'messages'.");
@@ -603,7 +603,7 @@ free_msgs:
 static sp_status sp_parse_reasoning_format(struct sp_api_request *r, const json_t *root, const sp_model *model,
                                            struct sp_api_error *err)
 {
-    json_t *f = sp_field(root, "reasoning_format");
+    json_t *f = sp_api_field(root, "reasoning_format");
     const char *v = json_string_value(f);
     if (f && (!v || (strcmp(v, "none") && strcmp(v, "auto") && strcmp(v, "deepseek"))))
         return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "reasoning_format",
@@ -632,61 +632,61 @@ static sp_status sp_parse_sampling(struct sp_api_request *r, const json_t *root,
     sp->min_p = def.min_p;
     sp->repeat_penalty = def.repeat_penalty;
     sp->repeat_last_n = def.repeat_last_n;
-    if ((got = sp_read_number(root, "temperature", 0.0, 2.0, &d, err)) < 0)
+    if ((got = sp_api_read_number(root, "temperature", 0.0, 2.0, &d, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         sp->temperature = (float)d;
-    if ((got = sp_read_number(root, "top_p", 0.0, 1.0, &d, err)) < 0)
+    if ((got = sp_api_read_number(root, "top_p", 0.0, 1.0, &d, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         sp->top_p = (float)d;
-    if ((got = sp_read_int(root, "top_k", 0, INT32_MAX, &i, err)) < 0)
+    if ((got = sp_api_read_int(root, "top_k", 0, INT32_MAX, &i, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         sp->top_k = (int32_t)i;
-    if ((got = sp_read_number(root, "min_p", 0.0, 1.0, &d, err)) < 0)
+    if ((got = sp_api_read_number(root, "min_p", 0.0, 1.0, &d, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         sp->min_p = (float)d;
-    if ((got = sp_read_number(root, "presence_penalty", -2.0, 2.0, &d, err)) < 0)
+    if ((got = sp_api_read_number(root, "presence_penalty", -2.0, 2.0, &d, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         sp->presence_penalty = (float)d;
-    if ((got = sp_read_number(root, "frequency_penalty", -2.0, 2.0, &d, err)) < 0)
+    if ((got = sp_api_read_number(root, "frequency_penalty", -2.0, 2.0, &d, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         sp->frequency_penalty = (float)d;
     if (sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f)
         sp->repeat_last_n = -1; /* OpenAI's penalties count the whole completion */
-    if ((got = sp_read_number(root, "repeat_penalty", 1e-3, 100.0, &d, err)) < 0)
+    if ((got = sp_api_read_number(root, "repeat_penalty", 1e-3, 100.0, &d, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         sp->repeat_penalty = (float)d; /* llama-server's extension */
-    if ((got = sp_read_int(root, "repeat_last_n", -1, INT32_MAX, &i, err)) < 0)
+    if ((got = sp_api_read_int(root, "repeat_last_n", -1, INT32_MAX, &i, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         sp->repeat_last_n = (int32_t)i; /* llama-server's: the penalties' window (-1: all) */
-    if ((got = sp_read_number(root, "typical_p", 0.0, 1.0, &d, err)) < 0)
+    if ((got = sp_api_read_number(root, "typical_p", 0.0, 1.0, &d, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         sp->typical_p = (float)d;
     /* mirostat: the sampler has none; 0 (llama-server's "off") is accepted,
      * and then its tau and eta change nothing */
-    if ((got = sp_read_int(root, "mirostat", 0, 2, &i, err)) < 0)
+    if ((got = sp_api_read_int(root, "mirostat", 0, 2, &i, err)) < 0)
         return SP_ERR_ARG;
     if (got && i != 0)
         return sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "mirostat",
                            "'mirostat' %lld is not supported: spindle's sampler has no mirostat "
                            "(0, off, is accepted).", (long long)i);
-    if (sp_read_number(root, "mirostat_tau", 0.0, 1e6, &d, err) < 0 ||
-        sp_read_number(root, "mirostat_eta", 0.0, 1e6, &d, err) < 0)
+    if (sp_api_read_number(root, "mirostat_tau", 0.0, 1e6, &d, err) < 0 ||
+        sp_api_read_number(root, "mirostat_eta", 0.0, 1e6, &d, err) < 0)
         return SP_ERR_ARG;
-    if (sp_read_int(root, "n_keep", -1, INT32_MAX, &i, err) < 0)
+    if (sp_api_read_int(root, "n_keep", -1, INT32_MAX, &i, err) < 0)
         return SP_ERR_ARG;
     bool b;
-    if (sp_read_bool(root, "cache_prompt", &b, err) < 0)
+    if (sp_api_read_bool(root, "cache_prompt", &b, err) < 0)
         return SP_ERR_ARG;
-    if ((got = sp_read_int(root, "seed", INT64_MIN, INT64_MAX, &i, err)) < 0)
+    if ((got = sp_api_read_int(root, "seed", INT64_MIN, INT64_MAX, &i, err)) < 0)
         return SP_ERR_ARG;
     if (got) {
         sp->seed = (uint64_t)i;
@@ -704,10 +704,10 @@ static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
     r->logprobs = -1;
     /* llama-server's n_probs: the top K of each token, OpenAI's logprobs
      * (completions) or logprobs with top_logprobs (chat); 0: none */
-    if (sp_read_int(root, "n_probs", 0, SP_MAX_LOGPROBS, &probs, err) < 0)
+    if (sp_api_read_int(root, "n_probs", 0, SP_MAX_LOGPROBS, &probs, err) < 0)
         return SP_ERR_ARG;
     if (r->kind == SP_API_COMPLETIONS) {
-        if ((got = sp_read_int(root, "logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
+        if ((got = sp_api_read_int(root, "logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
             return SP_ERR_ARG;
         if (got && probs && i != probs)
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "n_probs",
@@ -719,10 +719,10 @@ static sp_status sp_parse_logprobs(struct sp_api_request *r, const json_t *root,
             r->logprobs = (int)probs;
     } else {
         bool on = false;
-        int set_on = sp_read_bool(root, "logprobs", &on, err);
+        int set_on = sp_api_read_bool(root, "logprobs", &on, err);
         if (set_on < 0)
             return SP_ERR_ARG;
-        if ((got = sp_read_int(root, "top_logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
+        if ((got = sp_api_read_int(root, "top_logprobs", 0, SP_MAX_LOGPROBS, &i, err)) < 0)
             return SP_ERR_ARG;
         if (got && !on)
             return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "top_logprobs",
@@ -821,14 +821,14 @@ static sp_status sp_constraint(struct sp_api_request *r, const char *text, size_
 static sp_status sp_parse_constraint(struct sp_api_request *r, const json_t *root,
                                      const struct sp_api_limits *lim, struct sp_api_error *err)
 {
-    json_t *rf = sp_field(root, "response_format"), *g = sp_field(root, "grammar");
-    json_t *js = sp_field(root, "json_schema");
+    json_t *rf = sp_api_field(root, "response_format"), *g = sp_api_field(root, "grammar");
+    json_t *js = sp_api_field(root, "json_schema");
     json_int_t i;
     int got;
     bool flexible = false;
     static const char any_object[] = "{\"type\":\"object\"}";
     r->gp.max_retries = lim->max_retries < 2 ? lim->max_retries : 2;
-    if ((got = sp_read_int(root, "max_retries", 0, lim->max_retries, &i, err)) < 0)
+    if ((got = sp_api_read_int(root, "max_retries", 0, lim->max_retries, &i, err)) < 0)
         return SP_ERR_ARG;
     if (got)
         r->gp.max_retries = (int)i;
@@ -1030,7 +1030,7 @@ sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind 
         goto fail;
     st = SP_ERR_ARG;
 
-    json_t *mname = sp_field(root, "model");
+    json_t *mname = sp_api_field(root, "model");
     if (mname && !json_is_string(mname)) {
         sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "model",
                     "Invalid type for 'model': expected a string.");
@@ -1048,7 +1048,7 @@ sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind 
     }
     static const char *const labels[] = {"user", "service_tier", "prompt_cache_key", "safety_identifier"};
     for (size_t k = 0; k < sizeof labels / sizeof labels[0]; k++) {
-        json_t *v = sp_field(root, labels[k]);
+        json_t *v = sp_api_field(root, labels[k]);
         if (v && !json_is_string(v)) {
             sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", labels[k],
                         "Invalid type for '%s': expected a string.", labels[k]);
@@ -1056,9 +1056,9 @@ sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind 
         }
     }
 
-    if (sp_read_bool(root, "stream", &r->stream, err) < 0)
+    if (sp_api_read_bool(root, "stream", &r->stream, err) < 0)
         goto fail;
-    json_t *so = sp_field(root, "stream_options");
+    json_t *so = sp_api_field(root, "stream_options");
     if (so) {
         if (!json_is_object(so)) {
             sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "stream_options",
@@ -1071,7 +1071,7 @@ sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind 
                         "enabled.");
             goto fail;
         }
-        if (sp_read_bool(so, "include_usage", &r->include_usage, err) < 0) {
+        if (sp_api_read_bool(so, "include_usage", &r->include_usage, err) < 0) {
             snprintf(err->param, sizeof err->param, "stream_options.include_usage");
             goto fail;
         }
@@ -1080,35 +1080,35 @@ sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind 
     /* max_tokens: completions default to 16 as OpenAI's do; chat runs to
      * the end of the context. */
     r->gp.max_tokens = kind == SP_API_COMPLETIONS ? 16 : -1;
-    if ((got = sp_read_int(root, "max_tokens", 1, lim->n_ctx, &i, err)) < 0)
+    if ((got = sp_api_read_int(root, "max_tokens", 1, lim->n_ctx, &i, err)) < 0)
         goto fail;
     if (got)
         r->gp.max_tokens = (int32_t)i;
-    if ((got = sp_read_int(root, "max_completion_tokens", 1, lim->n_ctx, &i, err)) < 0)
+    if ((got = sp_api_read_int(root, "max_completion_tokens", 1, lim->n_ctx, &i, err)) < 0)
         goto fail;
     if (got)
         r->gp.max_tokens = (int32_t)i;
-    if ((got = sp_read_int(root, "n", 1, lim->max_n, &i, err)) < 0)
+    if ((got = sp_api_read_int(root, "n", 1, lim->max_n, &i, err)) < 0)
         goto fail;
     r->gp.n = got ? (int)i : 1;
     b = false;
-    if (sp_read_bool(root, "ignore_eos", &b, err) < 0)
+    if (sp_api_read_bool(root, "ignore_eos", &b, err) < 0)
         goto fail;
     r->gp.ignore_eos = b;
-    if ((got = sp_read_number(root, "timeout", 1e-3, 1e9, &d, err)) < 0)
+    if ((got = sp_api_read_number(root, "timeout", 1e-3, 1e9, &d, err)) < 0)
         goto fail;
     if (got)
         r->timeout_s = (lim->max_timeout_s > 0 && d > lim->max_timeout_s) ? lim->max_timeout_s : d;
 
     /* Options we do not implement are refused rather than silently ignored. */
     bool echo = false;
-    if (sp_read_bool(root, "echo", &echo, err) < 0)
+    if (sp_api_read_bool(root, "echo", &echo, err) < 0)
         goto fail;
-    if ((got = sp_read_int(root, "best_of", 1, 1, &i, err)) < 0) {
+    if ((got = sp_api_read_int(root, "best_of", 1, 1, &i, err)) < 0) {
         snprintf(err->message, sizeof err->message, "'best_of' other than 1 is not supported.");
         goto fail;
     }
-    if (sp_field(root, "suffix")) {
+    if (sp_api_field(root, "suffix")) {
         sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "suffix",
                     "'suffix' is not supported by this server.");
         goto fail;
@@ -1117,7 +1117,7 @@ sp_status sp_api_request_from_json(struct sp_api_request *out, enum sp_api_kind 
     if ((st = sp_parse_sampling(r, root, lim, err)) != SP_OK)
         goto fail;
     /* spindle's extension (docs/server-api.md): each token's decoding stages */
-    if (sp_read_bool(root, "explain", &r->gp.explain, err) < 0)
+    if (sp_api_read_bool(root, "explain", &r->gp.explain, err) < 0)
         goto fail;
     if ((st = sp_parse_logprobs(r, root, err)) != SP_OK)
         goto fail;
@@ -1186,343 +1186,4 @@ void sp_api_request_free(struct sp_api_request *r)
     json_decref(r->echo_fields);
     sp_think_budget_free(r->think_budget);
     memset(r, 0, sizeof *r);
-}
-
-char *sp_api_tokenize(const char *body, size_t len, const sp_model *model,
-                      struct sp_api_error *err)
-{
-    char *res = NULL;
-    sp_token *toks = NULL;
-    bool add_special = true, parse_special = true;
-    json_t *root = sp_api_json_load(body, len, 0, SP_API_MAX_VALUES, err);
-    if (!root)
-        goto free_root;
-    json_t *c = json_object_get(root, "content");
-    if (!json_is_string(c)) {
-        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "content",
-                    "Invalid type for 'content': expected a string.");
-        goto free_root;
-    }
-    if (sp_read_bool(root, "add_special", &add_special, err) < 0 ||
-        sp_read_bool(root, "parse_special", &parse_special, err) < 0)
-        goto free_root;
-    size_t n = 0, cap = json_string_length(c) + 4;
-    toks = malloc(cap * sizeof *toks);
-    if (!toks) {
-        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        goto free_root;
-    }
-    sp_status st = sp_model_tokenize(model, json_string_value(c), json_string_length(c), add_special,
-                                     parse_special, toks, cap, &n);
-    if (st == SP_ERR_ARG && n > cap) {
-        sp_token *bigger = realloc(toks, n * sizeof *toks);
-        if (!bigger) {
-            sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-            goto free_root;
-        }
-        toks = bigger;
-        cap = n;
-        st = sp_model_tokenize(model, json_string_value(c), json_string_length(c), add_special,
-                               parse_special, toks, cap, &n);
-    }
-    if (st != SP_OK) {
-        sp_api_fail(err, 400, SP_API_INVALID, NULL, "content", "Tokenization failed: %s",
-                    sp_error_message());
-        goto free_root;
-    }
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, json_integer(toks[i]));
-    json_t *o = json_object();
-    json_object_set_new(o, "tokens", arr);
-    if (!(res = sp_json_dump_free(o)))
-        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-free_root:
-    free(toks);
-    json_decref(root);
-    return res;
-}
-
-char *sp_api_detokenize(const char *body, size_t len, const sp_model *model,
-                        struct sp_api_error *err)
-{
-    char *res = NULL, *text = NULL;
-    sp_token *toks = NULL;
-    json_t *root = sp_api_json_load(body, len, 0, SP_API_MAX_VALUES, err);
-    if (!root)
-        goto free_root;
-    json_t *a = json_object_get(root, "tokens");
-    if (!json_is_array(a)) {
-        sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "tokens",
-                    "Invalid type for 'tokens': expected an array of token ids.");
-        goto free_root;
-    }
-    size_t n = json_array_size(a);
-    toks = malloc((n ? n : 1) * sizeof *toks);
-    if (!toks) {
-        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        goto free_root;
-    }
-    uint32_t n_vocab = sp_model_n_vocab(model);
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get(a, i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-            json_integer_value(t) >= (json_int_t)n_vocab) {
-            sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "tokens",
-                        "Invalid value for 'tokens[%zu]': expected a token id in [0, %u).", i,
-                        n_vocab);
-            goto free_root;
-        }
-        toks[i] = (sp_token)json_integer_value(t);
-    }
-    /* the ids are in range: the first call fails only for want of room */
-    size_t need = 0;
-    sp_model_detokenize(model, toks, n, false, NULL, 0, &need);
-    text = malloc(need + 1);
-    if (!text || sp_model_detokenize(model, toks, n, false, text, need + 1, &need) != SP_OK) {
-        sp_api_fail(err, 500, "server_error", NULL, NULL, "detokenization failed");
-        goto free_root;
-    }
-    json_t *o = json_object();
-    json_object_set_new(o, "content", sp_json_text(text, need));
-    if (!(res = sp_json_dump_free(o)))
-        sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-free_root:
-    free(text);
-    free(toks);
-    json_decref(root);
-    return res;
-}
-
-/* ---- /v1/embeddings ---- */
-
-static const char *const sp_embed_fields[] = {"model", "input", "encoding_format", "dimensions", "user",
-                                              "truncate"};
-
-/* One input (a string or a token-id array) into r's next slot. */
-static sp_status sp_embed_input(struct sp_api_embed_request *r, const json_t *in, size_t i,
-                                const sp_model *model, const struct sp_api_embed_limits *lim,
-                                bool truncate, struct sp_api_error *err)
-{
-    size_t cap = (size_t)(lim->max_tokens > 0 ? lim->max_tokens : 1), n = 0;
-    sp_token *t = NULL;
-    if (json_is_string(in)) {
-        const char *s = json_string_value(in);
-        size_t len = json_string_length(in);
-        if (strlen(s) != len)
-            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input",
-                               "Invalid value for 'input' %zu: it contains a NUL character.", i);
-        if (model) { /* as `spindle embed`: BOS/EOS as the file says, special texts not parsed */
-            const size_t most = 6 * len + 16; /* always enough (sp_model_tokenize); len < the body cap */
-            if (!(t = malloc(most * sizeof *t)))
-                return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-            sp_status st = sp_model_tokenize(model, s, len, true, false, t, most, &n);
-            if (st != SP_OK)
-                return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input",
-                                   "Input %zu could not be tokenized: %s", i, sp_error_message());
-        } else {
-            n = 1;
-            if (!(t = calloc(1, sizeof *t)))
-                return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        }
-    } else {
-        size_t m = json_array_size(in);
-        if (!(t = malloc((m ? m : 1) * sizeof *t)))
-            return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        uint32_t n_vocab = model ? sp_model_n_vocab(model) : (uint32_t)INT32_MAX;
-        for (n = 0; n < m; n++) {
-            const json_t *v = json_array_get(in, n);
-            json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-            if (!json_is_integer(v) || id < 0 || id >= (json_int_t)n_vocab) {
-                free(t);
-                return sp_api_fail(err, 400, SP_API_INVALID, json_is_integer(v) ? "invalid_value" : "invalid_type",
-                                   "input", "Invalid token in 'input' %zu: expected ids 0..%u.", i, n_vocab - 1);
-            }
-            t[n] = (sp_token)id;
-        }
-    }
-    r->inputs[i] = t;
-    if (n == 0)
-        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input", "Input %zu is empty (no tokens).", i);
-    if (n > cap && !truncate)
-        return sp_api_fail(err, 400, SP_API_INVALID, "context_length_exceeded", "input",
-                           "Input %zu has %zu tokens; this model embeds at most %d tokens per input "
-                           "(send \"truncate\": true to cut longer inputs).", i, n, lim->max_tokens);
-    r->n_tokens[i] = n > cap ? cap : n;
-    r->n_total += r->n_tokens[i];
-    return SP_OK;
-}
-
-/* The inputs of `input`: one string or token array, or a list of them (all
- * strings or all token arrays). */
-static sp_status sp_embed_inputs(struct sp_api_embed_request *r, const json_t *in, const sp_model *model,
-                                 const struct sp_api_embed_limits *lim, bool truncate, struct sp_api_error *err)
-{
-    const char *what = "Invalid type for 'input': expected a string, a list of strings, a list of token ids, "
-                       "or a list of lists of token ids.";
-    if (!in)
-        return sp_api_fail(err, 400, SP_API_INVALID, "missing_required_parameter", "input",
-                           "Missing required parameter: 'input'.");
-    if (!json_is_string(in) && !json_is_array(in))
-        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "input", "%s", what);
-    /* one input: a string, or a list of ids (the empty list is no input at all) */
-    bool single = json_is_string(in) || (json_array_size(in) > 0 && json_is_integer(json_array_get(in, 0)));
-    size_t n = single ? 1 : json_array_size(in);
-    if (n == 0)
-        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input", "'input' is an empty list.");
-    if (n > (size_t)lim->max_inputs)
-        return sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "input",
-                           "'input' has %zu items; this server embeds at most %d per request.", n, lim->max_inputs);
-    r->inputs = calloc(n, sizeof *r->inputs);
-    r->n_tokens = calloc(n, sizeof *r->n_tokens);
-    if (!r->inputs || !r->n_tokens)
-        return sp_api_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-    r->n_inputs = n;
-    bool strings = single ? json_is_string(in) : json_is_string(json_array_get(in, 0));
-    for (size_t i = 0; i < n; i++) {
-        const json_t *item = single ? in : json_array_get(in, i);
-        if (!(strings ? json_is_string(item) : json_is_array(item)))
-            return sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", "input", "%s", what);
-        sp_status st = sp_embed_input(r, item, i, model, lim, truncate, err);
-        if (st != SP_OK)
-            return st;
-    }
-    return SP_OK;
-}
-
-sp_status sp_api_embed_parse(struct sp_api_embed_request *out, const char *body, size_t len,
-                             const sp_model *model, const struct sp_api_embed_limits *lim,
-                             struct sp_api_error *err)
-{
-    sp_status st = SP_ERR_ARG;
-    json_int_t dims;
-    bool truncate = false;
-    const char *key;
-    json_t *v;
-    memset(out, 0, sizeof *out);
-    /* each input an array of up to max_tokens ids (or a string), plus the other fields */
-    size_t max_values = (size_t)(lim->max_inputs > 0 ? lim->max_inputs : 1) *
-                            ((size_t)(lim->max_tokens > 0 ? lim->max_tokens : 1) + 2) + 1024;
-    json_t *root = sp_api_json_load(body, len, JSON_REJECT_DUPLICATES, max_values, err);
-    if (!root)
-        return SP_ERR_ARG;
-    json_object_foreach(root, key, v) {
-        bool known = false;
-        for (size_t i = 0; i < sizeof sp_embed_fields / sizeof sp_embed_fields[0]; i++)
-            known = known || !strcmp(key, sp_embed_fields[i]);
-        if (!known) {
-            sp_api_fail(err, 400, SP_API_INVALID, "unknown_parameter", NULL,
-                        "Unrecognized request argument supplied: '%.64s'.", key);
-            goto done;
-        }
-    }
-    static const char *const strings[] = {"model", "user", "encoding_format"};
-    for (size_t i = 0; i < 3; i++)
-        if ((v = sp_field(root, strings[i])) && !json_is_string(v)) {
-            sp_api_fail(err, 400, SP_API_INVALID, "invalid_type", strings[i],
-                        "Invalid type for '%s': expected a string.", strings[i]);
-            goto done;
-        }
-    json_t *name = sp_field(root, "model"), *fmt = sp_field(root, "encoding_format");
-    if (name && !sp_api_model_known(lim->model_id, lim->aliases, lim->n_aliases, json_string_value(name))) {
-        sp_api_fail(err, 404, SP_API_INVALID, "model_not_found", "model",
-                    "The model '%.100s' does not exist (this server serves '%.100s').", json_string_value(name),
-                    lim->model_id);
-        goto done;
-    }
-    if (fmt && strcmp(json_string_value(fmt), "float") && strcmp(json_string_value(fmt), "base64")) {
-        sp_api_fail(err, 400, SP_API_INVALID, "invalid_value", "encoding_format",
-                    "Invalid value for 'encoding_format': expected 'float' or 'base64'.");
-        goto done;
-    }
-    out->base64 = fmt && !strcmp(json_string_value(fmt), "base64");
-    int got = sp_read_int(root, "dimensions", 1, INT32_MAX, &dims, err);
-    if (got < 0)
-        goto done;
-    if (got && dims != lim->n_embd) {
-        sp_api_fail(err, 400, SP_API_INVALID, "unsupported_value", "dimensions",
-                    "This model does not support 'dimensions' other than its width %d (it is not trained for "
-                    "truncated embeddings).", lim->n_embd);
-        goto done;
-    }
-    if (sp_read_bool(root, "truncate", &truncate, err) < 0)
-        goto done;
-    st = sp_embed_inputs(out, sp_field(root, "input"), model, lim, truncate, err);
-done:
-    json_decref(root);
-    if (st != SP_OK)
-        sp_api_embed_request_free(out);
-    return st;
-}
-
-void sp_api_embed_request_free(struct sp_api_embed_request *r)
-{
-    for (size_t i = 0; r->inputs && i < r->n_inputs; i++)
-        free(r->inputs[i]);
-    free(r->inputs);
-    free(r->n_tokens);
-    memset(r, 0, sizeof *r);
-}
-
-/* base64 of n bytes (RFC 4648, padded) as a JSON string. */
-static json_t *sp_base64(const uint8_t *p, size_t n)
-{
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *s = malloc((n + 2) / 3 * 4 + 1);
-    if (!s)
-        return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
-        s[o++] = tab[v >> 18 & 63];
-        s[o++] = tab[v >> 12 & 63];
-        s[o++] = i + 1 < n ? tab[v >> 6 & 63] : '=';
-        s[o++] = i + 2 < n ? tab[v & 63] : '=';
-    }
-    json_t *j = json_stringn(s, o);
-    free(s);
-    return j;
-}
-
-char *sp_api_embed_body(const struct sp_api_embed_request *r, const char *model, const float *vecs, int n_embd)
-{
-    json_t *data = json_array(), *root = json_object(), *usage = json_object();
-    for (size_t i = 0; data && i < r->n_inputs; i++) {
-        const float *v = vecs + i * (size_t)n_embd;
-        json_t *e = NULL, *item = json_object();
-        if (r->base64) {
-            uint8_t *b = malloc((size_t)n_embd * 4);
-            for (int k = 0; b && k < n_embd; k++) { /* little-endian float32, as OpenAI's */
-                uint32_t u;
-                memcpy(&u, &v[k], 4);
-                for (int x = 0; x < 4; x++)
-                    b[4 * k + x] = (uint8_t)(u >> (8 * x));
-            }
-            e = b ? sp_base64(b, (size_t)n_embd * 4) : NULL;
-            free(b);
-        } else {
-            e = json_array();
-            for (int k = 0; e && k < n_embd; k++)
-                json_array_append_new(e, json_real(v[k]));
-        }
-        json_object_set_new(item, "object", json_string("embedding"));
-        json_object_set_new(item, "index", json_integer((json_int_t)i));
-        if (!e || json_object_set_new(item, "embedding", e) || json_array_append_new(data, item)) {
-            json_decref(data);
-            data = NULL;
-        }
-    }
-    if (!data || !root || !usage) {
-        json_decref(data);
-        json_decref(root);
-        json_decref(usage);
-        return NULL;
-    }
-    json_object_set_new(usage, "prompt_tokens", json_integer((json_int_t)r->n_total));
-    json_object_set_new(usage, "total_tokens", json_integer((json_int_t)r->n_total));
-    json_object_set_new(root, "object", json_string("list"));
-    json_object_set_new(root, "data", data);
-    json_object_set_new(root, "model", json_string(model));
-    json_object_set_new(root, "usage", usage);
-    return sp_json_dump_free(root);
 }

@@ -171,6 +171,19 @@ sp_status sp_api_parse_tools(struct sp_api_request *r, const json_t *root, const
  * the JSON text of the calls, malloc'd. */
 sp_status sp_api_message_tools(const json_t *msg, size_t i, sp_chat_msg *out, struct sp_api_error *err);
 
+/* The `type` of a 400 for a bad request field. */
+#define SP_API_INVALID "invalid_request_error"
+
+/* Field readers: absent and null mean "not given" (return 0), 1 when
+ * read, -1 after setting *err for a wrong type or range ([lo, hi]).
+ * sp_api_field is the field's value, NULL when absent or null. */
+json_t *sp_api_field(const json_t *obj, const char *key);
+int sp_api_read_number(const json_t *obj, const char *key, double lo, double hi, double *out,
+                       struct sp_api_error *err);
+int sp_api_read_int(const json_t *obj, const char *key, json_int_t lo, json_int_t hi, json_int_t *out,
+                    struct sp_api_error *err);
+int sp_api_read_bool(const json_t *obj, const char *key, bool *out, struct sp_api_error *err);
+
 /* POST /tokenize: {"content": str, "add_special": bool?, "parse_special": bool?}
  * -> {"tokens": [...]}.  POST /detokenize: {"tokens": [int...]} -> {"content": str}.
  * Return the response body (malloc'd) or NULL with *err set. */

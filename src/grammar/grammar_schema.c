@@ -9,7 +9,8 @@
  * subset lacks, long lengths), and narrower where that keeps it small
  * (no property beyond those listed unless additionalProperties,
  * patternProperties or minProperties asks for more; extra properties come
- * after the listed ones; numbers of at most 16 digits).
+ * where the object may end: among the listed ones after the last required
+ * one; numbers of at most 16 digits).
  *
  * Objects hold their properties in the schema's `properties` order, each
  * optional one skippable where it stands: a chain of rules, one per
@@ -42,15 +43,25 @@
 #define MAX_NEST 64
 #define MAX_RULES 20000
 #define MAX_BOUND 1000000000000000LL /* integer bounds: 16 digits at most */
-/* Lengths and item counts up to this are spelled out by the grammar (a
- * copy of the item, or of a character's automaton, per position); larger
- * maxima are left to the validator and larger minima are enforced up to
- * this. */
+/* Lengths and counts of items or properties up to this are spelled out by
+ * the grammar (a copy of the item, or of a character's automaton, per
+ * position); larger maxima are left to the validator and larger minima are
+ * enforced up to this. */
 #define MAX_COUNT_GRAMMAR 256
 /* String positions spelled out in one schema (each about 14 automaton
- * states, and a walk of the vocabulary when bound); lengths past this
- * budget are the validator's. */
+ * states, and a walk of the vocabulary when bound) ... */
 #define MAX_SPELLED_CHARS 2048
+/* ... and copies of an array's item or an object's unlisted property (a
+ * call of the item's rule, a few states, or a copy of a small one: an
+ * integer is about 18).  Counts past these
+ * budgets are the validator's: a maximum is dropped, a minimum enforced as
+ * far as the budget goes, so no count makes a schema's automaton grow past
+ * a few tens of thousands of states. */
+#define MAX_SPELLED_ITEMS 1024
+/* Character positions the patterns of one schema spell (a repetition's
+ * copies counted: `^[a-z]{1,255}$` is 255); a pattern past the budget is
+ * the validator's, as one beyond the regex subset is. */
+#define MAX_SPELLED_PATTERN 8192
 
 /* ---- growable strings ---- */
 
@@ -177,6 +188,8 @@ struct sc {
     int depth;
     bool closed;     /* SP_SCHEMA_CLOSED */
     uint32_t spelled; /* string positions spelled so far (MAX_SPELLED_CHARS) */
+    uint32_t copies;  /* item and property copies spelled so far (MAX_SPELLED_ITEMS) */
+    double patterns;  /* pattern positions spelled so far (MAX_SPELLED_PATTERN) */
     json_t *owned;   /* merged schemas made here, kept alive until the end */
 };
 
@@ -483,14 +496,37 @@ static long long count(const json_t *s, const char *k, long long none)
     return json_is_integer(v) ? (long long)json_integer_value(v) : none;
 }
 
-/* The grammar's share of a count range: minima up to MAX_COUNT_GRAMMAR,
- * maxima only when within it (-1: none). */
-static void grammar_counts(long long *mn, long long *mx)
+/* The grammar's share of a count range mn..mx (mx < 0: none), one copy
+ * spelled per position, charged to *used of a budget of cap: the range
+ * exactly when its maximum is within MAX_COUNT_GRAMMAR and the budget;
+ * else no maximum and the minimum as far as both go.  The validator checks
+ * the whole range. */
+static void grammar_counts(long long *mn, long long *mx, uint32_t *used, uint32_t cap)
 {
+    long long left = *used < cap ? (long long)(cap - *used) : 0;
+    if (*mx >= 0 && *mx <= MAX_COUNT_GRAMMAR && *mx <= left) {
+        *used += (uint32_t)*mx;
+        return;
+    }
+    *mx = -1;
     if (*mn > MAX_COUNT_GRAMMAR)
         *mn = MAX_COUNT_GRAMMAR;
-    if (*mx > MAX_COUNT_GRAMMAR)
-        *mx = -1;
+    if (*mn > left)
+        *mn = left;
+    *used += (uint32_t)*mn;
+}
+
+/* A pattern's GBNF (sp_regex_to_gbnf), charged to the schema's budget:
+ * NULL, or why the grammar leaves it to the validator. */
+static const char *pattern_gbnf(struct sc *c, const char *pattern, size_t len, struct sp_gstr *out)
+{
+    double spelled = 0;
+    const char *why = sp_regex_to_gbnf(pattern, len, out, &spelled);
+    if (!why && c->patterns + spelled > MAX_SPELLED_PATTERN)
+        return "past the schema's budget of pattern positions";
+    if (!why)
+        c->patterns += spelled;
+    return why;
 }
 
 /* ---- types ---- */
@@ -510,7 +546,7 @@ static void gen_string(struct sc *c, const json_t *s, struct sp_gstr *o)
     }
     if (pat) { /* lengths beside it: the validator's; a pattern beyond the subset: too */
         struct sp_gstr rx = {0};
-        const char *why = sp_regex_to_gbnf(json_string_value(pat), json_string_length(pat), &rx);
+        const char *why = pattern_gbnf(c, json_string_value(pat), json_string_length(pat), &rx);
         if (!why)
             sp_gstr_addf(o, "( \"\\\"\" %s \"\\\"\" )", rx.p ? rx.p : "");
         else if (rx.failed)
@@ -519,14 +555,7 @@ static void gen_string(struct sc *c, const json_t *s, struct sp_gstr *o)
         if (!why || rx.failed)
             return;
     }
-    grammar_counts(&mn, &mx);
-    long long spell = mx >= 0 ? mx : mn;
-    if (c->spelled + spell > MAX_SPELLED_CHARS) { /* over the budget: the validator's */
-        mn = 0;
-        mx = -1;
-        spell = 0;
-    }
-    c->spelled += (uint32_t)spell;
+    grammar_counts(&mn, &mx, &c->spelled, MAX_SPELLED_CHARS);
     if (mn == 0 && mx < 0)
         sp_gstr_add(o, "json-string");
     else if (mx < 0)
@@ -643,7 +672,7 @@ static void gen_array(struct sc *c, const json_t *s, struct sp_gstr *o)
         gen(c, items, &item);
         sp_jpath_pop(&c->path, old);
     }
-    grammar_counts(&mn, &mx);
+    grammar_counts(&mn, &mx, &c->copies, MAX_SPELLED_ITEMS);
     sp_gstr_addf(&body, "\"[\"%s", c->w);
     /* prefix items: the first min(mn, k) required, then each optional */
     size_t open = 0;
@@ -846,7 +875,7 @@ static bool gen_extra(struct sc *c, const json_t *s, size_t n_listed, struct sp_
         if (never(pv)) /* keys it matches are forbidden: the validator's */
             continue;
         struct sp_gstr key = {0};
-        const char *why = sp_regex_to_gbnf(pk, strlen(pk), &key);
+        const char *why = pattern_gbnf(c, pk, strlen(pk), &key);
         sp_gstr_addf(extra, "%s( \"\\\"\" %s \"\\\"\"%s\":\"%s", any ? " | " : "", why ? "json-char*" : key.p,
                      c->w, c->w);
         free(key.p);
@@ -949,13 +978,24 @@ static size_t gen_props(struct sc *c, const json_t *s, struct prop **props)
 /* An object: "{" W A W "}" where A, "the properties", is one of
  *   kv_i b_{i+1}  for each i up to the first required property r (the
  *                 first one written is i: those before it are skipped),
- *   extra b_n, or nothing, when no property is required;
+ *   X E b_0       when unlisted properties may appear and no property is
+ *                 required (unlisted ones first),
+ *   nothing       when no property is required;
  * and b_i, "the properties from i on, after something was written", is
  *   ( W "," W kv_i )? b_{i+1}  (optional i)   W "," W kv_i b_{i+1}  (required i)
- *   ( W "," W extra )*  (i = n).
- * b_1 .. b_L (L = min(r + 1, n)) are rules, b_L spelling the rest of the
- * chain; with a required first property b_1 is spelled inside A.  kv_i is
- * a rule where it is named twice (1 <= i <= r). */
+ *   ""  (i = n).
+ * X is one unlisted property (gen_extra) and E, "more of them", is
+ * ( W "," W X )*: with unlisted properties allowed, E follows every kv_i
+ * from the last required property on, so they stand in any gap where the
+ * object may end (all of them when nothing is required).  Not before a
+ * required one: a model writing unlisted keys could write them forever
+ * where "}" is not yet allowed.  An unlisted key is none of the listed
+ * names (the key's trie), so a listed property is written only in its
+ * place.  b_1 .. b_L (L = min(r + 1, n))
+ * are rules, b_L spelling the rest of the chain; with a required first
+ * property and no unlisted ones b_1 is spelled inside A.  kv_i is a rule
+ * where it is named twice.  A map (no property listed) is X E with E's
+ * count bounded by minProperties/maxProperties. */
 static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
 {
     struct prop *props = NULL;
@@ -970,28 +1010,51 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
     while (r < n && !props[r].required)
         r++;
     size_t last = r + 1 < n ? r + 1 : n;
-    for (size_t i = 1; i <= r && i < n; i++) { /* kv_i named twice */
-        char kvn[64];
-        snprintf(kvn, sizeof kvn, "%s-kv%zu", name, i);
-        emit_rule(c, kvn, &props[i].kv);
-        props[i].kv.n = 0;
-        sp_gstr_add(&props[i].kv, kvn);
-    }
     /* a map (no property listed): its size bounds the extras */
     long long mn = n ? 0 : count(s, "minProperties", 0), mx = n ? -1 : count(s, "maxProperties", -1);
     if (mx >= 0 && mn > mx) {
         fail(c, "unsatisfiable schema: minProperties %lld > maxProperties %lld", mn, mx);
         goto done;
     }
-    grammar_counts(&mn, &mx);
+    grammar_counts(&mn, &mx, &c->copies, MAX_SPELLED_ITEMS);
     if (mx == 0)
         more = false;
-    if (more && mx > 0)
-        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,%lld}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0, mx - 1);
-    else if (more)
-        sp_gstr_addf(&tail, "(%s\",\"%s( %s ) ){%lld,}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0);
-    else
+    bool gaps = more && n > 0; /* unlisted properties in the gaps where the object may end */
+    size_t rl = n; /* the last required property (n: none) */
+    for (size_t i = 0; i < n; i++)
+        if (props[i].required)
+            rl = i;
+    char xn[64];
+    if (more) { /* X, a rule: named in several places, its copies call it */
+        snprintf(xn, sizeof xn, "%s-x", name);
+        emit_rule(c, xn, &extra);
+        extra.n = 0;
+        sp_gstr_add(&extra, xn);
+    }
+    if (gaps) {
+        sp_gstr_addf(&tail, "(%s\",\"%s%s )*", c->w, c->w, xn);
+        snprintf(xn, sizeof xn, "%s-e", name);
+        emit_rule(c, xn, &tail);
+        for (size_t i = rl < n ? rl : 0; i < n; i++)
+            sp_gstr_addf(&props[i].kv, " %s", xn);
+        tail.n = 0;
         sp_gstr_add(&tail, "\"\"");
+    } else if (more && mx > 0) {
+        sp_gstr_addf(&tail, "(%s\",\"%s%s ){%lld,%lld}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0, mx - 1);
+    } else if (more) {
+        sp_gstr_addf(&tail, "(%s\",\"%s%s ){%lld,}", c->w, c->w, extra.p, mn > 1 ? mn - 1 : 0);
+    } else {
+        sp_gstr_add(&tail, "\"\"");
+    }
+    bool lead = gaps && rl == n; /* unlisted properties first: X E b_0 */
+    for (size_t i = lead ? 0 : 1; i <= r && i < n; i++) { /* kv_i named twice */
+        char kvn[64];
+        snprintf(kvn, sizeof kvn, "%s-kv%zu", name, i);
+        emit_rule(c, kvn, &props[i].kv);
+        props[i].kv.n = 0;
+        sp_gstr_add(&props[i].kv, kvn);
+    }
+    bool inline_b1 = r == 0 && !lead;
     for (size_t j = last; j >= 1; j--) {
         struct sp_gstr b = {0};
         for (size_t i = j; i < (j == last ? n : j + 1); i++)
@@ -1000,7 +1063,7 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
             sp_gstr_addn(&b, tail.p, tail.n);
         else
             sp_gstr_addf(&b, "%s-b%zu", name, j + 1);
-        if (r == 0) { /* b_1, named once */
+        if (inline_b1) { /* b_1, named once */
             inl = b;
             break;
         }
@@ -1014,14 +1077,17 @@ static void gen_object(struct sc *c, const json_t *s, struct sp_gstr *o)
         if (i)
             sp_gstr_add(&body, " | ");
         sp_gstr_addn(&body, props[i].kv.p, props[i].kv.n);
-        if (r == 0)
+        if (inline_b1)
             sp_gstr_addf(&body, " %s", inl.p);
         else
             sp_gstr_addf(&body, " %s-b%zu", name, i + 1);
     }
+    if (lead)
+        sp_gstr_addf(&body, " | %s %s-e %s%s\",\"%s%s%s %s-b1", extra.p, name, props[0].required ? "" : "(",
+                     c->w, c->w, props[0].kv.p, props[0].required ? "" : " )?", name);
     if (r == n) { /* nothing required: extras first, or nothing at all */
-        if (more)
-            sp_gstr_addf(&body, "%s( %s ) %s", n ? " | " : "", extra.p, tail.p);
+        if (more && !gaps)
+            sp_gstr_addf(&body, "%s %s", extra.p, tail.p);
         if (!more || n || mn == 0)
             sp_gstr_add(&body, n || more ? " | \"\"" : "\"\"");
     }

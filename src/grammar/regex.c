@@ -24,6 +24,7 @@ struct rx {
     struct sp_gstr *out;
     const char *err;
     int depth;
+    double spelled; /* character positions the fragment spells (a repetition's copies counted) */
 };
 
 /* Characters any JSON string may hold unescaped. */
@@ -272,13 +273,17 @@ static void rx_atom(struct rx *r)
     }
 }
 
-static void rx_quant(struct rx *r)
+/* Reads a quantifier after an atom; returns how many copies of the atom
+ * the GBNF spells (1 without a quantifier). */
+static unsigned long rx_quant(struct rx *r)
 {
+    unsigned long copies = 1;
     if (r->i >= r->n)
-        return;
+        return copies;
     char c = r->s[r->i];
     if (c == '*' || c == '+' || c == '?') {
         r->i++;
+        copies = c == '+' ? 2 : 1;
         sp_gstr_addf(r->out, "%c", c);
     } else if (c == '{') {
         size_t j = r->i + 1;
@@ -299,12 +304,13 @@ static void rx_quant(struct rx *r)
         }
         if (!any || j >= r->n || r->s[j] != '}') {
             r->err = "a malformed {m,n} quantifier";
-            return;
+            return copies;
         }
         if (m > 1000 || (anyx && x > 1000)) {
             r->err = "a repetition count above 1000";
-            return;
+            return copies;
         }
+        copies = !comma ? m : !anyx ? m + 1 : (x > m ? x : m);
         r->i = j + 1;
         if (!comma)
             sp_gstr_addf(r->out, "{%lu}", m);
@@ -313,17 +319,18 @@ static void rx_quant(struct rx *r)
         else
             sp_gstr_addf(r->out, "{%lu,%lu}", m, x);
     } else {
-        return;
+        return copies;
     }
     if (r->i < r->n && (r->s[r->i] == '?' || r->s[r->i] == '+')) {
         if (r->s[r->i] == '+') {
             r->err = "possessive quantifiers";
-            return;
+            return copies;
         }
         r->i++; /* lazy: the same strings match */
     }
     if (r->i < r->n && strchr("*+?{", r->s[r->i]) && r->s[r->i] != '{')
         r->err = "a quantifier after a quantifier";
+    return copies;
 }
 
 static void rx_seq(struct rx *r)
@@ -333,11 +340,13 @@ static void rx_seq(struct rx *r)
         if (r->s[r->i] == '$' && r->i + 1 == r->n && r->depth == 0)
             break;
         sp_gstr_add(r->out, " ( ");
+        double before = r->spelled;
         rx_atom(r);
         if (r->err)
             return;
         sp_gstr_add(r->out, " )");
-        rx_quant(r);
+        double atom = r->spelled > before ? r->spelled - before : 1; /* a group's, or one character */
+        r->spelled = before + atom * (double)rx_quant(r);
         empty = false;
     }
     if (empty)
@@ -354,9 +363,9 @@ static void rx_alt(struct rx *r)
     }
 }
 
-const char *sp_regex_to_gbnf(const char *pattern, size_t len, struct sp_gstr *out)
+const char *sp_regex_to_gbnf(const char *pattern, size_t len, struct sp_gstr *out, double *spelled)
 {
-    struct rx r = {pattern, len, 0, out, NULL, 0};
+    struct rx r = {pattern, len, 0, out, NULL, 0, 0};
     bool start = len > 0 && pattern[0] == '^';
     bool end = len > 0 && pattern[len - 1] == '$' && (len < 2 || pattern[len - 2] != '\\');
     if (start)
@@ -370,6 +379,8 @@ const char *sp_regex_to_gbnf(const char *pattern, size_t len, struct sp_gstr *ou
     sp_gstr_add(out, " )");
     if (!end)
         sp_gstr_add(out, " " PLAIN_CHAR "*");
+    if (spelled)
+        *spelled = r.spelled;
     if (out->failed)
         return "out of memory";
     return r.err;

@@ -361,8 +361,10 @@ static const struct sp_schema_format formats[] = {
     {"uri-reference",
      "[a-zA-Z] [a-zA-Z0-9+.-]{0,15} \":\" " URI_CHAR_GBNF "* | " URI_SEG_GBNF "* ( [/?#] " URI_CHAR_GBNF "* )?",
      valid_uri_reference},
+    /* an operator's character is one, never a variable's first ("{,}" is
+     * not a template: the check reads "," as the operator) */
     {"uri-template",
-     "( [^\\x00-\\x20\\x7F\\\"'%<>\\\\^`{|}] | \"%\" hex hex | \"{\" [+#./;?&=,!@|]? [A-Za-z0-9_.%,:*]+ \"}\" )*",
+     "( [^\\x00-\\x20\\x7F\\\"'%<>\\\\^`{|}] | \"%\" hex hex | \"{\" ( [+#./;?&=,!@|] [A-Za-z0-9_.%,:*]+ | [A-Za-z0-9_%:*] [A-Za-z0-9_.%,:*]* ) \"}\" )*",
      valid_uri_template},
     {"iri", "[a-zA-Z] [a-zA-Z0-9+.-]{0,15} \":\" " IRI_CHAR_GBNF "*", valid_iri},
     {"iri-reference",

@@ -33,8 +33,10 @@ size_t sp_jpath_push(struct sp_jpath *p, const char *fmt, ...) __attribute__((fo
 void sp_jpath_pop(struct sp_jpath *p, size_t old);
 
 /* Appends a GBNF fragment for the contents of a JSON string matching the
- * pattern (regex.c).  Returns NULL, or what the subset lacks. */
-const char *sp_regex_to_gbnf(const char *pattern, size_t len, struct sp_gstr *out);
+ * pattern (regex.c); *spelled (when not NULL): how many character
+ * positions it spells, each repetition's copies counted.  Returns NULL, or
+ * what the subset lacks. */
+const char *sp_regex_to_gbnf(const char *pattern, size_t len, struct sp_gstr *out, double *spelled);
 
 /* ---- schemas in the internal form (schema_norm.c) ----
  * A schema of any draft, converted: only validation keywords, in 2020-12's

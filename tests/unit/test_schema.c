@@ -38,7 +38,7 @@ static const struct scase cases[] = {
      "\"required\":[\"a\"],\"additionalProperties\":false}",
      {"{\"a\":1}"}, {"{ \"a\" : 1 }"}, {"{\"a\":\"x\"}", "{}", "{\"a\":1,\"b\":2}"}, {"{}", "{\"b\":1}"}, true},
     /* properties the schema does not list: any key but the listed ones, any
-     * value, after the listed ones (before them only when none is required) */
+     * value, after the required ones */
     {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}},"
      "\"required\":[\"name\"]}",
      {"{\"name\":\"x\",\"labels\":{\"a\":[1,null]}}", "{\"name\":\"x\",\"age\":3,\"nam\":1,\"namex\":true,\"\":0}",
@@ -51,6 +51,37 @@ static const struct scase cases[] = {
     {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"ab\":{\"type\":\"null\"}}}",
      {"{\"b\":\"x\"}", "{\"a\":1,\"b\":2}", "{}", "{\"abc\":1,\"\":2}", "{\"ab\":null,\"aa\":{}}"},
      {"{\"b\":1,\"a\":2}"}, {"{\"a\":\"x\"}", "{\"ab\":1}"}, {"{\"a\":\"x\"}", "{\"ab\":1}", "{\"b\":1,\"a\":\"x\"}"}, false},
+    /* unlisted keys first, between and last where the object may end:
+     * anywhere when nothing is required, else once the last required
+     * property is written (so that a model writing unlisted keys can always
+     * close the object instead); the listed ones keep their order, and one is
+     * never written twice nor as an unlisted key (the unlisted keys' trie
+     * excludes the listed names) */
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}}}",
+     {"{\"x\":1,\"a\":2,\"b\":\"s\"}", "{\"a\":2,\"x\":[1],\"y\":{},\"b\":\"s\"}", "{\"a\":2,\"b\":\"s\",\"x\":null}",
+      "{\"x\":1,\"b\":\"s\",\"z\":3}", "{\"ab\":1,\"a\":2,\"bb\":3,\"b\":\"s\",\"\":4}", "{\"x\":1}"},
+     {"{\"b\":\"s\",\"a\":1}"},
+     {"{\"a\":1,\"a\":2,\"b\":\"s\"}", "{\"x\":1,\"b\":\"s\",\"a\":\"t\"}", "{\"a\":\"t\"}"},
+     {"{\"a\":1,\"b\":\"s\",\"a\":2}", "{\"x\":1,\"b\":\"s\",\"b\":\"t\"}", "{\"b\":\"s\",\"x\":1,\"a\":2}",
+      "{\"x\":1,\"a\":\"s\",\"b\":\"s\"}", "{\"a\":1,\"x\":2,\"a\":3}", "{\"b\":\"s\",\"a\":1}"},
+     false},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"},"
+     "\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}",
+     {"{\"a\":1,\"b\":\"s\",\"x\":2,\"c\":true,\"y\":3}", "{\"b\":\"s\",\"x\":2,\"c\":true}", "{\"b\":\"s\",\"x\":2}",
+      "{\"a\":1,\"b\":\"s\",\"c\":false,\"z\":{}}"},
+     {"{\"x\":1,\"b\":\"s\"}", "{\"a\":1,\"x\":2,\"b\":\"s\"}"},
+     {"{\"b\":\"s\",\"c\":true,\"c\":false}", "{\"x\":1}", "{\"b\":\"s\",\"x\":1,\"c\":1}"},
+     {"{\"x\":1,\"b\":\"s\"}", "{\"a\":1,\"x\":2,\"b\":\"s\"}", "{\"b\":\"s\",\"c\":true,\"c\":false}",
+      "{\"b\":\"s\",\"x\":1,\"a\":1}", "{\"b\":\"s\",\"c\":true,\"b\":\"t\"}", "{\"b\":\"s\",\"x\":1,\"c\":1}"},
+     false},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"null\"}},"
+     "\"additionalProperties\":{\"type\":\"boolean\"}}",
+     {"{\"x\":true,\"a\":1}", "{\"x\":true,\"a\":1,\"y\":false,\"b\":null,\"z\":true}", "{\"a\":1,\"x\":true}"},
+     {NULL},
+     {"{\"x\":1,\"a\":1}", "{\"a\":true}", "{\"a\":1,\"x\":null}"},
+     {"{\"x\":1,\"a\":1}", "{\"a\":true}", "{\"x\":true,\"a\":1,\"a\":2}", "{\"a\":true,\"a\":1}",
+      "{\"b\":null,\"x\":true,\"a\":1}", "{\"a\":1,\"x\":null}"},
+     true},
     /* unknown format: an annotation */
     {"{\"type\":\"string\",\"format\":\"phone-number\",\"maxLength\":3}", {"\"abc\""}, {"\"+1\""}, {"\"abcd\""},
      {"\"abcd\""}, true},
@@ -127,7 +158,9 @@ static const struct scase cases[] = {
      {"{\"x-ab\":1}", "{}"}, {NULL}, {"{\"x-ab\":\"s\"}", "{\"y\":1}"}, {"{\"y\":1}", "{\"x-ab\":\"s\"}"}, true},
     {"{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},\"patternProperties\":"
      "{\"^n\":{\"type\":\"string\"}},\"additionalProperties\":{\"type\":\"boolean\"}}",
-     {"{\"id\":1,\"name\":\"x\",\"ok\":true}"}, {NULL}, {"{\"name\":1}", "{\"ok\":1}"}, {NULL}, false},
+     {"{\"id\":1,\"name\":\"x\",\"ok\":true}", "{\"name\":\"x\",\"id\":1}", "{\"ok\":true,\"id\":1,\"no\":\"y\"}"},
+     {NULL}, {"{\"name\":1}", "{\"ok\":1}", "{\"ok\":true,\"id\":\"s\"}"}, {"{\"ok\":1,\"id\":1}", "{\"ok\":true,\"id\":\"s\"}"},
+     false},
     {"{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]+$\",\"maxLength\":3}}",
      {"{\"abc\":1}"}, {NULL}, {"{\"ABC\":1}", "{\"abcd\":1}"}, {"{\"ABC\":1}"}, false},
     /* ---- if / then / else ---- */
@@ -165,9 +198,10 @@ static const struct scase cases[] = {
      {"\"-bad.com\"", "\"a..b\""}, {"\"-bad.com\""}, true},
     {"{\"type\":\"string\",\"format\":\"uri\"}", {"\"https://example.com/a?b=1#c\"", "\"urn:isbn:0451450523\""}, {NULL},
      {"\"no scheme\"", "\"http://a b\"", "\"/relative\""}, {"\"/relative\""}, true},
-    /* MaskBench's MCP set: "http://example.com/resource/{" is no URI template */
+    /* MaskBench's MCP set: "http://example.com/resource/{" is no URI template;
+     * "{,}" is an operator without a variable */
     {"{\"type\":\"string\",\"format\":\"uri-template\"}", {"\"http://x/{id}\"", "\"/a{?q,r*}\"", "\"plain\"", "\"\""},
-     {NULL}, {"\"http://x/{\"", "\"a b\"", "\"{}\"", "\"{a{b}}\"", "\"a}\""},
+     {NULL}, {"\"http://x/{\"", "\"a b\"", "\"{}\"", "\"{a{b}}\"", "\"a}\"", "\"{,}\""},
      {"\"http://x/{\"", "\"a b\"", "\"{}\""}, true},
     /* a relative reference has no ":" in its first segment (MaskBench: "://" was accepted) */
     {"{\"type\":\"string\",\"format\":\"uri-reference\"}", {"\"../a?b\"", "\"\"", "\"a/b:c\"", "\"x:y\"", "\"?q:1\""},
@@ -465,9 +499,129 @@ static void test_counts(void)
     free(s);
 }
 
+/* open, then n items (fmt formatted with the item's index twice) joined
+ * by sep, then close; malloc'd. */
+static char *joined(const char *open, const char *fmt, const char *sep, int n, const char *close)
+{
+    size_t cap = strlen(open) + strlen(close) + (size_t)n * (strlen(fmt) + strlen(sep) + 24) + 1;
+    char *t = malloc(cap);
+    size_t k = (size_t)snprintf(t, cap, "%s", open);
+    for (int i = 0; i < n; i++) {
+        k += (size_t)snprintf(t + k, cap - k, "%s", i ? sep : "");
+        k += (size_t)snprintf(t + k, cap - k, fmt, i, i);
+    }
+    snprintf(t + k, cap - k, "%s", close);
+    return t;
+}
+
+/* Large counts (lengths, items, properties, patterns' repetitions; nested)
+ * compile to small automata: the grammar spells a count up to 256 within a
+ * budget per schema and takes no more than that of it, the validator checks
+ * the rest.
+ * Texts at both ends of the range pass both; one past either end is
+ * refused by the validator; one short of what the grammar enforces is
+ * refused by the grammar too. */
+static void test_large_counts(void)
+{
+    char s300[400], s260[300];
+    snprintf(s300, sizeof s300, "{\"s\":\"%0300d\",\"t\":[1,2]}", 0);
+    snprintf(s260, sizeof s260, "\"k%%d\":\"%0260d\"", 0);
+    const struct {
+        const char *schema, *open, *fmt, *sep, *close;
+        int lo, hi; /* the count range (hi < 0: no maximum) */
+        int few;    /* a count the grammar refuses */
+    } cases[] = {
+        {"{\"type\":\"string\",\"minLength\":10000}", "\"", "a", "", "\"", 10000, -1, 100},
+        {"{\"type\":\"string\",\"minLength\":300,\"maxLength\":10000}", "\"", "\xc3\xa9", "", "\"", 300, 10000, 255},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":500,\"maxItems\":600}", "[", "%d", ",", "]",
+         500, 600, 255},
+        {"{\"type\":\"array\",\"minItems\":500,\"items\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\","
+         "\"minLength\":300,\"maxLength\":10000},\"t\":{\"type\":\"array\",\"minItems\":2,\"maxItems\":1000}},"
+         "\"required\":[\"s\"]}}",
+         "[", s300, ",", "]", 500, -1, 10},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"},\"minProperties\":300,"
+         "\"maxProperties\":400}",
+         "{", "\"k%d\":%d", ",", "}", 300, 400, 200},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^k[0-9]{1,4}$\":{\"type\":\"string\",\"minLength\":260}},"
+         "\"additionalProperties\":false,\"minProperties\":300}",
+         "{", s260, ",", "}", 300, -1, 100},
+    };
+    char why[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct sp_grammar *g = compile_schema(cases[i].schema, false);
+        if (!g)
+            continue;
+        struct sp_grammar_stats gs;
+        sp_grammar_stats(g, &gs);
+        CHECK(gs.n_states < 20000, "case %zu: %u states", i, gs.n_states);
+        const int counts[5] = {cases[i].lo, cases[i].hi, cases[i].lo - 1, cases[i].hi + 1, cases[i].few};
+        for (int k = 0; k < 5; k++) {
+            if (counts[k] < 0 || (k == 3 && cases[i].hi < 0))
+                continue;
+            char *t = joined(cases[i].open, cases[i].fmt, cases[i].sep, counts[k], cases[i].close);
+            bool ok = valid(cases[i].schema, t, why, sizeof why), gram = grammar_accepts(g, t);
+            if (k < 2)
+                CHECK(ok && gram, "case %zu: %d: valid %d (%s), grammar %d", i, counts[k], ok, why, gram);
+            else
+                CHECK(!ok && (k < 4 || !gram), "case %zu: %d: valid %d, grammar %d", i, counts[k], ok, gram);
+            free(t);
+        }
+        sp_grammar_free(g);
+    }
+    /* 40 arrays of 200 to 256 items: the first ones are spelled, the rest
+     * are the validator's once the budget is spent */
+    char *s = malloc(1 << 16);
+    size_t n = (size_t)snprintf(s, 1 << 16, "{\"type\":\"object\",\"properties\":{");
+    for (int p = 0; p < 40; p++)
+        n += (size_t)snprintf(s + n, (1 << 16) - n, "%s\"p%d\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
+                              "\"minItems\":200,\"maxItems\":256}", p ? "," : "", p);
+    snprintf(s + n, (1 << 16) - n, "},\"required\":[\"p0\",\"p39\"]}");
+    struct sp_grammar *g = compile_schema(s, false);
+    if (g) {
+        struct sp_grammar_stats gs;
+        sp_grammar_stats(g, &gs);
+        CHECK(gs.n_states < 20000, "40 arrays: %u states", gs.n_states);
+        char *few = joined("[", "%d", ",", 100, "]"), *enough = joined("[", "%d", ",", 200, "]");
+        char *t = malloc(4096);
+        snprintf(t, 4096, "{\"p0\":%s,\"p39\":%s}", enough, few);
+        CHECK(grammar_accepts(g, t) && !valid(s, t, why, sizeof why) && strstr(why, "minItems"),
+              "past the budget the count is the validator's");
+        snprintf(t, 4096, "{\"p0\":%s,\"p39\":%s}", few, enough);
+        CHECK(!grammar_accepts(g, t), "within the budget the grammar holds the count");
+        snprintf(t, 4096, "{\"p0\":%s,\"p39\":%s}", enough, enough);
+        CHECK(grammar_accepts(g, t) && valid(s, t, why, sizeof why), "valid: %s", why);
+        free(t);
+        free(few);
+        free(enough);
+    }
+    sp_grammar_free(g);
+    /* 60 patterns of up to 1000 characters (more than the automaton's
+     * state limit when all are spelled): the first ones are, the rest are
+     * the validator's */
+    n = (size_t)snprintf(s, 1 << 16, "{\"type\":\"object\",\"properties\":{");
+    for (int p = 0; p < 60; p++)
+        n += (size_t)snprintf(s + n, (1 << 16) - n, "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"^.{0,1000}$\"}",
+                              p ? "," : "", p);
+    snprintf(s + n, (1 << 16) - n, "}}");
+    g = compile_schema(s, false);
+    if (g) {
+        char *t = malloc(2048);
+        for (int k = 0; k < 3; k++) {
+            int len = k == 2 ? 1000 : 1001;
+            snprintf(t, 2048, "{\"%s\":\"%0*d\"}", k == 0 ? "p0" : "p59", len, 0);
+            bool ok = valid(s, t, why, sizeof why), gram = grammar_accepts(g, t);
+            CHECK(k == 0 ? !ok && !gram : k == 1 ? !ok && gram : ok && gram, "pattern %d: valid %d, grammar %d", k,
+                  ok, gram);
+        }
+        free(t);
+    }
+    sp_grammar_free(g);
+    free(s);
+}
+
 /* Closed objects (SP_SCHEMA_CLOSED, the server's strict json_schema and
  * tool calls): only the listed properties, unless the schema asks for more;
- * the same schema left open takes any other key after them. */
+ * the same schema left open takes any other key after the required ones. */
 static void test_closed(void)
 {
     const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
@@ -476,7 +630,7 @@ static void test_closed(void)
     sp_status st = sp_grammar_compile_schema(&closed, s, strlen(s), SP_SCHEMA_CLOSED);
     CHECK(st == SP_OK && closed, "closed: %s", sp_error_message());
     if (open && closed) {
-        const char *extra[] = {"{\"a\":1,\"x\":2}", "{\"a\":1,\"b\":{\"c\":null,\"d\":[]}}", "{\"a\":1,\"b\":{\"d\":1}}"};
+        const char *extra[] = {"{\"a\":1,\"x\":2}", "{\"a\":1,\"x\":2,\"b\":{\"c\":null}}", "{\"a\":1,\"b\":{\"c\":null,\"d\":[]}}", "{\"a\":1,\"b\":{\"d\":1}}"};
         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
             CHECK(grammar_accepts(open, extra[i]), "open accepts %s", extra[i]);
             CHECK(!grammar_accepts(closed, extra[i]), "closed refuses %s", extra[i]);
@@ -507,5 +661,6 @@ int main(void)
     test_many_properties();
     test_whitespace();
     test_counts();
+    test_large_counts();
     return sp_check_report("test_schema");
 }
