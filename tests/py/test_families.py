@@ -224,6 +224,11 @@ FEATURES = {
                "local layers 2 KV heads of 32, global layers 1 of 64", "feed-forward widths 512 to 1024 by layer",
                "2 of 5 layers read an earlier layer's keys and values (shared KV)",
                "per-layer embeddings (32 per layer)", "layer output scales on 5 of 5 layers", "post-norms"],
+    "gemma3n": ["GeGLU", "RoPE halves (NEOX)", "QK-norm (per head)", "sliding window 16 on 17 of 22 layers",
+                "soft-cap: final logits 30", "attention scale 1", "values RMS-normed",
+                "2 of 22 layers read an earlier layer's keys and values (shared KV)",
+                "per-layer embeddings (256 per layer)", "AltUp (4 streams, stream 0 active)", "Laurel (rank 64)",
+                "sparse feed-forward gates (Gaussian top-k) on 10 of 22 layers", "post-norms"],
     "gemma4-moe": ["GeGLU", "local layers 2 KV heads of 32, global layers 1 of 64", "attention scale 1",
                    "8 experts (2 used, softmax router, weights renormalized, width 128) beside the dense feed-forward",
                    "expert output scales, router input scale", "post-norms"],
@@ -332,14 +337,16 @@ def test_experts_batch_invariant(fam, qtype, run_spindle):
         assert r.json()["top"] == steps[n - 1]["top"], "prefix of %d tokens" % n
 
 
-def test_shared_kv_batch_invariant_and_ring_equals_full_cache(run_spindle):
-    """Gemma 4's layers reading another layer's keys and values and its
-    per-layer inputs: the last position of each prefix, computed in batches
-    of 5 to 60 tokens, equals the same position of the 60-token batch, bit
-    for bit; and its local layers (the shared ones reading their source's
-    ring) give the same logits with every layer in the paged cache
-    (--swa-full)."""
-    path = model_path("gemma4", "q8_0")
+@pytest.mark.parametrize("fam", ["gemma4", "gemma3n"])
+def test_shared_kv_batch_invariant_and_ring_equals_full_cache(fam, run_spindle):
+    """Gemma 4's and Gemma 3n's layers reading another layer's keys and
+    values and their per-layer inputs (Gemma 3n: also its AltUp streams,
+    Laurel branch and sparse gates): the last position of each prefix,
+    computed in batches of 5 to 60 tokens, equals the same position of the
+    60-token batch, bit for bit; and their local layers (the shared ones
+    reading their source's ring) give the same logits with every layer in
+    the paged cache (--swa-full)."""
+    path = model_path(fam, "q8_0")
     ids = " ".join(str(3 + (i * 4507) % 30000) for i in range(60))
     full = run_spindle("logits", "-m", path, "--ids", ids, "--from", 0, "--top", 8)
     paged = run_spindle("logits", "-m", path, "--ids", ids, "--from", 0, "--top", 8, "--swa-full")
