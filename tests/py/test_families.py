@@ -359,6 +359,22 @@ def test_shared_kv_batch_invariant_and_ring_equals_full_cache(fam, run_spindle):
         assert r.json()["top"] == steps[n - 1]["top"], "prefix of %d tokens" % n
 
 
+def test_gemma3n_chunked_prefill_is_bit_identical(run_spindle, tmp_path):
+    """Gemma 3n's AltUp streams, Laurel branch, sparse gates and shared KV
+    over prompts longer than a prefill chunk: perplexity over two 128-token
+    windows (eight sliding windows each), prefilled in batches of 512, 37
+    and 1 token, gives the same numbers to the last printed digit."""
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(p["text"] for p in golden("gemma3n")["files"]["f32"]["prompts"]) * 3)
+    out = []
+    for b in (512, 37, 1):
+        r = run_spindle("perplexity", "-m", model_path("gemma3n", "q8_0"), "-f", text, "--ctx", 128, "--chunks", 2,
+                        "--batch", b)
+        assert r.returncode == 0, r.stderr
+        out.append(re.findall(r"PPL = \S+", r.stdout + r.stderr))
+    assert out[0] and out[0] == out[1] == out[2], out
+
+
 @pytest.mark.parametrize("fam", FAMILIES)
 def test_trailing_dimensions_of_one_are_the_same_shape(fam, run_spindle, tmp_path):
     """Every tensor recorded with one more dimension of 1 (vectors [n, 1],
