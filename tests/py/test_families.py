@@ -416,6 +416,28 @@ def test_deepseek2_layouts(run_spindle, tmp_path):
         assert r.returncode == 2 and key in r.stderr, (name, r.returncode, r.stderr)
 
 
+def test_gemma3n_refusals(run_spindle, tmp_path):
+    """Gemma 3n shares KV from layer 20 on (llama.cpp's fixed start): a
+    3-layer file without sharing loads, one whose shared_kv_layers says
+    otherwise is refused naming the key, and so are more AltUp streams than
+    spindle holds (exit 2)."""
+    def variant(name, **change):
+        spec = dict(families.FAMILIES["gemma3n"], n_layer=3, **change)
+        b = families.Builder(name, spec, seed=spec["seed"])
+        b.build()
+        path = str(tmp_path / (name + ".gguf"))
+        b.write(path, "f32")
+        return path
+
+    r = run_spindle("info", "-m", variant("plain", shared_kv=0))
+    assert r.returncode == 0, r.stderr
+    assert "shared KV" not in r.stdout and "AltUp (4 streams" in r.stdout, r.stdout
+    for name, change, key in (("shared", dict(shared_kv=1), "gemma3n.attention.shared_kv_layers"),
+                              ("streams", dict(shared_kv=0, altup=9), "gemma3n.altup_num_inputs")):
+        r = run_spindle("info", "-m", variant(name, **change))
+        assert r.returncode == 2 and key in r.stderr, (name, r.returncode, r.stderr)
+
+
 def test_llama4_builtin_chat_format(run_spindle):
     """A Llama 4 file without a template chats in Llama 4's header format
     (llama.cpp's built-in "llama4", which renders these messages to the
