@@ -294,6 +294,27 @@ static const struct sp_arch sp_archs[] = {
         .chat_format = "gemma",
     },
     {
+        .name = "gemma3n", /* Gemma 3n (E2B / E4B, text): Gemma 3's block with AltUp, Laurel, sparse gates,
+                              per-layer embeddings and KV shared from layer 20 on */
+        .ffn_act = SP_FFN_GELU,
+        .rope_neox = true,
+        .qk_norm = SP_QK_NORM_HEAD,
+        .post_norms = true,
+        .embed_scale = true,
+        .swa = SP_SWA_LIST,
+        .swa_rope_base = 10000.0f,
+        .final_softcap = true,
+        .unit_scale = true,
+        .v_norm = true,
+        .kv_shared = true,
+        .kv_from = 20,
+        .per_layer_embd = true,
+        .altup = true,
+        .laurel = true,
+        .sparse_layers = 10,
+        .chat_format = "gemma",
+    },
+    {
         .name = "deepseek2", /* DeepSeek V2 / V2-Lite / V3 / R1: MLA, grouped expert routing */
         .ffn_act = SP_FFN_SILU,
         .yarn = true,

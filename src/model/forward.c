@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "model/forward_altup.h"
 #include "model/forward_linear.h"
 #include "quant/quant.h"
 
@@ -18,12 +19,18 @@ static size_t sp_fwd_max_act(const struct sp_model *m, bool experts)
         size_t b = sp_act_row_bytes(&m->pl_model_proj);
         mx = b > mx ? b : mx;
     }
+    for (int i = 0; !experts && i < SP_ALTUP_MAX - 1; i++) {
+        size_t b = m->alt_proj[i].data ? sp_act_row_bytes(&m->alt_proj[i]) : 0;
+        size_t u = m->alt_unembd[i].data ? sp_act_row_bytes(&m->alt_unembd[i]) : 0;
+        mx = b > mx ? b : mx;
+        mx = u > mx ? u : mx;
+    }
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         const struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
                                         &L->gate_inp, &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv,
                                         &L->dn_z, &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj, &L->wq_a,
-                                        &L->wkv_a};
+                                        &L->wkv_a, &L->alt_router, &L->lau_l, &L->lau_r};
         for (size_t i = 0; !experts && i < sizeof ts / sizeof ts[0]; i++) {
             size_t b = ts[i]->data ? sp_act_row_bytes(ts[i]) : 0;
             mx = b > mx ? b : mx;
@@ -111,7 +118,18 @@ sp_status sp_forward_scratch_init(struct sp_forward_scratch *s, const struct sp_
         s->ple = sp_fwd_alloc(s, B * NP * sizeof(float));
         s->ple_row = sp_fwd_alloc(s, NP * sizeof(float));
     }
-    bool ok = s->x && s->h && s->q && s->k && s->v && s->att && s->g && s->u && s->tmp && s->act && s->attn &&
+    const size_t AE = (size_t)hp->n_altup * E;
+    if (m->arch->altup) {
+        s->alt = sp_fwd_alloc(s, B * AE * sizeof(float));
+        s->pred = sp_fwd_alloc(s, B * AE * sizeof(float));
+        s->mod = sp_fwd_alloc(s, B * SP_ALTUP_MAX * sizeof(float));
+    }
+    if (m->arch->laurel) {
+        s->lau = sp_fwd_alloc(s, B * E * sizeof(float));
+        s->lrank = sp_fwd_alloc(s, B * (hp->laurel_rank ? hp->laurel_rank : 1) * sizeof(float));
+    }
+    bool ok = (!m->arch->altup || (s->alt && s->pred && s->mod)) && (!m->arch->laurel || (s->lau && s->lrank)) &&
+              s->x && s->h && s->q && s->k && s->v && s->att && s->g && s->u && s->tmp && s->act && s->attn &&
               s->rope && s->attn_plan && s->attn_pos && s->kv_seqs && (s->qg || !m->arch->q_gate) &&
               (!NP || (s->ple && s->ple_row)) && (s->ffn2 || !(m->arch->moe_dense && hp->n_expert));
     struct sp_fwd_linear_sizes ls;
@@ -164,6 +182,7 @@ void sp_forward_scratch_free(struct sp_forward_scratch *s)
     free(s->attn_plan); free(s->attn_pos);
     free(s->moe_logits); free(s->moe_w); free(s->moe_ids); free(s->moe_tok); free(s->moe_row); free(s->moe_exp);
     free(s->moe_act); free(s->moe_g); free(s->moe_u); free(s->moe_d); free(s->moe_groups);
+    free(s->alt); free(s->pred); free(s->mod); free(s->lau); free(s->lrank);
     free(s->kv_seqs); free(s->qg); free(s->ple); free(s->ple_row); free(s->ffn2); free(s->lin); free(s->lin_in); free(s->lin_cb); free(s->lin_y); free(s->lin_h); free(s->runs); free(s->tok_run);
     memset(s, 0, sizeof *s);
 }
@@ -236,6 +255,16 @@ enum sp_fwd_stage {
     SP_FWD_MOE_OUT,   /* moe_dense: tmp = rmsnorm(tmp) (post_ffw_norm_2) + ffn2 */
     SP_FWD_PLE_GLU,   /* g = gelu(g) * the layer's per-layer input */
     SP_FWD_PLE_OUT,   /* rmsnorm(tmp) with post_norm, x += tmp, then the next layer's SP_FWD_ATTN_IN */
+    SP_FWD_ALT_STREAMS, /* altup: stream 0 = x; stream i = tmp rescaled to |x| (alt_i: the i-th of
+                           j->ff's streams being made) */
+    SP_FWD_ALT_PRED_IN, /* altup: h = the router's input from the active stream */
+    SP_FWD_ALT_PRED,  /* altup: the predictions, x = the active one, h = rmsnorm(x) with attn_norm */
+    SP_FWD_LAUREL,    /* laurel: lau = rmsnorm(lau) with laurel_post_norm + h */
+    SP_FWD_ALT_CORR_IN, /* altup: h = the router's input from x (the layer's output) */
+    SP_FWD_ALT_CORR,  /* altup: the corrected streams, h = the active one times altup_correct_scale */
+    SP_FWD_ALT_PLE_OUT, /* altup: rmsnorm(tmp) with post_norm added to the streams other than 0 */
+    SP_FWD_ALT_MERGE, /* altup: x += tmp rescaled to the active stream's size (stream j->ff's share);
+                         the last share also divides by n_altup */
 };
 
 struct sp_fwd_job {
@@ -244,6 +273,7 @@ struct sp_fwd_job {
     const struct sp_layer *L;
     int ff;                       /* SP_FWD_GLU: width of g and u */
     const struct sp_layer *next;  /* SP_FWD_FFN_OUT: the next layer, NULL after the last */
+    int alt_i;                    /* SP_FWD_ALT_STREAMS, SP_FWD_ALT_MERGE: the stream (1..n_altup - 1) */
     const struct sp_tensor *qw;   /* quantize the stage's output row for this matrix; NULL: none */
     struct sp_forward_scratch *s;
     struct sp_kv *kv;
@@ -331,6 +361,69 @@ static void sp_fwd_mla_token(const struct sp_fwd_job *j, int t)
     sp_kv_store(j->kv, s->kv_seqs[t], j->il, (uint32_t)j->b->pos[t], k, k);
 }
 
+/* The altup and laurel stages of token t; true when the stage's output is
+ * h (then quantized for j->qw). */
+static bool sp_fwd_altup_token(const struct sp_fwd_job *j, int t)
+{
+    const struct sp_model *m = j->m;
+    const struct sp_layer *L = j->L;
+    struct sp_forward_scratch *s = j->s;
+    const int E = (int)m->hp.n_embd, A = (int)m->hp.n_altup, act = (int)m->hp.altup_act;
+    float *x = s->x + (size_t)t * E, *h = s->h + (size_t)t * E, *o = s->tmp + (size_t)t * E;
+    float *alt = s->alt + (size_t)t * A * E, *pred = s->pred + (size_t)t * A * E;
+    float *mod = s->mod + (size_t)t * SP_ALTUP_MAX;
+    switch (j->stage) {
+    case SP_FWD_ALT_STREAMS:
+        if (j->alt_i == 1)
+            memcpy(alt, x, (size_t)E * sizeof *x);
+        sp_altup_rescale(o, x, E);
+        memcpy(alt + (size_t)j->alt_i * E, o, (size_t)E * sizeof *o);
+        return false;
+    case SP_FWD_ALT_PRED_IN:
+        sp_altup_router_in(m, L, alt + (size_t)act * E, h);
+        return true;
+    case SP_FWD_ALT_PRED:
+        sp_altup_predict(m, L, mod, alt, pred);
+        memcpy(x, pred + (size_t)act * E, (size_t)E * sizeof *x);
+        sp_rmsnorm(x, L->attn_norm.data, h, E, m->hp.eps);
+        return true;
+    case SP_FWD_LAUREL: {
+        float *l = s->lau + (size_t)t * E;
+        sp_rmsnorm(l, L->lau_norm.data, l, E, m->hp.eps);
+        for (int i = 0; i < E; i++)
+            l[i] += h[i];
+        return false;
+    }
+    case SP_FWD_ALT_CORR_IN:
+        sp_altup_router_in(m, L, x, h);
+        return true;
+    case SP_FWD_ALT_CORR: {
+        const float *sc = L->alt_cscale.data, *a = alt + (size_t)act * E;
+        sp_altup_correct(m, L, mod, x, pred, alt);
+        for (int i = 0; i < E; i++)
+            h[i] = a[i] * sc[i];
+        return true;
+    }
+    case SP_FWD_ALT_PLE_OUT:
+        sp_rmsnorm(o, L->pl_norm.data, o, E, m->hp.eps);
+        for (int k = 1; k < A; k++)
+            for (int i = 0; i < E; i++)
+                alt[(size_t)k * E + i] += o[i];
+        return false;
+    case SP_FWD_ALT_MERGE:
+        if (j->alt_i == 1)
+            memcpy(x, alt, (size_t)E * sizeof *x);
+        sp_altup_rescale(o, alt + (size_t)act * E, E);
+        for (int i = 0; i < E; i++)
+            x[i] += o[i];
+        for (int i = 0; j->alt_i == A - 1 && i < E; i++)
+            x[i] *= 1.0f / (float)A;
+        return false;
+    default:
+        return false;
+    }
+}
+
 static void sp_fwd_token(const struct sp_fwd_job *j, int t)
 {
     const struct sp_hparams *hp = &j->m->hp;
@@ -399,6 +492,13 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
                 o[i] *= hp->resid_scale;
         for (int i = 0; i < E; i++)
             x[i] += o[i];
+        if (attn && ar->laurel) { /* the attention's residual and the laurel branch, averaged in size */
+            const float *l = s->lau + (size_t)t * E, r = 1.0f / sqrtf(2.0f);
+            for (int i = 0; i < E; i++)
+                x[i] = (x[i] + l[i]) * r;
+        }
+        if (!attn && ar->altup) /* the correction reads x (sp_fwd_altup_end) */
+            return;
         if (!attn && j->m->hp.n_embd_pl) { /* the per-layer block reads x (sp_fwd_ple) */
             memcpy(h, x, (size_t)E * sizeof *h);
             break;
@@ -431,6 +531,8 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
             sp_fwd_add(g, &L->b_up, F);
             sp_gelu(g, g, F);
         } else if (ar->ffn_act == SP_FFN_GELU) {
+            if (L->sparse)
+                sp_altup_topk(g, F);
             sp_geglu(g, u, g, F);
         } else {
             sp_swiglu(g, u, g, F);
@@ -467,6 +569,17 @@ static void sp_fwd_token(const struct sp_fwd_job *j, int t)
         sp_act_quantize_row(j->qw, g, s->act + (size_t)t * sp_act_row_bytes(j->qw));
         return;
     }
+    case SP_FWD_ALT_STREAMS:
+    case SP_FWD_ALT_PRED_IN:
+    case SP_FWD_ALT_PRED:
+    case SP_FWD_LAUREL:
+    case SP_FWD_ALT_CORR_IN:
+    case SP_FWD_ALT_CORR:
+    case SP_FWD_ALT_PLE_OUT:
+    case SP_FWD_ALT_MERGE:
+        if (!sp_fwd_altup_token(j, t))
+            return;
+        break;
     case SP_FWD_PLE_OUT: {
         float *o = s->tmp + (size_t)t * E;
         sp_rmsnorm(o, L->pl_norm.data, o, E, hp->eps);
@@ -943,7 +1056,71 @@ static void sp_fwd_ple(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_a
     sp_fwd_mm(s, pool, c, &L->pl_gate, s->h, (size_t)E, T, s->g, (size_t)P);
     sp_fwd_stage(job, pool, SP_FWD_PLE_GLU, &L->pl_proj, c);
     sp_fwd_mm(s, pool, c, &L->pl_proj, s->g, (size_t)P, T, s->tmp, (size_t)E);
-    sp_fwd_stage(job, pool, SP_FWD_PLE_OUT, job->next ? sp_fwd_first(job->next) : NULL, c);
+    if (job->m->arch->altup)
+        sp_fwd_stage(job, pool, SP_FWD_ALT_PLE_OUT, NULL, c);
+    else
+        sp_fwd_stage(job, pool, SP_FWD_PLE_OUT, job->next ? sp_fwd_first(job->next) : NULL, c);
+}
+
+/* ---- AltUp and Laurel (altup, laurel: Gemma 3n) ---- */
+
+/* The n_altup streams from the scaled embeddings in x: x itself, then
+ * altup_proj's matrices of it, each rescaled to x's size. */
+static void sp_fwd_altup_streams(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *c)
+{
+    struct sp_forward_scratch *s = job->s;
+    const int T = job->b->n_tok, E = (int)job->m->hp.n_embd;
+    job->L = &job->m->layers[0]; /* the stages read a layer (none here) */
+    for (uint32_t i = 1; i < job->m->hp.n_altup; i++) {
+        sp_fwd_mm(s, pool, c, &job->m->alt_proj[i - 1], s->x, (size_t)E, T, s->tmp, (size_t)E);
+        job->alt_i = (int)i;
+        sp_fwd_stage(job, pool, SP_FWD_ALT_STREAMS, NULL, c);
+    }
+}
+
+/* A layer's start: the router reads the active stream, the streams are
+ * predicted, x = the active prediction and h its attn_norm; laurel's
+ * branch of h into s->lau. */
+static void sp_fwd_altup_begin(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *c,
+                               const struct sp_layer *L)
+{
+    struct sp_forward_scratch *s = job->s;
+    const int T = job->b->n_tok, E = (int)job->m->hp.n_embd, R = (int)job->m->hp.laurel_rank;
+    sp_fwd_stage(job, pool, SP_FWD_ALT_PRED_IN, &L->alt_router, c);
+    sp_fwd_mm(s, pool, c, &L->alt_router, s->h, (size_t)E, T, s->mod, SP_ALTUP_MAX);
+    sp_fwd_stage(job, pool, SP_FWD_ALT_PRED, job->m->arch->laurel ? &L->lau_l : sp_fwd_first(L), c);
+    if (!job->m->arch->laurel)
+        return;
+    sp_fwd_mm(s, pool, c, &L->lau_l, s->h, (size_t)E, T, s->lrank, (size_t)R);
+    sp_fwd_mm(s, pool, c, &L->lau_r, s->lrank, (size_t)R, T, s->lau, (size_t)E);
+    sp_fwd_stage(job, pool, SP_FWD_LAUREL, NULL, c);
+}
+
+/* A layer's end (x: its output for the active stream): the router reads
+ * x, the streams are corrected, and the per-layer block of the corrected
+ * active stream is added to the others. */
+static void sp_fwd_altup_end(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *c,
+                             const struct sp_layer *L)
+{
+    struct sp_forward_scratch *s = job->s;
+    const int T = job->b->n_tok, E = (int)job->m->hp.n_embd;
+    sp_fwd_stage(job, pool, SP_FWD_ALT_CORR_IN, &L->alt_router, c);
+    sp_fwd_mm(s, pool, c, &L->alt_router, s->h, (size_t)E, T, s->mod, SP_ALTUP_MAX);
+    sp_fwd_stage(job, pool, SP_FWD_ALT_CORR, &L->pl_gate, c);
+    sp_fwd_ple(job, pool, c, L);
+}
+
+/* After the last layer: x = the mean of stream 0 and altup_unembd_proj's
+ * matrices of the others, each rescaled to the active stream's size. */
+static void sp_fwd_altup_merge(struct sp_fwd_job *job, struct sp_pool *pool, struct sp_act_cache *c)
+{
+    struct sp_forward_scratch *s = job->s;
+    const size_t E = job->m->hp.n_embd, A = job->m->hp.n_altup;
+    for (size_t i = 1; i < A; i++) {
+        sp_fwd_mm(s, pool, c, &job->m->alt_unembd[i - 1], s->alt + i * E, A * E, job->b->n_tok, s->tmp, E);
+        job->alt_i = (int)i;
+        sp_fwd_stage(job, pool, SP_FWD_ALT_MERGE, NULL, c);
+    }
 }
 
 static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem, struct sp_forward_scratch *s,
@@ -1028,12 +1205,16 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
 
     const uint32_t n_layer = b->n_layer && b->n_layer < hp->n_layer ? b->n_layer : hp->n_layer;
     struct sp_fwd_job job = {.m = m, .s = s, .kv = sp_memory_kv(mem), .b = b};
+    if (ar->altup)
+        sp_fwd_altup_streams(&job, pool, &cache);
     for (uint32_t il = 0; il < n_layer; il++) {
         const struct sp_layer *L = &m->layers[il];
         job.L = L;
         job.il = il;
         /* the mixer: attention, or a linear layer */
-        if (il == 0) /* later layers: part of the previous one's SP_FWD_FFN_OUT */
+        if (ar->altup)
+            sp_fwd_altup_begin(&job, pool, &cache, L);
+        else if (il == 0) /* later layers: part of the previous one's SP_FWD_FFN_OUT */
             sp_fwd_stage(&job, pool, SP_FWD_ATTN_IN, sp_fwd_first(L), &cache);
         if (L->mixer == SP_MIXER_SSM) {
             sp_fwd_mm(s, pool, &cache, &L->ssm_in, s->h, E, T, s->lin, s->lin_stride);
@@ -1079,7 +1260,10 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
             sp_fwd_dense(&job, pool, &cache, L, (int)L->n_ff);
         }
         job.next = il + 1 < n_layer ? &m->layers[il + 1] : NULL;
-        if (hp->n_embd_pl) {
+        if (ar->altup) {
+            sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, NULL, &cache);
+            sp_fwd_altup_end(&job, pool, &cache, L);
+        } else if (hp->n_embd_pl) {
             sp_fwd_stage(&job, pool, SP_FWD_FFN_OUT, &L->pl_gate, &cache);
             sp_fwd_ple(&job, pool, &cache, L);
         } else {
@@ -1087,6 +1271,8 @@ static sp_status sp_forward_held(const struct sp_model *m, struct sp_memory *mem
         }
     }
 
+    if (ar->altup)
+        sp_fwd_altup_merge(&job, pool, &cache);
     /* output head over the tokens that want logits */
     for (int i = 0; i < b->n_out; i++) {
         const float *x = s->x + (size_t)b->out_idx[i] * E;

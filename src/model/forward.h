@@ -36,6 +36,11 @@ struct sp_forward_scratch {
     float *ffn2;                                 /* moe_dense: [n_batch][n_embd] the dense half's output */
     float *ple, *ple_row;                        /* per_layer_embd: [n_batch][n_layer][P] each layer's
                                                     input; one token's per_layer_token_embd row */
+    float *alt, *pred;                           /* altup: [n_batch][n_altup][n_embd] the streams, and the
+                                                    layer's predictions of them */
+    float *lau, *lrank;                          /* laurel: [n_batch][n_embd] the branch's output; [n_batch]
+                                                    [rank] laurel_l's */
+    float *mod;                                  /* altup: [n_batch][SP_ALTUP_MAX] the router's output */
     void *act;                                   /* quantized activations */
     size_t act_stride;
     float *attn;                                 /* attention scratch per pool chunk */

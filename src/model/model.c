@@ -279,6 +279,25 @@ static sp_status sp_model_head_views(struct sp_loader *ld, uint32_t il, const ch
     return SP_OK;
 }
 
+/* altup: the n_altup - 1 matrices [n_embd -> n_embd] of a 3-D global
+ * tensor (altup_proj, altup_unembd_proj) as views into out[]. */
+static sp_status sp_model_stack(struct sp_loader *ld, const char *name, struct sp_tensor *out)
+{
+    struct sp_model *m = ld->m;
+    const int64_t E = m->hp.n_embd, N = m->hp.n_altup - 1, ne[3] = {E, E, N};
+    const struct sp_gguf_tensor *t;
+    sp_status st = sp_model_find(ld, name, 3, ne, true, &t);
+    if (st != SP_OK)
+        return st;
+    const size_t row_bytes = (size_t)(t->nbytes / (uint64_t)(E * N));
+    for (int64_t i = 0; i < N; i++) {
+        out[i] = (struct sp_tensor){.type = t->type, .ne0 = E, .ne1 = E, .row_bytes = row_bytes,
+                                    .data = (const uint8_t *)t->data + (size_t)(i * E) * row_bytes};
+        m->weights_bytes += sp_bytes(&out[i]);
+    }
+    return SP_OK;
+}
+
 /* Multi-head latent attention's tensors, as a current llama.cpp converter
  * writes them (attn_k_b and attn_v_b; an older file's attn_kv_b is
  * refused). */
@@ -574,6 +593,29 @@ static sp_status sp_model_layer_extras(struct sp_loader *ld, uint32_t il)
         SP_T(L->pl_proj, "proj.weight", P, E, true);
         SP_T(L->pl_norm, "post_norm.weight", E, 0, true);
     }
+    if (m->arch->altup) {
+        const int64_t A = m->hp.n_altup;
+        SP_T(L->alt_router, "altup_router.weight", E, A, true);
+        SP_T(L->alt_rnorm, "altup_router_norm.weight", E, 0, true);
+        SP_T(L->alt_pred, "altup_predict_coef.weight", A, A * A, true);
+        SP_T(L->alt_corr, "altup_correct_coef.weight", A, A, true);
+        SP_T(L->alt_cscale, "altup_correct_scale.weight", E, 0, true);
+    }
+    if (m->arch->laurel) {
+        snprintf(name, sizeof name, "blk.%u.laurel_l.weight", il);
+        const struct sp_gguf_tensor *t = sp_gguf_tensor_find(&m->gguf, name);
+        if (!t)
+            return sp_error_set(SP_ERR_FORMAT, "tensor '%s': missing", name);
+        if (il == 0) /* the first layer's rank is every layer's */
+            m->hp.laurel_rank = t->ne[1] > 0 && t->ne[1] <= E ? (uint32_t)t->ne[1] : 0;
+        if (!m->hp.laurel_rank)
+            return sp_error_set(SP_ERR_FORMAT, "tensor '%s': %lld rows, expected 1..n_embd", name,
+                                (long long)t->ne[1]);
+        SP_T(L->lau_l, "laurel_l.weight", E, m->hp.laurel_rank, true);
+        SP_T(L->lau_r, "laurel_r.weight", m->hp.laurel_rank, E, true);
+        SP_T(L->lau_norm, "laurel_post_norm.weight", E, 0, true);
+    }
+    L->sparse = il < m->arch->sparse_layers;
     L->out_scale = 1.0f;
     if (m->arch->out_scale) {
         struct sp_tensor t;
@@ -654,7 +696,8 @@ static sp_status sp_model_layer(struct sp_loader *ld, uint32_t il, uint32_t swa_
     L->qk_l2 = ar->qk_norm == SP_QK_NORM_L2 && L->mixer == SP_MIXER_ATTN && !L->nope && hp->n_expert != 128;
     const struct sp_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                       &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
-                                      &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj, &L->wq_a, &L->wkv_a};
+                                      &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj, &L->wq_a, &L->wkv_a,
+                                      &L->alt_router, &L->alt_pred, &L->alt_corr, &L->lau_l, &L->lau_r};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         m->weights_bytes += sp_bytes(mats[i]);
     for (uint32_t h = 0; L->wk_b && h < hp->n_head; h++)
@@ -724,7 +767,8 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
                                           "rope_factors_short.weight", "output.bias", "output_norm.bias",
                                           "token_embd_norm.weight", "token_embd_norm.bias", "position_embd.weight",
                                           "token_types.weight", "per_layer_token_embd.weight",
-                                          "per_layer_model_proj.weight", "per_layer_proj_norm.weight"};
+                                          "per_layer_model_proj.weight", "per_layer_proj_norm.weight",
+                                          "altup_proj.weight", "altup_unembd_proj.weight"};
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         if (ld->used[i])
             continue;
@@ -750,7 +794,8 @@ static sp_status sp_model_check_unused(struct sp_loader *ld)
  * one at a time); out[] must hold sp_model_n_matrices(). */
 static size_t sp_model_n_matrices(const struct sp_model *m)
 {
-    return 2 + (size_t)m->hp.n_layer * (20 + 2 * (size_t)m->hp.n_head + SP_EXP_KINDS * (size_t)m->hp.n_expert);
+    return 2 + 2 * (SP_ALTUP_MAX - 1) +
+           (size_t)m->hp.n_layer * (23 + 2 * (size_t)m->hp.n_head + SP_EXP_KINDS * (size_t)m->hp.n_expert);
 }
 
 static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
@@ -759,11 +804,18 @@ static size_t sp_model_matrices(struct sp_model *m, struct sp_tensor **out)
     out[n++] = &m->output;
     if (m->pl_model_proj.data)
         out[n++] = &m->pl_model_proj;
+    for (int i = 0; i < SP_ALTUP_MAX - 1; i++) {
+        if (m->alt_proj[i].data)
+            out[n++] = &m->alt_proj[i];
+        if (m->alt_unembd[i].data)
+            out[n++] = &m->alt_unembd[i];
+    }
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         struct sp_layer *L = &m->layers[il];
         struct sp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
                                   &L->ssm_in, &L->ssm_out, &L->sc_in, &L->sc_out, &L->dn_qkv, &L->dn_z,
-                                  &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj, &L->wq_a, &L->wkv_a};
+                                  &L->dn_beta, &L->dn_alpha, &L->pl_gate, &L->pl_proj, &L->wq_a, &L->wkv_a,
+                                  &L->alt_router, &L->lau_l, &L->lau_r};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->data)
                 out[n++] = ts[i];
@@ -853,7 +905,8 @@ static sp_status sp_model_own_vectors(struct sp_model *m)
                                       L ? &L->exps_b[SP_EXP_DOWN] : NULL, L ? &L->pl_norm : &m->pl_proj_norm,
                                       L ? &L->ffn_post1 : NULL, L ? &L->ffn_pre2 : NULL, L ? &L->ffn_post2 : NULL,
                                       L ? &L->gate_inp_s : NULL, L ? &L->exps_s : NULL, L ? &L->q_a_norm : NULL,
-                                      L ? &L->kv_a_norm : NULL, L ? &L->exp_probs_b : NULL};
+                                      L ? &L->kv_a_norm : NULL, L ? &L->exp_probs_b : NULL,
+                                      L ? &L->alt_rnorm : NULL, L ? &L->alt_cscale : NULL, L ? &L->lau_norm : NULL};
             for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
                 if (!lv[i] || !lv[i]->data)
                     continue;
@@ -936,6 +989,9 @@ static sp_status sp_model_read(struct sp_loader *ld, const struct sp_progress *p
             return st;
         m->weights_bytes += sp_bytes(&m->pl_model_proj);
     }
+    if (m->arch->altup && ((st = sp_model_stack(ld, "altup_proj.weight", m->alt_proj)) ||
+                           (st = sp_model_stack(ld, "altup_unembd_proj.weight", m->alt_unembd))))
+        return st;
     m->tied_output = !m->output.data;
     if (m->tied_output)
         m->output = m->tok_embd;

@@ -69,6 +69,8 @@ enum sp_layer_kinds {
     SP_KINDS_INTERVAL, /* every full_attention_interval-th layer attention (default 4), the others linear */
 };
 
+enum { SP_ALTUP_MAX = 8 }; /* altup: the most streams a model may have */
+
 /* What distinguishes one family's forward pass; one entry per
  * general.architecture (src/model/arch.c).  Zero is "not this feature". */
 struct sp_arch {
@@ -164,6 +166,22 @@ struct sp_arch {
                                   proj(gelu(inp_gate x) * its P-wide input) normed, the inputs from
                                   per_layer_token_embd and the embeddings' projection (sp_forward_ple) */
     bool out_scale;            /* layer_output_scale.weight [1] (optional): the layer's output times it */
+    bool altup;                /* AltUp (Gemma 3n): altup_num_inputs residual streams (src/model/forward_altup.c);
+                                  each layer predicts them from the active one's router (altup_router,
+                                  altup_router_norm, altup_predict_coef), runs its block on the active
+                                  prediction and corrects them with the block's output (altup_correct_coef),
+                                  the per-layer embeddings (per_layer_embd) added to the other streams from
+                                  the corrected active one times altup_correct_scale; altup_proj makes the
+                                  streams from the embeddings, altup_unembd_proj merges them before the
+                                  output norm; the final-logit soft-cap defaults to 30 */
+    bool laurel;               /* Laurel (Gemma 3n): beside the attention, rmsnorm(laurel_r(laurel_l h)) + h
+                                  (laurel_post_norm), added to the attention's residual, the sum / sqrt(2) */
+    uint32_t sparse_layers;    /* the first sparse_layers layers' feed-forward gates pass the Gaussian top-k:
+                                  relu(g - mean(g) - 1.6448533 std(g)) (Gemma 3n: 10, llama.cpp's fixed
+                                  values; the file's activation_sparsity_scale is not read) */
+    uint32_t kv_from;          /* kv_shared: layers from kv_from on read shared KV (llama.cpp's fixed
+                                  n_layer_kv_from_start; attention.shared_kv_layers, when given, must agree;
+                                  0: the key alone decides) */
     bool moe_dense;            /* expert layers also run the dense feed-forward (ffn_gate/up/down): dense on
                                   ffn_norm(x) then post_ffw_norm_1, experts on pre_ffw_norm_2(x) routed by
                                   rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale, each expert's output times
@@ -225,6 +243,9 @@ struct sp_hparams {
     uint32_t n_linear;         /* linear layers */
     uint32_t n_embd_pl;        /* per_layer_embd: each layer's input width P (0: none) */
     uint32_t n_kv_own;         /* kv_shared: layers [0, n_kv_own) compute their own keys and values */
+    uint32_t n_altup, altup_act; /* altup: streams (altup_num_inputs, 2..SP_ALTUP_MAX) and the active one
+                                    (altup_active_idx) */
+    uint32_t laurel_rank;      /* laurel: laurel_l's rows */
     /* mla families: the query LoRA's rank (0: attn_q), the latent's width,
      * a head's key width before absorption (no-RoPE part + n_rot) and its
      * value width after attn_v_b */
@@ -281,6 +302,10 @@ struct sp_layer {
     struct sp_tensor dn_qkv, dn_z, dn_beta, dn_alpha;
     /* per_layer_embd: inp_gate [n_embd -> P], proj [P -> n_embd], post_norm [n_embd] */
     struct sp_tensor pl_gate, pl_proj, pl_norm;
+    /* altup: the router [n_embd -> A] and its input's norm, the prediction coefficients [A * A][A] and
+     * the correction's [A][A] (any matmul type, rows read as floats), the corrected active stream's scale
+     * [n_embd]; laurel: laurel_l [n_embd -> rank], laurel_r [rank -> n_embd], laurel_post_norm */
+    struct sp_tensor alt_router, alt_rnorm, alt_pred, alt_corr, alt_cscale, lau_l, lau_r, lau_norm;
     float out_scale;           /* out_scale families: the layer's output times it (1: none) */
     uint32_t head_dim, n_head_kv, n_rot; /* its attention's (local layers: head_dim_swa, n_rot_swa; KV heads
                                             from head_count_kv, one per layer or one for all) */
@@ -292,6 +317,7 @@ struct sp_layer {
     bool nope;                 /* attention without RoPE in this layer (the family's nope_interval) */
     bool moe;                  /* the feed-forward is the experts (n_expert > 0; moe_interleave: some layers) */
     bool qk_l2;                /* SP_QK_NORM_L2 in this layer */
+    bool sparse;               /* its feed-forward gate passes the Gaussian top-k (the family's sparse_layers) */
     float rope_base;
 };
 
@@ -307,6 +333,8 @@ struct sp_model {
     /* per_layer_embd: per_layer_token_embd [n_vocab][n_layer P] (rows read one at a time),
      * per_layer_model_proj [n_embd -> n_layer P], per_layer_proj_norm [P] */
     struct sp_tensor pl_tok_embd, pl_model_proj, pl_proj_norm;
+    /* altup: altup_proj's and altup_unembd_proj's [n_altup - 1] matrices [n_embd -> n_embd] */
+    struct sp_tensor alt_proj[SP_ALTUP_MAX - 1], alt_unembd[SP_ALTUP_MAX - 1];
     struct sp_layer *layers;   /* [n_layer] */
     struct sp_tensor *exps;    /* owned: every layer's expert views */
     struct sp_tensor *heads;   /* owned: every layer's attn_k_b and attn_v_b head views (mla) */

@@ -146,6 +146,13 @@ void sp_model_features(const struct sp_model *m, char *buf, size_t size)
         SP_F("per-layer embeddings (%u per layer)", hp->n_embd_pl);
     if (n_scaled)
         SP_F("layer output scales on %u of %u layers", n_scaled, hp->n_layer);
+    if (ar->altup)
+        SP_F("AltUp (%u streams, stream %u active)", hp->n_altup, hp->altup_act);
+    if (ar->laurel)
+        SP_F("Laurel (rank %u)", hp->laurel_rank);
+    if (ar->sparse_layers)
+        SP_F("sparse feed-forward gates (Gaussian top-k) on %u of %u layers",
+             ar->sparse_layers < hp->n_layer ? ar->sparse_layers : hp->n_layer, hp->n_layer);
     if (ar->post_norms)
         SP_F("post-norms");
     if (ar->embed_scale)

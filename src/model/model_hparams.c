@@ -155,6 +155,8 @@ static sp_status sp_model_attn_keys(struct sp_model *m, uint32_t *swa_pattern)
         if (hp->n_swa == 0)
             return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.sliding_window': 0, expected > 0", ar->name);
     }
+    if (ar->altup) /* Gemma 3n: capped at 30 without the key (llama.cpp's value; its converter writes none) */
+        hp->final_softcap = 30.0f;
     if (ar->final_softcap && sp_key_present(m, "final_logit_softcapping") &&
         (st = sp_model_hp_pos(m, "final_logit_softcapping", &hp->final_softcap)))
         return st;
@@ -565,11 +567,41 @@ static sp_status sp_model_shared_keys(struct sp_model *m)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.attention.shared_kv_layers': %u of %u layers, expected at most "
                             "%u (two keep their own)", ar->name, shared, hp->n_layer_all,
                             hp->n_layer_all > 2 ? hp->n_layer_all - 2 : 0);
+    if (ar->kv_from && sp_key_present(m, "attention.shared_kv_layers") &&
+        (hp->n_layer_all > ar->kv_from ? hp->n_layer_all - shared != ar->kv_from : shared != 0))
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.attention.shared_kv_layers': %u of %u layers; %s shares the "
+                            "KV of the layers from %u on (as llama.cpp)", ar->name, shared, hp->n_layer_all,
+                            ar->name, ar->kv_from);
+    if (ar->kv_from)
+        shared = hp->n_layer_all > ar->kv_from ? hp->n_layer_all - ar->kv_from : 0;
     if (shared && hp->n_layer_all - shared < hp->n_layer)
         hp->n_kv_own = hp->n_layer_all - shared;
     if (hp->n_embd_pl > 65536)
         return sp_error_set(SP_ERR_FORMAT, "key '%s.embedding_length_per_layer_input': %u is implausible", ar->name,
                             hp->n_embd_pl);
+    return SP_OK;
+}
+
+/* Gemma 3n's AltUp streams (altup_num_inputs, default 4) and the active
+ * one (altup_active_idx, default 0); Laurel's rank comes from its tensors. */
+static sp_status sp_model_altup_keys(struct sp_model *m)
+{
+    struct sp_hparams *hp = &m->hp;
+    sp_status st;
+    hp->n_altup = 4;
+    hp->altup_act = 0;
+    if ((st = sp_hp_u32(m, "altup_num_inputs", false, &hp->n_altup)) ||
+        (st = sp_hp_u32(m, "altup_active_idx", false, &hp->altup_act)))
+        return st;
+    if (hp->n_altup < 2 || hp->n_altup > SP_ALTUP_MAX)
+        return sp_error_set(SP_ERR_UNSUPPORTED, "key '%s.altup_num_inputs': %u, expected 2..%d", m->arch->name,
+                            hp->n_altup, SP_ALTUP_MAX);
+    if (hp->altup_act >= hp->n_altup)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.altup_active_idx': %u, expected < altup_num_inputs (%u)",
+                            m->arch->name, hp->altup_act, hp->n_altup);
+    if (!hp->n_embd_pl)
+        return sp_error_set(SP_ERR_FORMAT, "key '%s.embedding_length_per_layer_input': 0, expected > 0",
+                            m->arch->name);
     return SP_OK;
 }
 
@@ -631,7 +663,7 @@ sp_status sp_model_hparams(struct sp_model *m, uint32_t *swa_pattern)
     hp->router = ar->router;
     hp->moe_norm = ar->moe_norm;
     if ((st = sp_model_expert_keys(m)) || (st = sp_model_interleave_keys(m)) || (st = sp_model_shared_keys(m)) ||
-        (ar->mla && (st = sp_model_mla_moe_keys(m))))
+        (ar->mla && (st = sp_model_mla_moe_keys(m))) || (ar->altup && (st = sp_model_altup_keys(m))))
         return st;
     if (ar->logit_mul && (st = sp_hp_f32(m, "logit_scale", true, &hp->logit_scale)))
         return st;

@@ -245,6 +245,23 @@ FAMILIES = {
                        rope_base_swa=10000.0, tied=True, swa_layers=(0, 1, 2), sliding_window=16, shared_kv=0,
                        no_v_layers=(), per_layer=0, rope_partial=0.25, final_softcap=30.0, experts=(8, 2, 128),
                        seed=1113),
+    # gemma3n (Gemma 3n, text): Gemma 3's attention (per-head QK-norm, values
+    # RMS-normed, scale 1; local layers named one by one, window 16, every
+    # 5th global as E2B's layer_types) with 4 AltUp streams (router weights
+    # large enough that tanh of their outputs spreads over (-1, 1), predict
+    # and correct coefficients small, as a trained model's), Laurel (rank
+    # 64), per-layer embeddings 256 wide and the Gaussian top-k on the first
+    # 10 layers' gates; 22 layers, so the last 2 (one local, one global)
+    # read the KV of layers 18 and 19 (llama.cpp shares from layer 20 on;
+    # its 256 per-layer width and rank 64 are fixed, hence the layer count
+    # and the per-layer embedding table's 180M values).  The blocks' post-norm
+    # weights are about 0.5 and the QK-norm's 0.2, so that 22 layers do not
+    # amplify the engines' f16 rounding differences past test_families's f32
+    # bound (with 1.0 and 0.4, llama.cpp's own f16 and f32 KV caches differ
+    # by up to 5e-3 relative; with these by 3e-4)
+    "gemma3n": dict(arch="gemma3n", vocab="llama-spm", n_embd=256, n_layer=22, n_head=4, n_head_kv=2, head_dim=64,
+                    n_ff=512, ctx=4096, rope_base=1000000.0, rope_base_swa=10000.0, tied=True, sliding_window=16,
+                    per_layer=256, laurel_rank=64, altup=4, shared_kv=2, sparse_layers=10, seed=1114),
     # deepseek2 (DeepSeek V3 shape at small widths): multi-head latent
     # attention as the current converter writes it (q through a rank-128
     # LoRA with its norm, one attn_kv_a_mqa to a 128-wide latent and 32 RoPE
@@ -835,11 +852,78 @@ class Builder:
                 self.vec(p + "post_norm.weight", E)
             self.vec(p + "layer_output_scale.weight", 1, mean=0.8)
 
+    def build_gemma3n(self, vocab_kv, n_vocab):
+        """Gemma 3n as its converter writes it: altup_active_idx,
+        altup_num_inputs, embedding_length_per_layer_input, shared_kv_layers,
+        activation_sparsity_scale (the normal quantile of 0.95 on the sparse
+        layers, 0 after), sliding_window_pattern one bool per layer; the
+        AltUp projections stacked [n_altup - 1][n_embd][n_embd]; every
+        layer with its own attn_k / attn_v (also the sharing ones, whose
+        keys and values llama.cpp does not compute); AltUp and Laurel
+        tensors and per_layer_model_proj left unquantized, as llama.cpp's
+        quantizer leaves them."""
+        s = self.s
+        E, H, HKV, D, F, L = s["n_embd"], s["n_head"], s["n_head_kv"], s["head_dim"], s["n_ff"], s["n_layer"]
+        P, R, A = s["per_layer"], s["laurel_rank"], s["altup"]
+        swa = [i % 5 != 4 and i != L - 1 for i in range(L)]
+        for suffix, value, vt in (
+                ("context_length", s["ctx"], VT.UINT32), ("embedding_length", E, VT.UINT32),
+                ("block_count", L, VT.UINT32), ("feed_forward_length", F, VT.UINT32),
+                ("attention.head_count", H, VT.UINT32), ("attention.head_count_kv", HKV, VT.UINT32),
+                ("attention.key_length", D, VT.UINT32), ("attention.value_length", D, VT.UINT32),
+                ("rope.freq_base", s["rope_base"], VT.FLOAT32), ("rope.freq_base_swa", s["rope_base_swa"], VT.FLOAT32),
+                ("attention.layer_norm_rms_epsilon", 1e-6, VT.FLOAT32),
+                ("attention.sliding_window", s["sliding_window"], VT.UINT32),
+                ("altup_active_idx", 0, VT.UINT32), ("altup_num_inputs", A, VT.UINT32),
+                ("embedding_length_per_layer_input", P, VT.UINT32),
+                ("attention.shared_kv_layers", s["shared_kv"], VT.UINT32)):
+            self.key(suffix, value, vt)
+        sparse = [1.6448533535003662 if i < s["sparse_layers"] else 0.0 for i in range(L)]
+        self.key("activation_sparsity_scale", sparse, VT.ARRAY, VT.FLOAT32)
+        self.key("attention.sliding_window_pattern", swa, VT.ARRAY, VT.BOOL)
+        self.kv += [tuple(x) for x in vocab_kv]
+        self.mat("token_embd.weight", n_vocab, E, scale=3.0)
+        self.mat("altup_proj.weight", A - 1, E, E, kind="f32")
+        self.mat("altup_unembd_proj.weight", A - 1, E, E, kind="f32")
+        self.mat("per_layer_token_embd.weight", n_vocab, L * P, scale=3.0, kind="lookup")
+        self.mat("per_layer_model_proj.weight", L * P, E, kind="f32")
+        self.vec("per_layer_proj_norm.weight", P)
+        self.vec("output_norm.weight", E)
+        for i in range(L):
+            p = "blk.%d." % i
+            self.vec(p + "attn_norm.weight", E)
+            self.mat(p + "attn_q.weight", H * D, E)
+            self.mat(p + "attn_k.weight", HKV * D, E)
+            self.mat(p + "attn_v.weight", HKV * D, E)
+            self.mat(p + "attn_output.weight", E, H * D)
+            self.vec(p + "attn_q_norm.weight", D, mean=0.2)
+            self.vec(p + "attn_k_norm.weight", D, mean=0.2)
+            self.vec(p + "post_attention_norm.weight", E, mean=0.5)
+            self.vec(p + "ffn_norm.weight", E)
+            self.mat(p + "ffn_gate.weight", F, E)
+            self.mat(p + "ffn_up.weight", F, E)
+            self.mat(p + "ffn_down.weight", E, F)
+            self.vec(p + "post_ffw_norm.weight", E, mean=0.5)
+            self.mat(p + "inp_gate.weight", P, E)
+            self.mat(p + "proj.weight", E, P)
+            self.vec(p + "post_norm.weight", E)
+            self.mat(p + "altup_correct_coef.weight", A, A, scale=0.1, kind="f32")
+            self.vec(p + "altup_correct_scale.weight", E)
+            self.mat(p + "altup_predict_coef.weight", A * A, A, scale=0.1, kind="f32")
+            # the router reads rmsnorm(x) / n_embd: weights ~16 give outputs ~1
+            self.mat(p + "altup_router.weight", A, E, scale=256.0, kind="f32")
+            self.vec(p + "altup_router_norm.weight", E)
+            self.mat(p + "laurel_l.weight", R, E, kind="f32")
+            self.mat(p + "laurel_r.weight", E, R, kind="f32")
+            self.vec(p + "laurel_post_norm.weight", E)
+
     def build(self):
         s, arch = self.s, self.s["arch"]
         vocab_kv, n_vocab = read_vocab(s["vocab"], s.get("pre"), s.get("pad_vocab"))
         if arch == "gemma4":
             return self.build_gemma4(vocab_kv, n_vocab)
+        if arch == "gemma3n":
+            return self.build_gemma3n(vocab_kv, n_vocab)
         if arch == "mamba2":
             return self.build_mamba2(vocab_kv, n_vocab)
         if arch == "lfm2":

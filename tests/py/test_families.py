@@ -227,6 +227,11 @@ FEATURES = {
                "local layers 2 KV heads of 32, global layers 1 of 64", "feed-forward widths 512 to 1024 by layer",
                "2 of 5 layers read an earlier layer's keys and values (shared KV)",
                "per-layer embeddings (32 per layer)", "layer output scales on 5 of 5 layers", "post-norms"],
+    "gemma3n": ["GeGLU", "RoPE halves (NEOX)", "QK-norm (per head)", "sliding window 16 on 17 of 22 layers",
+                "soft-cap: final logits 30", "attention scale 1", "values RMS-normed",
+                "2 of 22 layers read an earlier layer's keys and values (shared KV)",
+                "per-layer embeddings (256 per layer)", "AltUp (4 streams, stream 0 active)", "Laurel (rank 64)",
+                "sparse feed-forward gates (Gaussian top-k) on 10 of 22 layers", "post-norms"],
     "gemma4-moe": ["GeGLU", "local layers 2 KV heads of 32, global layers 1 of 64", "attention scale 1",
                    "8 experts (2 used, softmax router, weights renormalized, width 128) beside the dense feed-forward",
                    "expert output scales, router input scale", "post-norms"],
@@ -336,14 +341,16 @@ def test_experts_batch_invariant(fam, qtype, run_spindle):
         assert r.json()["top"] == steps[n - 1]["top"], "prefix of %d tokens" % n
 
 
-def test_shared_kv_batch_invariant_and_ring_equals_full_cache(run_spindle):
-    """Gemma 4's layers reading another layer's keys and values and its
-    per-layer inputs: the last position of each prefix, computed in batches
-    of 5 to 60 tokens, equals the same position of the 60-token batch, bit
-    for bit; and its local layers (the shared ones reading their source's
-    ring) give the same logits with every layer in the paged cache
-    (--swa-full)."""
-    path = model_path("gemma4", "q8_0")
+@pytest.mark.parametrize("fam", ["gemma4", "gemma3n"])
+def test_shared_kv_batch_invariant_and_ring_equals_full_cache(fam, run_spindle):
+    """Gemma 4's and Gemma 3n's layers reading another layer's keys and
+    values and their per-layer inputs (Gemma 3n: also its AltUp streams,
+    Laurel branch and sparse gates): the last position of each prefix,
+    computed in batches of 5 to 60 tokens, equals the same position of the
+    60-token batch, bit for bit; and their local layers (the shared ones
+    reading their source's ring) give the same logits with every layer in
+    the paged cache (--swa-full)."""
+    path = model_path(fam, "q8_0")
     ids = " ".join(str(3 + (i * 4507) % 30000) for i in range(60))
     full = run_spindle("logits", "-m", path, "--ids", ids, "--from", 0, "--top", 8)
     paged = run_spindle("logits", "-m", path, "--ids", ids, "--from", 0, "--top", 8, "--swa-full")
@@ -354,6 +361,22 @@ def test_shared_kv_batch_invariant_and_ring_equals_full_cache(run_spindle):
         r = run_spindle("logits", "-m", path, "--ids", " ".join(ids.split()[:n]), "--top", 8)
         assert r.returncode == 0, r.stderr
         assert r.json()["top"] == steps[n - 1]["top"], "prefix of %d tokens" % n
+
+
+def test_gemma3n_chunked_prefill_is_bit_identical(run_spindle, tmp_path):
+    """Gemma 3n's AltUp streams, Laurel branch, sparse gates and shared KV
+    over prompts longer than a prefill chunk: perplexity over two 128-token
+    windows (eight sliding windows each), prefilled in batches of 512, 37
+    and 1 token, gives the same numbers to the last printed digit."""
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(p["text"] for p in golden("gemma3n")["files"]["f32"]["prompts"]) * 3)
+    out = []
+    for b in (512, 37, 1):
+        r = run_spindle("perplexity", "-m", model_path("gemma3n", "q8_0"), "-f", text, "--ctx", 128, "--chunks", 2,
+                        "--batch", b)
+        assert r.returncode == 0, r.stderr
+        out.append(re.findall(r"PPL = \S+", r.stdout + r.stderr))
+    assert out[0] and out[0] == out[1] == out[2], out
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -394,6 +417,28 @@ def test_deepseek2_layouts(run_spindle, tmp_path):
                               ("groups", dict(ds_moe=(4, 1, 1, 2.5, 2, 1), experts=(8, 4, 128)),
                                "deepseek2.expert_group_count")):
         r = run_spindle("info", "-m", _deepseek2_variant(tmp_path, name, **change))
+        assert r.returncode == 2 and key in r.stderr, (name, r.returncode, r.stderr)
+
+
+def test_gemma3n_refusals(run_spindle, tmp_path):
+    """Gemma 3n shares KV from layer 20 on (llama.cpp's fixed start): a
+    3-layer file without sharing loads, one whose shared_kv_layers says
+    otherwise is refused naming the key, and so are more AltUp streams than
+    spindle holds (exit 2)."""
+    def variant(name, **change):
+        spec = dict(families.FAMILIES["gemma3n"], n_layer=3, **change)
+        b = families.Builder(name, spec, seed=spec["seed"])
+        b.build()
+        path = str(tmp_path / (name + ".gguf"))
+        b.write(path, "f32")
+        return path
+
+    r = run_spindle("info", "-m", variant("plain", shared_kv=0))
+    assert r.returncode == 0, r.stderr
+    assert "shared KV" not in r.stdout and "AltUp (4 streams" in r.stdout, r.stdout
+    for name, change, key in (("shared", dict(shared_kv=1), "gemma3n.attention.shared_kv_layers"),
+                              ("streams", dict(shared_kv=0, altup=9), "gemma3n.altup_num_inputs")):
+        r = run_spindle("info", "-m", variant(name, **change))
         assert r.returncode == 2 and key in r.stderr, (name, r.returncode, r.stderr)
 
 
