@@ -20,6 +20,7 @@ quantizer leaves them).
 usage: families.py [--out DIR] [--family NAME ...] [--list] [--list-linear] [--list-chunked]
        families.py --bench NAME --out DIR   (one F16 copy of a benchmark shape)
        families.py --variant NAME --out DIR (one f32 copy of a family in another layout)
+       families.py --list-variants FAMILY
 Run with build/venv/bin/python (numpy, gguf).
 """
 import argparse
@@ -641,9 +642,12 @@ class Builder:
         groups, groups_used, n_shared, w_scale, gating, lead = s["ds_moe"]
         n_exp, n_used, ff_exp = s["experts"]
         factor, orig, fast, slow, log_mul = s["yarn"]
+        nextn = s.get("nextn", 0)
+        if nextn:
+            self.key("nextn_predict_layers", nextn, VT.UINT32)
         for suffix, value, vt in (
                 ("context_length", s["ctx"], VT.UINT32), ("embedding_length", E, VT.UINT32),
-                ("block_count", L, VT.UINT32), ("feed_forward_length", F, VT.UINT32),
+                ("block_count", L + nextn, VT.UINT32), ("feed_forward_length", F, VT.UINT32),
                 ("leading_dense_block_count", lead, VT.UINT32),
                 ("attention.head_count", H, VT.UINT32), ("attention.head_count_kv", 1, VT.UINT32),
                 ("attention.q_lora_rank", q_lora, VT.UINT32), ("attention.kv_lora_rank", kv_lora, VT.UINT32),
@@ -666,9 +670,14 @@ class Builder:
         self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="lookup")
         self.vec("output_norm.weight", E)
         self.mat("output.weight", n_vocab, E, scale=3.0)
-        for i in range(L):
+        for i in range(L + nextn):
             p = "blk.%d." % i
             self.vec(p + "attn_norm.weight", E)
+            if i >= L:  # a multi-token-prediction layer, as the converter writes it (after the others)
+                self.mat(p + "nextn.eh_proj.weight", E, 2 * E)
+                self.vec(p + "nextn.enorm.weight", E)
+                self.vec(p + "nextn.hnorm.weight", E)
+                self.vec(p + "nextn.shared_head_norm.weight", E)
             if q_lora:
                 self.mat(p + "attn_q_a.weight", q_lora, E)
                 self.vec(p + "attn_q_a_norm.weight", q_lora)
@@ -1008,6 +1017,10 @@ VARIANTS = {
     # Gemma 4's experts as its converter writes them (gate_up_proj): one
     # [n_expert][2 * n_ff_exp][n_embd] stack, each expert's gate rows then its up rows
     "gemma4-moe-fused": ("gemma4-moe", dict(gate_up_fused=True)),
+    # DeepSeek V3's multi-token-prediction layer after the others
+    # (nextn_predict_layers 1: a whole layer plus nextn.eh_proj, enorm,
+    # hnorm, shared_head_norm), which llama.cpp loads but does not run
+    "deepseek2-nextn": ("deepseek2", dict(nextn=1)),
 }
 
 
@@ -1149,6 +1162,7 @@ def main(argv):
     ap.add_argument("--list-chunked", action="store_true", help="the families with chunked attention, and the chunk")
     ap.add_argument("--bench", choices=sorted(BENCH))
     ap.add_argument("--variant", choices=sorted(VARIANTS), help="one f32 copy of a family in another layout")
+    ap.add_argument("--list-variants", metavar="NAME", help="family NAME's variants")
     ap.add_argument("--types", metavar="NAME", help="the copies family NAME is written in")
     args = ap.parse_args(argv[1:])
     if args.list:
@@ -1166,6 +1180,9 @@ def main(argv):
     os.makedirs(args.out, exist_ok=True)
     if args.bench:
         print(build_family(args.bench, args.out, types=("f16",))["f16"])
+        return 0
+    if args.list_variants:
+        print("\n".join(v for v in sorted(VARIANTS) if VARIANTS[v][0] == args.list_variants))
         return 0
     if args.variant:
         print(build_variant(args.variant, args.out))

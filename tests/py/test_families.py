@@ -434,12 +434,32 @@ def test_llama4_builtin_chat_format(run_spindle):
     assert got.json()["tokens"][0]["id"] == want.json()["top"][0][0]
 
 
-@pytest.mark.parametrize("fam,ftype", [(f, t) for f in FAMILIES for t in sorted(golden(f).get("quantize", {}))])
-def test_quantize_matches_llama_cpp(fam, ftype, run_spindle, tmp_path):
-    """`spindle quantize` of the family's f32 copy writes the file llama.cpp's
-    quantizer writes, byte for byte (gpt-oss's MXFP4_MOE: experts MXFP4,
-    every other matrix Q8_0)."""
+def _quantize_cases():
+    for f in FAMILIES:
+        for t in sorted(golden(f).get("quantize", {})):
+            yield pytest.param(f, None, t, id="%s-%s" % (f, t))
+        for v, doc in sorted(golden(f).get("variants", {}).items()):
+            for t in sorted(doc.get("quantize", {})):
+                yield pytest.param(f, v, t, id="%s-%s" % (v, t))
+
+
+@pytest.mark.parametrize("fam,variant,ftype", list(_quantize_cases()))
+def test_quantize_matches_llama_cpp(fam, variant, ftype, run_spindle, tmp_path):
+    """`spindle quantize` of the family's f32 copy (or a variant's) gives
+    every tensor llama.cpp's type and writes llama.cpp's file byte for byte
+    (gpt-oss's MXFP4_MOE: experts MXFP4, every other matrix Q8_0;
+    deepseek2's Q4_K_M and Q8_0: attn_k_b, attn_v_b, attn_kv_a_mqa and the
+    multi-token-prediction layer's tensors under the general rules, the
+    latent norms F32)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gguf"))
+    import quantmodel
+    want = golden(fam)["quantize"][ftype] if variant is None else golden(fam)["variants"][variant]["quantize"][ftype]
+    src = model_path(fam, "f32") if variant is None else families.build_variant(variant, str(tmp_path))
     out = str(tmp_path / "q.gguf")
-    r = run_spindle("quantize", "-t", "2", model_path(fam, "f32"), out, ftype)
+    r = run_spindle("quantize", "-t", "2", src, out, ftype)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert families.sha256_file(out) == golden(fam)["quantize"][ftype]["sha256"]
+    _, tensors = quantmodel.read_gguf(out)
+    got = {n: quantmodel.TYPE_NAME[t["type"]] for n, t in sorted(tensors.items())}
+    assert got == want["types"], {n: (got.get(n), want["types"].get(n)) for n in set(got) | set(want["types"])
+                                  if got.get(n) != want["types"].get(n)}
+    assert families.sha256_file(out) == want["sha256"]
