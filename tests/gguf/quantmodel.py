@@ -8,7 +8,8 @@ so the K-quant fallbacks) in FFN down, 4 query heads sharing 1 KV head
 (grouped-query rules), 8 layers (the use-more-bits layer pattern) and tied
 embeddings (token_embd takes the output head's type).  A few rows of
 blk.0.attn_q.weight are zero, constant, tiny, huge, one-signed or on a
-quarter grid, for the quantisers' edge paths.
+quarter grid, for the quantisers' edge paths.  tiny_f32_model(ODD_FF):
+the same with FFN-down rows of 360, which no block size divides.
 
 read_gguf(path) returns (kv, tensors): kv maps keys to (vtype, value) for
 scalars and strings; tensors maps names to dicts with type, dims and the
@@ -21,10 +22,11 @@ import numpy as np
 import ggufgen
 
 N_EMBD, N_HEAD, N_HEAD_KV, N_LAYER, N_FF = 256, 4, 1, 8, 352
+ODD_FF = 360  # FFN-down rows that 32 does not divide either: every type falls back to F16 there
 
 
-def tiny_f32_model():
-    m = ggufgen.Model(n_embd=N_EMBD, n_head=N_HEAD, n_head_kv=N_HEAD_KV, n_layer=N_LAYER, n_ff=N_FF)
+def tiny_f32_model(n_ff=N_FF):
+    m = ggufgen.Model(n_embd=N_EMBD, n_head=N_HEAD, n_head_kv=N_HEAD_KV, n_layer=N_LAYER, n_ff=n_ff)
     rng = np.random.default_rng(1234)
     for t in m.tensors:
         dims = t["dims"]
