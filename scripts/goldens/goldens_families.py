@@ -26,6 +26,13 @@ tests/goldens/families/<family>.json:
                         chunk_top10: the top-10 logits at every position from
                         chunks.from on, each position decoded alone after the
                         prefix (only those rows: all of them would be GBs)
+  quantize.<ftype>      families of QUANTIZE: llama.cpp's quantization of the
+                        f32 copy (llama_model_quantize): the output's sha256
+                        and each tensor's type
+  variants.<name>.quantize.<ftype>
+                        the same for the family's variants of
+                        QUANTIZE_VARIANTS (families.py --variant: the model in
+                        another layout the converter writes)
 
 Run it with the reference venv's python (scripts/ref-venv prints it):
     $(scripts/ref-venv) scripts/goldens/goldens_families.py
@@ -50,7 +57,8 @@ GREEDY_TOKENS = 24
 # Families whose f32 copy is also quantized by llama.cpp (llama_model_quantize)
 # to these file types (name: llama.cpp's ftype id); the golden records the
 # output's sha256, which `spindle quantize` must reproduce.
-QUANTIZE = {"gpt-oss": {"MXFP4_MOE": 38}}
+QUANTIZE = {"gpt-oss": {"MXFP4_MOE": 38}, "deepseek2": {"Q4_K_M": 15, "Q8_0": 7}}
+QUANTIZE_VARIANTS = {"deepseek2-nextn": {"Q4_K_M": 15, "Q8_0": 7}}
 LLAMA_SETTINGS = dict(n_ctx=4096, n_batch=1024, n_threads=2, logits_all=True, verbose=False, seed=0)
 
 PROMPTS = [
@@ -147,10 +155,13 @@ def run_file(path, prompts_in):
 
 
 def quantize_file(path, ftype):
-    """llama.cpp's quantization of path to ftype: the output's sha256."""
+    """llama.cpp's quantization of path to ftype: the output's sha256 and
+    each tensor's type name."""
     import ctypes
     import tempfile
     import llama_cpp
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gguf"))
+    import quantmodel
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "q.gguf")
@@ -159,7 +170,25 @@ def quantize_file(path, ftype):
         params.nthread = 2
         if llama_cpp.llama_model_quantize(path.encode(), out.encode(), ctypes.byref(params)) != 0:
             raise RuntimeError("llama_model_quantize failed on %s" % path)
-        return {"ftype": ftype, "sha256": sha256_file(out)}
+        _, tensors = quantmodel.read_gguf(out)
+        return {"ftype": ftype, "sha256": sha256_file(out),
+                "types": {n: quantmodel.TYPE_NAME[t["type"]] for n, t in sorted(tensors.items())}}
+
+
+def quantize_family(fam, doc):
+    """doc's quantize and variants entries for family fam."""
+    for name, ftype in QUANTIZE.get(fam, {}).items():
+        doc.setdefault("quantize", {})[name] = quantize_file(os.path.join(MODELS_DIR, "%s-f32.gguf" % fam), ftype)
+    variants = subprocess.run([VENV_PY, GEN, "--list-variants", fam], check=True, capture_output=True,
+                              text=True).stdout.split()
+    for variant in variants:
+        if variant not in QUANTIZE_VARIANTS:
+            continue
+        path = subprocess.run([VENV_PY, GEN, "--out", MODELS_DIR, "--variant", variant], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        q = doc.setdefault("variants", {}).setdefault(variant, {}).setdefault("quantize", {})
+        for name, ftype in QUANTIZE_VARIANTS[variant].items():
+            q[name] = quantize_file(path, ftype)
 
 
 def main(argv):
@@ -188,8 +217,7 @@ def main(argv):
                 doc["chunks"] = {"ids": chunk_ids(chunk), "from": chunk - CHUNK_BEFORE}
                 doc["files"][t]["chunk_top10"] = run_chunks(os.path.join(MODELS_DIR, "%s-%s.gguf" % (fam, t)),
                                                             doc["chunks"]["ids"], doc["chunks"]["from"])
-        for name, ftype in QUANTIZE.get(fam, {}).items():
-            doc.setdefault("quantize", {})[name] = quantize_file(os.path.join(MODELS_DIR, "%s-f32.gguf" % fam), ftype)
+        quantize_family(fam, doc)
         out = os.path.join(OUT_DIR, fam + ".json")
         with open(out + ".tmp", "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))

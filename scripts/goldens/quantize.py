@@ -12,7 +12,8 @@ not).
 
 Inputs:
   tiny     tests/gguf/quantmodel.py's small F32 model (built here and by
-           the test, byte for byte the same)
+           the test, byte for byte the same); also written with FFN-down
+           rows of 360 (quantize-odd.json: the fallbacks to F16)
   MODEL    each further argument: a model file that SPINDLE first converts
            to F16 with `spindle quantize --allow-requantize MODEL F16`
            (the test does the same); the F16 file is then the input of both
@@ -92,6 +93,21 @@ def golden(src, types, imatrix=None, files=None):
     return out
 
 
+ODD_TYPES = ["Q4_0", "Q5_1", "Q8_0", "Q4_K_M"]
+
+
+def odd_golden(tmp, common):
+    """The tiny model with FFN-down rows of 360 (quantmodel.ODD_FF): the
+    32-element types' fallback to F16."""
+    odd = os.path.join(tmp, "odd.gguf")
+    with open(odd, "wb") as f:
+        f.write(quantmodel.tiny_f32_model(quantmodel.ODD_FF))
+    print("odd", file=sys.stderr)
+    files = {}
+    return dict(common, input="tests/gguf/quantmodel.py tiny_f32_model(ODD_FF)",
+                input_sha256=sha(open(odd, "rb").read()), types=golden(odd, ODD_TYPES, files=files), files=files)
+
+
 def write_json(path, obj):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -117,6 +133,7 @@ def main():
         if "--imatrix" in sys.argv:
             g["imatrix_types"] = golden(tiny, IMATRIX_TYPES, quantmodel.tiny_imatrix())
         write_json(os.path.join(out_dir, "quantize-tiny.json"), g)
+        write_json(os.path.join(out_dir, "quantize-odd.json"), odd_golden(tmp, common))
         for model in models:
             base = os.path.basename(model)
             f16 = os.path.join(tmp, "f16.gguf")

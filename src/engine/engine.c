@@ -321,19 +321,16 @@ static sp_status sp_choice_sampler(struct sp_engine *e, struct sp_request *r, in
     return st;
 }
 
-sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t n_prompt,
-                            const struct sp_gen_params *gp, sp_event_fn fn, void *user, struct sp_request **out)
+/* The request's arguments against the engine: one error naming what is
+ * wrong, checked before anything is allocated (delivered: it has a
+ * callback or an `out` to be polled through). */
+static sp_status sp_request_check(const struct sp_engine *e, const sp_token *prompt, size_t n_prompt,
+                                  const struct sp_gen_params *gp, int n, int width, bool delivered)
 {
-    struct sp_request *r;
-    sp_status st;
-    int n = gp->n > 0 ? gp->n : 1;
-    int width = gp->beams > 1 ? gp->beams : 0;
-    if (out)
-        *out = NULL;
     if (e->model->arch->bidirectional)
         return sp_error_set(SP_ERR_UNSUPPORTED, "a %s model computes embeddings only (no text generation)",
                             e->model->arch->name);
-    if (!fn && !out)
+    if (!delivered)
         return sp_error_set(SP_ERR_ARG, "a polled request (no callback) needs `out`");
     if (gp->max_tokens == 0)
         return sp_error_set(SP_ERR_ARG, "max_tokens = 0 generates nothing (< 0: until the context is full)");
@@ -348,7 +345,6 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     if (width && gp->n_stages > 0)
         return sp_error_set(SP_ERR_ARG, "stages: beam search (beams = %d) ranks the model's own log-probabilities "
                                         "and runs no sampler stages", width);
-    int n_seqs = width ? 2 * width : n; /* beams: the live set and the next set */
     if (gp->logprobs > SP_SAMPLER_MAX_LOGPROBS)
         return sp_error_set(SP_ERR_ARG, "logprobs = %d is more than %d", gp->logprobs, SP_SAMPLER_MAX_LOGPROBS);
     if (gp->max_retries < 0 || gp->max_retries > SP_MAX_RETRIES)
@@ -356,7 +352,6 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     if (gp->grammar && sp_grammar_n_vocab(gp->grammar) != e->model->hp.n_vocab)
         return sp_error_set(SP_ERR_ARG, "grammar: made for a vocabulary of %u tokens, not this model's %u",
                             sp_grammar_n_vocab(gp->grammar), e->model->hp.n_vocab);
-    bool retries = gp->grammar && gp->max_retries > 0 && !width;
     for (size_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || (uint32_t)prompt[i] >= e->model->hp.n_vocab)
             return sp_error_set(SP_ERR_ARG, "prompt token %zu: id %d out of range 0..%u", i, prompt[i],
@@ -364,6 +359,19 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     if (n_prompt + 1 > (size_t)e->n_ctx)
         return sp_error_set(SP_ERR_CONTEXT, "the prompt has %zu tokens; the context holds %d (prompt + 1 generated)",
                             n_prompt, e->n_ctx);
+    return SP_OK;
+}
+
+/* Admission: the KV blocks the request commits (*budget) and the position
+ * its choices stop at (*max_pos).  Every block a request can need is
+ * committed at admission, so no choice finds the pool empty mid-answer:
+ * the choices share the prompt's blocks (forked after the prefill), and
+ * each has its own copy of the prompt's last partial block (`extra`) and
+ * its own blocks for the positions after the prompt's.  n_seqs sequences
+ * (n choices, or two sets of beams). */
+static sp_status sp_request_admit(const struct sp_engine *e, size_t n_prompt, const struct sp_gen_params *gp, int n,
+                                  int n_seqs, bool retries, uint32_t *budget_out, uint32_t *max_pos_out)
+{
     uint64_t total = n_prompt + (gp->max_tokens > 0 ? (uint64_t)gp->max_tokens : (uint64_t)e->n_ctx);
     if (total > (uint64_t)e->n_ctx)
         total = (uint64_t)e->n_ctx;
@@ -371,11 +379,6 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     sp_memory_stats(e->mem, 0, &ms);
     const struct sp_kv_stats ks = ms.kv;
     const uint32_t kv_blocks = ks.blocks_total;
-    /* Every block a request can need is committed at admission, so no
-     * choice finds the pool empty mid-answer: the choices share the
-     * prompt's blocks (forked after the prefill), and each has its own
-     * copy of the prompt's last partial block (`extra`) and its own blocks
-     * for the positions after the prompt's. */
     const uint32_t bt = ks.block_tokens, p_blocks = (uint32_t)sp_kv_blocks_for(n_prompt);
     const uint32_t extra = n_seqs > 1 || retries ? (uint32_t)n_seqs : 0;
     uint32_t own = (uint32_t)sp_kv_blocks_for(total) - p_blocks;
@@ -400,6 +403,62 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     if (e->n_running >= (uint32_t)e->n_parallel || e->committed_blocks + budget > kv_blocks)
         return sp_error_set(SP_ERR_FULL, "busy: %u requests running, %u of %u KV blocks committed", e->n_running,
                             e->committed_blocks, kv_blocks);
+    *budget_out = budget;
+    *max_pos_out = max_pos;
+    return SP_OK;
+}
+
+/* Choice i of r: its sampler (sp with the choice's seed; none for beams),
+ * draft sequence, stop matcher, detokenizer, token array holding the
+ * prompt, and grammar state. */
+static sp_status sp_choice_init(struct sp_engine *e, struct sp_request *r, int i, struct sp_sampler_params *sp,
+                                const struct sp_gen_params *gp, const sp_token *prompt, size_t n_prompt)
+{
+    struct sp_choice *c = &r->choices[i];
+    sp_status st;
+    c->req = r;
+    c->idx = i;
+    sp->seed = gp->sampling.seed + (uint64_t)i;
+    if (!r->width && (st = sp_choice_sampler(e, r, i, sp, gp)) != SP_OK)
+        return st;
+    /* drafts are verified against the sampler alone: requests whose
+     * tokens also pass a grammar mask or stages of their own decode
+     * without them */
+    if (e->spec && !r->width && !gp->explain && !gp->grammar && !gp->n_stages &&
+        (st = sp_spec_seq_new(e->spec, sp, &c->spec)) != SP_OK)
+        return st;
+    if ((st = sp_stop_init(&c->stop, gp->stop, gp->n_stop)) != SP_OK)
+        return st;
+    sp_detok_init(&c->detok, e->vocab, false);
+    c->tokens = malloc((size_t)e->n_ctx * sizeof *c->tokens);
+    if (!c->tokens)
+        return sp_error_set(SP_ERR_NOMEM, "request: no memory");
+    memcpy(c->tokens, prompt, n_prompt * sizeof *prompt);
+    c->n_tokens = (uint32_t)n_prompt;
+    c->attempt = 1;
+    if (gp->grammar) {
+        c->gstate = sp_grammar_start(gp->grammar);
+        if (c->gstate == SP_GRAMMAR_DEAD)
+            return sp_error_set(SP_ERR_ARG, "grammar: cannot start (%s)", sp_error_message());
+    }
+    return SP_OK;
+}
+
+sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t n_prompt,
+                            const struct sp_gen_params *gp, sp_event_fn fn, void *user, struct sp_request **out)
+{
+    struct sp_request *r;
+    sp_status st;
+    int n = gp->n > 0 ? gp->n : 1;
+    int width = gp->beams > 1 ? gp->beams : 0;
+    int n_seqs = width ? 2 * width : n; /* beams: the live set and the next set */
+    bool retries = gp->grammar && gp->max_retries > 0 && !width;
+    uint32_t budget = 0, max_pos = 0;
+    if (out)
+        *out = NULL;
+    if ((st = sp_request_check(e, prompt, n_prompt, gp, n, width, fn || out)) != SP_OK ||
+        (st = sp_request_admit(e, n_prompt, gp, n, n_seqs, retries, &budget, &max_pos)) != SP_OK)
+        return st;
 
     r = calloc(1, sizeof *r);
     if (!r)
@@ -428,38 +487,9 @@ sp_status sp_request_submit(struct sp_engine *e, const sp_token *prompt, size_t 
     if (gp->beams == 1)
         sp.temperature = 0.0f; /* a beam of width 1 is greedy search */
     sp.n_logprobs = gp->logprobs > 0 ? gp->logprobs : 0;
-    for (int i = 0; i < n_seqs; i++) {
-        struct sp_choice *c = &r->choices[i];
-        c->req = r;
-        c->idx = i;
-        sp.seed = gp->sampling.seed + (uint64_t)i;
-        if (!width && (st = sp_choice_sampler(e, r, i, &sp, gp)) != SP_OK)
+    for (int i = 0; i < n_seqs; i++)
+        if ((st = sp_choice_init(e, r, i, &sp, gp, prompt, n_prompt)) != SP_OK)
             goto fail;
-        /* drafts are verified against the sampler alone: requests whose
-         * tokens also pass a grammar mask or stages of their own decode
-         * without them */
-        if (e->spec && !width && !gp->explain && !gp->grammar && !gp->n_stages &&
-            (st = sp_spec_seq_new(e->spec, &sp, &c->spec)) != SP_OK)
-            goto fail;
-        if ((st = sp_stop_init(&c->stop, gp->stop, gp->n_stop)) != SP_OK)
-            goto fail;
-        sp_detok_init(&c->detok, e->vocab, false);
-        c->tokens = malloc((size_t)e->n_ctx * sizeof *c->tokens);
-        if (!c->tokens) {
-            st = sp_error_set(SP_ERR_NOMEM, "request: no memory");
-            goto fail;
-        }
-        memcpy(c->tokens, prompt, n_prompt * sizeof *prompt);
-        c->n_tokens = (uint32_t)n_prompt;
-        c->attempt = 1;
-        if (gp->grammar) {
-            c->gstate = sp_grammar_start(gp->grammar);
-            if (c->gstate == SP_GRAMMAR_DEAD) {
-                st = sp_error_set(SP_ERR_ARG, "grammar: cannot start (%s)", sp_error_message());
-                goto fail;
-            }
-        }
-    }
     r->retries = retries;
     r->stop0 = r->choices[0].stop;
     if (retries && !(r->plogits = malloc((size_t)e->model->hp.n_vocab * sizeof *r->plogits))) {

@@ -332,8 +332,37 @@ static sp_status sp_model_mla(struct sp_loader *ld, uint32_t il)
     return SP_OK;
 }
 
+/* Layer il's gate and up experts as one fused [n_expert][2 * n_ff_exp][n_embd]
+ * stack, as llama.cpp's converter writes gate_up_proj (Gemma 4 and others):
+ * each expert's first n_ff_exp rows are its gate, the next its up.  Absent:
+ * *fused false. */
+static sp_status sp_model_experts_fused(struct sp_loader *ld, uint32_t il, bool *fused)
+{
+    struct sp_model *m = ld->m;
+    struct sp_layer *L = &m->layers[il];
+    const int64_t F = m->hp.n_ff_exp, X = m->hp.n_expert, ne[3] = {m->hp.n_embd, 2 * F, X};
+    const struct sp_gguf_tensor *t;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%u.ffn_gate_up_exps.weight", il);
+    *fused = false;
+    if (m->arch->moe_bias) /* its per-expert biases come unfused: the fused weight is left unused (refused) */
+        return SP_OK;
+    sp_status st = sp_model_find(ld, name, 3, ne, false, &t);
+    if (st != SP_OK || !t)
+        return st;
+    const size_t row_bytes = (size_t)(t->nbytes / (uint64_t)(ne[1] * X));
+    for (int64_t e = 0; e < X; e++) {
+        const uint8_t *base = (const uint8_t *)t->data + (size_t)(e * ne[1]) * row_bytes;
+        for (int k = SP_EXP_GATE; k <= SP_EXP_UP; k++)
+            L->exps[k * X + e] = (struct sp_tensor){.type = t->type, .ne0 = ne[0], .ne1 = F, .row_bytes = row_bytes,
+                                                    .data = base + (k == SP_EXP_UP ? (size_t)F * row_bytes : 0)};
+    }
+    *fused = true;
+    return SP_OK;
+}
+
 /* The experts of layer il: 3-D stacks [n_expert][rows][row length], one
- * view per expert. */
+ * view per expert (gate and up one stack or two). */
 static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
 {
     struct sp_model *m = ld->m;
@@ -343,9 +372,12 @@ static sp_status sp_model_experts(struct sp_loader *ld, uint32_t il)
     int64_t E = hp->n_embd, F = hp->n_ff_exp, X = hp->n_expert;
     char name[96];
     sp_status st;
+    bool fused;
     SP_T(L->gate_inp, "ffn_gate_inp.weight", E, X, true);
     L->exps = m->exps + (size_t)il * SP_EXP_KINDS * hp->n_expert;
-    for (int k = 0; k < SP_EXP_KINDS; k++) {
+    if ((st = sp_model_experts_fused(ld, il, &fused)) != SP_OK)
+        return st;
+    for (int k = fused ? SP_EXP_DOWN : 0; k < SP_EXP_KINDS; k++) {
         const int64_t ne[3] = {k == SP_EXP_DOWN ? F : E, k == SP_EXP_DOWN ? E : F, X};
         const struct sp_gguf_tensor *t;
         snprintf(name, sizeof name, "blk.%u.%s.weight", il, names[k]);

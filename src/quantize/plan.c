@@ -226,7 +226,9 @@ static sp_status sp_rule_layer(const struct sp_plan_state *s, const char *name, 
 
 static uint32_t sp_block_of(uint32_t type) { return sp_type_get(type)->block_size; }
 
-/* A type whose blocks fit rows of ncols, as llama.cpp falls back. */
+/* A type whose blocks fit rows of ncols, as llama.cpp falls back: a K type
+ * to a 32-element type, then (a 32-element type at once) to F16 when 32
+ * does not divide the rows either. */
 static sp_status sp_fallback(const char *name, int64_t ncols, uint32_t type, uint32_t *out, uint32_t *n_fallback)
 {
     *out = type;
@@ -238,6 +240,8 @@ static sp_status sp_fallback(const char *name, int64_t ncols, uint32_t type, uin
     case SP_TYPE_Q5_K: type = SP_TYPE_Q5_1; break;
     case SP_TYPE_Q6_K: type = SP_TYPE_Q8_0; break;
     default:
+        if (sp_block_of(type) <= 32)
+            break;
         return sp_error_set(SP_ERR_ARG, "tensor '%s': rows of %lld do not split into %s blocks", name,
                             (long long)ncols, sp_type_get(type)->name);
     }

@@ -19,6 +19,8 @@ quantizer leaves them).
 
 usage: families.py [--out DIR] [--family NAME ...] [--list] [--list-linear] [--list-chunked]
        families.py --bench NAME --out DIR   (one F16 copy of a benchmark shape)
+       families.py --variant NAME --out DIR (one f32 copy of a family in another layout)
+       families.py --list-variants FAMILY
 Run with build/venv/bin/python (numpy, gguf).
 """
 import argparse
@@ -239,7 +241,8 @@ FAMILIES = {
     # ffn_down_exps.scale) beside the dense feed-forward: the router reads
     # rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale, the experts
     # pre_ffw_norm_2(x), the dense half ffn_norm(x); post_ffw_norm_1 and _2
-    # on the halves, post_ffw_norm on their sum
+    # on the halves, post_ffw_norm on their sum (variant gemma4-moe-fused:
+    # gate and up experts as one ffn_gate_up_exps)
     "gemma4-moe": dict(arch="gemma4", vocab="llama-spm", n_embd=256, n_layer=4, n_head=4, n_head_kv=1, head_dim=64,
                        n_head_kv_swa=2, head_dim_swa=32, n_ff=256, ctx=4096, rope_base=1000000.0,
                        rope_base_swa=10000.0, tied=True, swa_layers=(0, 1, 2), sliding_window=16, shared_kv=0,
@@ -418,6 +421,15 @@ class Builder:
         """Random matrix, numpy shape (..., rows, row length): entries ~ N(0, scale^2 / row length)."""
         f = np.float32(scale / math.sqrt(shape[-1]))
         self.tensors.append((name, shape, kind, lambda rng: rng.standard_normal(shape, dtype=np.float32) * f))
+
+    def mats(self, name, parts, kind="mat"):
+        """One tensor of several random matrices (as mat() draws them, one
+        after another) joined along their rows: e.g. fused gate and up
+        experts holding the same values as the two stacks mat() writes."""
+        fs = [np.float32(1.0 / math.sqrt(shape[-1])) for shape in parts]
+        shape = parts[0][:-2] + (sum(p[-2] for p in parts), parts[0][-1])
+        self.tensors.append((name, shape, kind, lambda rng: np.concatenate(
+            [rng.standard_normal(p, dtype=np.float32) * f for p, f in zip(parts, fs)], axis=-2)))
 
     def vec(self, name, n, mean=1.0, spread=0.1):
         self.tensors.append((name, (n,), "f32", lambda rng: (
@@ -685,9 +697,12 @@ class Builder:
         groups, groups_used, n_shared, w_scale, gating, lead = s["ds_moe"]
         n_exp, n_used, ff_exp = s["experts"]
         factor, orig, fast, slow, log_mul = s["yarn"]
+        nextn = s.get("nextn", 0)
+        if nextn:
+            self.key("nextn_predict_layers", nextn, VT.UINT32)
         for suffix, value, vt in (
                 ("context_length", s["ctx"], VT.UINT32), ("embedding_length", E, VT.UINT32),
-                ("block_count", L, VT.UINT32), ("feed_forward_length", F, VT.UINT32),
+                ("block_count", L + nextn, VT.UINT32), ("feed_forward_length", F, VT.UINT32),
                 ("leading_dense_block_count", lead, VT.UINT32),
                 ("attention.head_count", H, VT.UINT32), ("attention.head_count_kv", 1, VT.UINT32),
                 ("attention.q_lora_rank", q_lora, VT.UINT32), ("attention.kv_lora_rank", kv_lora, VT.UINT32),
@@ -710,9 +725,14 @@ class Builder:
         self.mat("token_embd.weight", n_vocab, E, scale=3.0, kind="lookup")
         self.vec("output_norm.weight", E)
         self.mat("output.weight", n_vocab, E, scale=3.0)
-        for i in range(L):
+        for i in range(L + nextn):
             p = "blk.%d." % i
             self.vec(p + "attn_norm.weight", E)
+            if i >= L:  # a multi-token-prediction layer, as the converter writes it (after the others)
+                self.mat(p + "nextn.eh_proj.weight", E, 2 * E)
+                self.vec(p + "nextn.enorm.weight", E)
+                self.vec(p + "nextn.hnorm.weight", E)
+                self.vec(p + "nextn.shared_head_norm.weight", E)
             if q_lora:
                 self.mat(p + "attn_q_a.weight", q_lora, E)
                 self.vec(p + "attn_q_a_norm.weight", q_lora)
@@ -841,8 +861,11 @@ class Builder:
                 # its logits (std ~2) rarely tie, as a trained router's
                 self.mat(p + "ffn_gate_inp.weight", n_exp, E, scale=32.0, kind="f32")
                 self.vec(p + "ffn_gate_inp.scale", E)
-                self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E, kind="exps")
-                self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E, kind="exps")
+                if s.get("gate_up_fused"):  # as the converter writes gate_up_proj: the same values
+                    self.mats(p + "ffn_gate_up_exps.weight", [(n_exp, ff_exp, E)] * 2, kind="exps")
+                else:
+                    self.mat(p + "ffn_gate_exps.weight", n_exp, ff_exp, E, kind="exps")
+                    self.mat(p + "ffn_up_exps.weight", n_exp, ff_exp, E, kind="exps")
                 self.mat(p + "ffn_down_exps.weight", n_exp, E, ff_exp, kind="exps")
                 self.vec(p + "ffn_down_exps.scale", n_exp, mean=1.0, spread=0.3)
             self.vec(p + "post_ffw_norm.weight", E)
@@ -1109,6 +1132,33 @@ def is_linear(name):
     return any(k in FAMILIES[name] for k in ("ssm", "conv_layers", "delta"))  # Mamba-2, LFM2, DeltaNet
 
 
+# Variants: a family's model written in another layout its converter
+# produces, with the same values (so the family's goldens hold for it):
+# name -> (family, spec changes).
+VARIANTS = {
+    # Gemma 4's experts as its converter writes them (gate_up_proj): one
+    # [n_expert][2 * n_ff_exp][n_embd] stack, each expert's gate rows then its up rows
+    "gemma4-moe-fused": ("gemma4-moe", dict(gate_up_fused=True)),
+    # DeepSeek V3's multi-token-prediction layer after the others
+    # (nextn_predict_layers 1: a whole layer plus nextn.eh_proj, enorm,
+    # hnorm, shared_head_norm), which llama.cpp loads but does not run
+    "deepseek2-nextn": ("deepseek2", dict(nextn=1)),
+}
+
+
+def build_variant(name, out_dir, qtype="f32"):
+    """Writes variant NAME's copy NAME-QTYPE.gguf; returns its path."""
+    family, change = VARIANTS[name]
+    spec = dict(FAMILIES[family], **change)
+    b = Builder(family, spec, seed=spec["seed"])
+    b.build()
+    path = os.path.join(out_dir, "%s-%s.gguf" % (name, qtype))
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    b.write(tmp, qtype)
+    os.replace(tmp, path)
+    return path
+
+
 def build_family(name, out_dir, types=None):
     """Writes the family's copies NAME-TYPE.gguf."""
     if name in BENCH:
@@ -1235,6 +1285,8 @@ def main(argv):
     ap.add_argument("--list-linear", action="store_true", help="the families with linear (recurrent) layers")
     ap.add_argument("--list-chunked", action="store_true", help="the families with chunked attention, and the chunk")
     ap.add_argument("--bench", choices=sorted(BENCH))
+    ap.add_argument("--variant", choices=sorted(VARIANTS), help="one f32 copy of a family in another layout")
+    ap.add_argument("--list-variants", metavar="NAME", help="family NAME's variants")
     ap.add_argument("--types", metavar="NAME", help="the copies family NAME is written in")
     args = ap.parse_args(argv[1:])
     if args.list:
@@ -1252,6 +1304,12 @@ def main(argv):
     os.makedirs(args.out, exist_ok=True)
     if args.bench:
         print(build_family(args.bench, args.out, types=("f16",))["f16"])
+        return 0
+    if args.list_variants:
+        print("\n".join(v for v in sorted(VARIANTS) if VARIANTS[v][0] == args.list_variants))
+        return 0
+    if args.variant:
+        print(build_variant(args.variant, args.out))
         return 0
     for name in args.family or sorted(FAMILIES):
         for t, path in build_family(name, args.out).items():

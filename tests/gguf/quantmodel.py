@@ -8,7 +8,8 @@ so the K-quant fallbacks) in FFN down, 4 query heads sharing 1 KV head
 (grouped-query rules), 8 layers (the use-more-bits layer pattern) and tied
 embeddings (token_embd takes the output head's type).  A few rows of
 blk.0.attn_q.weight are zero, constant, tiny, huge, one-signed or on a
-quarter grid, for the quantisers' edge paths.
+quarter grid, for the quantisers' edge paths.  tiny_f32_model(ODD_FF):
+the same with FFN-down rows of 360, which no block size divides.
 
 read_gguf(path) returns (kv, tensors): kv maps keys to (vtype, value) for
 scalars and strings; tensors maps names to dicts with type, dims and the
@@ -21,10 +22,11 @@ import numpy as np
 import ggufgen
 
 N_EMBD, N_HEAD, N_HEAD_KV, N_LAYER, N_FF = 256, 4, 1, 8, 352
+ODD_FF = 360  # FFN-down rows that 32 does not divide either: every type falls back to F16 there
 
 
-def tiny_f32_model():
-    m = ggufgen.Model(n_embd=N_EMBD, n_head=N_HEAD, n_head_kv=N_HEAD_KV, n_layer=N_LAYER, n_ff=N_FF)
+def tiny_f32_model(n_ff=N_FF):
+    m = ggufgen.Model(n_embd=N_EMBD, n_head=N_HEAD, n_head_kv=N_HEAD_KV, n_layer=N_LAYER, n_ff=n_ff)
     rng = np.random.default_rng(1234)
     for t in m.tensors:
         dims = t["dims"]
@@ -55,9 +57,9 @@ _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B
 
 # ggml type id -> (block size, bytes per block)
 TYPE_SIZE = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-             10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 30: (1, 2)}
+             10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 30: (1, 2), 39: (32, 17)}
 TYPE_NAME = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K",
-             11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16"}
+             11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16", 39: "MXFP4"}
 
 
 def read_gguf(path):

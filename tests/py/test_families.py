@@ -394,6 +394,28 @@ def test_trailing_dimensions_of_one_are_the_same_shape(fam, run_spindle, tmp_pat
     assert got.json()["steps"] == want.json()["steps"]
 
 
+@pytest.mark.parametrize("variant", sorted(families.VARIANTS))
+def test_converter_layout_variants(variant, run_spindle, tmp_path):
+    """A family written in another layout its converter produces (Gemma 4's
+    experts as one fused ffn_gate_up_exps stack) loads, matches llama.cpp's
+    numbers for the family (its golden: same tokens, logits at every
+    position within the f32 bound) and gives the family's own file's
+    logits bit for bit."""
+    fam = families.VARIANTS[variant][0]
+    path = families.build_variant(variant, str(tmp_path))
+    for p in golden(fam)["files"]["f32"]["prompts"]:
+        r = run_spindle("logits", "-m", path, "-p", p["text"], "--from", 0, "--top", TOP)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.json()["tokens"] == p["tokens"]
+        steps = r.json()["steps"]
+        assert len(steps) == len(p["top10"])
+        errors = [e for e in (_position_error("f32", i, st["top"], g)[0]
+                              for i, (st, g) in enumerate(zip(steps, p["top10"]))) if e]
+        assert not errors, "%s: %s" % (p["name"], "; ".join(errors[:5]))
+        own = run_spindle("logits", "-m", model_path(fam, "f32"), "-p", p["text"], "--from", 0, "--top", TOP)
+        assert own.returncode == 0 and own.json()["steps"] == steps, p["name"]
+
+
 def _deepseek2_variant(tmp_path, name, **change):
     spec = dict(families.FAMILIES["deepseek2"], **change)
     b = families.Builder(name, spec, seed=spec["seed"])
@@ -461,12 +483,32 @@ def test_llama4_builtin_chat_format(run_spindle):
     assert got.json()["tokens"][0]["id"] == want.json()["top"][0][0]
 
 
-@pytest.mark.parametrize("fam,ftype", [(f, t) for f in FAMILIES for t in sorted(golden(f).get("quantize", {}))])
-def test_quantize_matches_llama_cpp(fam, ftype, run_spindle, tmp_path):
-    """`spindle quantize` of the family's f32 copy writes the file llama.cpp's
-    quantizer writes, byte for byte (gpt-oss's MXFP4_MOE: experts MXFP4,
-    every other matrix Q8_0)."""
+def _quantize_cases():
+    for f in FAMILIES:
+        for t in sorted(golden(f).get("quantize", {})):
+            yield pytest.param(f, None, t, id="%s-%s" % (f, t))
+        for v, doc in sorted(golden(f).get("variants", {}).items()):
+            for t in sorted(doc.get("quantize", {})):
+                yield pytest.param(f, v, t, id="%s-%s" % (v, t))
+
+
+@pytest.mark.parametrize("fam,variant,ftype", list(_quantize_cases()))
+def test_quantize_matches_llama_cpp(fam, variant, ftype, run_spindle, tmp_path):
+    """`spindle quantize` of the family's f32 copy (or a variant's) gives
+    every tensor llama.cpp's type and writes llama.cpp's file byte for byte
+    (gpt-oss's MXFP4_MOE: experts MXFP4, every other matrix Q8_0;
+    deepseek2's Q4_K_M and Q8_0: attn_k_b, attn_v_b, attn_kv_a_mqa and the
+    multi-token-prediction layer's tensors under the general rules, the
+    latent norms F32)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gguf"))
+    import quantmodel
+    want = golden(fam)["quantize"][ftype] if variant is None else golden(fam)["variants"][variant]["quantize"][ftype]
+    src = model_path(fam, "f32") if variant is None else families.build_variant(variant, str(tmp_path))
     out = str(tmp_path / "q.gguf")
-    r = run_spindle("quantize", "-t", "2", model_path(fam, "f32"), out, ftype)
+    r = run_spindle("quantize", "-t", "2", src, out, ftype)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert families.sha256_file(out) == golden(fam)["quantize"][ftype]["sha256"]
+    _, tensors = quantmodel.read_gguf(out)
+    got = {n: quantmodel.TYPE_NAME[t["type"]] for n, t in sorted(tensors.items())}
+    assert got == want["types"], {n: (got.get(n), want["types"].get(n)) for n in set(got) | set(want["types"])
+                                  if got.get(n) != want["types"].get(n)}
+    assert families.sha256_file(out) == want["sha256"]

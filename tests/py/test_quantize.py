@@ -1,8 +1,8 @@
 """spindle quantize against llama.cpp's quantizer (tests/goldens/quantize-*.json,
 made by scripts/goldens/quantize.py with llama-cpp-python): for every file
 type, each tensor gets the same type and byte-identical data and the whole
-file is byte-identical, on a small F32 model (tests/gguf/quantmodel.py) and
-on SmolLM2 converted to F16; with an importance matrix, every tensor too.  Bad input is one line on stderr, exit 2 and no file
+file is byte-identical, on a small F32 model (tests/gguf/quantmodel.py; also
+with rows no block size divides) and on SmolLM2 converted to F16; with an importance matrix, every tensor too.  Bad input is one line on stderr, exit 2 and no file
 left behind."""
 import hashlib
 import json
@@ -24,6 +24,7 @@ def _golden(name):
 
 
 TINY = _golden("tiny")
+ODD = _golden("odd")
 SMOL = _golden("smollm2")
 
 
@@ -71,6 +72,23 @@ def test_tiny_matches_llama_cpp(tmp_path, run_spindle, tiny, ftype):
         if k != "general.file_type":
             assert kv[k] == v, k
     assert "bits per weight" in r.stdout
+
+
+@pytest.mark.parametrize("ftype", sorted(ODD["types"]))
+def test_rows_no_block_divides_fall_back_to_f16(tmp_path, run_spindle, ftype):
+    """FFN-down rows of 360 (neither 256 nor 32 divides them): every type,
+    the 32-element ones included, falls back to F16 there as llama.cpp's
+    quantizer does, and the whole file is llama.cpp's."""
+    src = tmp_path / "odd-f32.gguf"
+    src.write_bytes(quantmodel.tiny_f32_model(quantmodel.ODD_FF))
+    assert _sha(src.read_bytes()) == ODD["input_sha256"], "tests/gguf/quantmodel.py no longer builds the golden's input"
+    out = str(tmp_path / "out.gguf")
+    _quantize(run_spindle, str(src), out, ftype)
+    got = _summary(out)
+    assert got == ODD["types"][ftype], _diff(got, ODD["types"][ftype])
+    assert got["blk.0.ffn_down.weight"][0] == "F16"
+    with open(out, "rb") as f:
+        assert _sha(f.read()) == ODD["files"][ftype]
 
 
 @pytest.mark.parametrize("ftype", sorted(TINY["imatrix_types"]))
