@@ -129,6 +129,9 @@ struct sp_grammar {
                                     byte leads back to the dstate (walk_uni) */
     uint32_t cap_uni;
     bool plain_walk;             /* tests: no subtree accepted whole */
+    uint32_t cls_nd;             /* self_classes' dstate (UINT32_MAX: none), its self set's */
+    uint64_t cls_w[2];           /* ASCII words then, and its classes */
+    unsigned cls_none, cls_full;
 };
 
 /* ---- hash tables ---- */
@@ -542,6 +545,7 @@ static bool matching_init(struct sp_grammar *g)
     }
     g->n_nodes = FIRST_NODE;
     g->n_ds = 1;
+    g->cls_nd = UINT32_MAX;
     uint32_t c = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0, c8 = 0, c9 = 0;
     if (!grow((void **)&g->ds_off, &c, 2, sizeof *g->ds_off) ||
         !grow((void **)&g->ds_self, &c8, 2, sizeof *g->ds_self) ||
@@ -1033,12 +1037,57 @@ static uint64_t walk_uni(struct sp_grammar *g, uint32_t d)
     return u;
 }
 
+/* The ASCII bytes of each class of tokens.h's SP_GTOK_CLS_* (bits 0..5),
+ * as words 0 and 1 of a 256-bit set. */
+static const uint64_t cls_words[SP_GTOK_N_ASCII_CLS][2] = {
+    {0x00000000ffffffffull, 0x8000000000000000ull}, /* controls */
+    {0x0000000400000000ull, 0x0000000000000000ull}, /* '"' */
+    {0x0000000000000000ull, 0x0000000010000000ull}, /* '\\' */
+    {0x03ff000000000000ull, 0x0000000000000000ull}, /* digits */
+    {0x0000000000000000ull, 0x07fffffe07fffffeull}, /* letters */
+    {0xfc00fffb00000000ull, 0x78000001e8000001ull}, /* the rest of 0x20-0x7e */
+};
+
+/* The ASCII classes none of whose bytes (*none) and all of whose bytes
+ * (*full) are known to loop back to nd, remembered for the last dstate
+ * asked while its self set is unchanged. */
+static void self_classes(struct sp_grammar *g, uint32_t nd, unsigned *none, unsigned *full)
+{
+    const uint64_t *self = g->ds_self[nd].w;
+    if (g->cls_nd != nd || g->cls_w[0] != self[0] || g->cls_w[1] != self[1]) {
+        unsigned n = 0, f = 0;
+        for (unsigned k = 0; k < SP_GTOK_N_ASCII_CLS; k++) {
+            uint64_t a0 = self[0] & cls_words[k][0], a1 = self[1] & cls_words[k][1];
+            if (!(a0 | a1))
+                n |= 1u << k;
+            else if (a0 == cls_words[k][0] && a1 == cls_words[k][1])
+                f |= 1u << k;
+        }
+        g->cls_nd = nd;
+        g->cls_w[0] = self[0];
+        g->cls_w[1] = self[1];
+        g->cls_none = n;
+        g->cls_full = f;
+    }
+    *none = g->cls_none;
+    *full = g->cls_full;
+}
+
 /* Whether the walk may accept node i's subtree whole from dstate nd: every
  * byte below loops back to nd, or the tokens below are whole UTF-8
- * characters each of which leads back to nd.  -1 on no memory. */
+ * characters each of which leads back to nd.  The classes of the bytes
+ * below decide most nodes without their set: one ASCII class none of whose
+ * bytes loops back rejects, only ASCII classes all of whose bytes do
+ * accept.  -1 on no memory. */
 static int whole_below(struct sp_grammar *g, uint32_t i, uint32_t nd)
 {
     const struct sp_grammar_tokens *t = g->toks;
+    unsigned cls = t->node_cls[i], none, full;
+    self_classes(g, nd, &none, &full);
+    if (cls & none)
+        return 0;
+    if (!(cls & ~full))
+        return 1;
     const uint64_t *s = t->sum_set + 4 * (size_t)t->node_sum[i], *self = g->ds_self[nd].w;
     if ((s[0] & ~self[0]) | (s[1] & ~self[1]))
         return 0;
@@ -1166,14 +1215,25 @@ static struct pre *pre_pack(struct sp_grammar *g, const struct collect *c, uint3
     p->unc = p->acc + n_acc;
     p->lcp = (uint16_t *)(p->unc + c->n_unc);
     uint32_t n = 0;
-    for (uint32_t r = 0; r < c->n_acc_r; r++)
-        for (uint32_t k = c->acc[2 * r]; k < c->acc[2 * r + 1]; k++) {
-            uint32_t id = t->sorted[k];
-            if (is_bits)
-                p->bits[id >> 6] |= 1ull << (id & 63);
-            else
-                p->acc[n++] = id;
+    if (is_bits && (uint64_t)c->n_acc * 2 > t->n_sorted) {
+        /* most text tokens: all of them, less the gaps between the ranges */
+        memcpy(p->bits, t->text_bits, n_bits * 8);
+        for (uint32_t r = 0, lo = 0; r <= c->n_acc_r; r++) {
+            uint32_t hi = r < c->n_acc_r ? c->acc[2 * r] : t->n_sorted;
+            for (uint32_t k = lo; k < hi; k++)
+                p->bits[t->sorted[k] >> 6] &= ~(1ull << (t->sorted[k] & 63));
+            lo = r < c->n_acc_r ? c->acc[2 * r + 1] : lo;
         }
+    } else {
+        for (uint32_t r = 0; r < c->n_acc_r; r++)
+            for (uint32_t k = c->acc[2 * r]; k < c->acc[2 * r + 1]; k++) {
+                uint32_t id = t->sorted[k];
+                if (is_bits)
+                    p->bits[id >> 6] |= 1ull << (id & 63);
+                else
+                    p->acc[n++] = id;
+            }
+    }
     for (uint32_t i = 0; i < c->n_unc; i++)
         ids[i] = p->unc[i] = t->sorted[c->unc[i]];
     for (uint32_t i = 0; i < c->n_unc; i++)
