@@ -47,6 +47,27 @@ struct collect {
     uint32_t n_acc_r, n_acc, n_unc;
 };
 
+/* A region: the trie nodes a walk from a dstate H reaches through bytes
+ * that lead back to H and whole UTF-8 characters that do (walk_uni), the
+ * same for every H with the same bytes leading back, the same lead bytes
+ * of whole characters leading back and real tops, whatever H's rule and
+ * what comes after it, so shared by every grammar of the vocabulary
+ * (tokens.h's regions).  item[2k], item[2k + 1]: tokens accepted (sorted
+ * indices [lo, hi)), or (REGION_EXIT, node): a node whose byte leaves H,
+ * whose subtree each walk still walks from H; in trie order, the items
+ * below the first-level node of byte b at [beg[b], end[b]).  Immutable
+ * once published. */
+#define REGION_MIN_SELF 16      /* bytes leading back before a region pays */
+#define REGION_MAX_ITEMS (1u << 20)
+#define REGION_EXIT UINT32_MAX
+struct region {
+    uint64_t self[4], uni;
+    uint32_t n;                 /* pairs */
+    uint32_t beg[256], end[256];
+    uint32_t item[];
+};
+static const struct region no_region; /* dreg's "none" */
+
 struct pre {          /* per read state, made by its first mask; one allocation */
     uint32_t n_acc, n_unc;
     uint8_t is_bits;
@@ -115,6 +136,9 @@ struct sp_grammar {
     struct collect *wc;
     uint32_t *wds, *wids;
     uint8_t *wesc;
+    uint32_t *wreg, cap_wreg;    /* a region being made: pairs (see struct region) */
+    const struct region **dreg;  /* [cap_dreg] per dstate: its region, &no_region, NULL: not known */
+    uint32_t cap_dreg;
 
     /* masks (own) */
     uint64_t *masks;             /* [n_slots][n_words] */
@@ -124,6 +148,7 @@ struct sp_grammar {
     uint32_t *walk;              /* [max_len + 1] dstates along a token */
     uint64_t hits, misses;
     uint64_t n_whole;            /* subtrees the walks accepted whole */
+    uint64_t n_region;           /* first-level subtrees the walks took from regions */
     uint64_t *uni;               /* [cap_uni] per dstate: bytes 0xc0.. as bits; bit 0 (0xc0, never a
                                     lead): known; others: each whole character with this lead
                                     byte leads back to the dstate (walk_uni) */
@@ -693,6 +718,8 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g->wds);
     free(g->wids);
     free(g->wesc);
+    free(g->wreg);
+    free((void *)g->dreg);
     free(g->uni);
     if (g->proto) {
         sp_grammar_free(g->proto);
@@ -729,6 +756,7 @@ void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *o)
     }
     o->n_nodes = g->n_nodes;
     o->n_whole = g->n_whole;
+    o->n_region = g->n_region;
     o->n_dstates = g->n_ds;
     o->n_masks_cached = g->n_slots;
     o->mask_hits = g->hits;
@@ -1101,20 +1129,15 @@ static int whole_below(struct sp_grammar *g, uint32_t i, uint32_t nd)
     return !(s[3] & ~u);
 }
 
-/* One trie walk from the stack (q, NODE_ESC).  A path that leaves q's rule
+/* Walks the trie nodes [begin, end) (whole subtrees, whose parent's dstate
+ * and escape flag are in ds and esc) into c.  A path that leaves q's rule
  * with bytes to go makes the token uncertain only when the next byte may
- * follow the rule somewhere (FOLLOW). */
-static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c, uint32_t *ds, uint8_t *esc)
+ * follow the rule somewhere (follow: FOLLOW of the rule). */
+static sp_status walk_nodes(struct sp_grammar *g, uint32_t begin, uint32_t end, const struct sp_gbits *follow,
+                            struct collect *c, uint32_t *ds, uint8_t *esc)
 {
     const struct sp_grammar_tokens *t = g->toks;
-    const struct sp_gbits *follow = &g->follow[g->nfa.rule_of[q]];
-    uint32_t x = node(g, q, NODE_ESC);
-    ds[0] = x ? single(g, x) : UINT32_MAX;
-    if (ds[0] == UINT32_MAX)
-        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-    esc[0] = 0;
-    c->n_acc_r = c->n_acc = c->n_unc = 0;
-    for (uint32_t i = 0; i < t->n_nodes;) {
+    for (uint32_t i = begin; i < end;) {
         uint32_t d = t->node_depth[i];
         uint32_t p = ds[d - 1];
         unsigned b = t->node_byte[i];
@@ -1151,6 +1174,214 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
         ds[d] = nd; /* real tops, or just escaped here: the children's first byte decides */
         esc[d] = esc_a;
         i++;
+    }
+    return SP_OK;
+}
+
+static bool region_put(struct sp_grammar *g, uint32_t *n, uint32_t a, uint32_t b, uint32_t from)
+{
+    if (a != REGION_EXIT && *n > from && g->wreg[2 * *n - 2] != REGION_EXIT && g->wreg[2 * *n - 1] == a) {
+        g->wreg[2 * *n - 1] = b; /* adjacent ranges merge */
+        return true;
+    }
+    if (a != REGION_EXIT && a == b)
+        return true;
+    if (!grow((void **)&g->wreg, &g->cap_wreg, 2 * (*n + 1), sizeof *g->wreg))
+        return false;
+    g->wreg[2 * *n] = a;
+    g->wreg[2 * *n + 1] = b;
+    (*n)++;
+    return true;
+}
+
+/* The UTF-8 character of lead byte c: its length (0: not a lead) and the
+ * range of its first continuation byte. */
+static uint32_t utf8_lead(unsigned c, unsigned *lo, unsigned *hi)
+{
+    *lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+    *hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    return c < 0xc2 || c > 0xf4 ? 0 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+}
+
+/* Whether every byte below lead node i up to its character's end (k bytes
+ * in all) continues the character validly (so each path stays on the live
+ * dstates walk_uni checked). */
+static bool lead_valid(const struct sp_grammar_tokens *t, uint32_t i, uint32_t k, unsigned lo, unsigned hi)
+{
+    for (uint32_t j = i + 1; j < t->node_next[i];) {
+        uint32_t pos = t->node_depth[j] - t->node_depth[i];
+        unsigned b = t->node_byte[j];
+        if (pos == 1 ? b < lo || b > hi : b < 0x80 || b > 0xbf)
+            return false;
+        j = pos + 1 == k ? t->node_next[j] : j + 1;
+    }
+    return true;
+}
+
+/* Makes h's start region into g->wreg (*n pairs): the plain walk's
+ * decisions at every node whose path is bytes leading back to h and whole
+ * characters whose lead byte walk_uni gives h (whose partial characters
+ * reach live dstates); with h's bytes that lead back all known.  need[d]:
+ * continuation bytes still to come after the node at depth d on the
+ * current path.  False on no memory. */
+static bool region_make(struct sp_grammar *g, uint32_t h, uint64_t uni, uint32_t *n, uint32_t *beg,
+                        uint32_t *end)
+{
+    const struct sp_grammar_tokens *t = g->toks;
+    uint8_t need[SP_GRAMMAR_TOKEN_MAX_LEN + 1];
+    need[0] = 0;
+    *n = 0;
+    for (unsigned b = 0; b < 256; b++)
+        beg[b] = end[b] = 0;
+    for (uint32_t i = 0, from = 0, top = 0; i < t->n_nodes;) {
+        uint32_t d = t->node_depth[i], k = 0;
+        unsigned b = t->node_byte[i], lo, hi;
+        if (d == 1) { /* a first-level node: its items are a slice of their own */
+            end[t->node_byte[top]] = *n;
+            top = i;
+            beg[b] = from = *n;
+        }
+        if (need[d - 1]) {
+            need[d] = (uint8_t)(need[d - 1] - 1); /* a continuation (lead_valid checked it) */
+        } else if (sp_gbits_has(&g->ds_self[h], b)) { /* (whole_below may move ds_self) */
+            need[d] = 0;
+        } else if ((k = utf8_lead(b, &lo, &hi)) && (uni >> (b - 0xc0) & 1) && lead_valid(t, i, k, lo, hi)) {
+            need[d] = (uint8_t)(k - 1);
+        } else {
+            if (!region_put(g, n, REGION_EXIT, i, from))
+                return false;
+            i = t->node_next[i];
+            end[t->node_byte[top]] = *n;
+            continue;
+        }
+        uint32_t first = t->node_lo[i], here = first + t->node_here[i];
+        if (!region_put(g, n, first, here, from))
+            return false;
+        int whole = !need[d] && t->node_next[i] > i + 1 ? whole_below(g, i, h) : 0;
+        if (whole < 0)
+            return false;
+        if (whole) {
+            if (!region_put(g, n, here, sp_gtok_subtree_end(t, i), from))
+                return false;
+            g->n_whole++;
+            i = t->node_next[i];
+        } else {
+            i++;
+        }
+        end[t->node_byte[top]] = *n;
+    }
+    return true;
+}
+
+/* The region of dstate h (see struct region): remembered per dstate, else
+ * found among the vocabulary's or made and published there; &no_region
+ * when h has none (it escapes, has no real tops, few bytes lead back, or
+ * the vocabulary's slots are full).  NULL on no memory. */
+static const struct region *region_of(struct sp_grammar *g, uint32_t h)
+{
+    const struct sp_grammar_tokens *t = g->toks;
+    if (h >= g->cap_dreg) {
+        uint32_t cap = g->cap_dreg;
+        if (!grow((void **)&g->dreg, &cap, h + 1, sizeof *g->dreg))
+            return NULL;
+        memset((void *)(g->dreg + g->cap_dreg), 0, (size_t)(cap - g->cap_dreg) * sizeof *g->dreg);
+        g->cap_dreg = cap;
+    }
+    if (g->dreg[h])
+        return g->dreg[h];
+    g->dreg[h] = &no_region;
+    if ((g->ds_flags[h] & 2) || !(g->ds_flags[h] & 4) || gbits_count(&g->ds_reads[h]) < REGION_MIN_SELF)
+        return &no_region;
+    for (unsigned c = 0; c < 256; c++) /* every byte that leads back to h known */
+        if (sp_gbits_has(&g->ds_reads[h], c) && step(g, h, c) == UINT32_MAX)
+            return NULL;
+    if (gbits_count(&g->ds_self[h]) < REGION_MIN_SELF)
+        return &no_region;
+    uint64_t uni = walk_uni(g, h);
+    if (uni == UINT64_MAX)
+        return NULL;
+    const uint64_t *self = g->ds_self[h].w; /* after walk_uni, which may move it */
+    uint32_t k = 0;
+    for (; k < SP_GTOK_REGION_SLOTS; k++) {
+        const struct region *x = atomic_load_explicit(&t->regions[k], memory_order_acquire);
+        if (!x)
+            break;
+        if (x->uni == uni && !memcmp(x->self, self, sizeof x->self))
+            return g->dreg[h] = x;
+    }
+    if (k == SP_GTOK_REGION_SLOTS)
+        return &no_region;
+    uint32_t n = 0, beg[256], end[256];
+    if (!region_make(g, h, uni, &n, beg, end))
+        return NULL;
+    if (n > REGION_MAX_ITEMS)
+        return &no_region;
+    struct region *x = malloc(sizeof *x + (size_t)n * 2 * sizeof(uint32_t));
+    if (!x)
+        return NULL;
+    memcpy(x->self, g->ds_self[h].w, sizeof x->self);
+    x->uni = uni;
+    x->n = n;
+    memcpy(x->beg, beg, sizeof beg);
+    memcpy(x->end, end, sizeof end);
+    memcpy(x->item, g->wreg, (size_t)n * 2 * sizeof(uint32_t));
+    for (; k < SP_GTOK_REGION_SLOTS; k++) {
+        void *expect = NULL;
+        if (atomic_compare_exchange_strong_explicit(&t->regions[k], &expect, x, memory_order_acq_rel,
+                                                    memory_order_acquire))
+            return g->dreg[h] = x;
+        const struct region *y = expect;
+        if (y->uni == uni && !memcmp(y->self, x->self, sizeof x->self)) { /* another thread's, the same */
+            free(x);
+            return g->dreg[h] = y;
+        }
+    }
+    free(x);
+    return &no_region;
+}
+
+/* One trie walk from the stack (q, NODE_ESC), per first-level node: when
+ * its byte leads to a dstate with a region and back there (and no escape),
+ * the region's slice (its tokens, then the subtrees that leave it, walked);
+ * else the node's whole subtree walked. */
+static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c, uint32_t *ds, uint8_t *esc)
+{
+    const struct sp_grammar_tokens *t = g->toks;
+    const struct sp_gbits *follow = &g->follow[g->nfa.rule_of[q]];
+    uint32_t x = node(g, q, NODE_ESC);
+    uint32_t d0 = x ? single(g, x) : UINT32_MAX;
+    if (d0 == UINT32_MAX)
+        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    c->n_acc_r = c->n_acc = c->n_unc = 0;
+    for (uint32_t i = 0; i < t->n_nodes; i = t->node_next[i]) {
+        unsigned b = t->node_byte[i];
+        uint32_t nd = g->plain_walk || ((g->ds_flags[d0] & 2) && sp_gbits_has(follow, b)) ? SP_GRAMMAR_DEAD
+                                                                                           : step(g, d0, b);
+        const struct region *r = nd == UINT32_MAX || nd == SP_GRAMMAR_DEAD ? &no_region : region_of(g, nd);
+        if (nd == UINT32_MAX || !r)
+            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+        if (r == &no_region || !sp_gbits_has(&g->ds_self[nd], b)) {
+            ds[0] = d0;
+            esc[0] = 0;
+            sp_status st = walk_nodes(g, i, t->node_next[i], follow, c, ds, esc);
+            if (st != SP_OK)
+                return st;
+            continue;
+        }
+        g->n_region++;
+        for (uint32_t k = r->beg[b]; k < r->end[b]; k++) {
+            uint32_t lo = r->item[2 * k], hi = r->item[2 * k + 1];
+            if (lo != REGION_EXIT) {
+                add_acc(c, lo, hi);
+                continue;
+            }
+            uint32_t d = t->node_depth[hi];
+            ds[d - 1] = nd;
+            esc[d - 1] = 0;
+            sp_status st = walk_nodes(g, hi, t->node_next[hi], follow, c, ds, esc);
+            if (st != SP_OK)
+                return st;
+        }
     }
     return SP_OK;
 }

@@ -30,6 +30,9 @@ void sp_grammar_tokens_free(struct sp_grammar_tokens *t)
     free(t->node_utf8);
     free(t->node_cls);
     free(t->text_bits);
+    for (uint32_t k = 0; t->regions && k < SP_GTOK_REGION_SLOTS; k++)
+        free(atomic_load(&t->regions[k]));
+    free((void *)t->regions);
     free(t->sum_set);
     free(t);
 }
@@ -271,8 +274,11 @@ sp_status sp_grammar_tokens_init(struct sp_grammar_tokens **out, uint32_t n_voca
     sp_status st = build_trie(t);
     if (st == SP_OK)
         st = build_sums(t);
-    if (st == SP_OK && !(t->text_bits = calloc(((size_t)n_vocab + 63) / 64 + 1, sizeof *t->text_bits)))
+    if (st == SP_OK && (!(t->text_bits = calloc(((size_t)n_vocab + 63) / 64 + 1, sizeof *t->text_bits)) ||
+                        !(t->regions = calloc(SP_GTOK_REGION_SLOTS, sizeof *t->regions))))
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    for (uint32_t k = 0; st == SP_OK && k < SP_GTOK_REGION_SLOTS; k++)
+        atomic_init(&t->regions[k], NULL);
     for (uint32_t i = 0; st == SP_OK && i < t->n_sorted; i++)
         t->text_bits[t->sorted[i] >> 6] |= 1ull << (t->sorted[i] & 63);
     if (st != SP_OK) {

@@ -2,6 +2,7 @@
 #ifndef SP_GRAMMAR_TOKENS_H
 #define SP_GRAMMAR_TOKENS_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "grammar/grammar.h"
@@ -40,7 +41,13 @@ struct sp_grammar_tokens {
     uint8_t *node_cls;
     uint32_t n_sums;
     uint64_t *text_bits; /* [(n_vocab + 63) / 64] the TEXT tokens */
+    /* the matcher's walk regions (match.c's struct region, one allocation
+     * each; NULL: free), made by the walks of any grammar of this
+     * vocabulary and shared by all: published by compare-and-swap, never
+     * changed after */
+    void *_Atomic *regions; /* [SP_GTOK_REGION_SLOTS] */
 };
+#define SP_GTOK_REGION_SLOTS 64
 
 /* The byte classes of node_cls: bit k is set when the set holds a byte of
  * class k.  The ASCII classes single out the bytes JSON strings treat
