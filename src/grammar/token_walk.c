@@ -399,9 +399,10 @@ static const struct region *region_of(struct sp_grammar *g, uint32_t h)
     return &no_region;
 }
 
-/* One trie walk from the stack (q, NODE_ESC), per first-level node: when
- * its byte leads to a dstate with a region and back there (and no escape),
- * the region's slice (its tokens, then the subtrees that leave it, walked);
+/* One trie walk from the stack (q, NODE_ESC), from the region of its
+ * dstate d0 when it has one (the region's tokens, then the subtrees that
+ * leave it, walked); else per first-level node: when its byte leads to a
+ * dstate with a region and back there (and no escape), that region's slice;
  * else the node's whole subtree walked. */
 static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c, uint32_t *ds, uint8_t *esc)
 {
@@ -409,17 +410,23 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
     const struct sp_gbits *follow = &g->follow[g->nfa.rule_of[q]];
     uint32_t x = sp_grammar_node(g, q, NODE_ESC);
     uint32_t d0 = x ? sp_grammar_single(g, x) : UINT32_MAX;
-    if (d0 == UINT32_MAX)
+    const struct region *r0 = d0 == UINT32_MAX ? NULL : g->plain_walk ? &no_region : region_of(g, d0);
+    if (!r0)
         return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
     c->n_acc_r = c->n_acc = c->n_unc = 0;
     for (uint32_t i = 0; i < t->n_nodes; i = t->node_next[i]) {
         unsigned b = t->node_byte[i];
-        uint32_t nd = g->plain_walk || ((g->ds_flags[d0] & 2) && sp_gbits_has(follow, b)) ? SP_GRAMMAR_DEAD
-                                                                                           : step(g, d0, b);
-        const struct region *r = nd == UINT32_MAX || nd == SP_GRAMMAR_DEAD ? &no_region : region_of(g, nd);
-        if (nd == UINT32_MAX || !r)
-            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-        if (r == &no_region || !sp_gbits_has(&g->ds_self[nd], b)) {
+        uint32_t home = d0;
+        const struct region *r = r0;
+        if (r == &no_region && !g->plain_walk && !((g->ds_flags[d0] & 2) && sp_gbits_has(follow, b))) {
+            home = step(g, d0, b);
+            r = home == UINT32_MAX ? NULL : home == SP_GRAMMAR_DEAD ? &no_region : region_of(g, home);
+            if (!r)
+                return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+            if (r != &no_region && !sp_gbits_has(&g->ds_self[home], b))
+                r = &no_region;
+        }
+        if (r == &no_region) {
             ds[0] = d0;
             esc[0] = 0;
             sp_status st = walk_nodes(g, i, t->node_next[i], follow, c, ds, esc);
@@ -435,7 +442,7 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
                 continue;
             }
             uint32_t d = t->node_depth[hi];
-            ds[d - 1] = nd;
+            ds[d - 1] = home;
             esc[d - 1] = 0;
             sp_status st = walk_nodes(g, hi, t->node_next[hi], follow, c, ds, esc);
             if (st != SP_OK)
