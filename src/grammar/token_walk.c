@@ -55,10 +55,12 @@ static void add_range(uint32_t *dst, uint32_t *n, uint32_t lo, uint32_t hi)
 }
 
 /* Whether the dstate e may be on a path the walk accepts whole from a
- * dstate with flags f (see walk_state): all real tops, or none escaping. */
+ * dstate with flags f (see walk_nodes): none escaping (so a region's paths
+ * keep the escape flag clear, as its exits assume), and real tops when f
+ * has them. */
 static inline bool whole_flags(const struct sp_grammar *g, uint8_t f, uint32_t e)
 {
-    return (f & 4) ? (g->ds_flags[e] & 4) != 0 : !(g->ds_flags[e] & 2);
+    return !(g->ds_flags[e] & 2) && (!(f & 4) || (g->ds_flags[e] & 4));
 }
 
 /* Whether every k continuation bytes (the first in lo..hi, the rest in
@@ -399,6 +401,46 @@ static const struct region *region_of(struct sp_grammar *g, uint32_t h)
     return &no_region;
 }
 
+/* For a walk from d0 that has no region: the region whose slice of byte b
+ * is d0's first-level subtree of b, and *home, its dstate; &no_region when
+ * none.  Either b leads to a dstate h with a region and back to h, or b
+ * leads a UTF-8 character all of whose continuations reach one dstate h
+ * through live dstates with flags like h's (the walk_uni test from d0
+ * towards h) and h's region takes b's subtree as characters leading back
+ * to h (its slice starts with b's own tokens, not an exit).  NULL on no
+ * memory. */
+static const struct region *first_region(struct sp_grammar *g, uint32_t d0, unsigned b, uint32_t *home)
+{
+    uint32_t x = step(g, d0, b);
+    if (x == UINT32_MAX)
+        return NULL;
+    if (x == SP_GRAMMAR_DEAD)
+        return &no_region;
+    const struct region *r = region_of(g, x);
+    if (!r)
+        return NULL;
+    if (r != &no_region && sp_gbits_has(&g->ds_self[x], b)) {
+        *home = x;
+        return r;
+    }
+    unsigned lo, hi;
+    uint32_t k = utf8_lead(b, &lo, &hi), h = x;
+    for (uint32_t j = 1; k && j < k && h != SP_GRAMMAR_DEAD && h != UINT32_MAX; j++)
+        h = step(g, h, j == 1 ? lo : 0x80); /* one character's end */
+    if (h == UINT32_MAX)
+        return NULL;
+    if (!k || h == SP_GRAMMAR_DEAD || !whole_flags(g, g->ds_flags[h], x) || !(r = region_of(g, h)))
+        return r ? &no_region : NULL;
+    if (r == &no_region || r->beg[b] == r->end[b] || r->item[2 * r->beg[b]] == REGION_EXIT)
+        return &no_region;
+    uint32_t seen[4] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
+    int ok = uni_chain(g, h, x, k - 1, lo, hi, seen);
+    if (ok < 0)
+        return NULL;
+    *home = h;
+    return ok ? r : &no_region;
+}
+
 /* One trie walk from the stack (q, NODE_ESC), from the region of its
  * dstate d0 when it has one (the region's tokens, then the subtrees that
  * leave it, walked); else per first-level node: when its byte leads to a
@@ -419,12 +461,9 @@ static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c,
         uint32_t home = d0;
         const struct region *r = r0;
         if (r == &no_region && !g->plain_walk && !((g->ds_flags[d0] & 2) && sp_gbits_has(follow, b))) {
-            home = step(g, d0, b);
-            r = home == UINT32_MAX ? NULL : home == SP_GRAMMAR_DEAD ? &no_region : region_of(g, home);
+            r = first_region(g, d0, b, &home);
             if (!r)
                 return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-            if (r != &no_region && !sp_gbits_has(&g->ds_self[home], b))
-                r = &no_region;
         }
         if (r == &no_region) {
             ds[0] = d0;

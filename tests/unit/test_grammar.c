@@ -445,6 +445,10 @@ static const char *fast_grammars[] = {
     "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\"}}",
     "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}",
     "{\"type\":\"string\",\"pattern\":\"^[a-z \\u00e0-\\u00e8]*$\"}",
+    /* a first character that leads to the string's loop: walks take the
+     * loop's region below a first UTF-8 character */
+    "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1}}",
+    "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\",\"minLength\":1}}",
 };
 
 static void gen_vocab(char **bytes, uint32_t *lens, uint8_t *kinds, uint64_t *rng)
