@@ -12,7 +12,8 @@
  *                              (sp_grammar_stop_when), reported as not ok.
  *   I <len>\n<instance bytes>
  *                           -> "R <grammar 0/1> <check 0/1> <tokens,...>
- *                               <mask_us,...> <why>\n"
+ *                               <mask_us,...> <mask_cpu_us,...>
+ *                               <replay_us,...> <replay_cpu_us,...> <why>\n"
  *                              (no schema compiled since the start or since
  *                              a failed compile: the tokens only, 0 0)
  *
@@ -22,7 +23,12 @@
  * server request that repeats a schema gets): its text is tokenized with the
  * model's tokenizer, and before each token the mask is computed (timed) and
  * the token must be in it; grammar is 1 when every token was allowed and
- * the whole text is a sentence.  check is sp_grammar_check_text, the
+ * the whole text is a sentence.  Each mask's wall and CPU time (this
+ * thread's) are reported; then the same tokens are replayed on another fresh
+ * copy, timed again: there every state's token walks were made by the first
+ * pass (shared by copies), so the replay's masks are the steady cost and the
+ * first pass's also count each state's first visit.  check is
+ * sp_grammar_check_text, the
  * validator that spindle runs on every finished output.  Fields that may be
  * empty are written as "-". */
 #include <inttypes.h>
@@ -116,33 +122,25 @@ static void sj_compile(const sp_model *m, sp_grammar **g, char kind, const char 
     putchar('\n');
 }
 
-static void sj_instance(const sp_model *m, sp_grammar *proto, const char *text, size_t len)
+/* Masks of toks[0..n) on a fresh copy of proto, each timed (wall and CPU
+ * into us[] and cpu[]), stopping at the first token not allowed; returns how
+ * many masks were made, *ok whether every token was allowed and the end is
+ * a sentence; -1 (why set) when no copy could be made. */
+static long sj_walk(sp_grammar *proto, const sp_token *toks, size_t n, double *us, double *cpu, bool *ok,
+                    char *why, size_t cap)
 {
-    size_t cap = 6 * len + 16, n = 0;
-    sp_token *toks = malloc(cap * sizeof *toks);
-    double *us = malloc(cap * sizeof *us);
     sp_grammar *g = NULL;
-    char why[512] = "";
-    size_t walked = 0;
-    bool gram = false, check = false;
-    if (!toks || !us || sp_model_tokenize(m, text, len, false, false, toks, cap, &n) != SP_OK) {
-        n = 0;
-        snprintf(why, sizeof why, "judge: %s", toks && us ? sp_error_message() : "out of memory");
-        goto out;
-    }
-    if (!proto) {
-        snprintf(why, sizeof why, "judge: no grammar (tokens only)");
-        goto out;
-    }
     if (sp_grammar_clone(proto, &g) != SP_OK) {
-        snprintf(why, sizeof why, "judge: %s", sp_error_message());
-        goto out;
+        snprintf(why, cap, "judge: %s", sp_error_message());
+        return -1;
     }
+    size_t walked = 0;
     sp_grammar_state s = sp_grammar_start(g);
     for (; walked < n; walked++) {
         const uint64_t *mask;
-        double a = sj_now();
+        double a = sj_now(), c = sj_cpu();
         sp_status ms = sp_grammar_mask(g, s, &mask, NULL);
+        cpu[walked] = (sj_cpu() - c) * 1e6;
         us[walked] = (sj_now() - a) * 1e6;
         uint32_t t = (uint32_t)toks[walked];
         if (ms != SP_OK || !((mask[t / 64] >> (t % 64)) & 1)) {
@@ -152,7 +150,41 @@ static void sj_instance(const sp_model *m, sp_grammar *proto, const char *text, 
         }
         s = sp_grammar_advance(g, s, toks[walked]);
     }
-    gram = s != SP_GRAMMAR_DEAD && sp_grammar_accepting(g, s);
+    *ok = s != SP_GRAMMAR_DEAD && sp_grammar_accepting(g, s);
+    sp_grammar_free(g);
+    return (long)walked;
+}
+
+static void sj_put_times(const double *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        printf(i ? ",%.2f" : "%.2f", v[i]);
+    fputs(n ? " " : "- ", stdout);
+}
+
+static void sj_instance(const sp_model *m, sp_grammar *proto, const char *text, size_t len)
+{
+    size_t cap = 6 * len + 16, n = 0;
+    sp_token *toks = malloc(cap * sizeof *toks);
+    double *us = malloc(4 * cap * sizeof *us);
+    char why[512] = "";
+    size_t walked = 0, replayed = 0;
+    bool gram = false, check = false, again = false;
+    if (!toks || !us || sp_model_tokenize(m, text, len, false, false, toks, cap, &n) != SP_OK) {
+        n = 0;
+        snprintf(why, sizeof why, "judge: %s", toks && us ? sp_error_message() : "out of memory");
+        goto out;
+    }
+    if (!proto) {
+        snprintf(why, sizeof why, "judge: no grammar (tokens only)");
+        goto out;
+    }
+    long w = sj_walk(proto, toks, n, us, us + cap, &gram, why, sizeof why);
+    long r = w < 0 ? -1 : sj_walk(proto, toks, n, us + 2 * cap, us + 3 * cap, &again, why, sizeof why);
+    if (w < 0 || r < 0)
+        goto out;
+    walked = (size_t)w;
+    replayed = (size_t)r;
     check = sp_grammar_check_text(proto, text, len, why, sizeof why) == SP_OK;
     if (check)
         why[0] = 0;
@@ -161,12 +193,12 @@ out:
     for (size_t i = 0; i < n; i++)
         printf(i ? ",%d" : "%d", (int)toks[i]);
     fputs(n ? " " : "- ", stdout);
-    for (size_t i = 0; i < walked; i++)
-        printf(i ? ",%.2f" : "%.2f", us[i]);
-    fputs(walked ? " " : "- ", stdout);
+    sj_put_times(us, walked);
+    sj_put_times(us + cap, walked);
+    sj_put_times(us + 2 * cap, replayed);
+    sj_put_times(us + 3 * cap, replayed);
     sj_put_line(why);
     putchar('\n');
-    sp_grammar_free(g);
     free(us);
     free(toks);
 }

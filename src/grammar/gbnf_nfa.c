@@ -735,113 +735,89 @@ void sp_grammar_nfa_free(struct sp_grammar_nfa *nfa)
     memset(nfa, 0, sizeof *nfa);
 }
 
-/* From the raw Thompson NFA to the final one.  Returns false with an error. */
-static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint32_t *rstart,
-                       const uint32_t *rend, uint32_t root)
+/* Step 1 of finish_nfa: each state s takes the non-epsilon edges of its
+ * epsilon closure (appended to out, from s), within the budget of work and
+ * bytes; final[s]: the closure holds the end of s's rule.  Sets p->failed
+ * on an error. */
+static void closure_edges(struct builder *b, const struct flat *raw, const uint32_t *rend, uint32_t *stack,
+                          uint32_t *mark, uint32_t *stamp, uint8_t *final, struct vec *out)
 {
     struct parser *p = b->p;
-    uint32_t n = (uint32_t)b->state_rule.n, n_rules = (uint32_t)p->rules.n;
+    uint32_t n = (uint32_t)b->state_rule.n;
     const uint32_t *srule = b->state_rule.p;
-    struct flat raw = {0};
-    struct vec out = {.elem = sizeof(struct raw_edge)};
-    uint32_t *stack = malloc(((size_t)n * 2 + 2) * sizeof *stack);
-    uint32_t *mark = calloc(n, sizeof *mark);
-    uint32_t *newid = malloc((size_t)n * sizeof *newid);
-    uint8_t *final = calloc(n, 1);
-    uint8_t *flags = calloc((size_t)n_rules * 4 + 1, 1);
-    bool ok = false;
-    uint32_t stamp = 0;
-    if (!stack || !mark || !newid || !final || !flags || !flatten(&raw, b->edges.p, b->edges.n, n)) {
-        nomem(p);
-        goto done;
-    }
-    b->edges.p = NULL; /* owned by raw now */
-    /* 1. each state takes the non-epsilon edges of its epsilon closure,
-     * within the budget of work and bytes */
     uint64_t work = 0;
     for (uint32_t s = 0; s < n && !p->failed; s++) {
         size_t sp = 0;
         stack[sp++] = s;
-        mark[s] = ++stamp;
+        mark[s] = ++*stamp;
         while (sp && !p->failed) {
-            if (++work > SP_GRAMMAR_MAX_WORK || out.n > SP_GRAMMAR_MAX_EDGES || sp_grammar_stop_poll(work)) {
+            if (++work > SP_GRAMMAR_MAX_WORK || out->n > SP_GRAMMAR_MAX_EDGES || sp_grammar_stop_poll(work)) {
                 over_budget(p, work > SP_GRAMMAR_MAX_WORK);
                 break;
             }
             uint32_t q = stack[--sp];
             if (q == rend[srule[q]])
                 final[s] = 1;
-            for (uint32_t i = raw.off[q]; i < raw.off[q + 1]; i++) {
-                struct raw_edge x = raw.e[i];
+            for (uint32_t i = raw->off[q]; i < raw->off[q + 1]; i++) {
+                struct raw_edge x = raw->e[i];
                 if (x.kind == E_EPS) {
-                    if (mark[x.to] != stamp) {
-                        mark[x.to] = stamp;
+                    if (mark[x.to] != *stamp) {
+                        mark[x.to] = *stamp;
                         stack[sp++] = x.to;
                     }
                 } else {
                     x.from = s;
-                    if (!vec_push(&out, &x))
+                    if (!vec_push(out, &x))
                         nomem(p);
                 }
             }
         }
     }
-    if (p->failed)
-        goto done;
-    struct flat ef = {0};
-    if (!flatten(&ef, out.p, out.n, n)) {
-        nomem(p);
-        goto done;
-    }
-    out.p = NULL;
-    struct analysis an = {n, n_rules, ef.e, ef.off, final, flags, flags + n_rules, flags + 2 * n_rules,
-                          p->rules.p, (uint32_t *)rstart};
-    /* 2. nullable and productive rules; left recursion */
-    fixpoint(&an, an.nullable, false, stack, mark, &stamp);
-    fixpoint(&an, an.productive, true, stack, mark, &stamp);
-    int64_t lr = left_recursion(&an, stack, mark, &stamp);
+}
+
+/* Step 2: nullable and productive rules; a left-recursive rule, or a root
+ * that matches no finite string, is an error.  False (p->failed) then. */
+static bool check_rules(struct parser *p, struct analysis *an, uint32_t root, uint32_t *stack, uint32_t *mark,
+                        uint32_t *stamp)
+{
+    fixpoint(an, an->nullable, false, stack, mark, stamp);
+    fixpoint(an, an->productive, true, stack, mark, stamp);
+    int64_t lr = left_recursion(an, stack, mark, stamp);
     if (lr == -2) {
         nomem(p);
     } else if (lr >= 0) {
         sp_error_set(SP_ERR_ARG, "grammar: rule '%s' is left-recursive (it can reach itself before "
-                     "reading any character)", an.rules[lr].name);
+                     "reading any character)", an->rules[lr].name);
         p->failed = true;
     }
-    if (p->failed)
-        goto free_ef;
-    if (!an.productive[root]) {
-        sp_error_set(SP_ERR_ARG, "grammar: rule '%s' matches no finite string", an.rules[root].name);
+    if (!p->failed && !an->productive[root]) {
+        sp_error_set(SP_ERR_ARG, "grammar: rule '%s' matches no finite string", an->rules[root].name);
         p->failed = true;
-        goto free_ef;
     }
-    /* 3. live states: can reach their rule's end (calls to productive rules) */
-    uint8_t *live = calloc(n, 1);
-    if (!live) {
-        nomem(p);
-        goto free_ef;
-    }
-    if (!live_states(&an, live, stack)) {
-        free(live);
-        nomem(p);
-        goto free_ef;
-    }
-    /* 4. reachable live states from the rule starts, renumbered */
-    for (uint32_t s = 0; s < n; s++)
+    return !p->failed;
+}
+
+/* Step 4: the live states reachable from the root's start (through calls
+ * to productive rules), numbered in the order found (newid, UINT32_MAX:
+ * dropped); rule_used: the rules called.  Returns how many. */
+static uint32_t renumber(const struct analysis *an, uint32_t root, const uint8_t *live, uint32_t *newid,
+                         uint32_t *stack, uint8_t *rule_used)
+{
+    for (uint32_t s = 0; s < an->n_states; s++)
         newid[s] = UINT32_MAX;
     uint32_t n_new = 0;
     size_t sp = 0;
-    uint8_t *rule_used = flags + 3 * n_rules;
-    memset(rule_used, 0, n_rules);
+    memset(rule_used, 0, an->n_rules);
     rule_used[root] = 1;
-    stack[sp++] = rstart[root];
-    newid[rstart[root]] = n_new++;
+    stack[sp++] = an->start[root];
+    newid[an->start[root]] = n_new++;
     while (sp) {
         uint32_t q = stack[--sp];
-        for (uint32_t i = ef.off[q]; i < ef.off[q + 1]; i++) {
-            const struct raw_edge *x = &ef.e[i];
-            if (!live[x->to] || (x->kind == E_CALL && !an.productive[x->arg]))
+        for (uint32_t i = an->off[q]; i < an->off[q + 1]; i++) {
+            const struct raw_edge *x = &an->e[i];
+            if (!live[x->to] || (x->kind == E_CALL && !an->productive[x->arg]))
                 continue;
-            uint32_t nxt[2] = {x->to, x->kind == E_CALL ? rstart[x->arg] : UINT32_MAX};
+            uint32_t nxt[2] = {x->to, x->kind == E_CALL ? an->start[x->arg] : UINT32_MAX};
             if (x->kind == E_CALL)
                 rule_used[x->arg] = 1;
             for (int k = 0; k < 2; k++)
@@ -851,51 +827,25 @@ static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint
                 }
         }
     }
-    /* 5. the final arrays */
-    nfa->n_rules = n_rules;
-    nfa->root = root;
-    nfa->n_states = n_new;
-    nfa->rule_name = calloc(n_rules, sizeof *nfa->rule_name);
-    nfa->rule_start = malloc((size_t)n_rules * sizeof *nfa->rule_start);
-    nfa->edge_off = calloc((size_t)n_new + 1, sizeof *nfa->edge_off);
-    nfa->final = calloc(n_new ? n_new : 1, 1);
-    nfa->rule_of = calloc(n_new ? n_new : 1, sizeof *nfa->rule_of);
-    nfa->reads = calloc(n_new ? n_new : 1, sizeof *nfa->reads);
-    nfa->edges = malloc((ef.off[n] ? ef.off[n] : 1) * sizeof *nfa->edges);
-    nfa->n_sets = (uint32_t)b->sets.n;
-    nfa->sets = malloc((b->sets.n ? b->sets.n : 1) * sizeof *nfa->sets);
-    if (!nfa->rule_name || !nfa->rule_start || !nfa->edge_off || !nfa->final || !nfa->rule_of ||
-        !nfa->reads || !nfa->edges || !nfa->sets) {
-        free(live);
-        nomem(p);
-        goto free_ef;
-    }
-    if (b->sets.n)
-        memcpy(nfa->sets, b->sets.p, b->sets.n * sizeof *nfa->sets);
-    for (uint32_t r = 0; r < n_rules; r++) {
-        nfa->rule_name[r] = strdup(an.rules[r].name);
-        nfa->rule_start[r] = rule_used[r] ? newid[rstart[r]] : UINT32_MAX;
-        if (!nfa->rule_name[r]) {
-            free(live);
-            nomem(p);
-            goto free_ef;
-        }
-    }
-    /* old ids in new order */
-    uint32_t *order = mark; /* reuse: mark is no longer needed */
-    for (uint32_t s = 0; s < n; s++)
-        if (newid[s] != UINT32_MAX)
-            order[newid[s]] = s;
+    return n_new;
+}
+
+/* Step 5, the edges: state k (old id order[k]) gets its live edges, byte
+ * edges to one target merged into one set.  False (p->failed) on no
+ * memory. */
+static bool emit_edges(struct builder *b, struct sp_grammar_nfa *nfa, const struct analysis *an, const uint8_t *live,
+                       const uint32_t *newid, const uint32_t *order)
+{
+    const uint32_t *srule = b->state_rule.p;
     uint32_t ne = 0;
-    for (uint32_t k = 0; k < n_new; k++) {
+    for (uint32_t k = 0; k < nfa->n_states; k++) {
         uint32_t q = order[k];
         nfa->edge_off[k] = ne;
-        nfa->final[k] = final[q];
+        nfa->final[k] = an->final[q];
         nfa->rule_of[k] = srule[q];
-        /* byte edges to one target merge into one set */
-        for (uint32_t i = ef.off[q]; i < ef.off[q + 1]; i++) {
-            const struct raw_edge *x = &ef.e[i];
-            if (!live[x->to] || (x->kind == E_CALL && !an.productive[x->arg]))
+        for (uint32_t i = an->off[q]; i < an->off[q + 1]; i++) {
+            const struct raw_edge *x = &an->e[i];
+            if (!live[x->to] || (x->kind == E_CALL && !an->productive[x->arg]))
                 continue;
             struct sp_gedge g = {x->kind, x->arg, newid[x->to]};
             if (x->kind == E_BYTES) {
@@ -912,9 +862,8 @@ static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint
                     if (b->sets.n != before) {
                         struct sp_gbits *ns = realloc(nfa->sets, b->sets.n * sizeof *ns);
                         if (!ns) {
-                            free(live);
-                            nomem(p);
-                            goto free_ef;
+                            nomem(b->p);
+                            return false;
                         }
                         nfa->sets = ns;
                         nfa->sets[id] = u;
@@ -927,13 +876,98 @@ static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint
             nfa->edges[ne++] = g;
         }
     }
-    nfa->edge_off[n_new] = ne;
+    nfa->edge_off[nfa->n_states] = ne;
+    return true;
+}
+
+/* Step 5: the final arrays, of the n_new states renumber kept (order:
+ * scratch of n_new entries).  False (p->failed) on no memory. */
+static bool emit_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const struct analysis *an, const uint8_t *live,
+                     const uint32_t *newid, uint32_t n_new, const uint8_t *rule_used, uint32_t *order)
+{
+    uint32_t n_rules = an->n_rules, n = an->n_states;
+    nfa->n_rules = n_rules;
+    nfa->n_states = n_new;
+    nfa->rule_name = calloc(n_rules, sizeof *nfa->rule_name);
+    nfa->rule_start = malloc((size_t)n_rules * sizeof *nfa->rule_start);
+    nfa->edge_off = calloc((size_t)n_new + 1, sizeof *nfa->edge_off);
+    nfa->final = calloc(n_new ? n_new : 1, 1);
+    nfa->rule_of = calloc(n_new ? n_new : 1, sizeof *nfa->rule_of);
+    nfa->reads = calloc(n_new ? n_new : 1, sizeof *nfa->reads);
+    nfa->edges = malloc((an->off[n] ? an->off[n] : 1) * sizeof *nfa->edges);
+    nfa->n_sets = (uint32_t)b->sets.n;
+    nfa->sets = malloc((b->sets.n ? b->sets.n : 1) * sizeof *nfa->sets);
+    if (!nfa->rule_name || !nfa->rule_start || !nfa->edge_off || !nfa->final || !nfa->rule_of ||
+        !nfa->reads || !nfa->edges || !nfa->sets) {
+        nomem(b->p);
+        return false;
+    }
+    if (b->sets.n)
+        memcpy(nfa->sets, b->sets.p, b->sets.n * sizeof *nfa->sets);
+    for (uint32_t r = 0; r < n_rules; r++) {
+        nfa->rule_name[r] = strdup(an->rules[r].name);
+        nfa->rule_start[r] = rule_used[r] ? newid[an->start[r]] : UINT32_MAX;
+        if (!nfa->rule_name[r]) {
+            nomem(b->p);
+            return false;
+        }
+    }
+    for (uint32_t s = 0; s < n; s++) /* old ids in new order */
+        if (newid[s] != UINT32_MAX)
+            order[newid[s]] = s;
+    return emit_edges(b, nfa, an, live, newid, order);
+}
+
+/* From the raw Thompson NFA to the final one.  Returns false with an error. */
+static bool finish_nfa(struct builder *b, struct sp_grammar_nfa *nfa, const uint32_t *rstart,
+                       const uint32_t *rend, uint32_t root)
+{
+    struct parser *p = b->p;
+    uint32_t n = (uint32_t)b->state_rule.n, n_rules = (uint32_t)p->rules.n;
+    struct flat raw = {0}, ef = {0};
+    struct vec out = {.elem = sizeof(struct raw_edge)};
+    uint32_t *stack = malloc(((size_t)n * 2 + 2) * sizeof *stack);
+    uint32_t *mark = calloc(n, sizeof *mark);
+    uint32_t *newid = malloc((size_t)n * sizeof *newid);
+    uint8_t *final = calloc(n, 1);
+    uint8_t *flags = calloc((size_t)n_rules * 4 + 1, 1);
+    uint8_t *live = NULL;
+    bool ok = false;
+    uint32_t stamp = 0;
+    if (!stack || !mark || !newid || !final || !flags || !flatten(&raw, b->edges.p, b->edges.n, n)) {
+        nomem(p);
+        goto done;
+    }
+    b->edges.p = NULL; /* owned by raw now */
+    /* 1. each state takes the non-epsilon edges of its epsilon closure */
+    closure_edges(b, &raw, rend, stack, mark, &stamp, final, &out);
+    if (p->failed)
+        goto done;
+    if (!flatten(&ef, out.p, out.n, n)) {
+        nomem(p);
+        goto done;
+    }
+    out.p = NULL;
+    struct analysis an = {n, n_rules, ef.e, ef.off, final, flags, flags + n_rules, flags + 2 * n_rules,
+                          p->rules.p, (uint32_t *)rstart};
+    /* 2. nullable and productive rules; left recursion */
+    if (!check_rules(p, &an, root, stack, mark, &stamp))
+        goto done;
+    /* 3. live states: can reach their rule's end (calls to productive rules) */
+    if (!(live = calloc(n, 1)) || !live_states(&an, live, stack)) {
+        nomem(p);
+        goto done;
+    }
+    /* 4. reachable live states from the rule starts, renumbered */
+    uint8_t *rule_used = flags + 3 * n_rules;
+    uint32_t n_new = renumber(&an, root, live, newid, stack, rule_used);
+    /* 5. the final arrays (mark, no longer needed, holds the order) */
+    nfa->root = root;
+    ok = emit_nfa(b, nfa, &an, live, newid, n_new, rule_used, mark);
+done:
     free(live);
-    ok = true;
-free_ef:
     free(ef.off);
     free(ef.e);
-done:
     free(raw.off);
     free(raw.e);
     free(out.p);

@@ -176,6 +176,7 @@ struct sp_grammar_stats {
     uint32_t n_nodes, n_dstates, n_masks_cached;
     uint64_t mask_hits, mask_misses;
     uint64_t n_whole;         /* trie subtrees the walks accepted whole */
+    uint64_t n_region;        /* first-level trie subtrees the walks took from regions */
 };
 void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *out);
 

@@ -17,122 +17,16 @@
  * gets there first, and is shared by every copy.  A mask is the union of
  * the accepted sets of its tops, plus the uncertain tokens walked again from
  * the real stack (sorted by bytes, shared prefixes walked once), cached per
- * dstate. */
+ * dstate.  The walks are token_walk.c's. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "grammar/grammar_internal.h"
-#include "grammar/tokens.h"
+#include "grammar/match_internal.h"
 #include "grammar/schema_internal.h"
 
-#define NODE_ROOT 1u
-#define NODE_ESC 2u
-#define FIRST_NODE 3u
-#define MAX_DEPTH 2048u
-#define MASK_CACHE_BYTES (64u << 20)
-#define ROWS_MAX (8u << 20)     /* row entries (4 bytes each) before transitions go to the hash */
-#define NO_TRANS UINT32_MAX
-
-struct htab {
-    uint64_t *key;
-    uint32_t *val;   /* value + 1; 0: empty */
-    uint32_t cap, n; /* cap: a power of two */
-};
-
-struct collect {
-    uint32_t *acc;       /* accepted: ranges [acc[2i], acc[2i+1]) of sorted indices */
-    uint32_t *unc;       /* uncertain: sorted indices */
-    uint32_t n_acc_r, n_acc, n_unc;
-};
-
-struct pre {          /* per read state, made by its first mask; one allocation */
-    uint32_t n_acc, n_unc;
-    uint8_t is_bits;
-    uint64_t *bits;   /* accepted: [n_words] bitmap when is_bits */
-    uint32_t *acc;    /* accepted: [n_acc] ids otherwise */
-    uint32_t *unc;    /* uncertain: [n_unc] ids, sorted by bytes */
-    uint16_t *lcp;    /* [n_unc] bytes shared with the previous uncertain token */
-};
-
-/* A grammar is its compiled form and bind results (immutable once bound,
- * shared by its copies: `proto` points at the owner, which lives while any
- * copy does) and its own matching state (nodes, dstates, masks). */
-struct sp_grammar {
-    atomic_int refs;
-    struct sp_grammar *proto;    /* a copy: whose shared part this borrows; NULL: owns it */
-
-    /* ---- shared ---- */
-    struct sp_grammar_nfa nfa;
-    char *schema;                /* the JSON Schema it came from, or NULL */
-    size_t schema_len;
-    const struct sp_grammar_tokens *toks;
-    char *trigger;               /* lazy: the text before which output is free */
-    uint8_t *trig_dfa;           /* lazy: [trig_len][256] progress through the trigger */
-    uint32_t trig_len;
-    uint64_t *lazy_masks;        /* lazy, made at bind: [trig_len][n_words] masks before the trigger */
-    uint32_t *lazy_count;        /* allowed tokens of each */
-
-    /* ---- own ---- */
-    bool failed_overflow;
-    uint32_t trig_state;         /* lazy: the dstate once the trigger is read; 0: not yet */
-
-    /* nodes */
-    uint32_t *nq, *np;
-    uint16_t *ndepth;
-    uint32_t n_nodes, cap_nodes;
-    struct htab node_tab;
-    uint32_t *mark, stamp;
-
-    /* dstates: [ds_off[i], ds_off[i + 1]) in ds_pool; 0 is DEAD */
-    uint32_t *ds_off, *ds_pool;
-    uint64_t *ds_hash;
-    struct sp_gbits *ds_reads;   /* bytes some top reads (all when it holds NODE_ESC) */
-    struct sp_gbits *ds_self;    /* bytes known to lead back to the same dstate */
-    uint8_t *ds_flags;           /* 1: holds NODE_ROOT, 2: holds NODE_ESC, 4: has real tops */
-    uint32_t *ds_mask;           /* mask slot + 1, 0: none */
-    uint32_t n_ds, cap_ds, n_pool, cap_pool;
-    struct htab ds_tab;          /* hash -> id, probed by hash */
-    uint32_t *ds_row;            /* offset + 1 of the dstate's row in rows, 0: none */
-    uint32_t *rows;              /* per byte the dstate reads (by rank): target, or NO_TRANS */
-    uint32_t n_rows, cap_rows;
-    struct htab trans;           /* (ds << 8 | byte) -> ds, once rows are at ROWS_MAX */
-
-    /* scratch for closure */
-    uint32_t *work, *out;
-    uint32_t cap_work, cap_out;
-    uint64_t steps, step_limit;  /* closure items (and bind's trie nodes); a closure past
-                                    step_limit (0: none, the case outside bind) fails */
-
-    /* bind results (shared) */
-    struct sp_gbits *follow;     /* [n_rules] bytes that can come right after a rule ends */
-    struct pre *_Atomic *pre;    /* [n_states] NULL until a mask needs the state */
-    _Atomic uint64_t pre_bytes;  /* of the owner: what the made pre take */
-    uint32_t n_words;
-
-    /* scratch of the trie walks (own, made by the first) */
-    struct collect *wc;
-    uint32_t *wds, *wids;
-    uint8_t *wesc;
-
-    /* masks (own) */
-    uint64_t *masks;             /* [n_slots][n_words] */
-    uint32_t *slot_ds;           /* dstate of each slot */
-    uint32_t *slot_count;
-    uint32_t n_slots, max_slots;
-    uint32_t *walk;              /* [max_len + 1] dstates along a token */
-    uint64_t hits, misses;
-    uint64_t n_whole;            /* subtrees the walks accepted whole */
-    uint64_t *uni;               /* [cap_uni] per dstate: bytes 0xc0.. as bits; bit 0 (0xc0, never a
-                                    lead): known; others: each whole character with this lead
-                                    byte leads back to the dstate (walk_uni) */
-    uint32_t cap_uni;
-    bool plain_walk;             /* tests: no subtree accepted whole */
-};
-
 /* ---- hash tables ---- */
-
 
 static bool htab_grow(struct htab *h)
 {
@@ -196,7 +90,7 @@ static void htab_free(struct htab *h)
     memset(h, 0, sizeof *h);
 }
 
-static bool grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
+bool sp_grammar_grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
 {
     if (need <= *cap)
         return true;
@@ -217,7 +111,7 @@ static bool grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
 /* ---- nodes ---- */
 
 /* The node (q, parent); 0 on allocation failure or beyond MAX_DEPTH. */
-static uint32_t node(struct sp_grammar *g, uint32_t q, uint32_t parent)
+uint32_t sp_grammar_node(struct sp_grammar *g, uint32_t q, uint32_t parent)
 {
     uint64_t key = (uint64_t)q << 32 | parent;
     uint32_t id = htab_get(&g->node_tab, key);
@@ -228,12 +122,12 @@ static uint32_t node(struct sp_grammar *g, uint32_t q, uint32_t parent)
         return 0;
     if (g->n_nodes == g->cap_nodes) {
         uint32_t cap = g->cap_nodes;
-        if (!grow((void **)&g->nq, &cap, g->n_nodes + 1, sizeof *g->nq))
+        if (!sp_grammar_grow((void **)&g->nq, &cap, g->n_nodes + 1, sizeof *g->nq))
             return 0;
         uint32_t c2 = g->cap_nodes, c3 = g->cap_nodes, c4 = g->cap_nodes;
-        if (!grow((void **)&g->np, &c2, g->n_nodes + 1, sizeof *g->np) ||
-            !grow((void **)&g->ndepth, &c3, g->n_nodes + 1, sizeof *g->ndepth) ||
-            !grow((void **)&g->mark, &c4, g->n_nodes + 1, sizeof *g->mark))
+        if (!sp_grammar_grow((void **)&g->np, &c2, g->n_nodes + 1, sizeof *g->np) ||
+            !sp_grammar_grow((void **)&g->ndepth, &c3, g->n_nodes + 1, sizeof *g->ndepth) ||
+            !sp_grammar_grow((void **)&g->mark, &c4, g->n_nodes + 1, sizeof *g->mark))
             return 0;
         memset(g->mark + g->cap_nodes, 0, (size_t)(cap - g->cap_nodes) * sizeof *g->mark);
         g->cap_nodes = cap;
@@ -252,7 +146,7 @@ static uint32_t node(struct sp_grammar *g, uint32_t q, uint32_t parent)
 
 static bool push_work(struct sp_grammar *g, uint32_t *n, uint32_t q, uint32_t parent)
 {
-    if (!grow((void **)&g->work, &g->cap_work, (*n + 1) * 2, sizeof *g->work))
+    if (!sp_grammar_grow((void **)&g->work, &g->cap_work, (*n + 1) * 2, sizeof *g->work))
         return false;
     g->work[*n * 2] = q;
     g->work[*n * 2 + 1] = parent;
@@ -262,7 +156,7 @@ static bool push_work(struct sp_grammar *g, uint32_t *n, uint32_t q, uint32_t pa
 
 static bool push_out(struct sp_grammar *g, uint32_t *n, uint32_t id)
 {
-    if (!grow((void **)&g->out, &g->cap_out, *n + 1, sizeof *g->out))
+    if (!sp_grammar_grow((void **)&g->out, &g->cap_out, *n + 1, sizeof *g->out))
         return false;
     g->out[(*n)++] = id;
     return true;
@@ -279,7 +173,7 @@ static bool closure(struct sp_grammar *g, uint32_t n_work, uint32_t *n_out)
             return false;
         n_work--;
         uint32_t q = g->work[n_work * 2], par = g->work[n_work * 2 + 1];
-        uint32_t id = node(g, q, par);
+        uint32_t id = sp_grammar_node(g, q, par);
         if (!id)
             continue; /* too deep: this path ends */
         if (g->mark[id] == g->stamp)
@@ -303,7 +197,7 @@ static bool closure(struct sp_grammar *g, uint32_t n_work, uint32_t *n_out)
             const struct sp_gedge *e = &a->edges[i];
             if (e->kind != SP_GEDGE_CALL)
                 continue;
-            uint32_t ret = node(g, e->target, par);
+            uint32_t ret = sp_grammar_node(g, e->target, par);
             if (ret && !push_work(g, &n_work, a->rule_start[e->arg], ret))
                 return false;
         }
@@ -345,14 +239,14 @@ static uint32_t intern(struct sp_grammar *g, uint32_t n)
     uint32_t id = g->n_ds;
     uint32_t c1 = g->cap_ds, c2 = g->cap_ds, c3 = g->cap_ds, c4 = g->cap_ds, c5 = g->cap_ds, c6 = g->cap_ds;
     uint32_t c7 = g->cap_ds;
-    if (!grow((void **)&g->ds_off, &c1, id + 2, sizeof *g->ds_off) ||
-        !grow((void **)&g->ds_row, &c7, id + 2, sizeof *g->ds_row) ||
-        !grow((void **)&g->ds_self, &c6, id + 2, sizeof *g->ds_self) ||
-        !grow((void **)&g->ds_hash, &c2, id + 2, sizeof *g->ds_hash) ||
-        !grow((void **)&g->ds_reads, &c3, id + 2, sizeof *g->ds_reads) ||
-        !grow((void **)&g->ds_flags, &c4, id + 2, sizeof *g->ds_flags) ||
-        !grow((void **)&g->ds_mask, &c5, id + 2, sizeof *g->ds_mask) ||
-        !grow((void **)&g->ds_pool, &g->cap_pool, g->n_pool + n, sizeof *g->ds_pool))
+    if (!sp_grammar_grow((void **)&g->ds_off, &c1, id + 2, sizeof *g->ds_off) ||
+        !sp_grammar_grow((void **)&g->ds_row, &c7, id + 2, sizeof *g->ds_row) ||
+        !sp_grammar_grow((void **)&g->ds_self, &c6, id + 2, sizeof *g->ds_self) ||
+        !sp_grammar_grow((void **)&g->ds_hash, &c2, id + 2, sizeof *g->ds_hash) ||
+        !sp_grammar_grow((void **)&g->ds_reads, &c3, id + 2, sizeof *g->ds_reads) ||
+        !sp_grammar_grow((void **)&g->ds_flags, &c4, id + 2, sizeof *g->ds_flags) ||
+        !sp_grammar_grow((void **)&g->ds_mask, &c5, id + 2, sizeof *g->ds_mask) ||
+        !sp_grammar_grow((void **)&g->ds_pool, &g->cap_pool, g->n_pool + n, sizeof *g->ds_pool))
         return UINT32_MAX;
     g->cap_ds = c1;
     memcpy(g->ds_pool + g->n_pool, g->out, n * sizeof *g->out);
@@ -415,34 +309,14 @@ static uint32_t intern(struct sp_grammar *g, uint32_t n)
     return id;
 }
 
-static inline const uint32_t *ds_nodes(const struct sp_grammar *g, uint32_t d, uint32_t *n)
-{
-    *n = g->ds_off[d + 1] - g->ds_off[d];
-    return g->ds_pool + g->ds_off[d];
-}
-
-static inline uint32_t gbits_count(const struct sp_gbits *b)
-{
-    return (uint32_t)(__builtin_popcountll(b->w[0]) + __builtin_popcountll(b->w[1]) +
-                      __builtin_popcountll(b->w[2]) + __builtin_popcountll(b->w[3]));
-}
-
-/* The index of byte c among the bytes set in b (c must be set). */
-static inline uint32_t gbits_rank(const struct sp_gbits *b, unsigned c)
-{
-    uint32_t k = (uint32_t)__builtin_popcountll(b->w[c >> 6] & ((1ull << (c & 63)) - 1));
-    for (unsigned w = 0; w < c >> 6; w++)
-        k += (uint32_t)__builtin_popcountll(b->w[w]);
-    return k;
-}
-
 /* The row slot of (d, c), giving d a row first if it has none; NULL once
  * the rows are full (the hash takes over) or on no memory. */
 static uint32_t *row_slot(struct sp_grammar *g, uint32_t d, unsigned c)
 {
     if (!g->ds_row[d]) {
         uint32_t n = gbits_count(&g->ds_reads[d]);
-        if (g->n_rows + n > ROWS_MAX || !grow((void **)&g->rows, &g->cap_rows, g->n_rows + n, sizeof *g->rows))
+        if (g->n_rows + n > ROWS_MAX ||
+            !sp_grammar_grow((void **)&g->rows, &g->cap_rows, g->n_rows + n, sizeof *g->rows))
             return NULL;
         memset(g->rows + g->n_rows, 0xff, (size_t)n * sizeof *g->rows);
         g->ds_row[d] = g->n_rows + 1;
@@ -451,28 +325,8 @@ static uint32_t *row_slot(struct sp_grammar *g, uint32_t d, unsigned c)
     return g->rows + g->ds_row[d] - 1 + gbits_rank(&g->ds_reads[d], c);
 }
 
-/* The dstate after reading byte c in d, computed once: UINT32_MAX on no
- * memory.  Transitions live in per-dstate rows indexed by the byte's rank
- * among the bytes d reads (a trie walk steps siblings from one dstate, so
- * the row stays in cache); past ROWS_MAX entries in a hash. */
-static uint32_t step_new(struct sp_grammar *g, uint32_t d, unsigned c);
-
-static inline uint32_t step(struct sp_grammar *g, uint32_t d, unsigned c)
-{
-    if (d == SP_GRAMMAR_DEAD || !sp_gbits_has(&g->ds_reads[d], c))
-        return SP_GRAMMAR_DEAD;
-    if (sp_gbits_has(&g->ds_self[d], c)) /* loops (string characters) skip the lookup */
-        return d;
-    if (g->ds_row[d]) {
-        uint32_t r = g->rows[g->ds_row[d] - 1 + gbits_rank(&g->ds_reads[d], c)];
-        if (r != NO_TRANS)
-            return r;
-    }
-    return step_new(g, d, c);
-}
-
-/* step() for a transition not in a row yet. */
-static uint32_t step_new(struct sp_grammar *g, uint32_t d, unsigned c)
+/* step() (match_internal.h) for a transition not in a row yet. */
+uint32_t sp_grammar_step_new(struct sp_grammar *g, uint32_t d, unsigned c)
 {
     uint64_t key = (uint64_t)d << 8 | c;
     uint32_t r = g->ds_row[d] ? UINT32_MAX : htab_get(&g->trans, key);
@@ -514,7 +368,7 @@ static uint32_t step_new(struct sp_grammar *g, uint32_t d, unsigned c)
 }
 
 /* The dstate holding the single stack top x. */
-static uint32_t single(struct sp_grammar *g, uint32_t x)
+uint32_t sp_grammar_single(struct sp_grammar *g, uint32_t x)
 {
     uint32_t n = 0;
     if (!push_out(g, &n, x))
@@ -529,10 +383,10 @@ static uint32_t single(struct sp_grammar *g, uint32_t x)
 static bool matching_init(struct sp_grammar *g)
 {
     uint32_t cap = 0, c1 = 0, c2 = 0, c3 = 0;
-    if (!grow((void **)&g->nq, &cap, FIRST_NODE, sizeof *g->nq) ||
-        !grow((void **)&g->np, &c1, FIRST_NODE, sizeof *g->np) ||
-        !grow((void **)&g->ndepth, &c2, FIRST_NODE, sizeof *g->ndepth) ||
-        !grow((void **)&g->mark, &c3, FIRST_NODE, sizeof *g->mark))
+    if (!sp_grammar_grow((void **)&g->nq, &cap, FIRST_NODE, sizeof *g->nq) ||
+        !sp_grammar_grow((void **)&g->np, &c1, FIRST_NODE, sizeof *g->np) ||
+        !sp_grammar_grow((void **)&g->ndepth, &c2, FIRST_NODE, sizeof *g->ndepth) ||
+        !sp_grammar_grow((void **)&g->mark, &c3, FIRST_NODE, sizeof *g->mark))
         return false;
     g->cap_nodes = cap;
     memset(g->mark, 0, (size_t)cap * sizeof *g->mark);
@@ -542,14 +396,15 @@ static bool matching_init(struct sp_grammar *g)
     }
     g->n_nodes = FIRST_NODE;
     g->n_ds = 1;
+    g->cls_nd = UINT32_MAX;
     uint32_t c = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0, c8 = 0, c9 = 0;
-    if (!grow((void **)&g->ds_off, &c, 2, sizeof *g->ds_off) ||
-        !grow((void **)&g->ds_self, &c8, 2, sizeof *g->ds_self) ||
-        !grow((void **)&g->ds_hash, &c4, 2, sizeof *g->ds_hash) ||
-        !grow((void **)&g->ds_reads, &c5, 2, sizeof *g->ds_reads) ||
-        !grow((void **)&g->ds_flags, &c6, 2, sizeof *g->ds_flags) ||
-        !grow((void **)&g->ds_mask, &c7, 2, sizeof *g->ds_mask) ||
-        !grow((void **)&g->ds_row, &c9, 2, sizeof *g->ds_row))
+    if (!sp_grammar_grow((void **)&g->ds_off, &c, 2, sizeof *g->ds_off) ||
+        !sp_grammar_grow((void **)&g->ds_self, &c8, 2, sizeof *g->ds_self) ||
+        !sp_grammar_grow((void **)&g->ds_hash, &c4, 2, sizeof *g->ds_hash) ||
+        !sp_grammar_grow((void **)&g->ds_reads, &c5, 2, sizeof *g->ds_reads) ||
+        !sp_grammar_grow((void **)&g->ds_flags, &c6, 2, sizeof *g->ds_flags) ||
+        !sp_grammar_grow((void **)&g->ds_mask, &c7, 2, sizeof *g->ds_mask) ||
+        !sp_grammar_grow((void **)&g->ds_row, &c9, 2, sizeof *g->ds_row))
         return false;
     g->cap_ds = c;
     g->ds_off[0] = g->ds_off[1] = 0;
@@ -689,6 +544,8 @@ void sp_grammar_free(struct sp_grammar *g)
     free(g->wds);
     free(g->wids);
     free(g->wesc);
+    free(g->wreg);
+    free((void *)g->dreg);
     free(g->uni);
     if (g->proto) {
         sp_grammar_free(g->proto);
@@ -725,6 +582,7 @@ void sp_grammar_stats(const struct sp_grammar *g, struct sp_grammar_stats *o)
     }
     o->n_nodes = g->n_nodes;
     o->n_whole = g->n_whole;
+    o->n_region = g->n_region;
     o->n_dstates = g->n_ds;
     o->n_masks_cached = g->n_slots;
     o->mask_hits = g->hits;
@@ -864,27 +722,7 @@ static sp_status lazy_masks(struct sp_grammar *g)
     return SP_OK;
 }
 
-/* ---- bind: per read state, the accepted and uncertain tokens ---- */
-
-static inline void add_acc(struct collect *c, uint32_t lo, uint32_t hi)
-{
-    if (lo == hi)
-        return;
-    if (c->n_acc_r && c->acc[2 * c->n_acc_r - 1] == lo) {
-        c->acc[2 * c->n_acc_r - 1] = hi;
-    } else {
-        c->acc[2 * c->n_acc_r] = lo;
-        c->acc[2 * c->n_acc_r + 1] = hi;
-        c->n_acc_r++;
-    }
-    c->n_acc += hi - lo;
-}
-
-static void add_range(uint32_t *dst, uint32_t *n, uint32_t lo, uint32_t hi)
-{
-    for (uint32_t s = lo; s < hi; s++)
-        dst[(*n)++] = s;
-}
+/* ---- bind ---- */
 
 static bool gbits_or(struct sp_gbits *d, const struct sp_gbits *s)
 {
@@ -962,150 +800,6 @@ static bool compute_follow(struct sp_grammar *g)
 }
 
 static sp_status over_budget(bool work);
-
-/* Whether the dstate e may be on a path the walk accepts whole from a
- * dstate with flags f (see walk_state): all real tops, or none escaping. */
-static inline bool whole_flags(const struct sp_grammar *g, uint8_t f, uint32_t e)
-{
-    return (f & 4) ? (g->ds_flags[e] & 4) != 0 : !(g->ds_flags[e] & 2);
-}
-
-/* Whether every k continuation bytes (the first in lo..hi, the rest in
- * 0x80..0xbf) from e lead back to home through live dstates with flags
- * like home's; seen[k] remembers a dstate already shown to. */
-static int uni_chain(struct sp_grammar *g, uint32_t home, uint32_t e, uint32_t k, unsigned lo, unsigned hi,
-                     uint32_t *seen)
-{
-    for (unsigned c = lo; c <= hi; c++) {
-        uint32_t x = step(g, e, c);
-        if (x == UINT32_MAX)
-            return -1;
-        if (k == 1) {
-            if (x != home)
-                return 0;
-            continue;
-        }
-        if (x == SP_GRAMMAR_DEAD || !whole_flags(g, g->ds_flags[home], x))
-            return 0;
-        if (seen[k - 1] == x)
-            continue;
-        int r = uni_chain(g, home, x, k - 1, 0x80, 0xbf, seen);
-        if (r <= 0)
-            return r;
-        seen[k - 1] = x;
-    }
-    return 1;
-}
-
-/* The lead bytes (bits of 0xc0..0xff) of d whose whole characters all
- * lead back to d (walk_uni's set, made once per dstate); UINT64_MAX on no
- * memory. */
-static uint64_t walk_uni(struct sp_grammar *g, uint32_t d)
-{
-    if (d >= g->cap_uni) {
-        uint32_t cap = g->cap_uni;
-        if (!grow((void **)&g->uni, &cap, d + 1, sizeof *g->uni))
-            return UINT64_MAX;
-        memset(g->uni + g->cap_uni, 0, (size_t)(cap - g->cap_uni) * sizeof *g->uni);
-        g->cap_uni = cap;
-    }
-    if (g->uni[d] & 1)
-        return g->uni[d];
-    uint64_t u = 1;
-    for (unsigned c = 0xc2; c <= 0xf4; c++) {
-        if (!sp_gbits_has(&g->ds_reads[d], c))
-            continue;
-        uint32_t x = step(g, d, c);
-        if (x == UINT32_MAX)
-            return UINT64_MAX;
-        if (x == SP_GRAMMAR_DEAD || !whole_flags(g, g->ds_flags[d], x))
-            continue;
-        unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
-        unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-        uint32_t seen[4] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
-        int r = uni_chain(g, d, x, c < 0xe0 ? 1 : c < 0xf0 ? 2 : 3, lo, hi, seen);
-        if (r < 0)
-            return UINT64_MAX;
-        if (r)
-            u |= 1ull << (c - 0xc0);
-    }
-    g->uni[d] = u;
-    return u;
-}
-
-/* Whether the walk may accept node i's subtree whole from dstate nd: every
- * byte below loops back to nd, or the tokens below are whole UTF-8
- * characters each of which leads back to nd.  -1 on no memory. */
-static int whole_below(struct sp_grammar *g, uint32_t i, uint32_t nd)
-{
-    const struct sp_grammar_tokens *t = g->toks;
-    const uint64_t *s = t->sum_set + 4 * (size_t)t->node_sum[i], *self = g->ds_self[nd].w;
-    if ((s[0] & ~self[0]) | (s[1] & ~self[1]))
-        return 0;
-    if (!((s[2] & ~self[2]) | (s[3] & ~self[3])))
-        return 1;
-    if (!t->node_utf8[i])
-        return 0;
-    uint64_t u = walk_uni(g, nd);
-    if (u == UINT64_MAX)
-        return -1;
-    return !(s[3] & ~u);
-}
-
-/* One trie walk from the stack (q, NODE_ESC).  A path that leaves q's rule
- * with bytes to go makes the token uncertain only when the next byte may
- * follow the rule somewhere (FOLLOW). */
-static sp_status walk_state(struct sp_grammar *g, uint32_t q, struct collect *c, uint32_t *ds, uint8_t *esc)
-{
-    const struct sp_grammar_tokens *t = g->toks;
-    const struct sp_gbits *follow = &g->follow[g->nfa.rule_of[q]];
-    uint32_t x = node(g, q, NODE_ESC);
-    ds[0] = x ? single(g, x) : UINT32_MAX;
-    if (ds[0] == UINT32_MAX)
-        return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-    esc[0] = 0;
-    c->n_acc_r = c->n_acc = c->n_unc = 0;
-    for (uint32_t i = 0; i < t->n_nodes;) {
-        uint32_t d = t->node_depth[i];
-        uint32_t p = ds[d - 1];
-        unsigned b = t->node_byte[i];
-        uint8_t esc_a = esc[d - 1] | ((g->ds_flags[p] & 2) && sp_gbits_has(follow, b) ? 1 : 0);
-        uint32_t nd = step(g, p, b);
-        if (nd == UINT32_MAX)
-            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-        uint32_t lo = t->node_lo[i], here = lo + t->node_here[i];
-        if (nd != SP_GRAMMAR_DEAD)
-            add_acc(c, lo, here);
-        else if (esc_a)
-            add_range(c->unc, &c->n_unc, lo, here);
-        if (nd == SP_GRAMMAR_DEAD || (!(g->ds_flags[nd] & 4) && esc_a)) {
-            /* nothing below can be accepted; an earlier escape leaves it open */
-            if (esc_a)
-                add_range(c->unc, &c->n_unc, here, sp_gtok_subtree_end(t, i));
-            i = t->node_next[i];
-            continue;
-        }
-        int whole = !g->plain_walk && t->node_next[i] > i + 1 && whole_flags(g, g->ds_flags[nd], nd)
-                        ? whole_below(g, i, nd) : 0;
-        if (whole < 0)
-            return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
-        if (whole) {
-            /* the bytes below (string characters) come back to nd through
-             * live dstates that all have real tops, or none that escape:
-             * the plain walk would accept each token below and descend, so
-             * the subtree is accepted whole */
-            add_acc(c, here, sp_gtok_subtree_end(t, i));
-            g->n_whole++;
-            i = t->node_next[i];
-            continue;
-        }
-        ds[d] = nd; /* real tops, or just escaped here: the children's first byte decides */
-        esc[d] = esc_a;
-        i++;
-    }
-    return SP_OK;
-}
-
 /* The bytes of g's automaton, dstates and bind tables so far. */
 static uint64_t grammar_bytes(const struct sp_grammar *g)
 {
@@ -1136,91 +830,7 @@ static sp_status over_budget(bool work)
                         (unsigned long long)(SP_GRAMMAR_MAX_BYTES >> 20));
 }
 
-static uint32_t lcp_bytes(const struct sp_grammar_tokens *t, uint32_t a, uint32_t b)
-{
-    uint32_t la = t->off[a + 1] - t->off[a], lb = t->off[b + 1] - t->off[b], k = 0;
-    const char *x = t->bytes + t->off[a], *y = t->bytes + t->off[b];
-    while (k < la && k < lb && x[k] == y[k])
-        k++;
-    return k;
-}
-
 uint32_t sp_grammar_n_vocab(const struct sp_grammar *g) { return g->toks ? g->toks->n_vocab : 0; }
-
-/* State q's tokens in one allocation, from the walk's collect c. */
-static struct pre *pre_pack(struct sp_grammar *g, const struct collect *c, uint32_t *ids, uint64_t *bytes)
-{
-    const struct sp_grammar_tokens *t = g->toks;
-    bool is_bits = (uint64_t)c->n_acc * 32 > t->n_vocab;
-    size_t n_acc = is_bits ? 0 : c->n_acc, n_bits = is_bits ? g->n_words : 0;
-    size_t size = sizeof(struct pre) + n_bits * 8 + (n_acc + c->n_unc) * 4 + (size_t)c->n_unc * 2;
-    struct pre *p = calloc(1, size);
-    if (!p)
-        return NULL;
-    *bytes = size;
-    p->n_acc = c->n_acc;
-    p->n_unc = c->n_unc;
-    p->is_bits = is_bits;
-    p->bits = (uint64_t *)(p + 1);
-    p->acc = (uint32_t *)(p->bits + n_bits);
-    p->unc = p->acc + n_acc;
-    p->lcp = (uint16_t *)(p->unc + c->n_unc);
-    uint32_t n = 0;
-    for (uint32_t r = 0; r < c->n_acc_r; r++)
-        for (uint32_t k = c->acc[2 * r]; k < c->acc[2 * r + 1]; k++) {
-            uint32_t id = t->sorted[k];
-            if (is_bits)
-                p->bits[id >> 6] |= 1ull << (id & 63);
-            else
-                p->acc[n++] = id;
-        }
-    for (uint32_t i = 0; i < c->n_unc; i++)
-        ids[i] = p->unc[i] = t->sorted[c->unc[i]];
-    for (uint32_t i = 0; i < c->n_unc; i++)
-        p->lcp[i] = (uint16_t)(i ? lcp_bytes(t, ids[i - 1], ids[i]) : 0);
-    return p;
-}
-
-/* The tokens of read state q: made by g's own trie walk the first time any
- * copy needs them, then shared (two copies racing both walk; the first to
- * publish wins).  NULL on no memory. */
-static const struct pre *pre_of(struct sp_grammar *g, uint32_t q)
-{
-    static const struct pre none;
-    struct sp_grammar *o = g->proto ? g->proto : g;
-    struct pre *p = atomic_load_explicit(&g->pre[q], memory_order_acquire);
-    if (p)
-        return p;
-    const struct sp_gbits *r = &g->nfa.reads[q];
-    if (!(r->w[0] | r->w[1] | r->w[2] | r->w[3]))
-        return &none;
-    const struct sp_grammar_tokens *t = g->toks;
-    if (!g->wc) {
-        struct collect *c = calloc(1, sizeof *c);
-        if (!c)
-            return NULL;
-        g->wc = c;
-        c->acc = malloc(((size_t)t->n_sorted + 1) * 2 * sizeof *c->acc);
-        c->unc = malloc(((size_t)t->n_sorted + 1) * sizeof *c->unc);
-        g->wids = malloc(((size_t)t->n_sorted + 1) * sizeof *g->wids);
-        g->wds = malloc(((size_t)t->max_len + 2) * sizeof *g->wds);
-        g->wesc = malloc((size_t)t->max_len + 2);
-    }
-    if (!g->wc->acc || !g->wc->unc || !g->wids || !g->wds || !g->wesc)
-        return NULL;
-    uint64_t bytes = 0;
-    if (walk_state(g, q, g->wc, g->wds, g->wesc) != SP_OK || !(p = pre_pack(g, g->wc, g->wids, &bytes)))
-        return NULL;
-    struct pre *expect = NULL;
-    if (!atomic_compare_exchange_strong_explicit(&g->pre[q], &expect, p, memory_order_acq_rel,
-                                                 memory_order_acquire)) {
-        free(p);
-        return expect;
-    }
-    atomic_fetch_add_explicit(&o->pre_bytes, bytes, memory_order_relaxed);
-    return p;
-}
-
 /* Binding ties the grammar to a vocabulary: FOLLOW of every rule and the
  * masks before a trigger; each state's tokens wait for their first mask. */
 sp_status sp_grammar_bind(struct sp_grammar *g, const struct sp_grammar_tokens *t)
@@ -1278,7 +888,7 @@ static bool check_uncertain(struct sp_grammar *g, uint32_t x, const struct pre *
     if (!p->n_unc)
         return true;
     uint32_t *w = g->walk;
-    w[0] = single(g, x);
+    w[0] = sp_grammar_single(g, x);
     if (w[0] == UINT32_MAX)
         return false;
     uint32_t valid = 0; /* w[0..valid] are the dstates along the previous token */
@@ -1375,7 +985,7 @@ sp_status sp_grammar_mask(struct sp_grammar *g, sp_grammar_state s, const uint64
         uint32_t x = nodes[i];
         if (x < FIRST_NODE)
             continue;
-        const struct pre *p = pre_of(g, g->nq[x]);
+        const struct pre *p = sp_grammar_pre_of(g, g->nq[x]);
         if (!p) {
             g->ds_mask[s] = 0;
             g->n_slots--;
@@ -1393,7 +1003,7 @@ sp_status sp_grammar_mask(struct sp_grammar *g, sp_grammar_state s, const uint64
         nodes = ds_nodes(g, s, &n);
         if (i >= n)
             break;
-        if (nodes[i] >= FIRST_NODE && !check_uncertain(g, nodes[i], pre_of(g, g->nq[nodes[i]]), m)) {
+        if (nodes[i] >= FIRST_NODE && !check_uncertain(g, nodes[i], sp_grammar_pre_of(g, g->nq[nodes[i]]), m)) {
             g->ds_mask[s] = 0;
             g->n_slots--;
             return sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");

@@ -28,6 +28,11 @@ void sp_grammar_tokens_free(struct sp_grammar_tokens *t)
     free(t->node_here);
     free(t->node_sum);
     free(t->node_utf8);
+    free(t->node_cls);
+    free(t->text_bits);
+    for (uint32_t k = 0; t->regions && k < SP_GTOK_REGION_SLOTS; k++)
+        free(atomic_load(&t->regions[k]));
+    free((void *)t->regions);
     free(t->sum_set);
     free(t);
 }
@@ -167,9 +172,10 @@ static sp_status build_sums(struct sp_grammar_tokens *t)
     sp_status st = SP_OK;
     uint32_t cap = 1024, hcap = 2048, *hash = NULL;
     t->node_sum = malloc((t->n_nodes ? t->n_nodes : 1) * sizeof *t->node_sum);
+    t->node_cls = calloc(t->n_nodes ? t->n_nodes : 1, 1);
     t->sum_set = calloc((size_t)cap * 4, sizeof *t->sum_set);
     hash = calloc(hcap, sizeof *hash); /* set index + 1; 0: empty */
-    if (!t->node_sum || !t->sum_set || !hash) {
+    if (!t->node_sum || !t->node_cls || !t->sum_set || !hash) {
         st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory for the token trie");
         goto done;
     }
@@ -181,6 +187,7 @@ static sp_status build_sums(struct sp_grammar_tokens *t)
             for (int k = 0; k < 4; k++)
                 w[k] |= cs[k];
             w[t->node_byte[c] >> 6] |= 1ull << (t->node_byte[c] & 63);
+            t->node_cls[i] |= (uint8_t)(t->node_cls[c] | sp_gtok_cls(t->node_byte[c]));
         }
         if (!(w[0] | w[1] | w[2] | w[3])) {
             t->node_sum[i] = 0;
@@ -267,6 +274,13 @@ sp_status sp_grammar_tokens_init(struct sp_grammar_tokens **out, uint32_t n_voca
     sp_status st = build_trie(t);
     if (st == SP_OK)
         st = build_sums(t);
+    if (st == SP_OK && (!(t->text_bits = calloc(((size_t)n_vocab + 63) / 64 + 1, sizeof *t->text_bits)) ||
+                        !(t->regions = calloc(SP_GTOK_REGION_SLOTS, sizeof *t->regions))))
+        st = sp_error_set(SP_ERR_NOMEM, "grammar: out of memory");
+    for (uint32_t k = 0; st == SP_OK && k < SP_GTOK_REGION_SLOTS; k++)
+        atomic_init(&t->regions[k], NULL);
+    for (uint32_t i = 0; st == SP_OK && i < t->n_sorted; i++)
+        t->text_bits[t->sorted[i] >> 6] |= 1ull << (t->sorted[i] & 63);
     if (st != SP_OK) {
         sp_grammar_tokens_free(t);
         return st;

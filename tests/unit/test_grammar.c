@@ -432,7 +432,9 @@ static void test_cache_bytes(void)
  * A generated vocabulary of many string-like tokens (letters, digits,
  * spaces, quotes, backslashes, JSON punctuation, UTF-8 letters; shared
  * prefixes): walks that accept trie subtrees whole from the byte summaries
- * must give the same masks, bit for bit, as walks visiting every node. */
+ * and take regions (made by earlier grammars of the vocabulary too) must
+ * give the same masks, bit for bit, as walks visiting every node and as
+ * every token fed byte by byte. */
 
 #define GEN_VOCAB 3000
 
@@ -443,6 +445,10 @@ static const char *fast_grammars[] = {
     "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\"}}",
     "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}",
     "{\"type\":\"string\",\"pattern\":\"^[a-z \\u00e0-\\u00e8]*$\"}",
+    /* a first character that leads to the string's loop: walks take the
+     * loop's region below a first UTF-8 character */
+    "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1}}",
+    "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\",\"minLength\":1}}",
 };
 
 static void gen_vocab(char **bytes, uint32_t *lens, uint8_t *kinds, uint64_t *rng)
@@ -479,7 +485,24 @@ static void gen_vocab(char **bytes, uint32_t *lens, uint8_t *kinds, uint64_t *rn
     }
 }
 
-static void compare_walks(struct sp_grammar *fast, struct sp_grammar *plain, const char *label, uint64_t *rng)
+/* The mask m of state s against every token fed byte by byte: a text
+ * token is allowed when its bytes keep s alive, the end token (7) when s
+ * accepts. */
+static void brute_force(struct sp_grammar *g, sp_grammar_state s, const uint64_t *m, char **bytes,
+                        const uint32_t *lens, const char *label, int walk, int step)
+{
+    uint32_t wrong = 0, first = 0;
+    for (uint32_t i = 0; i < GEN_VOCAB; i++) {
+        bool ok = i == 7 ? sp_grammar_accepting(g, s)
+                         : lens[i] && sp_grammar_feed(g, s, bytes[i], lens[i]) != SP_GRAMMAR_DEAD;
+        if (ok != (bool)(m[i >> 6] >> (i & 63) & 1) && !wrong++)
+            first = i;
+    }
+    CHECK(!wrong, "%s walk %d step %d: %u tokens against brute force (first %u)", label, walk, step, wrong, first);
+}
+
+static void compare_walks(struct sp_grammar *fast, struct sp_grammar *plain, char **bytes, const uint32_t *lens,
+                          const char *label, uint64_t *rng)
 {
     for (int walk = 0; walk < 25; walk++) {
         sp_grammar_state sf = sp_grammar_start(fast), sp = sp_grammar_start(plain);
@@ -493,6 +516,7 @@ static void compare_walks(struct sp_grammar *fast, struct sp_grammar *plain, con
             if (stf != SP_OK || stp != SP_OK || nf != np)
                 break;
             CHECK(!memcmp(mf, mp, (GEN_VOCAB + 63) / 64 * 8), "%s walk %d step %d: masks differ", label, walk, step);
+            brute_force(fast, sf, mf, bytes, lens, label, walk, step);
             *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
             uint32_t pick = (uint32_t)(*rng >> 33) % nf, k = 0;
             sp_token t = -1;
@@ -517,7 +541,7 @@ static void test_fast_walk(void)
     struct sp_grammar_tokens *t = NULL;
     CHECK(sp_grammar_tokens_init(&t, GEN_VOCAB, (const char *const *)bytes, lens, kinds) == SP_OK, "tokens: %s",
           sp_error_message());
-    uint64_t whole = 0;
+    uint64_t whole = 0, region = 0;
     size_t n_schemas = sizeof fast_grammars / sizeof fast_grammars[0];
     size_t n_gbnf = sizeof mask_grammars / sizeof mask_grammars[0];
     for (size_t gi = 0; t && gi < n_schemas + n_gbnf; gi++) {
@@ -534,18 +558,20 @@ static void test_fast_walk(void)
             sp_grammar_set_plain_walk(g[1], true);
             char label[32];
             snprintf(label, sizeof label, "fast walk %zu", gi);
-            compare_walks(g[0], g[1], label, &rng);
+            compare_walks(g[0], g[1], bytes, lens, label, &rng);
             struct sp_grammar_stats s0, s1;
             sp_grammar_stats(g[0], &s0);
             sp_grammar_stats(g[1], &s1);
             CHECK(s1.n_whole == 0, "%s: the plain walk took %llu subtrees whole", label,
                   (unsigned long long)s1.n_whole);
             whole += s0.n_whole;
+            region += s0.n_region;
         }
         sp_grammar_free(g[0]);
         sp_grammar_free(g[1]);
     }
     CHECK(whole > 100, "the fast walk took only %llu subtrees whole", (unsigned long long)whole);
+    CHECK(region > 20, "the fast walk took only %llu first-level subtrees from regions", (unsigned long long)region);
     sp_grammar_tokens_free(t);
     for (uint32_t i = 0; i < GEN_VOCAB; i++)
         free(bytes[i]);
